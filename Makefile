@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: MIT
+# xferd: one non-recursive GNU Makefile. Objects go to build/ (build-san/ with SANITIZE=...).
+#
+#   make                 build daemon, library, CLI, tests
+#   make test            install missing deps, build, run every test; last line "N passed, N failed"
+#   make test SANITIZE=address,undefined
+#   make demo            move 256 MiB between two client processes through a real daemon
+#   make bench           local-transport throughput and latency beside memcpy
+#   make install PREFIX=/usr/local DESTDIR=
+
+VERSION := 0.1.0
+SOVERSION := 1
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR := $(PREFIX)/bin
+SBINDIR := $(PREFIX)/sbin
+LIBDIR := $(PREFIX)/lib
+INCDIR := $(PREFIX)/include
+PCDIR := $(LIBDIR)/pkgconfig
+UNITDIR := $(PREFIX)/lib/systemd/system
+
+CC ?= cc
+PKGS := libevent jansson libibverbs librdmacm
+HAVE_SYSTEMD := $(shell pkg-config --exists libsystemd && echo 1)
+ifeq ($(HAVE_SYSTEMD),1)
+PKGS += libsystemd
+else
+SD_CPPFLAGS := -DXD_NO_SYSTEMD
+endif
+
+ifneq ($(SANITIZE),)
+B := build-san
+SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
+OPT := -O1 -g
+else
+B := build
+OPT := -O2 -g
+endif
+
+WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wformat=2 \
+	-Wno-unused-parameter
+XCFLAGS := -std=gnu11 -D_GNU_SOURCE $(OPT) $(WARN) $(SAN_FLAGS) -fPIC -MMD -MP \
+	-Iproto -Iclient $(SD_CPPFLAGS) -DXFERD_VERSION='"$(VERSION)"' \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+FINAL_CFLAGS := $(XCFLAGS) $(CFLAGS)
+FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
+PKG_LIBS = $(shell pkg-config --libs $(1) 2>/dev/null)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+PROTO_SRC := $(wildcard proto/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c)
+LIB_SRC := client/xferclient.c
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_HELPERS := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+
+PROTO_OBJ := $(PROTO_SRC:%.c=$(B)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
+TEST_BINS := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+TEST_HELPER_OBJ := $(TEST_HELPERS:%.c=$(B)/%.o)
+
+LIBNAME := libxferclient.so
+LIB_REAL := $(B)/$(LIBNAME).$(SOVERSION).0.0
+LIB_SONAME := $(LIBNAME).$(SOVERSION)
+RPATH := -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../lib'
+
+BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/$(LIB_SONAME) $(B)/$(LIBNAME)
+
+.PHONY: all test test-build demo bench install uninstall clean deps
+all: $(BINS) $(TEST_BINS) $(B)/xferclient.pc
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(FINAL_CFLAGS) -c -o $@ $<
+
+$(B)/client/xferclient.o: XCFLAGS += -fvisibility=hidden -DXFER_BUILDING_LIBRARY
+
+$(B)/libxferproto.a: $(PROTO_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(B)/xferd: $(DAEMON_OBJ) $(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(call PKG_LIBS,$(PKGS)) -lpthread
+
+$(LIB_REAL): $(LIB_OBJ) $(B)/libxferproto.a client/libxferclient.map
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -shared -Wl,-soname,$(LIB_SONAME) \
+		-Wl,--version-script=client/libxferclient.map -Wl,--no-undefined \
+		-o $@ $(LIB_OBJ) $(B)/libxferproto.a $(call PKG_LIBS,jansson)
+
+$(B)/$(LIB_SONAME): $(LIB_REAL)
+	$(Q)ln -sf $(notdir $<) $@
+$(B)/$(LIBNAME): $(B)/$(LIB_SONAME)
+	$(Q)ln -sf $(LIB_SONAME) $@
+
+$(B)/xferctl: $(B)/client/xferctl.o $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) $(call PKG_LIBS,jansson)
+
+$(B)/xferbench: $(B)/client/xferbench.o $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) -lpthread
+
+# Every tests/test_X.c is one program, linked with the harness, the proto code and the library.
+$(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(B)/libxferproto.a \
+		-L$(B) -lxferclient $(RPATH) $(call PKG_LIBS,jansson) -lpthread
+
+$(B)/xferclient.pc: client/xferclient.pc.in Makefile
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+		-e 's|@INCDIR@|$(INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+deps:
+	$(Q)scripts/install-deps.sh
+
+test-build: $(BINS) $(TEST_BINS)
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory test-build
+	$(Q)BUILD=$(B) tests/run.sh
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)BUILD=$(B) scripts/demo.sh
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)BUILD=$(B) scripts/bench.sh
+
+install: $(BINS) $(B)/xferclient.pc
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
+		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR)
+	install -m 755 $(B)/xferd $(DESTDIR)$(SBINDIR)/xferd
+	install -m 755 $(B)/xferctl $(DESTDIR)$(BINDIR)/xferctl
+	install -m 755 $(LIB_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(LIB_REAL)) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIBNAME)
+	install -m 644 client/xferclient.h $(DESTDIR)$(INCDIR)/xferclient.h
+	install -m 644 $(B)/xferclient.pc $(DESTDIR)$(PCDIR)/xferclient.pc
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' systemd/xferd.service.in > $(DESTDIR)$(UNITDIR)/xferd.service
+	install -m 644 systemd/xferd.socket $(DESTDIR)$(UNITDIR)/xferd.socket
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/xferd $(DESTDIR)$(BINDIR)/xferctl \
+		$(DESTDIR)$(LIBDIR)/$(LIBNAME)* $(DESTDIR)$(INCDIR)/xferclient.h \
+		$(DESTDIR)$(PCDIR)/xferclient.pc $(DESTDIR)$(UNITDIR)/xferd.service \
+		$(DESTDIR)$(UNITDIR)/xferd.socket
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

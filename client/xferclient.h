@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libxferclient: the thin C client of xferd. It speaks the control protocol
+ * (proto/PROTOCOL.md) over the daemon's Unix socket, creates sealed memfd buffers, and surfaces
+ * operation events. The client never touches RDMA and needs no privileges.
+ *
+ * Conventions:
+ * - Every function returning int returns 0 (or a count) on success and a negative errno on
+ *   failure. xfer_strerror() turns that into text; xfer_last_error() gives the daemon's own
+ *   message for the last refused request, which names the rule that was broken.
+ * - No function takes ownership of a caller's fd: the kernel duplicates it into the daemon.
+ * - Strings returned through char ** are the caller's to free() unless said otherwise.
+ *
+ * Thread safety: a struct xfer_client is not thread-safe. Use one per thread, or serialise all
+ * calls on one client with your own lock. Different clients are independent. xfer_strerror()
+ * and the buffer functions are thread-safe.
+ */
+#ifndef XFERCLIENT_H
+#define XFERCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(XFER_BUILDING_LIBRARY)
+#define XFER_EXPORT __attribute__((visibility("default")))
+#else
+#define XFER_EXPORT
+#endif
+
+struct xfer_client;
+
+/* One piece of an operation: @length bytes at @offset of registered region @region. */
+struct xfer_desc {
+	uint64_t region;
+	uint64_t offset;
+	uint64_t length;
+};
+
+enum xfer_state {
+	XFER_UNINITIALIZED,
+	XFER_INITIALIZED, /* passive side created, waiting for its peer */
+	XFER_IN_PROGRESS, /* bytes moving */
+	XFER_COMPLETE,	  /* every byte arrived (terminal) */
+	XFER_CANCELLED,	  /* cancelled by either side or shutdown (terminal) */
+	XFER_ERRORED,	  /* failed, see error and cause (terminal) */
+};
+
+enum xfer_kind { XFER_READABLE, XFER_WRITABLE, XFER_READ, XFER_WRITE };
+
+/* A snapshot of an operation, as the daemon reported it. */
+struct xfer_op_info {
+	uint64_t op;
+	enum xfer_kind kind;
+	enum xfer_state state;
+	uint64_t length;   /* total bytes of the descriptors */
+	uint64_t bytes;	   /* bytes moved so far */
+	uint64_t client;   /* owning connection's id */
+	uint64_t timeout_ms;
+	uint64_t age_ms;
+	int error;	   /* 0, or -errno once CANCELLED or ERRORED */
+	char cause[256];   /* "" or the daemon's sentence naming the cause */
+	char transport[16]; /* "local", "tcp", "rdma", or "" before claim */
+	char peer[64];	   /* "local", a peer node id, or "" */
+};
+
+/* Options of an operation; pass NULL for the defaults. */
+struct xfer_op_opts {
+	uint32_t timeout_ms; /* deadline from creation; 0 = the daemon's default */
+};
+
+/* A sealed, mapped memfd buffer made by xfer_buf_alloc(). */
+struct xfer_buf {
+	void *addr;	/* MAP_SHARED mapping of the whole memfd */
+	size_t length;
+	int fd;		/* the memfd, O_CLOEXEC, sealed F_SEAL_SHRINK | F_SEAL_GROW */
+};
+
+/*
+ * Connects to the daemon at @socket_path (NULL: $XFERD_SOCKET, else /run/xferd/xferd.sock) and
+ * says hello as @name (NULL: "xferclient"). Returns 0 and *out, or -errno (-ENOENT or
+ * -ECONNREFUSED when no daemon listens, -EPROTONOSUPPORT on a version mismatch).
+ * The caller owns *out and frees it with xfer_close().
+ */
+XFER_EXPORT int xfer_connect(const char *socket_path, const char *name, struct xfer_client **out);
+
+/*
+ * Closes the connection and frees @c (NULL is fine). The daemon then ends this client's
+ * operations and releases its regions; buffers from xfer_buf_alloc() stay the caller's.
+ */
+XFER_EXPORT void xfer_close(struct xfer_client *c);
+
+/* Text for a negative errno from this library. Never NULL; thread-safe; static storage. */
+XFER_EXPORT const char *xfer_strerror(int err);
+
+/*
+ * The daemon's message for the last request of @c that failed ("" if none), e.g. "memfd is not
+ * sealed with F_SEAL_SHRINK". Owned by @c, valid until its next call.
+ */
+XFER_EXPORT const char *xfer_last_error(const struct xfer_client *c);
+
+/* The connection id the daemon gave @c in hello. */
+XFER_EXPORT uint64_t xfer_client_id(const struct xfer_client *c);
+
+/*
+ * Creates a memfd of @length bytes (MFD_CLOEXEC | MFD_ALLOW_SEALING), seals it against
+ * shrinking and growing, and maps it MAP_SHARED read-write into @buf. Returns 0 or -errno.
+ * The caller owns buf->fd and the mapping and releases both with xfer_buf_free().
+ */
+XFER_EXPORT int xfer_buf_alloc(size_t length, struct xfer_buf *buf);
+
+/* Unmaps and closes a buffer from xfer_buf_alloc(); a zeroed or freed @buf is fine. */
+XFER_EXPORT void xfer_buf_free(struct xfer_buf *buf);
+
+/*
+ * Registers @length bytes at @offset of memfd @fd (which must be sealed with F_SEAL_SHRINK) as a
+ * region; @length 0 means "to the end of the memfd". @name may be NULL. Returns 0 and *region,
+ * or -errno. Borrows @fd: the caller still owns it and may close it right after.
+ */
+XFER_EXPORT int xfer_region_register(struct xfer_client *c, int fd, uint64_t offset,
+				     uint64_t length, const char *name, uint64_t *region);
+
+/*
+ * Deregisters @region. Returns -EBUSY while an operation that has not ended uses it, unless
+ * @force is non-zero, which cancels those operations first.
+ */
+XFER_EXPORT int xfer_region_deregister(struct xfer_client *c, uint64_t region, int force);
+
+/*
+ * Passive operations: make the @n descriptors readable (or writable) once by a peer. Returns 0,
+ * *op and *metadata (a NUL-terminated string the caller frees with free()), or -errno.
+ */
+XFER_EXPORT int xfer_readable(struct xfer_client *c, const struct xfer_desc *descs, size_t n,
+			      const struct xfer_op_opts *opts, uint64_t *op, char **metadata);
+XFER_EXPORT int xfer_writable(struct xfer_client *c, const struct xfer_desc *descs, size_t n,
+			      const struct xfer_op_opts *opts, uint64_t *op, char **metadata);
+
+/*
+ * Active operations: read the bytes of readable @metadata into the descriptors, or write the
+ * descriptors into writable @metadata's buffer. Returns 0 and *op once the owner accepted the
+ * claim (the transfer then runs; wait for it), or -errno when it was refused (see
+ * xfer_last_error(); the passive side is untouched).
+ */
+XFER_EXPORT int xfer_read(struct xfer_client *c, const char *metadata,
+			  const struct xfer_desc *descs, size_t n, const struct xfer_op_opts *opts,
+			  uint64_t *op);
+XFER_EXPORT int xfer_write(struct xfer_client *c, const char *metadata,
+			   const struct xfer_desc *descs, size_t n, const struct xfer_op_opts *opts,
+			   uint64_t *op);
+
+/*
+ * Waits until @op has ended (COMPLETE, CANCELLED or ERRORED) or @timeout_ms passed (< 0: no
+ * limit but the operation's own deadline). Returns 0 and fills @info (may be NULL) once it has
+ * ended, whatever the final state: check info->state. Returns -ETIMEDOUT if it had not ended in
+ * time (the operation goes on), or another -errno. Events for other operations that arrive
+ * meanwhile are delivered to the event callback.
+ */
+XFER_EXPORT int xfer_wait(struct xfer_client *c, uint64_t op, int timeout_ms,
+			  struct xfer_op_info *info);
+
+/* Fills @info with the current state of @op. Returns 0 or -errno. */
+XFER_EXPORT int xfer_status(struct xfer_client *c, uint64_t op, struct xfer_op_info *info);
+
+/* Cancels @op (its peer is told). Returns 0 or -errno; an ended op is left as it was. */
+XFER_EXPORT int xfer_cancel(struct xfer_client *c, uint64_t op);
+
+/* Forgets @op, cancelling it first if it has not ended. Returns 0 or -errno. */
+XFER_EXPORT int xfer_release(struct xfer_client *c, uint64_t op);
+
+/* Called for every op.changed notification the daemon pushes. @info is valid during the call. */
+typedef void (*xfer_event_cb)(struct xfer_client *c, const struct xfer_op_info *info, void *arg);
+
+/* Sets (or with NULL clears) the event callback of @c. */
+XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void *arg);
+
+/*
+ * The connection's fd, for poll/epoll/libevent: readable when events may be waiting. Owned by
+ * @c; do not read from it or close it.
+ */
+XFER_EXPORT int xfer_get_fd(const struct xfer_client *c);
+
+/*
+ * Reads every packet waiting on the connection without blocking and delivers notifications to
+ * the event callback. Returns the number of events delivered, or -errno (-ECONNRESET when the
+ * daemon went away).
+ */
+XFER_EXPORT int xfer_dispatch(struct xfer_client *c);
+
+/*
+ * Sends any method with @params_json (NULL: no params) and waits for its reply. Returns 0 and
+ * *result_json (the result object as compact JSON; free() it), or -errno. For tools such as
+ * xferctl that show listings; applications use the typed calls above.
+ */
+XFER_EXPORT int xfer_call(struct xfer_client *c, const char *method, const char *params_json,
+			  char **result_json);
+
+/* Names for enum values ("COMPLETE", "read"); never NULL. */
+XFER_EXPORT const char *xfer_state_name(enum xfer_state s);
+XFER_EXPORT const char *xfer_kind_name(enum xfer_kind k);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XFERCLIENT_H */

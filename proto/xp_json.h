@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The JSON-RPC 2.0 envelope over jansson: parsing requests (daemon side) and replies or
+ * notifications (client side), and building the packets both send. No I/O here.
+ */
+#ifndef XP_JSON_H
+#define XP_JSON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "xfer_proto.h"
+
+#define XP_ID_NONE (-1) /* "id": null, for errors about requests whose id was unreadable */
+
+/* A decoded request. @root owns everything; the other pointers borrow from it. */
+struct xp_request {
+	json_t *root;
+	int64_t id;		/* XP_ID_NONE until read */
+	enum xp_method method;
+	json_t *params;		/* an object; an empty one when the request had none */
+};
+
+/*
+ * Parses one request packet. Returns 0, or a JSON-RPC error code (XP_E_PARSE, XP_E_INVALID_REQ,
+ * XP_E_NO_METHOD) with a sentence naming the broken rule in @err. On error, req->id holds the
+ * request id when it could be read (XP_ID_NONE otherwise). Always call xp_request_fini().
+ */
+int xp_request_parse(const void *buf, size_t len, struct xp_request *req, char *err,
+		     size_t errlen);
+void xp_request_fini(struct xp_request *req);
+
+/* A decoded packet from the daemon: a reply (to @id) or a notification (@method, @params). */
+struct xp_reply {
+	json_t *root;
+	bool notification;
+	int64_t id;
+	json_t *result;		/* success: the result */
+	int code;		/* failure: JSON-RPC code, else 0 */
+	int err;		/* failure: positive errno from data.errno (EIO if absent) */
+	const char *message;	/* failure: the daemon's sentence */
+	const char *method;	/* notification */
+	json_t *params;		/* notification */
+};
+
+/* Parses a packet from the daemon. Returns 0 or -EBADMSG. Always call xp_reply_fini(). */
+int xp_reply_parse(const void *buf, size_t len, struct xp_reply *rep);
+void xp_reply_fini(struct xp_reply *rep);
+
+/* Builders. Each consumes the json_t it is given, even on failure; NULL on ENOMEM. */
+json_t *xp_build_request(int64_t id, const char *method, json_t *params);
+json_t *xp_build_result(int64_t id, json_t *result);
+json_t *xp_build_notification(const char *method, json_t *params);
+/* @err is a positive errno; @message is copied. */
+json_t *xp_build_error(int64_t id, int code, int err, const char *message);
+
+/*
+ * Serialises @msg compactly into a malloc'd buffer. Returns the length, -ENOMEM, or -EMSGSIZE
+ * when it would exceed XP_MAX_MSG. Borrows @msg.
+ */
+int xp_dump(const json_t *msg, char **out);
+
+/*
+ * Reads a non-negative integer member @key of @obj into @out. Returns 1 if present and valid,
+ * 0 if absent, -1 if present with the wrong type or negative.
+ */
+int xp_get_u64(const json_t *obj, const char *key, uint64_t *out);
+
+#endif /* XP_JSON_H */
