@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The daemon's configuration: defaults, then a JSON file (--config), then the command line.
+ * Unknown keys are refused so that a typo never silently means "default".
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "xferd.h"
+
+void xd_config_defaults(struct xd_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->socket_path = strdup(XP_DEFAULT_SOCKET);
+	cfg->socket_mode = 0666;
+	cfg->default_timeout_ms = 60000;
+	cfg->limits.regions = 4096;
+	cfg->limits.bytes = 64ull << 30;
+	cfg->limits.ops = 4096;
+	cfg->copy_threads = 2;
+}
+
+static int replace(char **slot, const char *value)
+{
+	char *copy = strdup(value);
+
+	if (!copy)
+		return -ENOMEM;
+	free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+static int load_limits(struct xd_config *cfg, json_t *limits, char *err, size_t errlen)
+{
+	json_int_t regions = (json_int_t)cfg->limits.regions, ops = (json_int_t)cfg->limits.ops;
+	json_int_t bytes = (json_int_t)cfg->limits.bytes;
+	json_error_t jerr;
+
+	if (!limits)
+		return 0;
+	if (json_unpack_ex(limits, &jerr, JSON_STRICT, "{s?I, s?I, s?I}", "regions", &regions,
+			   "bytes", &bytes, "ops", &ops)) {
+		snprintf(err, errlen, "limits: %s", jerr.text);
+		return -EINVAL;
+	}
+	if (regions <= 0 || bytes <= 0 || ops <= 0) {
+		snprintf(err, errlen, "limits must be positive");
+		return -EINVAL;
+	}
+	cfg->limits = (struct xd_limits){ (uint64_t)regions, (uint64_t)bytes, (uint64_t)ops };
+	return 0;
+}
+
+static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
+{
+	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
+	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
+	json_int_t threads = cfg->copy_threads;
+	json_t *limits = NULL;
+	json_error_t jerr;
+
+	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s?s, s?I, s?s, s?s, s?I, s?o, s?I}",
+			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
+			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
+			   "copy_threads", &threads)) {
+		snprintf(err, errlen, "%s", jerr.text);
+		return -EINVAL;
+	}
+	if (mode < 0 || mode > 0777 || timeout <= 0 || timeout > 86400000 || threads < 1 ||
+	    threads > 64) {
+		snprintf(err, errlen,
+			 "out of range: socket_mode 0..0777, default_timeout_ms 1..86400000, "
+			 "copy_threads 1..64");
+		return -EINVAL;
+	}
+	cfg->socket_mode = (unsigned)mode;
+	cfg->default_timeout_ms = (uint64_t)timeout;
+	cfg->copy_threads = (int)threads;
+	if ((socket && replace(&cfg->socket_path, socket)) ||
+	    (log_level && replace(&cfg->log_level, log_level)) ||
+	    (node_id && replace(&cfg->node_id, node_id)))
+		return -ENOMEM;
+	return load_limits(cfg, limits, err, errlen);
+}
+
+int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+
+	if (!root) {
+		snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
+		return -EINVAL;
+	}
+	char inner[200] = "";
+	int rc = apply(cfg, root, inner, sizeof(inner));
+	json_decref(root);
+	if (rc)
+		snprintf(err, errlen, "%s: %s", path, inner);
+	return rc;
+}
+
+void xd_config_fini(struct xd_config *cfg)
+{
+	free(cfg->socket_path);
+	free(cfg->log_level);
+	free(cfg->node_id);
+	memset(cfg, 0, sizeof(*cfg));
+}

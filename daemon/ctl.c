@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The control socket: the listener (bound, or taken from systemd), accepting with SO_PEERCRED,
+ * reading one packet at a time, and each connection's queue of outgoing packets. A connection
+ * is never freed inside its own callback: closing marks it and a reaper event frees it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include "xferd.h"
+
+struct xd_outq_item {
+	STAILQ_ENTRY(xd_outq_item) link;
+	size_t len;
+	char data[];
+};
+
+static TAILQ_HEAD(, xd_conn) closed_conns = TAILQ_HEAD_INITIALIZER(closed_conns);
+
+/* Binds @path, replacing a stale socket file but never a live daemon's. */
+static int bind_socket(const char *path, unsigned mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		close(fd);
+		xd_log(XD_LOG_ERR, "another daemon already listens on %s", path);
+		return -EADDRINUSE;
+	}
+	unlink(path); /* stale: nobody answers */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, mode) < 0 ||
+	    listen(fd, 128) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+static void conn_free(struct xd_conn *c)
+{
+	struct xd_outq_item *it;
+
+	while ((it = STAILQ_FIRST(&c->outq))) {
+		STAILQ_REMOVE_HEAD(&c->outq, link);
+		free(it);
+	}
+	event_free(c->rev);
+	event_free(c->wev);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_conn *c;
+
+	while ((c = TAILQ_FIRST(&closed_conns))) {
+		TAILQ_REMOVE(&closed_conns, c, link);
+		conn_free(c);
+	}
+}
+
+void xd_conn_close(struct xd_conn *c, const char *why)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	xd_log(XD_LOG_INFO, "client %llu (%s, pid %d, uid %u) closed: %s",
+	       (unsigned long long)c->id, c->name, (int)c->pid, (unsigned)c->uid, why);
+	event_del(c->rev);
+	event_del(c->wev);
+	xd_ops_conn_closed(c);
+	struct xd_region *r, *tmp;
+	TAILQ_FOREACH_SAFE(r, &c->d->regions, link, tmp)
+		if (r->owner == c)
+			xd_region_release(r);
+	TAILQ_REMOVE(&c->d->conns, c, link);
+	/* Close the socket now so the client sees EOF at once; free the memory later. */
+	close(c->fd);
+	c->fd = -1;
+	TAILQ_INSERT_TAIL(&closed_conns, c, link);
+	event_active(c->d->reap_ev, EV_TIMEOUT, 0);
+}
+
+/* Sends queued packets until the socket is full. Returns 0 or -errno (not -EAGAIN). */
+static int flush_queue(struct xd_conn *c)
+{
+	struct xd_outq_item *it;
+
+	while ((it = STAILQ_FIRST(&c->outq))) {
+		int rc = xp_packet_send(c->fd, it->data, it->len, NULL, 0);
+		if (rc == -EAGAIN)
+			break;
+		if (rc < 0)
+			return rc;
+		STAILQ_REMOVE_HEAD(&c->outq, link);
+		c->queued--;
+		free(it);
+	}
+	if (STAILQ_EMPTY(&c->outq))
+		event_del(c->wev);
+	else
+		event_add(c->wev, NULL);
+	return 0;
+}
+
+int xd_conn_send(struct xd_conn *c, const json_t *msg)
+{
+	char *text;
+
+	if (c->closing)
+		return -ENOTCONN;
+	int len = xp_dump(msg, &text);
+	if (len < 0)
+		return len;
+	if (c->queued >= XD_MAX_QUEUED) {
+		free(text);
+		xd_conn_close(c, "client stopped reading (4096 packets queued)");
+		return -ENOBUFS;
+	}
+	struct xd_outq_item *it = malloc(sizeof(*it) + (size_t)len);
+	if (!it) {
+		free(text);
+		return -ENOMEM;
+	}
+	it->len = (size_t)len;
+	memcpy(it->data, text, (size_t)len);
+	free(text);
+	STAILQ_INSERT_TAIL(&c->outq, it, link);
+	c->queued++;
+	int rc = flush_queue(c);
+	if (rc < 0)
+		xd_conn_close(c, "send failed");
+	return rc;
+}
+
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_conn *c = arg;
+
+	if (flush_queue(c) < 0)
+		xd_conn_close(c, "send failed");
+}
+
+/* A packet that breaks the framing rules: one error, then the connection is closed. */
+static void protocol_violation(struct xd_conn *c, int err, const char *message)
+{
+	xd_reply_error(c, XP_ID_NONE, XP_E_INVALID_REQ, err, message);
+	xd_conn_close(c, message);
+}
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_conn *c = arg;
+	static char buf[XP_MAX_MSG];
+	struct xp_fdset fds;
+
+	/* A bounded batch per wakeup keeps one busy client from starving the others. */
+	for (int i = 0; i < 16 && !c->closing; i++) {
+		int n = xp_packet_recv(c->fd, buf, sizeof(buf), &fds, 1);
+		if (n == -EAGAIN)
+			return;
+		if (n == -EMSGSIZE)
+			return protocol_violation(c, EMSGSIZE, "packet exceeds 65536 bytes");
+		if (n == -ENOBUFS)
+			return protocol_violation(c, ENOBUFS, "control data truncated (too many fds)");
+		if (n < 0)
+			return xd_conn_close(c, n == -ECONNRESET ? "disconnected" : "receive failed");
+		xd_dispatch_packet(c, buf, (size_t)n, &fds);
+	}
+}
+
+static int conn_credentials(struct xd_conn *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	return 0;
+}
+
+static struct xd_conn *conn_create(struct xd_daemon *d, int fd)
+{
+	struct xd_conn *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->d = d;
+	c->fd = fd;
+	c->id = ++d->next_client;
+	c->created_us = xd_now_us();
+	strcpy(c->name, "-");
+	STAILQ_INIT(&c->outq);
+	TAILQ_INIT(&c->waiters);
+	c->rev = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+	c->wev = event_new(d->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+	if (!c->rev || !c->wev || conn_credentials(c) < 0 || event_add(c->rev, NULL) < 0) {
+		conn_free(c);
+		return NULL;
+	}
+	TAILQ_INSERT_TAIL(&d->conns, c, link);
+	return c;
+}
+
+static void listen_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_daemon *d = arg;
+
+	if (!d->stopping)
+		event_add(d->listen_ev, NULL);
+}
+
+static void accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	struct xd_daemon *d = arg;
+
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of fds: pause accepting for a second instead of spinning. */
+				struct timeval one = { 1, 0 };
+				xd_log(XD_LOG_WARN, "accept: %s; pausing for 1 s", strerror(errno));
+				event_del(d->listen_ev);
+				event_base_once(d->base, -1, EV_TIMEOUT, listen_resume_cb, d, &one);
+			}
+			return;
+		}
+		struct xd_conn *c = conn_create(d, fd);
+		if (c)
+			xd_log(XD_LOG_DEBUG, "client %llu connected: pid %d uid %u",
+			       (unsigned long long)c->id, (int)c->pid, (unsigned)c->uid);
+	}
+}
+
+int xd_ctl_start(struct xd_daemon *d)
+{
+	int fd = xd_sd_listen_fd();
+
+	if (fd >= 0) {
+		d->listen_from_systemd = true;
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
+		    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+			return -errno;
+	} else if (fd == -ENOENT) {
+		fd = bind_socket(d->cfg.socket_path, d->cfg.socket_mode);
+	}
+	if (fd < 0)
+		return fd;
+	d->listen_fd = fd;
+	d->reap_ev = event_new(d->base, -1, 0, reap_cb, d);
+	d->listen_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, accept_cb, d);
+	if (!d->reap_ev || !d->listen_ev || event_add(d->listen_ev, NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+void xd_ctl_stop_listening(struct xd_daemon *d)
+{
+	if (d->listen_ev)
+		event_del(d->listen_ev);
+	if (d->listen_fd >= 0) {
+		close(d->listen_fd);
+		d->listen_fd = -1;
+		if (!d->listen_from_systemd)
+			unlink(d->cfg.socket_path);
+	}
+}
+
+bool xd_ctl_pending_output(struct xd_daemon *d)
+{
+	struct xd_conn *c;
+
+	TAILQ_FOREACH(c, &d->conns, link)
+		if (!STAILQ_EMPTY(&c->outq))
+			return true;
+	return false;
+}
+
+void xd_ctl_fini(struct xd_daemon *d)
+{
+	struct xd_conn *c;
+
+	while ((c = TAILQ_FIRST(&d->conns)))
+		xd_conn_close(c, "daemon stopping");
+	reap_cb(-1, 0, d);
+	xd_ctl_stop_listening(d);
+	event_free(d->listen_ev);
+	event_free(d->reap_ev);
+	d->listen_ev = d->reap_ev = NULL;
+}

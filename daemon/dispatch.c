@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: MIT
+/*
+ * One request from packet to reply: envelope parse, the session and fd rules, the method table,
+ * and the small handlers (hello, list.clients, list.peers, stats). Request errors get an error
+ * reply and the connection stays; protocol violations get one error and the connection closes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "xferd.h"
+
+typedef int (*xd_handler)(struct xd_call *call);
+
+static int handle_hello(struct xd_call *call);
+static int handle_list_clients(struct xd_call *call);
+static int handle_list_peers(struct xd_call *call);
+static int handle_stats(struct xd_call *call);
+
+static const xd_handler handlers[XP_M_COUNT] = {
+	[XP_M_HELLO] = handle_hello,
+	[XP_M_REGION_REGISTER] = xd_handle_region_register,
+	[XP_M_REGION_DEREGISTER] = xd_handle_region_deregister,
+	[XP_M_OP_READABLE] = xd_handle_op_passive,
+	[XP_M_OP_WRITABLE] = xd_handle_op_passive,
+	[XP_M_OP_READ] = xd_handle_op_active,
+	[XP_M_OP_WRITE] = xd_handle_op_active,
+	[XP_M_OP_STATUS] = xd_handle_op_status,
+	[XP_M_OP_WAIT] = xd_handle_op_wait,
+	[XP_M_OP_CANCEL] = xd_handle_op_cancel,
+	[XP_M_OP_RELEASE] = xd_handle_op_release,
+	[XP_M_LIST_REGIONS] = xd_handle_list_regions,
+	[XP_M_LIST_OPS] = xd_handle_list_ops,
+	[XP_M_LIST_CLIENTS] = handle_list_clients,
+	[XP_M_LIST_PEERS] = handle_list_peers,
+	[XP_M_LIST_DEVICES] = xd_handle_list_devices,
+	[XP_M_STATS] = handle_stats,
+};
+
+int xd_fail(struct xd_call *call, int code, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(call->message, sizeof(call->message), fmt, ap);
+	va_end(ap);
+	call->code = code;
+	call->err = err;
+	return -err;
+}
+
+int xd_unpack_params(struct xd_call *call, const char *fmt, ...)
+{
+	json_error_t jerr;
+	va_list ap;
+
+	va_start(ap, fmt);
+	int rc = json_vunpack_ex(call->params, &jerr, JSON_STRICT, fmt, ap);
+	va_end(ap);
+	if (rc == 0)
+		return 0;
+	return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid params: %s", jerr.text);
+}
+
+void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result)
+{
+	json_t *msg = xp_build_result(id, result);
+
+	if (msg)
+		xd_conn_send(c, msg);
+	json_decref(msg);
+}
+
+void xd_reply_error(struct xd_conn *c, int64_t id, int code, int err, const char *message)
+{
+	json_t *msg = xp_build_error(id, code, err, message);
+
+	if (msg)
+		xd_conn_send(c, msg);
+	json_decref(msg);
+}
+
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+			return false;
+	return true;
+}
+
+static int handle_hello(struct xd_call *call)
+{
+	struct xd_conn *c = call->conn;
+	struct xd_daemon *d = c->d;
+	json_int_t version;
+	const char *name;
+
+	if (c->hello)
+		return xd_fail(call, XP_E_FAILED, EPROTO, "hello was already sent on this connection");
+	if (xd_unpack_params(call, "{s:I, s:s}", "version", &version, "client", &name))
+		return -EINVAL;
+	if (version != XP_PROTO_VERSION)
+		return xd_fail(call, XP_E_FAILED, EPROTONOSUPPORT,
+			       "protocol version %lld is not supported; this daemon speaks %d",
+			       (long long)version, XP_PROTO_VERSION);
+	if (strlen(name) > XP_MAX_NAME || !printable(name))
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "client name must be at most 64 printable ASCII bytes");
+	strcpy(c->name, name);
+	c->hello = true;
+	call->result = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:i}", "version",
+				 XP_PROTO_VERSION, "daemon", "xferd " XFERD_VERSION, "node",
+				 d->node_hex, "epoch", (json_int_t)d->epoch, "client",
+				 (json_int_t)c->id, "uid", (json_int_t)c->uid, "max_packet",
+				 XP_MAX_MSG);
+	return 0;
+}
+
+static json_t *client_to_json(const struct xd_conn *c, uint64_t now)
+{
+	return json_pack("{s:I, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "client",
+			 (json_int_t)c->id, "name", c->name, "pid", (int)c->pid, "uid",
+			 (json_int_t)c->uid, "gid", (json_int_t)c->gid, "regions",
+			 (json_int_t)c->nregions, "bytes", (json_int_t)c->nbytes, "ops",
+			 (json_int_t)c->nops, "age_ms", (json_int_t)((now - c->created_us) / 1000));
+}
+
+static int handle_list_clients(struct xd_call *call)
+{
+	json_t *arr = json_array();
+	uint64_t now = xd_now_us();
+	struct xd_conn *c;
+
+	if (xd_unpack_params(call, "{}"))
+		goto err;
+	TAILQ_FOREACH(c, &call->conn->d->conns, link)
+		if (xd_conn_may_access(call->conn, c) && json_array_append_new(arr, client_to_json(c, now)))
+			goto err;
+	call->result = json_pack("{s:o}", "clients", arr);
+	return 0;
+err:
+	json_decref(arr);
+	return call->code ? -EINVAL : xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+}
+
+static int handle_list_peers(struct xd_call *call)
+{
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	/* No peer transports in protocol version 1: every operation is local. */
+	call->result = json_pack("{s:[]}", "peers");
+	return 0;
+}
+
+static int count_open_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!dir)
+		return -1;
+	while (readdir(dir))
+		n++;
+	closedir(dir);
+	return n - 3; /* ".", ".." and the directory's own fd */
+}
+
+static json_t *stats_to_json(struct xd_daemon *d)
+{
+	uint64_t regions = 0, bytes = 0, ops = 0, active = 0;
+	struct xd_region *r;
+	struct xd_op *op;
+
+	TAILQ_FOREACH(r, &d->regions, link) {
+		regions++;
+		bytes += r->length;
+	}
+	TAILQ_FOREACH(op, &d->ops, link) {
+		ops++;
+		active += !xp_state_terminal(op->state);
+	}
+	unsigned nclients = 0;
+	struct xd_conn *c;
+	TAILQ_FOREACH(c, &d->conns, link)
+		nclients++;
+	return json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}",
+			 "daemon", "xferd " XFERD_VERSION, "node", d->node_hex, "epoch",
+			 (json_int_t)d->epoch, "uptime_ms",
+			 (json_int_t)((xd_now_us() - d->start_us) / 1000), "clients", nclients,
+			 "regions", (json_int_t)regions, "registered_bytes", (json_int_t)bytes,
+			 "ops", (json_int_t)ops, "ops_active", (json_int_t)active, "ops_completed",
+			 (json_int_t)d->stats.ops_completed, "ops_failed",
+			 (json_int_t)d->stats.ops_failed, "ops_cancelled",
+			 (json_int_t)d->stats.ops_cancelled, "bytes_moved",
+			 (json_int_t)d->stats.bytes_moved, "fds", count_open_fds());
+}
+
+static int handle_stats(struct xd_call *call)
+{
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	call->result = stats_to_json(call->conn->d);
+	return 0;
+}
+
+/* The session and fd rules that hold before any handler runs. */
+static int check_preconditions(struct xd_call *call, enum xp_method m)
+{
+	if (xp_method_needs_hello(m) && !call->conn->hello)
+		return xd_fail(call, XP_E_FAILED, EPROTO,
+			       "hello must be the first request on a connection");
+	if (m == XP_M_REGION_REGISTER && call->fds->count != 1)
+		return xd_fail(call, XP_E_FAILED, EBADF,
+			       "region.register takes exactly one fd, got %d", call->fds->count);
+	return 0;
+}
+
+static void run_handler(struct xd_call *call, enum xp_method m)
+{
+	int rc = check_preconditions(call, m);
+
+	if (rc == 0)
+		rc = handlers[m](call);
+	if (rc == 0 && !call->result && !call->deferred)
+		rc = xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory building the reply");
+	if (rc < 0) {
+		json_decref(call->result);
+		xd_reply_error(call->conn, call->id, call->code, call->err, call->message);
+	} else if (!call->deferred) {
+		xd_reply_result(call->conn, call->id, call->result);
+	}
+}
+
+void xd_dispatch_packet(struct xd_conn *c, const char *buf, size_t len, struct xp_fdset *fds)
+{
+	struct xp_request req;
+	char err[256];
+	int code = xp_request_parse(buf, len, &req, err, sizeof(err));
+
+	if (code == 0 && fds->count > 0 && xp_method_fds(req.method) == 0) {
+		snprintf(err, sizeof(err), "%s takes no fds, got %d", xp_method_name(req.method),
+			 fds->count);
+		code = XP_E_INVALID_REQ;
+	}
+	if (code == XP_E_PARSE || code == XP_E_INVALID_REQ) {
+		xd_reply_error(c, req.id, code, code == XP_E_PARSE ? EBADMSG : EPROTO, err);
+		xd_conn_close(c, err);
+	} else if (code) {
+		xd_reply_error(c, req.id, code, code == XP_E_NO_METHOD ? ENOSYS : ENOMEM, err);
+	} else {
+		struct xd_call call = { .conn = c, .id = req.id, .method = req.method,
+					 .params = req.params, .fds = fds };
+		run_handler(&call, req.method);
+	}
+	xp_fdset_close(fds);
+	xp_request_fini(&req);
+}

@@ -1,0 +1,749 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Operations and their state machine (PROTOCOL.md §5-§6):
+ *
+ *   passive: INITIALIZED --claim--> IN_PROGRESS --copy done--> COMPLETE
+ *   active:                  (created on claim) IN_PROGRESS --copy done--> COMPLETE
+ *   any state that has not ended --cancel/deadline/disconnect/shutdown--> CANCELLED | ERRORED
+ *
+ * Whatever ends one side ends its pair, with a cause naming why. An end requested while a copy
+ * runs is applied when the copy returns, so no one is told CANCELLED while bytes still land in
+ * their buffer, and no mapping goes away under a worker thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include "xferd.h"
+
+#define XD_MAX_TIMEOUT_MS 86400000ull
+
+/* ---- lookup, listing, notification ---- */
+
+static struct xd_op *op_find(struct xd_daemon *d, uint64_t id)
+{
+	struct xd_op *op;
+
+	TAILQ_FOREACH(op, &d->ops, link)
+		if (op->id == id)
+			return op;
+	return NULL;
+}
+
+/* Looks up op @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */
+static struct xd_op *op_lookup(struct xd_call *call, uint64_t id)
+{
+	struct xd_op *op = op_find(call->conn->d, id);
+
+	if (!op) {
+		xd_fail(call, XP_E_FAILED, ENOENT, "no operation %llu", (unsigned long long)id);
+		return NULL;
+	}
+	if (!xd_conn_may_access(call->conn, op->owner)) {
+		xd_fail(call, XP_E_FAILED, EPERM, "operation %llu belongs to another client",
+			(unsigned long long)id);
+		return NULL;
+	}
+	return op;
+}
+
+static uint64_t op_bytes(const struct xd_op *op)
+{
+	return op->job ? xd_copy_progress(op->job) : op->bytes;
+}
+
+json_t *xd_op_to_json(const struct xd_op *op)
+{
+	uint64_t age = (xd_now_us() - op->created_us) / 1000;
+	json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:I, s:I}", "op",
+			      (json_int_t)op->id, "kind", xp_kind_name(op->kind), "state",
+			      xp_state_name(op->state), "length", (json_int_t)op->length, "bytes",
+			      (json_int_t)op_bytes(op), "transport", op->transport, "peer",
+			      op->peer, "client", (json_int_t)op->client_id, "timeout_ms",
+			      (json_int_t)op->timeout_ms, "age_ms", (json_int_t)age);
+
+	if (o && op->err &&
+	    (json_object_set_new(o, "errno", json_string(xp_errno_name(op->err))) ||
+	     json_object_set_new(o, "cause", json_string(op->cause)))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static void notify_owner(struct xd_op *op)
+{
+	if (!op->owner)
+		return;
+	json_t *msg = xp_build_notification(XP_NOTIFY_OP_CHANGED, xd_op_to_json(op));
+	if (msg)
+		xd_conn_send(op->owner, msg);
+	json_decref(msg);
+}
+
+/* ---- waiters (op.wait, and op.cancel while a copy stops) ---- */
+
+static void waiter_free(struct xd_waiter *w)
+{
+	TAILQ_REMOVE(&w->op->waiters, w, op_link);
+	TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
+	event_free(w->timer);
+	free(w);
+}
+
+static void waiter_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_waiter *w = arg;
+	char msg[128];
+
+	snprintf(msg, sizeof(msg), "op %llu is still %s after %llu ms",
+		 (unsigned long long)w->op->id, xp_state_name(w->op->state),
+		 (unsigned long long)w->timeout_ms);
+	xd_reply_error(w->conn, w->id, XP_E_FAILED, ETIMEDOUT, msg);
+	waiter_free(w);
+}
+
+static int waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms)
+{
+	struct xd_waiter *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	w->conn = call->conn;
+	w->op = op;
+	w->id = call->id;
+	if (timeout_ms >= 0) {
+		struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+		w->timeout_ms = (uint64_t)timeout_ms;
+		w->timer = evtimer_new(op->d->base, waiter_timeout_cb, w);
+		if (!w->timer || evtimer_add(w->timer, &tv) < 0) {
+			event_free(w->timer);
+			free(w);
+			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
+	TAILQ_INSERT_TAIL(&op->waiters, w, op_link);
+	TAILQ_INSERT_TAIL(&call->conn->waiters, w, conn_link);
+	call->deferred = true;
+	return 0;
+}
+
+static void waiters_reply(struct xd_op *op)
+{
+	struct xd_waiter *w;
+
+	while ((w = TAILQ_FIRST(&op->waiters))) {
+		xd_reply_result(w->conn, w->id, xd_op_to_json(op));
+		waiter_free(w);
+	}
+}
+
+/* ---- region holds ---- */
+
+/* Whether segs[0..i) already name segs[i]'s region (each op counts once per region). */
+static bool region_seen_before(const struct xd_op *op, uint32_t i)
+{
+	for (uint32_t j = 0; j < i; j++)
+		if (op->segs[j].region == op->segs[i].region)
+			return true;
+	return false;
+}
+
+static void hold_regions(struct xd_op *op)
+{
+	for (uint32_t i = 0; i < op->nsegs; i++) {
+		xd_region_ref(op->segs[i].region);
+		if (!region_seen_before(op, i))
+			op->segs[i].region->live_ops++;
+	}
+	op->holds_regions = true;
+}
+
+static void drop_regions(struct xd_op *op)
+{
+	if (!op->holds_regions)
+		return;
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		if (!region_seen_before(op, i))
+			op->segs[i].region->live_ops--;
+	/* Unref after counting: an unref may free a region an earlier seg names again. */
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		xd_region_unref(op->segs[i].region);
+	op->holds_regions = false;
+}
+
+/* ---- ending ---- */
+
+static void count_end(struct xd_op *op)
+{
+	struct xd_daemon *d = op->d;
+
+	if (op->state == XP_ST_COMPLETE)
+		d->stats.ops_completed++;
+	else if (op->state == XP_ST_CANCELLED)
+		d->stats.ops_cancelled++;
+	else
+		d->stats.ops_failed++;
+}
+
+/* Applies a terminal state now: no copy is running on @op. */
+static void op_finish(struct xd_op *op, enum xp_state state, int err, const char *cause)
+{
+	op->state = state;
+	op->err = err;
+	snprintf(op->cause, sizeof(op->cause), "%s", cause);
+	event_del(op->deadline);
+	drop_regions(op);
+	count_end(op);
+	notify_owner(op);
+	waiters_reply(op);
+	struct xd_op *pair = op->pair;
+	if (pair && !xp_state_terminal(pair->state) && state != XP_ST_COMPLETE)
+		xd_op_end(pair, state, err, "peer operation %llu ended: %s",
+			  (unsigned long long)op->id, cause);
+}
+
+void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (xp_state_terminal(op->state) || op->end_pending)
+		return;
+	op->end_state = state;
+	op->err = err;
+	va_start(ap, fmt);
+	vsnprintf(op->cause, sizeof(op->cause), fmt, ap);
+	va_end(ap);
+	if (op->job) {
+		op->end_pending = true; /* applied in xd_op_copy_done() */
+		xd_copy_cancel(op->job);
+		return;
+	}
+	char cause[XD_CAUSE_MAX];
+	snprintf(cause, sizeof(cause), "%s", op->cause);
+	op_finish(op, state, err, cause);
+}
+
+static void op_free(struct xd_op *op)
+{
+	struct xd_waiter *w;
+
+	while ((w = TAILQ_FIRST(&op->waiters))) {
+		xd_reply_error(w->conn, w->id, XP_E_FAILED, ENOENT,
+			       "operation was released while waiting for it");
+		waiter_free(w);
+	}
+	if (op->pair)
+		op->pair->pair = NULL;
+	drop_regions(op);
+	TAILQ_REMOVE(&op->d->ops, op, link);
+	event_free(op->deadline);
+	free(op->segs);
+	free(op);
+}
+
+/* Detaches @op from its owner; frees it now, or when its running copy returns. */
+static void op_forget(struct xd_op *op)
+{
+	if (op->owner)
+		op->owner->nops--;
+	op->owner = NULL;
+	if (op->job)
+		op->released = true;
+	else
+		op_free(op);
+}
+
+void xd_op_copy_done(struct xd_op *active, int err, uint64_t bytes)
+{
+	struct xd_op *passive = active->pair;
+	struct xd_op *sides[2] = { passive, active }; /* the owner hears first */
+
+	for (int i = 0; i < 2; i++) {
+		if (sides[i]) {
+			sides[i]->job = NULL;
+			sides[i]->bytes = bytes;
+		}
+	}
+	if (err == 0 && !active->end_pending && !(passive && passive->end_pending)) {
+		active->d->stats.bytes_moved += bytes;
+		if (passive)
+			op_finish(passive, XP_ST_COMPLETE, 0, "");
+		op_finish(active, XP_ST_COMPLETE, 0, "");
+	} else {
+		for (int i = 0; i < 2; i++) {
+			struct xd_op *op = sides[i];
+			if (op && op->end_pending && !xp_state_terminal(op->state)) {
+				char cause[XD_CAUSE_MAX];
+				op->end_pending = false;
+				snprintf(cause, sizeof(cause), "%s", op->cause);
+				op_finish(op, op->end_state, op->err, cause);
+			}
+		}
+		if (!xp_state_terminal(active->state))
+			op_finish(active, XP_ST_ERRORED, err ? err : EIO, "local copy failed");
+	}
+	for (int i = 0; i < 2; i++)
+		if (sides[i] && sides[i]->released)
+			op_free(sides[i]);
+}
+
+/* ---- creation ---- */
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_op *op = arg;
+
+	xd_op_end(op, XP_ST_ERRORED, ETIMEDOUT, "deadline of %llu ms passed before %s",
+		  (unsigned long long)op->timeout_ms,
+		  op->state == XP_ST_INITIALIZED ? "a peer claimed it" : "the transfer finished");
+}
+
+static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
+{
+	json_int_t region, offset, length;
+	json_error_t jerr;
+	uint64_t end;
+
+	if (json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region", &region, "offset",
+			   &offset, "length", &length))
+		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
+	if (region < 0 || offset < 0 || length <= 0)
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "descriptor offset must be >= 0 and length > 0");
+	seg->region = xd_region_lookup(call, (uint64_t)region);
+	if (!seg->region)
+		return -call->err;
+	if (__builtin_add_overflow((uint64_t)offset, (uint64_t)length, &end) ||
+	    end > seg->region->length)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "descriptor [%lld, +%lld) passes the end of region %lld (%llu bytes)",
+			       (long long)offset, (long long)length, (long long)region,
+			       (unsigned long long)seg->region->length);
+	seg->offset = (uint64_t)offset;
+	seg->length = (uint64_t)length;
+	return 0;
+}
+
+static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
+{
+	size_t n = json_array_size(arr), i;
+	json_t *v;
+
+	if (!json_is_array(arr) || n == 0 || n > XP_MAX_DESCS)
+		return xd_fail(call, XP_E_PARAMS, EINVAL, "descs must be an array of 1 to %d "
+							  "descriptors", XP_MAX_DESCS);
+	op->segs = calloc(n, sizeof(*op->segs));
+	if (!op->segs)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	json_array_foreach(arr, i, v)
+	{
+		int rc = parse_desc(call, v, &op->segs[i]);
+		if (rc)
+			return rc;
+		if (__builtin_add_overflow(op->length, op->segs[i].length, &op->length))
+			return xd_fail(call, XP_E_FAILED, EINVAL, "total length overflows");
+	}
+	op->nsegs = (uint32_t)n;
+	return 0;
+}
+
+static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out)
+{
+	if (timeout == 0) {
+		*out = call->conn->d->cfg.default_timeout_ms;
+		return 0;
+	}
+	if (timeout < 0 || (uint64_t)timeout > XD_MAX_TIMEOUT_MS)
+		return xd_fail(call, XP_E_PARAMS, EINVAL, "timeout_ms must be 1 to %llu",
+			       XD_MAX_TIMEOUT_MS);
+	*out = (uint64_t)timeout;
+	return 0;
+}
+
+/* Builds an op from the descriptors; not yet listed, no deadline running. */
+static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
+			    json_int_t timeout)
+{
+	struct xd_conn *c = call->conn;
+	struct xd_op *op = calloc(1, sizeof(*op));
+
+	if (!op) {
+		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		return NULL;
+	}
+	op->d = c->d;
+	op->kind = kind;
+	op->client_id = c->id;
+	TAILQ_INIT(&op->waiters);
+	if (c->nops + 1 > c->d->cfg.limits.ops) {
+		xd_fail(call, XP_E_FAILED, EDQUOT, "per-client limit of %llu operations reached; "
+			"release ended operations", (unsigned long long)c->d->cfg.limits.ops);
+		goto err;
+	}
+	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op))
+		goto err;
+	op->deadline = evtimer_new(c->d->base, deadline_cb, op);
+	if (!op->deadline) {
+		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		goto err;
+	}
+	return op;
+err:
+	free(op->segs);
+	free(op);
+	return NULL;
+}
+
+/* Lists @op under its owner, holds its regions and starts its deadline. */
+static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
+{
+	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
+
+	op->id = ++op->d->next_op;
+	op->owner = call->conn;
+	op->state = state;
+	op->created_us = xd_now_us();
+	call->conn->nops++;
+	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
+	hold_regions(op);
+	evtimer_add(op->deadline, &tv);
+}
+
+static json_t *passive_result(struct xd_op *op)
+{
+	struct xd_daemon *d = op->d;
+	struct xp_meta m = { .kind = op->kind, .epoch = d->epoch, .op = op->id, .nendpoints = 1 };
+	char *metadata = NULL;
+
+	memcpy(m.node, d->node, sizeof(m.node));
+	memcpy(m.token, op->token, sizeof(m.token));
+	strcpy(m.endpoints[0].transport, "local");
+	m.nlengths = op->nsegs;
+	m.lengths = calloc(op->nsegs, sizeof(*m.lengths));
+	if (!m.lengths)
+		return NULL;
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		m.lengths[i] = op->segs[i].length;
+	int rc = xp_meta_encode(&m, &metadata);
+	xp_meta_fini(&m);
+	if (rc)
+		return NULL;
+	json_t *result = json_pack("{s:I, s:s}", "op", (json_int_t)op->id, "metadata", metadata);
+	free(metadata);
+	return result;
+}
+
+int xd_handle_op_passive(struct xd_call *call)
+{
+	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
+	json_int_t timeout = 0;
+	json_t *descs;
+
+	if (xd_unpack_params(call, "{s:o, s?I}", "descs", &descs, "timeout_ms", &timeout))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	struct xd_op *op = op_new(call, kind, descs, timeout);
+	if (!op)
+		return -call->err;
+	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
+		free(op->segs);
+		event_free(op->deadline);
+		free(op);
+		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
+	}
+	op_start(call, op, XP_ST_INITIALIZED);
+	call->result = passive_result(op);
+	if (!call->result) /* nothing was given out: take the op back */
+		op_forget(op);
+	return 0;
+}
+
+/* Copy pieces from @src's segments to @dst's: boundaries of the two sides need not agree. */
+static struct xd_copy_piece *plan_pieces(const struct xd_op *dst, const struct xd_op *src,
+					 uint32_t *n)
+{
+	struct xd_copy_piece *p = calloc(dst->nsegs + src->nsegs, sizeof(*p));
+	uint32_t i = 0, j = 0, k = 0;
+	uint64_t di = 0, sj = 0; /* bytes used of dst->segs[i] and src->segs[j] */
+
+	if (!p)
+		return NULL;
+	while (i < dst->nsegs && j < src->nsegs) {
+		const struct xd_seg *ds = &dst->segs[i], *ss = &src->segs[j];
+		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di : ss->length - sj;
+		p[k++] = (struct xd_copy_piece){ ds->region->base + ds->offset + di,
+						 ss->region->base + ss->offset + sj, len };
+		di += len;
+		sj += len;
+		if (di == ds->length) {
+			i++;
+			di = 0;
+		}
+		if (sj == ss->length) {
+			j++;
+			sj = 0;
+		}
+	}
+	*n = k;
+	return p;
+}
+
+static int start_local_copy(struct xd_call *call, struct xd_op *active, struct xd_op *passive)
+{
+	bool reading = active->kind == XP_KIND_READ;
+	uint32_t n;
+	struct xd_copy_piece *pieces = reading ? plan_pieces(active, passive, &n)
+					       : plan_pieces(passive, active, &n);
+
+	if (!pieces)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return xd_copy_submit(call->conn->d->copier, active, pieces, n);
+}
+
+/* The refusals of PROTOCOL.md §5, all decided before any byte moves; @passive is untouched. */
+static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
+				 const struct xd_op *active)
+{
+	struct xd_daemon *d = call->conn->d;
+	enum xp_kind want = active->kind == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE;
+	char node[2 * XP_ID_BYTES + 1];
+
+	if (m->kind != want) {
+		xd_fail(call, XP_E_FAILED, EINVAL, "metadata is for a %s operation; %s needs %s "
+			"metadata", xp_kind_name(m->kind), xp_method_name(call->method),
+			xp_kind_name(want));
+		return NULL;
+	}
+	xp_hex_encode(m->node, XP_ID_BYTES, node);
+	if (memcmp(m->node, d->node, XP_ID_BYTES) != 0) {
+		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "metadata names node %s; this daemon is "
+			"node %s and reaches no other node", node, d->node_hex);
+		return NULL;
+	}
+	if (m->epoch != d->epoch) {
+		xd_fail(call, XP_E_FAILED, ESTALE, "metadata is from an earlier run of the owner "
+			"daemon (epoch %llu, now %llu): it restarted", (unsigned long long)m->epoch,
+			(unsigned long long)d->epoch);
+		return NULL;
+	}
+	struct xd_op *passive = op_find(d, m->op);
+	if (!passive || !xp_kind_passive(passive->kind)) {
+		xd_fail(call, XP_E_FAILED, ENOENT, "the owner has no operation %llu (released, or "
+			"never made)", (unsigned long long)m->op);
+		return NULL;
+	}
+	/* Constant-time compare: the token is the capability. */
+	unsigned char diff = 0;
+	for (int i = 0; i < XP_ID_BYTES; i++)
+		diff |= (unsigned char)(m->token[i] ^ passive->token[i]);
+	if (diff || passive->kind != m->kind) {
+		xd_fail(call, XP_E_FAILED, EACCES, "metadata token does not match operation %llu",
+			(unsigned long long)m->op);
+		return NULL;
+	}
+	if (passive->claimed) {
+		xd_fail(call, XP_E_FAILED, EALREADY, "operation %llu was already claimed; a claim "
+			"is exactly-once", (unsigned long long)m->op);
+		return NULL;
+	}
+	if (passive->state != XP_ST_INITIALIZED) {
+		xd_fail(call, XP_E_FAILED, ECANCELED, "operation %llu already ended %s: %s",
+			(unsigned long long)m->op, xp_state_name(passive->state), passive->cause);
+		return NULL;
+	}
+	if (passive->length != active->length) {
+		xd_fail(call, XP_E_FAILED, EMSGSIZE, "total length %llu does not match the owner's "
+			"%llu", (unsigned long long)active->length,
+			(unsigned long long)passive->length);
+		return NULL;
+	}
+	return passive;
+}
+
+static void pair_local(struct xd_op *active, struct xd_op *passive)
+{
+	active->pair = passive;
+	passive->pair = active;
+	passive->claimed = true;
+	passive->state = XP_ST_IN_PROGRESS;
+	strcpy(active->transport, "local");
+	strcpy(passive->transport, "local");
+	strcpy(active->peer, "local");
+	strcpy(passive->peer, "local");
+}
+
+static int decode_metadata(struct xd_call *call, const char *metadata, struct xp_meta *m)
+{
+	char err[200];
+	int rc = xp_meta_decode(metadata, m, err, sizeof(err));
+
+	if (rc == -ENOMEM)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return rc ? xd_fail(call, XP_E_FAILED, EBADMSG, "%s", err) : 0;
+}
+
+int xd_handle_op_active(struct xd_call *call)
+{
+	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
+	const char *metadata;
+	json_int_t timeout = 0;
+	json_t *descs;
+	struct xp_meta m;
+
+	if (xd_unpack_params(call, "{s:s, s:o, s?I}", "metadata", &metadata, "descs", &descs,
+			     "timeout_ms", &timeout))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	struct xd_op *active = op_new(call, kind, descs, timeout);
+	if (!active)
+		return -call->err;
+	struct xd_op *passive = decode_metadata(call, metadata, &m) ? NULL
+				: claim_check(call, &m, active);
+	xp_meta_fini(&m);
+	if (!passive) {
+		free(active->segs);
+		event_free(active->deadline);
+		free(active);
+		return -call->err;
+	}
+	op_start(call, active, XP_ST_IN_PROGRESS);
+	pair_local(active, passive);
+	notify_owner(passive);
+	int rc = start_local_copy(call, active, passive);
+	if (rc) /* the op exists and has ended: the client learns why from its state */
+		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s", strerror(-rc));
+	call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+	return 0;
+}
+
+/* ---- status, wait, cancel, release, list ---- */
+
+static int unpack_op(struct xd_call *call, struct xd_op **op)
+{
+	json_int_t id;
+
+	if (xd_unpack_params(call, "{s:I}", "op", &id))
+		return -EINVAL;
+	*op = op_lookup(call, (uint64_t)id);
+	return *op ? 0 : -call->err;
+}
+
+int xd_handle_op_status(struct xd_call *call)
+{
+	struct xd_op *op;
+	int rc = unpack_op(call, &op);
+
+	if (rc)
+		return rc;
+	call->result = xd_op_to_json(op);
+	return 0;
+}
+
+int xd_handle_op_wait(struct xd_call *call)
+{
+	json_int_t id, timeout = -1;
+
+	if (xd_unpack_params(call, "{s:I, s?I}", "op", &id, "timeout_ms", &timeout))
+		return -EINVAL;
+	if (timeout < -1 || timeout > (json_int_t)XD_MAX_TIMEOUT_MS)
+		return xd_fail(call, XP_E_PARAMS, EINVAL, "timeout_ms must be 0 to %llu",
+			       XD_MAX_TIMEOUT_MS);
+	struct xd_op *op = op_lookup(call, (uint64_t)id);
+	if (!op)
+		return -call->err;
+	if (xp_state_terminal(op->state)) {
+		call->result = xd_op_to_json(op);
+		return 0;
+	}
+	return waiter_add(call, op, timeout);
+}
+
+int xd_handle_op_cancel(struct xd_call *call)
+{
+	struct xd_op *op;
+	int rc = unpack_op(call, &op);
+
+	if (rc)
+		return rc;
+	if (op->owner == call->conn)
+		xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "cancelled by its owner");
+	else
+		xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "cancelled by root (client %llu)",
+			  (unsigned long long)call->conn->id);
+	if (xp_state_terminal(op->state)) {
+		call->result = xd_op_to_json(op);
+		return 0;
+	}
+	return waiter_add(call, op, -1); /* replies once the running copy has stopped */
+}
+
+int xd_handle_op_release(struct xd_call *call)
+{
+	struct xd_op *op;
+	int rc = unpack_op(call, &op);
+
+	if (rc)
+		return rc;
+	xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "released by its owner before it ended");
+	op_forget(op);
+	call->result = json_object();
+	return 0;
+}
+
+int xd_handle_list_ops(struct xd_call *call)
+{
+	struct xd_op *op;
+
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *arr = json_array();
+	TAILQ_FOREACH(op, &call->conn->d->ops, link) {
+		if (op->owner && xd_conn_may_access(call->conn, op->owner) &&
+		    json_array_append_new(arr, xd_op_to_json(op))) {
+			json_decref(arr);
+			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
+	call->result = json_pack("{s:o}", "ops", arr);
+	return 0;
+}
+
+/* ---- whole-daemon events ---- */
+
+void xd_ops_conn_closed(struct xd_conn *c)
+{
+	struct xd_waiter *w;
+	struct xd_op *op, *tmp;
+
+	while ((w = TAILQ_FIRST(&c->waiters)))
+		waiter_free(w);
+	TAILQ_FOREACH_SAFE(op, &c->d->ops, link, tmp) {
+		if (op->owner != c)
+			continue;
+		xd_op_end(op, XP_ST_ERRORED, ECONNRESET, "its client %llu (%s, pid %d) disconnected",
+			  (unsigned long long)c->id, c->name, (int)c->pid);
+		op_forget(op);
+	}
+}
+
+void xd_ops_shutdown(struct xd_daemon *d)
+{
+	struct xd_op *op;
+
+	TAILQ_FOREACH(op, &d->ops, link)
+		xd_op_end(op, XP_ST_CANCELLED, ESHUTDOWN, "the daemon is shutting down");
+}
+
+void xd_ops_fini(struct xd_daemon *d)
+{
+	struct xd_op *op;
+
+	while ((op = TAILQ_FIRST(&d->ops))) {
+		op->job = NULL; /* the copier has stopped and freed its jobs */
+		op_free(op);
+	}
+}

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Regions: validating a client's memfd (sealed against shrinking, range inside it), mapping it
+ * MAP_SHARED and populated, and the reference-counted lifetime that lets a client vanish while
+ * a copy is still running on its pages.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "xferd.h"
+
+struct register_args {
+	const char *name;
+	uint64_t offset, length;
+	bool has_length;
+};
+
+static const char *fd_type_name(mode_t mode)
+{
+	if (S_ISFIFO(mode))
+		return "a pipe";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISCHR(mode) || S_ISBLK(mode))
+		return "a device";
+	return "a file that is not a memfd";
+}
+
+/* The memfd rules of PROTOCOL.md §4. Returns the memfd's size, or fails the call. */
+static int64_t check_memfd(struct xd_call *call, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return xd_fail(call, XP_E_FAILED, EBADF, "fstat of the fd failed: %s",
+			       strerror(errno));
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (!S_ISREG(st.st_mode) || seals < 0)
+		return xd_fail(call, XP_E_FAILED, EBADF,
+			       "region.register needs a memfd created with MFD_ALLOW_SEALING; "
+			       "the fd is %s",
+			       S_ISREG(st.st_mode) ? "a file that is not a memfd" : fd_type_name(st.st_mode));
+	if (!(seals & F_SEAL_SHRINK))
+		return xd_fail(call, XP_E_FAILED, EPERM,
+			       "memfd is not sealed with F_SEAL_SHRINK (a client could truncate it "
+			       "under a transfer)");
+	int acc = fcntl(fd, F_GETFL) & O_ACCMODE;
+	if (acc != O_RDWR)
+		return xd_fail(call, XP_E_FAILED, EBADF, "memfd must be open read-write");
+	return st.st_size;
+}
+
+static int check_range(struct xd_call *call, struct register_args *a, uint64_t size)
+{
+	uint64_t end;
+
+	if (!a->has_length)
+		a->length = a->offset < size ? size - a->offset : 0;
+	if (__builtin_add_overflow(a->offset, a->length, &end))
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "offset + length overflows 64 bits (offset %llu, length %llu)",
+			       (unsigned long long)a->offset, (unsigned long long)a->length);
+	if (a->length == 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "region length must be > 0 (memfd size %llu, offset %llu)",
+			       (unsigned long long)size, (unsigned long long)a->offset);
+	if (end > size)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "range [%llu, %llu) passes the end of the memfd (%llu bytes)",
+			       (unsigned long long)a->offset, (unsigned long long)end,
+			       (unsigned long long)size);
+	return 0;
+}
+
+static int check_limits(struct xd_call *call, uint64_t length)
+{
+	struct xd_conn *c = call->conn;
+	const struct xd_limits *lim = &c->d->cfg.limits;
+
+	if (c->nregions + 1 > lim->regions)
+		return xd_fail(call, XP_E_FAILED, EDQUOT, "per-client limit of %llu regions reached",
+			       (unsigned long long)lim->regions);
+	if (c->nbytes + length > lim->bytes || c->nbytes + length < c->nbytes)
+		return xd_fail(call, XP_E_FAILED, EDQUOT,
+			       "per-client limit of %llu registered bytes would be exceeded",
+			       (unsigned long long)lim->bytes);
+	return 0;
+}
+
+/* Maps the page-aligned cover of the range, populated so transfers never fault. */
+static int map_region(struct xd_call *call, struct xd_region *r, int fd, uint64_t offset)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t start = offset & ~(page - 1);
+
+	r->map_len = (size_t)(offset - start + r->length);
+	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+		      (off_t)start);
+	if (r->map == MAP_FAILED) {
+		r->map = NULL;
+		return xd_fail(call, XP_E_FAILED, errno == ENOMEM ? ENOMEM : EBADF,
+			       "mmap of the memfd failed: %s", strerror(errno));
+	}
+	r->base = (uint8_t *)r->map + (offset - start);
+	return 0;
+}
+
+static int parse_register_args(struct xd_call *call, struct register_args *a)
+{
+	json_int_t offset = 0, length = -1;
+
+	a->name = "";
+	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset,
+			     "length", &length))
+		return -EINVAL;
+	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "offset and length must not be negative; name at most 64 bytes");
+	a->offset = (uint64_t)offset;
+	a->has_length = length >= 0;
+	a->length = a->has_length ? (uint64_t)length : 0;
+	return 0;
+}
+
+static json_t *region_result(struct xd_region *r)
+{
+	return json_pack("{s:I, s:I}", "region", (json_int_t)r->id, "length",
+			 (json_int_t)r->length);
+}
+
+int xd_handle_region_register(struct xd_call *call)
+{
+	struct xd_conn *c = call->conn;
+	struct register_args a;
+	uint64_t t0 = xd_now_us();
+	int fd = xp_fdset_take(call->fds, 0);
+	int rc = parse_register_args(call, &a);
+	int64_t size = rc ? rc : check_memfd(call, fd);
+
+	if (size < 0 || (rc = check_range(call, &a, (uint64_t)size)) ||
+	    (rc = check_limits(call, a.length)))
+		goto out;
+	struct xd_region *r = calloc(1, sizeof(*r));
+	if (!r) {
+		rc = xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		goto out;
+	}
+	r->length = a.length;
+	if ((rc = map_region(call, r, fd, a.offset))) {
+		free(r);
+		goto out;
+	}
+	r->d = c->d;
+	r->id = ++c->d->next_region;
+	r->owner = c;
+	r->refs = 1;
+	r->pid = c->pid;
+	r->uid = c->uid;
+	snprintf(r->name, sizeof(r->name), "%s", a.name);
+	r->register_us = xd_now_us() - t0;
+	TAILQ_INSERT_TAIL(&c->d->regions, r, link);
+	c->nregions++;
+	c->nbytes += r->length;
+	call->result = region_result(r);
+	rc = 0;
+out:
+	close(fd); /* kept or not, the mapping is what the daemon holds on to */
+	return size < 0 ? (int)size : rc;
+}
+
+struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id)
+{
+	struct xd_region *r;
+
+	TAILQ_FOREACH(r, &call->conn->d->regions, link) {
+		if (r->id != id)
+			continue;
+		if (r->owner != call->conn) {
+			xd_fail(call, XP_E_FAILED, EPERM, "region %llu belongs to another client",
+				(unsigned long long)id);
+			return NULL;
+		}
+		return r;
+	}
+	xd_fail(call, XP_E_FAILED, ENOENT, "no region %llu", (unsigned long long)id);
+	return NULL;
+}
+
+void xd_region_ref(struct xd_region *r)
+{
+	r->refs++;
+}
+
+void xd_region_unref(struct xd_region *r)
+{
+	if (!r || --r->refs > 0)
+		return;
+	if (munmap(r->map, r->map_len) < 0)
+		xd_log(XD_LOG_ERR, "munmap of region %llu: %s", (unsigned long long)r->id,
+		       strerror(errno));
+	free(r);
+}
+
+void xd_region_release(struct xd_region *r)
+{
+	TAILQ_REMOVE(&r->d->regions, r, link);
+	r->owner->nregions--;
+	r->owner->nbytes -= r->length;
+	r->owner = NULL;
+	xd_region_unref(r);
+}
+
+int xd_handle_region_deregister(struct xd_call *call)
+{
+	json_int_t id;
+	int force = 0;
+
+	if (xd_unpack_params(call, "{s:I, s?b}", "region", &id, "force", &force))
+		return -EINVAL;
+	struct xd_region *r = xd_region_lookup(call, (uint64_t)id);
+	if (!r)
+		return -call->err;
+	if (r->live_ops && !force)
+		return xd_fail(call, XP_E_FAILED, EBUSY,
+			       "region %llu is used by %u operation(s) that have not ended; "
+			       "cancel them or pass force",
+			       (unsigned long long)r->id, r->live_ops);
+	if (r->live_ops) {
+		struct xd_op *op, *tmp;
+		TAILQ_FOREACH_SAFE(op, &call->conn->d->ops, link, tmp)
+			for (uint32_t i = 0; i < op->nsegs && !xp_state_terminal(op->state); i++)
+				if (op->segs[i].region == r)
+					xd_op_end(op, XP_ST_CANCELLED, ECANCELED,
+						  "region %llu was deregistered with force",
+						  (unsigned long long)r->id);
+	}
+	xd_region_release(r);
+	call->result = json_object();
+	return 0;
+}
+
+static json_t *region_to_json(const struct xd_region *r)
+{
+	return json_pack("{s:I, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:[]}", "region",
+			 (json_int_t)r->id, "name", r->name, "client", (json_int_t)r->owner->id,
+			 "pid", (int)r->pid, "uid", (json_int_t)r->uid, "length",
+			 (json_int_t)r->length, "ops", (json_int_t)r->live_ops, "register_us",
+			 (json_int_t)r->register_us, "devices");
+}
+
+int xd_handle_list_regions(struct xd_call *call)
+{
+	struct xd_region *r;
+
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *arr = json_array();
+	TAILQ_FOREACH(r, &call->conn->d->regions, link) {
+		if (xd_conn_may_access(call->conn, r->owner) &&
+		    json_array_append_new(arr, region_to_json(r))) {
+			json_decref(arr);
+			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
+	call->result = json_pack("{s:o}", "regions", arr);
+	return 0;
+}

@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * xferd's internal types and prototypes, grouped by the file that owns them.
+ *
+ * Ownership in one paragraph: the daemon owns connections, regions and operations, each in one
+ * list. A connection owns the regions it registered and the operations it created (counted, not
+ * listed). A region is reference-counted: one reference for its registration, one for every
+ * operation that has not ended and uses it; the mapping goes when the last one does. An
+ * operation that has a copy running cannot end until the copy reports back (the copy holds
+ * raw pointers into the mappings), so ending is requested and applied when the copy returns.
+ */
+#ifndef XFERD_H
+#define XFERD_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "xfer_proto.h"
+#include "xp_fdmsg.h"
+#include "xp_json.h"
+#include "xp_meta.h"
+
+/* glibc's sys/queue.h predates the BSD iterators that allow removing the current element. */
+#ifndef TAILQ_FOREACH_SAFE
+#define TAILQ_FOREACH_SAFE(var, head, field, tvar) \
+	for ((var) = TAILQ_FIRST(head); (var) && ((tvar) = TAILQ_NEXT(var, field), 1); (var) = (tvar))
+#endif
+
+#define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
+#define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
+#define XD_CAUSE_MAX 200
+
+struct xd_conn;
+struct xd_op;
+struct xd_copy_job;
+
+/* log.c */
+enum xd_log_level { XD_LOG_ERR, XD_LOG_WARN, XD_LOG_INFO, XD_LOG_DEBUG };
+extern int xd_log_level;
+/* Sets the level from a name ("err", "warn", "info", "debug"). Returns 0 or -EINVAL. */
+int xd_log_set_level(const char *name);
+/* @systemd: prefix lines with <N> (daemon(7)) instead of a timestamp. */
+void xd_log_init(bool systemd);
+void xd_log_write(int level, const char *func, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Checks the level before formatting; preserves errno. */
+#define xd_log(level, ...)                                            \
+	do {                                                          \
+		if ((level) <= xd_log_level)                          \
+			xd_log_write((level), __func__, __VA_ARGS__); \
+	} while (0)
+/* Copies @in into @out (size @n) with non-printable bytes as \xNN, for client strings. */
+void xd_escape(const char *in, char *out, size_t n);
+
+/* config.c */
+struct xd_limits {
+	uint64_t regions; /**< regions per client */
+	uint64_t bytes;	  /**< registered bytes per client */
+	uint64_t ops;	  /**< operations (not yet released) per client */
+};
+
+struct xd_config {
+	char *socket_path;
+	unsigned socket_mode;
+	char *log_level;
+	char *node_id;		     /**< 32 hex digits, or NULL to derive one */
+	uint64_t default_timeout_ms;
+	struct xd_limits limits;
+	int copy_threads;	     /**< local-transport worker threads */
+};
+/* Fills defaults. */
+void xd_config_defaults(struct xd_config *cfg);
+/* Reads a JSON config file over the defaults. Returns 0 or -errno with a message in @err. */
+int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen);
+void xd_config_fini(struct xd_config *cfg);
+
+/* The daemon: one event loop and everything it owns. */
+struct xd_daemon {
+	struct event_base *base;
+	struct xd_config cfg;
+	uint8_t node[XP_ID_BYTES];
+	char node_hex[2 * XP_ID_BYTES + 1];
+	uint64_t epoch;	    /**< start time in us: changes on every restart */
+	uint64_t start_us;  /**< monotonic start */
+	int listen_fd;
+	bool listen_from_systemd;
+	bool systemd;
+	struct event *listen_ev, *reap_ev, *shutdown_ev;
+	struct event *sig_ev[3];
+	TAILQ_HEAD(, xd_conn) conns;
+	TAILQ_HEAD(, xd_region) regions;
+	TAILQ_HEAD(, xd_op) ops;
+	uint64_t next_client, next_region, next_op;
+	struct xd_copier *copier;
+	bool stopping;
+	struct {
+		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
+	} stats;
+};
+
+/* main.c */
+uint64_t xd_now_us(void);
+
+/* sd.c */
+/* Returns the listening fd systemd passed (>= 0), -ENOENT if none, or -errno. */
+int xd_sd_listen_fd(void);
+void xd_sd_notify(struct xd_daemon *d, const char *state);
+
+/* ctl.c: the control socket and client connections */
+struct xd_outq_item;
+struct xd_conn {
+	TAILQ_ENTRY(xd_conn) link;
+	struct xd_daemon *d;
+	uint64_t id;
+	int fd;
+	struct event *rev, *wev;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	char name[XP_MAX_NAME + 1];
+	bool hello;
+	bool closing;
+	STAILQ_HEAD(, xd_outq_item) outq;
+	unsigned queued;
+	uint64_t nregions, nbytes, nops;
+	uint64_t created_us;
+	TAILQ_HEAD(, xd_waiter) waiters;
+};
+/* Binds (or takes from systemd) the control socket and starts accepting. Returns 0 or -errno. */
+int xd_ctl_start(struct xd_daemon *d);
+/* Stops accepting; existing connections go on. */
+void xd_ctl_stop_listening(struct xd_daemon *d);
+/* Queues @msg (borrowed) to @c. Returns 0 or -errno; on overflow the connection is closed. */
+int xd_conn_send(struct xd_conn *c, const json_t *msg);
+/* Ends @c: its operations end, its regions are released, it is freed at a safe point. */
+void xd_conn_close(struct xd_conn *c, const char *why);
+/* Frees every connection (shutdown). */
+void xd_ctl_fini(struct xd_daemon *d);
+/* Whether any connection still has packets queued. */
+bool xd_ctl_pending_output(struct xd_daemon *d);
+/* Root may see and touch everything; others only their own connection's. */
+static inline bool xd_conn_may_access(const struct xd_conn *c, const struct xd_conn *owner)
+{
+	return c->uid == 0 || c == owner;
+}
+
+/* dispatch.c: one request from parse to reply */
+struct xd_call {
+	struct xd_conn *conn;
+	int64_t id;
+	enum xp_method method;
+	json_t *params;		/* borrowed */
+	struct xp_fdset *fds;	/* borrowed; a handler takes what it keeps */
+	json_t *result;		/* set by a handler that succeeds */
+	bool deferred;		/* the handler will reply later (op.wait, op.cancel) */
+	int code, err;
+	char message[256];
+};
+/* Handles one received packet of @c (consumes @fds). */
+void xd_dispatch_packet(struct xd_conn *c, const char *buf, size_t len, struct xp_fdset *fds);
+/* Records a refusal: returns -@err so handlers can `return xd_fail(...)`. */
+int xd_fail(struct xd_call *call, int code, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* json_unpack_ex(JSON_STRICT) of the params, failing with XP_E_PARAMS and jansson's text. */
+int xd_unpack_params(struct xd_call *call, const char *fmt, ...);
+/* Sends a reply to @id on @c: the result @result (consumed). */
+void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result);
+/* Sends an error reply. @err is a positive errno. */
+void xd_reply_error(struct xd_conn *c, int64_t id, int code, int err, const char *message);
+
+/* region.c */
+struct xd_region {
+	TAILQ_ENTRY(xd_region) link; /**< in d->regions while registered */
+	struct xd_daemon *d;
+	uint64_t id;
+	struct xd_conn *owner;	     /**< NULL once deregistered */
+	char name[XP_MAX_NAME + 1];
+	void *map;		     /**< page-aligned MAP_SHARED mapping */
+	size_t map_len;
+	uint8_t *base;		     /**< first byte of the registered range */
+	uint64_t length;
+	int refs;		     /**< registration + operations that have not ended */
+	unsigned live_ops;	     /**< operations that have not ended using it */
+	uint64_t register_us;	     /**< time taken to validate and map */
+	pid_t pid;
+	uid_t uid;
+};
+int xd_handle_region_register(struct xd_call *call);
+int xd_handle_region_deregister(struct xd_call *call);
+int xd_handle_list_regions(struct xd_call *call);
+/* Looks up region @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */
+struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id);
+void xd_region_ref(struct xd_region *r);
+void xd_region_unref(struct xd_region *r);
+/* Deregisters @r: gone from listings, mapping freed once no operation holds it. */
+void xd_region_release(struct xd_region *r);
+
+/* op.c: operations and their state machine */
+struct xd_seg {
+	struct xd_region *region;
+	uint64_t offset, length;
+};
+
+struct xd_waiter {
+	TAILQ_ENTRY(xd_waiter) op_link;	  /**< in op->waiters */
+	TAILQ_ENTRY(xd_waiter) conn_link; /**< in conn->waiters */
+	struct xd_conn *conn;
+	struct xd_op *op;
+	int64_t id;
+	struct event *timer;		  /**< NULL: no timeout */
+	uint64_t timeout_ms;
+};
+
+struct xd_op {
+	TAILQ_ENTRY(xd_op) link; /**< in d->ops until released */
+	struct xd_daemon *d;
+	uint64_t id;
+	enum xp_kind kind;
+	enum xp_state state;
+	struct xd_conn *owner;	 /**< NULL once its connection closed */
+	uint64_t client_id;
+	struct xd_seg *segs;
+	uint32_t nsegs;
+	bool holds_regions;	 /**< segs hold region refs (until the op ends) */
+	uint64_t length, bytes;
+	uint8_t token[XP_ID_BYTES];
+	bool claimed;		 /**< passive: a claim was accepted (exactly once) */
+	struct xd_op *pair;	 /**< the other side, local transport */
+	char transport[8], peer[2 * XP_ID_BYTES + 1];
+	uint64_t created_us, timeout_ms;
+	struct event *deadline;
+	struct xd_copy_job *job; /**< running copy; the op cannot end until it returns */
+	bool end_pending;	 /**< an end was requested while the copy ran */
+	enum xp_state end_state;
+	int err;		 /**< positive errno once CANCELLED or ERRORED */
+	char cause[XD_CAUSE_MAX];
+	bool released;		 /**< freed once the copy returns */
+	TAILQ_HEAD(, xd_waiter) waiters;
+};
+int xd_handle_op_passive(struct xd_call *call);
+int xd_handle_op_active(struct xd_call *call);
+int xd_handle_op_status(struct xd_call *call);
+int xd_handle_op_wait(struct xd_call *call);
+int xd_handle_op_cancel(struct xd_call *call);
+int xd_handle_op_release(struct xd_call *call);
+int xd_handle_list_ops(struct xd_call *call);
+/* Ends @op (and its pair) as @state with positive errno @err and a cause. */
+void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* A connection is closing: end and forget its operations; drop its waiters. */
+void xd_ops_conn_closed(struct xd_conn *c);
+/* SIGTERM: end every operation CANCELLED with ESHUTDOWN. */
+void xd_ops_shutdown(struct xd_daemon *d);
+/* Frees every operation (final teardown, after the copier stopped). */
+void xd_ops_fini(struct xd_daemon *d);
+/* Whether @r is used by an operation that has not ended. */
+json_t *xd_op_to_json(const struct xd_op *op);
+
+/* copy.c: the local transport, memcpy between two mappings on worker threads */
+struct xd_copy_piece {
+	uint8_t *dst;
+	const uint8_t *src;
+	uint64_t len;
+};
+/* Starts the copier with @threads workers. Returns 0 or -errno. */
+int xd_copier_create(struct xd_daemon *d, int threads);
+/* Stops the workers (running jobs are cancelled and finish first) and frees the copier. */
+void xd_copier_destroy(struct xd_copier *cp);
+/*
+ * Copies @n pieces (consumed) for @op; xd_op_copy_done(op, err) is called on the loop thread
+ * when it has finished (err 0), been cancelled (ECANCELED) or failed. Returns 0 or -errno.
+ */
+int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces,
+		   uint32_t n);
+/* Asks the job to stop at its next chunk boundary; its completion still arrives. */
+void xd_copy_cancel(struct xd_copy_job *job);
+/* Bytes the job has copied so far (may be read from the loop thread at any time). */
+uint64_t xd_copy_progress(const struct xd_copy_job *job);
+bool xd_copier_busy(const struct xd_copier *cp);
+/* op.c: called by the copier on the loop thread. */
+void xd_op_copy_done(struct xd_op *op, int err, uint64_t bytes);
+
+/* devices.c */
+int xd_handle_list_devices(struct xd_call *call);
+
+#endif /* XFERD_H */
