@@ -162,25 +162,33 @@ static void protocol_violation(struct xd_conn *c, int err, const char *message)
 	xd_conn_close(c, message);
 }
 
+/* Reads one packet. Returns true if the connection may be read again. */
+static bool conn_read_one(struct xd_conn *c)
+{
+	static char buf[XP_MAX_MSG];
+	struct xp_fdset fds;
+	int n = xp_packet_recv(c->fd, buf, sizeof(buf), &fds, 1);
+
+	if (n == -EAGAIN)
+		return false;
+	if (n == -EMSGSIZE)
+		protocol_violation(c, EMSGSIZE, "packet exceeds 65536 bytes");
+	else if (n == -ENOBUFS)
+		protocol_violation(c, ENOBUFS, "control data truncated (too many fds)");
+	else if (n < 0)
+		xd_conn_close(c, n == -ECONNRESET ? "disconnected" : "receive failed");
+	else
+		xd_dispatch_packet(c, buf, (size_t)n, &fds);
+	return !c->closing;
+}
+
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_conn *c = arg;
-	static char buf[XP_MAX_MSG];
-	struct xp_fdset fds;
 
 	/* A bounded batch per wakeup keeps one busy client from starving the others. */
-	for (int i = 0; i < 16 && !c->closing; i++) {
-		int n = xp_packet_recv(c->fd, buf, sizeof(buf), &fds, 1);
-		if (n == -EAGAIN)
-			return;
-		if (n == -EMSGSIZE)
-			return protocol_violation(c, EMSGSIZE, "packet exceeds 65536 bytes");
-		if (n == -ENOBUFS)
-			return protocol_violation(c, ENOBUFS, "control data truncated (too many fds)");
-		if (n < 0)
-			return xd_conn_close(c, n == -ECONNRESET ? "disconnected" : "receive failed");
-		xd_dispatch_packet(c, buf, (size_t)n, &fds);
-	}
+	for (int i = 0; i < 16 && conn_read_one(c); i++)
+		;
 }
 
 static int conn_credentials(struct xd_conn *c)
