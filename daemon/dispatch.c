@@ -15,25 +15,7 @@
 typedef int (*xd_handler)(struct xd_call *call);
 
 static int handle_hello(struct xd_call *call);
-static int handle_list_clients(struct xd_call *call)
-{
-	uint64_t now = xd_now_us();
-	struct xd_conn *c;
-
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	json_t *arr = json_array();
-	TAILQ_FOREACH(c, &call->conn->d->conns, link) {
-		if (xd_conn_may_access(call->conn, c) &&
-		    json_array_append_new(arr, client_to_json(c, now))) {
-			json_decref(arr);
-			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
-	}
-	call->result = json_pack("{s:o}", "clients", arr);
-	return 0;
-}
-
+static int handle_list_clients(struct xd_call *call);
 static int handle_list_peers(struct xd_call *call);
 static int handle_stats(struct xd_call *call);
 
@@ -147,20 +129,21 @@ static json_t *client_to_json(const struct xd_conn *c, uint64_t now)
 
 static int handle_list_clients(struct xd_call *call)
 {
-	json_t *arr = json_array();
 	uint64_t now = xd_now_us();
 	struct xd_conn *c;
 
 	if (xd_unpack_params(call, "{}"))
-		goto err;
-	TAILQ_FOREACH(c, &call->conn->d->conns, link)
-		if (xd_conn_may_access(call->conn, c) && json_array_append_new(arr, client_to_json(c, now)))
-			goto err;
+		return -EINVAL;
+	json_t *arr = json_array();
+	TAILQ_FOREACH(c, &call->conn->d->conns, link) {
+		if (xd_conn_may_access(call->conn, c) &&
+		    json_array_append_new(arr, client_to_json(c, now))) {
+			json_decref(arr);
+			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
 	call->result = json_pack("{s:o}", "clients", arr);
 	return 0;
-err:
-	json_decref(arr);
-	return call->code ? -EINVAL : xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 }
 
 static int handle_list_peers(struct xd_call *call)
