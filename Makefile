@@ -99,9 +99,10 @@ $(B)/$(LIB_SONAME): $(LIB_REAL)
 $(B)/$(LIBNAME): $(B)/$(LIB_SONAME)
 	$(Q)ln -sf $(LIB_SONAME) $@
 
-$(B)/xferctl: $(B)/client/xferctl.o $(B)/$(LIBNAME)
+$(B)/xferctl: $(B)/client/xferctl.o $(B)/libxferproto.a $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) $(call PKG_LIBS,jansson)
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< $(B)/libxferproto.a -L$(B) -lxferclient $(RPATH) \
+		$(call PKG_LIBS,jansson)
 
 $(B)/xferbench: $(B)/client/xferbench.o $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")

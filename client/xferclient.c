@@ -1,0 +1,1124 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libxferclient: one blocking JSON-RPC conversation with xferd per struct xfer_client, sealed
+ * memfd buffers, and op.changed notifications queued while a call waits for its reply and
+ * handed to the event callback only once the library's own state is consistent again.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <jansson.h>
+
+#include "xferclient.h"
+#include "xfer_proto.h"
+#include "xp_fdmsg.h"
+#include "xp_json.h"
+
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 32)
+#define XFER_HAVE_STRERRORDESC 1
+#endif
+#endif
+
+#define CLIENT_DEFAULT_NAME "xferclient"
+#define CLIENT_ERR_MAX 512
+#define CLIENT_MAX_ID ((int64_t)1 << 53) /* request ids must survive a trip through a double */
+
+/* The public enums are cast straight from the protocol's; keep their orders identical. */
+#define CLIENT_SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " must equal " #b)
+CLIENT_SAME(XFER_UNINITIALIZED, XP_ST_UNINITIALIZED);
+CLIENT_SAME(XFER_INITIALIZED, XP_ST_INITIALIZED);
+CLIENT_SAME(XFER_IN_PROGRESS, XP_ST_IN_PROGRESS);
+CLIENT_SAME(XFER_COMPLETE, XP_ST_COMPLETE);
+CLIENT_SAME(XFER_CANCELLED, XP_ST_CANCELLED);
+CLIENT_SAME(XFER_ERRORED, XP_ST_ERRORED);
+CLIENT_SAME(XFER_READABLE, XP_KIND_READABLE);
+CLIENT_SAME(XFER_WRITABLE, XP_KIND_WRITABLE);
+CLIENT_SAME(XFER_READ, XP_KIND_READ);
+CLIENT_SAME(XFER_WRITE, XP_KIND_WRITE);
+
+/* One op.changed notification waiting for delivery. */
+struct client_event {
+	struct client_event *next;
+	struct xfer_op_info info;
+};
+
+struct xfer_client {
+	int sock;
+	int64_t next_id;
+	uint64_t id; /* the connection id hello returned */
+	xfer_event_cb cb;
+	void *cb_arg;
+	struct client_event *ev_head;
+	struct client_event **ev_tail;
+	bool delivering;    /* inside client_deliver(): no nested delivery */
+	bool close_pending; /* xfer_close() was called from the callback */
+	char *rxbuf;	    /* XP_MAX_MSG bytes */
+	char last_error[CLIENT_ERR_MAX];
+};
+
+__attribute__((format(printf, 2, 3))) static void client_set_error(struct xfer_client *c,
+								   const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+	va_end(ap);
+}
+
+/* Copies @src (NULL: "") into @dst of @size bytes, truncating. */
+static void copy_str(char *dst, size_t size, const char *src)
+{
+	size_t n = src ? strnlen(src, size - 1) : 0;
+
+	memcpy(dst, src ? src : "", n);
+	dst[n] = '\0';
+}
+
+static void client_free_events(struct xfer_client *c)
+{
+	struct client_event *ev;
+
+	while ((ev = c->ev_head)) {
+		c->ev_head = ev->next;
+		free(ev);
+	}
+	c->ev_tail = &c->ev_head;
+}
+
+static void client_destroy(struct xfer_client *c)
+{
+	if (!c)
+		return;
+	if (c->sock >= 0)
+		close(c->sock);
+	client_free_events(c);
+	free(c->rxbuf);
+	free(c);
+}
+
+static struct xfer_client *client_create(void)
+{
+	struct xfer_client *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->sock = -1;
+	c->next_id = 1;
+	c->ev_tail = &c->ev_head;
+	c->rxbuf = malloc(XP_MAX_MSG);
+	if (!c->rxbuf) {
+		client_destroy(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Operation objects */
+
+static const char *obj_str(const json_t *obj, const char *key)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+
+	return s ? s : "";
+}
+
+/* The error of an ended operation: its errno name, or a generic one when the daemon gave none. */
+static int op_info_error(const json_t *obj, enum xfer_state state)
+{
+	int err = xp_errno_from_name(obj_str(obj, "errno"));
+
+	if (err)
+		return -err;
+	if (state == XFER_CANCELLED)
+		return -ECANCELED;
+	if (state == XFER_ERRORED)
+		return -EIO;
+	return 0;
+}
+
+/*
+ * Fills @info from an operation object (PROTOCOL.md section 5). Returns 0, or -EBADMSG when the
+ * id, kind or state is missing or unknown; counters that are absent read as 0.
+ */
+static int op_info_parse(const json_t *obj, struct xfer_op_info *info)
+{
+	int kind, state;
+
+	memset(info, 0, sizeof(*info));
+	kind = xp_kind_from_name(obj_str(obj, "kind"));
+	state = xp_state_from_name(obj_str(obj, "state"));
+	if (xp_get_u64(obj, "op", &info->op) != 1 || kind < 0 || state < 0)
+		return -EBADMSG;
+	info->kind = (enum xfer_kind)kind;
+	info->state = (enum xfer_state)state;
+	xp_get_u64(obj, "length", &info->length);
+	xp_get_u64(obj, "bytes", &info->bytes);
+	xp_get_u64(obj, "client", &info->client);
+	xp_get_u64(obj, "timeout_ms", &info->timeout_ms);
+	xp_get_u64(obj, "age_ms", &info->age_ms);
+	info->error = op_info_error(obj, info->state);
+	copy_str(info->cause, sizeof(info->cause), obj_str(obj, "cause"));
+	copy_str(info->transport, sizeof(info->transport), obj_str(obj, "transport"));
+	copy_str(info->peer, sizeof(info->peer), obj_str(obj, "peer"));
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Events */
+
+/*
+ * Queues an op.changed notification for delivery. Nothing is queued without a callback, so an
+ * application that never sets one does not accumulate events. Unknown notifications and
+ * malformed ones are ignored: a newer daemon must not break an older client's calls, and a
+ * dropped event is not fatal because xfer_wait() and xfer_status() ask the daemon directly.
+ */
+static void client_queue_event(struct xfer_client *c, const struct xp_reply *rep)
+{
+	struct client_event *ev;
+
+	if (!c->cb || strcmp(rep->method, XP_NOTIFY_OP_CHANGED) != 0)
+		return;
+	ev = malloc(sizeof(*ev));
+	if (!ev)
+		return;
+	if (op_info_parse(rep->params, &ev->info) < 0) {
+		free(ev);
+		return;
+	}
+	ev->next = NULL;
+	*c->ev_tail = ev;
+	c->ev_tail = &ev->next;
+}
+
+static struct client_event *client_pop_event(struct xfer_client *c)
+{
+	struct client_event *ev = c->ev_head;
+
+	if (!ev)
+		return NULL;
+	c->ev_head = ev->next;
+	if (!c->ev_head)
+		c->ev_tail = &c->ev_head;
+	return ev;
+}
+
+/*
+ * Hands every queued event to the callback. Returns how many it delivered. The callback may
+ * call back into the library: nested calls queue what they receive (delivering is set), and
+ * this loop picks those up too. last_error is restored afterwards so that it still describes
+ * the call that is returning, not one the callback made. When the callback called xfer_close(),
+ * @c is freed here and must not be touched by the caller any more.
+ */
+static int client_deliver(struct xfer_client *c)
+{
+	char saved[CLIENT_ERR_MAX];
+	struct client_event *ev;
+	int n = 0;
+
+	if (c->delivering || !c->ev_head)
+		return 0;
+	memcpy(saved, c->last_error, sizeof(saved));
+	c->delivering = true;
+	while ((ev = client_pop_event(c))) {
+		if (c->cb && !c->close_pending) {
+			c->cb(c, &ev->info, c->cb_arg);
+			n++;
+		}
+		free(ev);
+	}
+	c->delivering = false;
+	if (c->close_pending) {
+		client_destroy(c);
+		return n;
+	}
+	memcpy(c->last_error, saved, sizeof(saved));
+	return n;
+}
+
+/* Ends every public call that talks to the daemon: delivers what arrived, then returns @rc. */
+static int client_finish(struct xfer_client *c, int rc)
+{
+	client_deliver(c);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Packets */
+
+/* Waits until @sock is ready for @events. Returns 0 or -errno. */
+static int sock_wait(int sock, short events)
+{
+	struct pollfd pfd = { .fd = sock, .events = events };
+
+	for (;;) {
+		if (poll(&pfd, 1, -1) >= 0)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Translates a transport failure into -errno and a sentence for xfer_last_error(). */
+static int client_io_error(struct xfer_client *c, int rc)
+{
+	switch (rc) {
+	case -ECONNRESET:
+	case -EPIPE:
+		client_set_error(c, "xferd closed the connection");
+		return -ECONNRESET;
+	case -ENOTCONN:
+		client_set_error(c, "the connection is closed");
+		return rc;
+	case -EMSGSIZE:
+		client_set_error(c, "xferd sent a packet larger than %d bytes", XP_MAX_MSG);
+		return -EPROTO;
+	default:
+		client_set_error(c, "control socket: %s", xfer_strerror(rc));
+		return rc;
+	}
+}
+
+/* Sends one packet, waiting while the socket is full. Borrows @fd (-1: none). */
+static int client_send_packet(struct xfer_client *c, const char *buf, size_t len, int fd)
+{
+	int rc;
+
+	for (;;) {
+		rc = xp_packet_send(c->sock, buf, len, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
+		if (rc != -EAGAIN)
+			break;
+		rc = sock_wait(c->sock, POLLOUT);
+		if (rc < 0)
+			break;
+	}
+	return rc < 0 ? client_io_error(c, rc) : 0;
+}
+
+/*
+ * Sends request @method with @params (consumed, even on failure; NULL: none) and fd @fd
+ * (borrowed; -1: none). Returns 0 and the request's *id, or -errno.
+ */
+static int client_send(struct xfer_client *c, const char *method, json_t *params, int fd,
+		       int64_t *id)
+{
+	json_t *req;
+	char *buf;
+	int len, rc;
+
+	if (c->sock < 0) {
+		json_decref(params);
+		return client_io_error(c, -ENOTCONN);
+	}
+	*id = c->next_id;
+	c->next_id = c->next_id + 1 < CLIENT_MAX_ID ? c->next_id + 1 : 1;
+	req = xp_build_request(*id, method, params);
+	if (!req) {
+		client_set_error(c, "out of memory building %s", method);
+		return -ENOMEM;
+	}
+	len = xp_dump(req, &buf);
+	json_decref(req);
+	if (len == -EMSGSIZE)
+		client_set_error(c, "%s request is larger than %d bytes", method, XP_MAX_MSG);
+	else if (len < 0)
+		client_set_error(c, "out of memory encoding %s", method);
+	if (len < 0)
+		return len;
+	rc = client_send_packet(c, buf, (size_t)len, fd);
+	free(buf);
+	return rc;
+}
+
+/*
+ * Receives one packet into c->rxbuf. Without @dontwait it waits as long as it takes: the daemon
+ * always replies, and the socket may have been made non-blocking by an event loop, so it polls
+ * rather than relying on a blocking recvmsg. Returns the length, -EAGAIN (@dontwait only) or a
+ * transport error already translated by client_io_error().
+ */
+static int client_recv(struct xfer_client *c, bool dontwait)
+{
+	struct xp_fdset fds;
+	int rc;
+
+	if (c->sock < 0)
+		return client_io_error(c, -ENOTCONN);
+	for (;;) {
+		rc = xp_packet_recv(c->sock, c->rxbuf, XP_MAX_MSG, &fds, 1);
+		if (rc >= 0)
+			xp_fdset_close(&fds); /* the daemon never sends fds; never keep strays */
+		if (rc != -EAGAIN || dontwait)
+			break;
+		rc = sock_wait(c->sock, POLLIN);
+		if (rc < 0)
+			break;
+	}
+	if (rc < 0 && rc != -EAGAIN)
+		return client_io_error(c, rc);
+	return rc;
+}
+
+/* Whether an error reply named its errno in data.errno (the parser says EIO when it did not). */
+static bool reply_has_errno(const struct xp_reply *rep)
+{
+	json_t *data = json_object_get(json_object_get(rep->root, "error"), "data");
+
+	return json_is_string(json_object_get(data, "errno"));
+}
+
+/* Turns an error reply into -errno and keeps its message for xfer_last_error(). */
+static int client_reply_error(struct xfer_client *c, const struct xp_reply *rep)
+{
+	copy_str(c->last_error, sizeof(c->last_error), rep->message);
+	if (reply_has_errno(rep))
+		return -rep->err;
+	switch (rep->code) {
+	case XP_E_PARSE:
+	case XP_E_INVALID_REQ:
+		return -EPROTO;
+	case XP_E_NO_METHOD:
+		return -ENOSYS;
+	case XP_E_PARAMS:
+		return -EINVAL;
+	default:
+		return -rep->err;
+	}
+}
+
+/* Whether @rep answers request @want. An id-less error answers whatever was outstanding. */
+static bool reply_matches(const struct xp_reply *rep, int64_t want)
+{
+	if (want == XP_ID_NONE)
+		return false;
+	return rep->id == want || (rep->id == XP_ID_NONE && !rep->result);
+}
+
+/*
+ * Handles one received packet of @len bytes while waiting for the reply to @want (XP_ID_NONE:
+ * no request outstanding). Notifications are queued; replies to other ids are stale (left by a
+ * call that failed locally) and dropped. Sets *done when this was the awaited reply and then
+ * returns 0 with *result (a new reference; may be NULL to discard) or the reply's -errno.
+ */
+static int client_handle_packet(struct xfer_client *c, int len, int64_t want, json_t **result,
+				bool *done)
+{
+	struct xp_reply rep;
+	int rc;
+
+	rc = xp_reply_parse(c->rxbuf, (size_t)len, &rep);
+	if (rc < 0) {
+		xp_reply_fini(&rep);
+		*done = want != XP_ID_NONE;
+		client_set_error(c, "xferd sent a packet that is not a JSON-RPC reply");
+		return -EPROTO;
+	}
+	if (rep.notification) {
+		client_queue_event(c, &rep);
+	} else if (reply_matches(&rep, want)) {
+		*done = true;
+		if (!rep.result)
+			rc = client_reply_error(c, &rep);
+		else if (result)
+			*result = json_incref(rep.result);
+	} else if (rep.id == XP_ID_NONE && !rep.result) {
+		/* A protocol error about no request of ours; the daemon closes next. */
+		copy_str(c->last_error, sizeof(c->last_error), rep.message);
+	}
+	xp_reply_fini(&rep);
+	return rc;
+}
+
+/* Receives until the reply to @id arrives. Returns 0 and *result, or -errno. */
+static int client_await(struct xfer_client *c, int64_t id, json_t **result)
+{
+	bool done = false;
+	int rc;
+
+	while (!done) {
+		rc = client_recv(c, false);
+		if (rc < 0)
+			return rc;
+		rc = client_handle_packet(c, rc, id, result, &done);
+		if (rc < 0 && done)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+ * One request/reply round trip. Consumes @params, borrows @fd (-1: none). Returns 0 and
+ * *result (a new reference the caller drops; @result may be NULL), or -errno with
+ * xfer_last_error() saying why.
+ */
+static int client_request(struct xfer_client *c, const char *method, json_t *params, int fd,
+			  json_t **result)
+{
+	int64_t id;
+	int rc;
+
+	if (result)
+		*result = NULL;
+	rc = client_send(c, method, params, fd, &id);
+	if (rc < 0)
+		return rc;
+	return client_await(c, id, result);
+}
+
+/* Reads the non-negative integer @key of a result. Returns 0 or -EPROTO. */
+static int result_u64(struct xfer_client *c, const json_t *result, const char *key, uint64_t *out)
+{
+	if (xp_get_u64(result, key, out) == 1)
+		return 0;
+	client_set_error(c, "xferd's reply lacks a valid \"%s\"", key);
+	return -EPROTO;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Session */
+
+static const char *client_socket_path(const char *path)
+{
+	const char *env;
+
+	if (path)
+		return path;
+	env = secure_getenv(XP_SOCKET_ENV);
+	return env && *env ? env : XP_DEFAULT_SOCKET;
+}
+
+/* Opens the control socket and connects it to @path. Returns 0 or -errno. */
+static int client_dial(struct xfer_client *c, const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	size_t len = strlen(path);
+
+	if (len == 0)
+		return -EINVAL;
+	if (len >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(addr.sun_path, path, len + 1);
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0)
+		return -errno;
+	if (connect(c->sock, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Says hello as @name and records the connection id. Returns 0 or -errno. */
+static int client_hello(struct xfer_client *c, const char *name)
+{
+	json_t *params, *result, *jname;
+	uint64_t version;
+	int rc;
+
+	jname = json_string(name);
+	if (!jname)
+		return -EINVAL; /* not UTF-8 */
+	params = json_pack("{s:i, s:o}", "version", XP_PROTO_VERSION, "client", jname);
+	if (!params)
+		return -ENOMEM;
+	rc = client_request(c, "hello", params, -1, &result);
+	if (rc < 0)
+		return rc;
+	rc = result_u64(c, result, "client", &c->id);
+	if (!rc && xp_get_u64(result, "version", &version) == 1 && version != XP_PROTO_VERSION)
+		rc = -EPROTONOSUPPORT;
+	json_decref(result);
+	return rc;
+}
+
+XFER_EXPORT int xfer_connect(const char *socket_path, const char *name, struct xfer_client **out)
+{
+	struct xfer_client *c;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	c = client_create();
+	if (!c)
+		return -ENOMEM;
+	rc = client_dial(c, client_socket_path(socket_path));
+	if (rc < 0)
+		goto err_destroy;
+	rc = client_hello(c, name ? name : CLIENT_DEFAULT_NAME);
+	if (rc < 0)
+		goto err_destroy;
+	*out = c;
+	return 0;
+
+err_destroy:
+	client_destroy(c);
+	return rc;
+}
+
+XFER_EXPORT void xfer_close(struct xfer_client *c)
+{
+	if (!c)
+		return;
+	if (c->delivering) {
+		/* Called from the callback: client_deliver() frees @c once the callback returns. */
+		c->close_pending = true;
+		close(c->sock);
+		c->sock = -1;
+		return;
+	}
+	client_destroy(c);
+}
+
+XFER_EXPORT const char *xfer_strerror(int err)
+{
+	const char *s;
+
+	if (err == INT_MIN)
+		return "Unknown error";
+	if (err < 0)
+		err = -err;
+	if (err == 0)
+		return "Success";
+#if XFER_HAVE_STRERRORDESC
+	/* Static storage and no locale lookup, unlike strerror(): safe from any thread. */
+	s = strerrordesc_np(err);
+#else
+	/* musl's strerror() returns static strings and is thread-safe. */
+	s = strerror(err);
+#endif
+	return s ? s : "Unknown error";
+}
+
+XFER_EXPORT const char *xfer_last_error(const struct xfer_client *c)
+{
+	return c ? c->last_error : "";
+}
+
+XFER_EXPORT uint64_t xfer_client_id(const struct xfer_client *c)
+{
+	return c ? c->id : 0;
+}
+
+XFER_EXPORT int xfer_get_fd(const struct xfer_client *c)
+{
+	return c ? c->sock : -EINVAL;
+}
+
+XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void *arg)
+{
+	if (!c)
+		return;
+	c->cb = cb;
+	c->cb_arg = arg;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Buffers */
+
+XFER_EXPORT int xfer_buf_alloc(size_t length, struct xfer_buf *buf)
+{
+	void *addr;
+	int fd, rc;
+
+	if (!buf)
+		return -EINVAL;
+	buf->addr = NULL;
+	buf->length = 0;
+	buf->fd = -1;
+	if (length == 0)
+		return -EINVAL;
+	if (length > (size_t)INT64_MAX)
+		return -EFBIG;
+	fd = memfd_create("xferclient", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)length) < 0)
+		goto err_errno;
+	/* Sealed before anyone maps it: the daemon's mapping can then never SIGBUS. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+		goto err_errno;
+	addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (addr == MAP_FAILED)
+		goto err_errno;
+	buf->addr = addr;
+	buf->length = length;
+	buf->fd = fd;
+	return 0;
+
+err_errno:
+	rc = -errno;
+	close(fd);
+	return rc;
+}
+
+XFER_EXPORT void xfer_buf_free(struct xfer_buf *buf)
+{
+	/* addr says whether @buf is live: a zeroed struct has fd 0, which is not ours to close. */
+	if (!buf || !buf->addr)
+		return;
+	munmap(buf->addr, buf->length);
+	if (buf->fd >= 0)
+		close(buf->fd);
+	buf->addr = NULL;
+	buf->length = 0;
+	buf->fd = -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Regions */
+
+/* Adds integer @key = @v to @obj. Returns 0, -EINVAL past JSON's int64 range, or -ENOMEM. */
+static int obj_set_u64(json_t *obj, const char *key, uint64_t v)
+{
+	if (v > INT64_MAX)
+		return -EINVAL;
+	return json_object_set_new(obj, key, json_integer((json_int_t)v)) ? -ENOMEM : 0;
+}
+
+static int region_register_params(uint64_t offset, uint64_t length, const char *name, json_t **out)
+{
+	json_t *params = json_object();
+	int rc = params ? 0 : -ENOMEM;
+
+	if (!rc && name)
+		rc = json_object_set_new(params, "name", json_string(name)) ? -EINVAL : 0;
+	if (!rc)
+		rc = obj_set_u64(params, "offset", offset);
+	if (!rc && length)
+		rc = obj_set_u64(params, "length", length);
+	if (rc < 0) {
+		json_decref(params);
+		return rc;
+	}
+	*out = params;
+	return 0;
+}
+
+static int region_register(struct xfer_client *c, int fd, uint64_t offset, uint64_t length,
+			   const char *name, uint64_t *region)
+{
+	json_t *params, *result;
+	int rc;
+
+	if (fd < 0) {
+		client_set_error(c, "region.register needs an open memfd");
+		return -EBADF;
+	}
+	rc = region_register_params(offset, length, name, &params);
+	if (rc < 0) {
+		/* json_string() refuses invalid UTF-8: the name is the only string here. */
+		client_set_error(c, "region name must be UTF-8 and offsets at most 2^63-1");
+		return rc;
+	}
+	rc = client_request(c, "region.register", params, fd, &result);
+	if (rc < 0)
+		return rc;
+	rc = result_u64(c, result, "region", region);
+	json_decref(result);
+	return rc;
+}
+
+XFER_EXPORT int xfer_region_register(struct xfer_client *c, int fd, uint64_t offset,
+				     uint64_t length, const char *name, uint64_t *region)
+{
+	uint64_t id;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	rc = region_register(c, fd, offset, length, name, &id);
+	if (!rc && region)
+		*region = id;
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_region_deregister(struct xfer_client *c, uint64_t region, int force)
+{
+	json_t *params;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (region > INT64_MAX)
+		return client_finish(c, -ENOENT);
+	params = json_pack("{s:I, s:b}", "region", (json_int_t)region, "force", force != 0);
+	rc = params ? client_request(c, "region.deregister", params, -1, NULL) : -ENOMEM;
+	return client_finish(c, rc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Operations */
+
+static int descs_build(const struct xfer_desc *descs, size_t n, json_t **out)
+{
+	json_t *arr = json_array();
+	json_t *d;
+	int rc = arr ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !rc && i < n; i++) {
+		d = json_object();
+		if (!d)
+			rc = -ENOMEM;
+		if (!rc)
+			rc = obj_set_u64(d, "region", descs[i].region);
+		if (!rc)
+			rc = obj_set_u64(d, "offset", descs[i].offset);
+		if (!rc)
+			rc = obj_set_u64(d, "length", descs[i].length);
+		if (json_array_append_new(arr, d) && !rc)
+			rc = -ENOMEM;
+	}
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
+static const char *op_params_error(int rc)
+{
+	switch (rc) {
+	case -ENOMEM:
+		return "out of memory";
+	case -EBADMSG:
+		return "metadata is not a valid xfer1. string";
+	default:
+		return "descriptor values must be at most 2^63-1";
+	}
+}
+
+/*
+ * Builds the params of op.readable/writable/read/write: the descriptors, the options, and
+ * @metadata when not NULL. Returns 0 and *out, or -errno with last_error set.
+ */
+static int op_params(struct xfer_client *c, const char *metadata, const struct xfer_desc *descs,
+		     size_t n, const struct xfer_op_opts *opts, json_t **out)
+{
+	json_t *params, *arr;
+	int rc;
+
+	if ((n && !descs) || n > XP_MAX_DESCS) {
+		client_set_error(c, "an operation has 1 to %d descriptors", XP_MAX_DESCS);
+		return -EINVAL;
+	}
+	params = json_object();
+	if (!params)
+		return -ENOMEM;
+	rc = descs_build(descs, n, &arr);
+	if (!rc && json_object_set_new(params, "descs", arr))
+		rc = -ENOMEM;
+	if (!rc && opts && opts->timeout_ms)
+		rc = obj_set_u64(params, "timeout_ms", opts->timeout_ms);
+	if (!rc && metadata && json_object_set_new(params, "metadata", json_string(metadata)))
+		rc = -EBADMSG; /* not UTF-8, so it cannot be metadata */
+	if (rc < 0) {
+		json_decref(params);
+		client_set_error(c, "%s", op_params_error(rc));
+		return rc;
+	}
+	*out = params;
+	return 0;
+}
+
+/* Copies string @key of @result into a malloc'd *out. Returns 0, -EPROTO or -ENOMEM. */
+static int result_strdup(struct xfer_client *c, const json_t *result, const char *key, char **out)
+{
+	const char *s = json_string_value(json_object_get(result, key));
+
+	if (!s) {
+		client_set_error(c, "xferd's reply lacks a valid \"%s\"", key);
+		return -EPROTO;
+	}
+	*out = strdup(s);
+	return *out ? 0 : -ENOMEM;
+}
+
+/* Sends @method with @params (consumed) and reads {"op": N, "metadata": "..."} back. */
+static int op_start(struct xfer_client *c, const char *method, json_t *params, uint64_t *op,
+		    char **metadata)
+{
+	json_t *result;
+	uint64_t id;
+	char *meta = NULL;
+	int rc;
+
+	rc = client_request(c, method, params, -1, &result);
+	if (rc < 0)
+		return rc;
+	rc = result_u64(c, result, "op", &id);
+	if (!rc && metadata)
+		rc = result_strdup(c, result, "metadata", &meta);
+	json_decref(result);
+	if (rc < 0)
+		return rc;
+	if (op)
+		*op = id;
+	if (metadata)
+		*metadata = meta;
+	return 0;
+}
+
+static int op_passive(struct xfer_client *c, const char *method, const struct xfer_desc *descs,
+		      size_t n, const struct xfer_op_opts *opts, uint64_t *op, char **metadata)
+{
+	json_t *params;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (metadata)
+		*metadata = NULL;
+	rc = op_params(c, NULL, descs, n, opts, &params);
+	if (!rc)
+		rc = op_start(c, method, params, op, metadata);
+	return client_finish(c, rc);
+}
+
+static int op_active(struct xfer_client *c, const char *method, const char *metadata,
+		     const struct xfer_desc *descs, size_t n, const struct xfer_op_opts *opts,
+		     uint64_t *op)
+{
+	json_t *params;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (!metadata) {
+		client_set_error(c, "%s needs metadata", method);
+		return client_finish(c, -EINVAL);
+	}
+	rc = op_params(c, metadata, descs, n, opts, &params);
+	if (!rc)
+		rc = op_start(c, method, params, op, NULL);
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_readable(struct xfer_client *c, const struct xfer_desc *descs, size_t n,
+			      const struct xfer_op_opts *opts, uint64_t *op, char **metadata)
+{
+	return op_passive(c, "op.readable", descs, n, opts, op, metadata);
+}
+
+XFER_EXPORT int xfer_writable(struct xfer_client *c, const struct xfer_desc *descs, size_t n,
+			      const struct xfer_op_opts *opts, uint64_t *op, char **metadata)
+{
+	return op_passive(c, "op.writable", descs, n, opts, op, metadata);
+}
+
+XFER_EXPORT int xfer_read(struct xfer_client *c, const char *metadata,
+			  const struct xfer_desc *descs, size_t n, const struct xfer_op_opts *opts,
+			  uint64_t *op)
+{
+	return op_active(c, "op.read", metadata, descs, n, opts, op);
+}
+
+XFER_EXPORT int xfer_write(struct xfer_client *c, const char *metadata,
+			   const struct xfer_desc *descs, size_t n, const struct xfer_op_opts *opts,
+			   uint64_t *op)
+{
+	return op_active(c, "op.write", metadata, descs, n, opts, op);
+}
+
+/*
+ * Sends @method {"op": @op[, "timeout_ms": @timeout_ms > 0]} and parses the operation object
+ * it returns into @info (may be NULL). Returns 0 or -errno.
+ */
+static int op_call(struct xfer_client *c, const char *method, uint64_t op, int timeout_ms,
+		   struct xfer_op_info *info)
+{
+	struct xfer_op_info tmp;
+	json_t *params, *result;
+	int rc;
+
+	if (op > INT64_MAX) {
+		client_set_error(c, "no operation %llu", (unsigned long long)op);
+		return -ENOENT;
+	}
+	if (timeout_ms > 0)
+		params = json_pack("{s:I, s:i}", "op", (json_int_t)op, "timeout_ms", timeout_ms);
+	else
+		params = json_pack("{s:I}", "op", (json_int_t)op);
+	if (!params)
+		return -ENOMEM;
+	rc = client_request(c, method, params, -1, &result);
+	if (rc < 0)
+		return rc;
+	rc = op_info_parse(result, info ? info : &tmp);
+	json_decref(result);
+	if (rc < 0)
+		client_set_error(c, "xferd's reply to %s is not an operation object", method);
+	return rc < 0 ? -EPROTO : 0;
+}
+
+/* A zero timeout polls once with op.status, which every daemon answers without waiting. */
+static int op_poll(struct xfer_client *c, uint64_t op, struct xfer_op_info *info)
+{
+	struct xfer_op_info now;
+	int rc;
+
+	rc = op_call(c, "op.status", op, 0, &now);
+	if (rc < 0)
+		return rc;
+	if (!xp_state_terminal((enum xp_state)now.state)) {
+		client_set_error(c, "op %llu is still %s", (unsigned long long)op,
+				 xfer_state_name(now.state));
+		return -ETIMEDOUT;
+	}
+	if (info)
+		*info = now;
+	return 0;
+}
+
+XFER_EXPORT int xfer_wait(struct xfer_client *c, uint64_t op, int timeout_ms,
+			  struct xfer_op_info *info)
+{
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (timeout_ms == 0)
+		rc = op_poll(c, op, info);
+	else
+		rc = op_call(c, "op.wait", op, timeout_ms, info);
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_status(struct xfer_client *c, uint64_t op, struct xfer_op_info *info)
+{
+	if (!c)
+		return -EINVAL;
+	return client_finish(c, op_call(c, "op.status", op, -1, info));
+}
+
+XFER_EXPORT int xfer_cancel(struct xfer_client *c, uint64_t op)
+{
+	if (!c)
+		return -EINVAL;
+	return client_finish(c, op_call(c, "op.cancel", op, -1, NULL));
+}
+
+XFER_EXPORT int xfer_release(struct xfer_client *c, uint64_t op)
+{
+	json_t *params;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (op > INT64_MAX)
+		return client_finish(c, -ENOENT);
+	params = json_pack("{s:I}", "op", (json_int_t)op);
+	rc = params ? client_request(c, "op.release", params, -1, NULL) : -ENOMEM;
+	return client_finish(c, rc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Event loop integration and raw calls */
+
+/* Reads every waiting packet without blocking. Returns 0 or -errno. */
+static int client_drain(struct xfer_client *c)
+{
+	bool done = false;
+	int rc;
+
+	for (;;) {
+		rc = client_recv(c, true);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc < 0)
+			return rc;
+		client_handle_packet(c, rc, XP_ID_NONE, NULL, &done);
+	}
+}
+
+XFER_EXPORT int xfer_dispatch(struct xfer_client *c)
+{
+	int rc, n;
+
+	if (!c)
+		return -EINVAL;
+	rc = client_drain(c);
+	n = client_deliver(c); /* may free @c when the callback closed it */
+	return rc < 0 ? rc : n;
+}
+
+/* Parses @params_json into an object. Returns 0 and *out (NULL for NULL), or -EINVAL. */
+static int call_params(struct xfer_client *c, const char *params_json, json_t **out)
+{
+	json_error_t jerr;
+	json_t *params;
+
+	*out = NULL;
+	if (!params_json)
+		return 0;
+	params = json_loads(params_json, JSON_REJECT_DUPLICATES, &jerr);
+	if (!params) {
+		client_set_error(c, "params are not valid JSON: %s", jerr.text);
+		return -EINVAL;
+	}
+	if (!json_is_object(params)) {
+		json_decref(params);
+		client_set_error(c, "params must be a JSON object");
+		return -EINVAL;
+	}
+	*out = params;
+	return 0;
+}
+
+static int call(struct xfer_client *c, const char *method, const char *params_json,
+		char **result_json)
+{
+	json_t *params, *result;
+	int rc;
+
+	rc = call_params(c, params_json, &params);
+	if (rc < 0)
+		return rc;
+	rc = client_request(c, method, params, -1, &result);
+	if (rc < 0)
+		return rc;
+	if (result_json) {
+		*result_json = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (!*result_json)
+			rc = -ENOMEM;
+	}
+	json_decref(result);
+	return rc;
+}
+
+XFER_EXPORT int xfer_call(struct xfer_client *c, const char *method, const char *params_json,
+			  char **result_json)
+{
+	if (!c)
+		return -EINVAL;
+	if (result_json)
+		*result_json = NULL;
+	if (!method) {
+		client_set_error(c, "xfer_call needs a method");
+		return client_finish(c, -EINVAL);
+	}
+	return client_finish(c, call(c, method, params_json, result_json));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Names */
+
+XFER_EXPORT const char *xfer_state_name(enum xfer_state s)
+{
+	return xp_state_name((enum xp_state)s);
+}
+
+XFER_EXPORT const char *xfer_kind_name(enum xfer_kind k)
+{
+	return xp_kind_name((enum xp_kind)k);
+}

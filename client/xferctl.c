@@ -1,0 +1,977 @@
+// SPDX-License-Identifier: MIT
+/*
+ * xferctl: the command line of xferd, built on libxferclient alone (jansson renders listings,
+ * proto's metadata decoder sizes `read` buffers). Listings print aligned tables or, with
+ * --json, the daemon's result on one line; the file commands move one file through a sealed
+ * buffer and one xferd operation. Helpers print their own message and return an exit status.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <jansson.h>
+
+#include "xferclient.h"
+#include "xp_meta.h"
+
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 32)
+#define CTL_HAVE_ERRNAME 1
+#endif
+#endif
+
+#define EXIT_OK 0
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+#define CTL_CLIENT_NAME "xferctl"
+#define CTL_MAX_TIMEOUT_MS 86400000 /* the protocol's limit on an operation's deadline */
+#define CTL_WAIT_GRACE_MS 5000	    /* the daemon's deadline should fire first; see file_op_wait */
+#define CTL_IO_CHUNK (1u << 30)	    /* read(2)/write(2) move at most ~2 GiB per call anyway */
+#define CELL_MAX 256
+#define MAX_COLS 16
+
+struct ctl {
+	const char *socket; /* NULL: the library's default */
+	bool json;
+	int timeout_ms; /* -1: the daemon's default deadline */
+	const char *cmd;
+	struct xfer_client *c;
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Messages */
+
+static const char *errname(int err)
+{
+	const char *s = NULL;
+
+	if (err < 0)
+		err = -err;
+#ifdef CTL_HAVE_ERRNAME
+	s = strerrorname_np(err);
+#endif
+	return s ? s : "E?";
+}
+
+/* Prints "xferctl: CMD: MESSAGE (ENAME)" on stderr and returns EXIT_FAILED. */
+__attribute__((format(printf, 3, 4))) static int ctl_fail(const struct ctl *ctl, int err,
+							  const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "xferctl: %s: ", ctl->cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (err)
+		fprintf(stderr, " (%s)", errname(err));
+	fputc('\n', stderr);
+	return EXIT_FAILED;
+}
+
+/* Reports a failed library call: the daemon's sentence when it gave one, else errno's text. */
+static int ctl_refused(const struct ctl *ctl, int rc)
+{
+	const char *msg = xfer_last_error(ctl->c);
+
+	return ctl_fail(ctl, rc, "%s", *msg ? msg : xfer_strerror(rc));
+}
+
+static const char *ctl_socket_path(const struct ctl *ctl)
+{
+	const char *env = getenv("XFERD_SOCKET");
+
+	if (ctl->socket)
+		return ctl->socket;
+	return env && *env ? env : "/run/xferd/xferd.sock";
+}
+
+static int ctl_connect(struct ctl *ctl)
+{
+	int rc = xfer_connect(ctl->socket, CTL_CLIENT_NAME, &ctl->c);
+
+	if (rc < 0)
+		return ctl_fail(ctl, rc, "cannot talk to xferd at %s: %s", ctl_socket_path(ctl),
+				xfer_strerror(rc));
+	return EXIT_OK;
+}
+
+/* Connects and calls @method without params. Returns an exit status and *text (free() it). */
+static int ctl_call(struct ctl *ctl, const char *method, char **text)
+{
+	int rc = ctl_connect(ctl);
+
+	if (rc)
+		return rc;
+	rc = xfer_call(ctl->c, method, NULL, text);
+	return rc < 0 ? ctl_refused(ctl, rc) : EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Cell formatting */
+
+static uint64_t obj_u64(const json_t *obj, const char *key)
+{
+	json_int_t v = json_integer_value(json_object_get(obj, key));
+
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+static const char *obj_str(const json_t *obj, const char *key)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+
+	return s ? s : "";
+}
+
+static void human_size(uint64_t v, char *out, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double d = (double)v;
+	int u = -1;
+
+	if (v < 1024) {
+		snprintf(out, len, "%llu", (unsigned long long)v);
+		return;
+	}
+	while (d >= 1024 && u < 4) {
+		d /= 1024;
+		u++;
+	}
+	snprintf(out, len, "%.1f%s", d, units[u]);
+}
+
+static void human_duration(uint64_t ms, char *out, size_t len)
+{
+	unsigned long long s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(out, len, "%llums", (unsigned long long)ms);
+	else if (s < 60)
+		snprintf(out, len, "%.1fs", (double)ms / 1000);
+	else if (s < 3600)
+		snprintf(out, len, "%llum%02llus", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(out, len, "%lluh%02llum", s / 3600, s / 60 % 60);
+	else
+		snprintf(out, len, "%llud%02lluh", s / 86400, s / 3600 % 24);
+}
+
+/* Any JSON value as a cell: strings as they are, "" and null as "-", the rest compact. */
+static void fmt_value(const json_t *v, char *out, size_t len)
+{
+	char *dump;
+
+	if (!v || json_is_null(v) || (json_is_string(v) && !*json_string_value(v))) {
+		snprintf(out, len, "-");
+	} else if (json_is_string(v)) {
+		snprintf(out, len, "%s", json_string_value(v));
+	} else if (json_is_integer(v)) {
+		snprintf(out, len, "%lld", (long long)json_integer_value(v));
+	} else {
+		dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		snprintf(out, len, "%s", dump ? dump : "?");
+		free(dump);
+	}
+}
+
+/* Column formatters: render member @key of table row @row into @out. */
+static void fmt_text(const json_t *row, const char *key, char *out, size_t len)
+{
+	fmt_value(json_object_get(row, key), out, len);
+}
+
+static void fmt_size(const json_t *row, const char *key, char *out, size_t len)
+{
+	human_size(obj_u64(row, key), out, len);
+}
+
+static void fmt_age(const json_t *row, const char *key, char *out, size_t len)
+{
+	human_duration(obj_u64(row, key), out, len);
+}
+
+/* "bytes/length" of an operation. */
+static void fmt_progress(const json_t *row, const char *key, char *out, size_t len)
+{
+	char done[32], total[32];
+
+	human_size(obj_u64(row, "bytes"), done, sizeof(done));
+	human_size(obj_u64(row, "length"), total, sizeof(total));
+	snprintf(out, len, "%s/%s", done, total);
+}
+
+/* "ERRNO: cause" of an ended operation, "-" while it runs. */
+static void fmt_cause(const json_t *row, const char *key, char *out, size_t len)
+{
+	const char *err = obj_str(row, "errno"), *cause = obj_str(row, "cause");
+
+	if (*err && *cause)
+		snprintf(out, len, "%s: %s", err, cause);
+	else
+		snprintf(out, len, "%s", *err ? err : *cause ? cause : "-");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tables */
+
+struct col {
+	const char *title;
+	const char *key;
+	void (*fmt)(const json_t *row, const char *key, char *out, size_t len);
+	bool right; /* numbers line up on the right */
+};
+
+static const struct col region_cols[] = {
+	{ "REGION", "region", fmt_text, true },
+	{ "NAME", "name", fmt_text, false },
+	{ "CLIENT", "client", fmt_text, true },
+	{ "PID", "pid", fmt_text, true },
+	{ "UID", "uid", fmt_text, true },
+	{ "LENGTH", "length", fmt_size, true },
+	{ "OPS", "ops", fmt_text, true },
+	{ "REG_US", "register_us", fmt_text, true },
+	{ NULL, NULL, NULL, false },
+};
+
+static const struct col op_cols[] = {
+	{ "OP", "op", fmt_text, true },		{ "KIND", "kind", fmt_text, false },
+	{ "STATE", "state", fmt_text, false },	{ "TRANSPORT", "transport", fmt_text, false },
+	{ "PEER", "peer", fmt_text, false },	{ "BYTES/LENGTH", "length", fmt_progress, true },
+	{ "AGE", "age_ms", fmt_age, true },	{ "CLIENT", "client", fmt_text, true },
+	{ "CAUSE", "cause", fmt_cause, false }, { NULL, NULL, NULL, false },
+};
+
+static const struct col client_cols[] = {
+	{ "CLIENT", "client", fmt_text, true }, { "NAME", "name", fmt_text, false },
+	{ "PID", "pid", fmt_text, true },	{ "UID", "uid", fmt_text, true },
+	{ "GID", "gid", fmt_text, true },	{ "REGIONS", "regions", fmt_text, true },
+	{ "BYTES", "bytes", fmt_size, true },	{ "OPS", "ops", fmt_text, true },
+	{ "AGE", "age_ms", fmt_age, true },	{ NULL, NULL, NULL, false },
+};
+
+/* Prints one line: the titles when @row is NULL, else @row's cells, padded to @width. */
+static void table_line(const struct col *cols, const size_t *width, const json_t *row)
+{
+	char cell[CELL_MAX];
+	int w;
+
+	for (size_t i = 0; cols[i].title; i++) {
+		if (row)
+			cols[i].fmt(row, cols[i].key, cell, sizeof(cell));
+		else
+			snprintf(cell, sizeof(cell), "%s", cols[i].title);
+		w = (int)width[i];
+		if (!cols[i + 1].title && !cols[i].right)
+			w = 0; /* no trailing blanks after the last column */
+		printf("%s%*s", i ? "  " : "", cols[i].right ? w : -w, cell);
+	}
+	putchar('\n');
+}
+
+static void table_print(const struct col *cols, const json_t *rows)
+{
+	size_t width[MAX_COLS], i, r;
+	char cell[CELL_MAX];
+	json_t *row;
+
+	for (i = 0; cols[i].title; i++)
+		width[i] = strlen(cols[i].title);
+	json_array_foreach(rows, r, row) {
+		for (i = 0; cols[i].title; i++) {
+			cols[i].fmt(row, cols[i].key, cell, sizeof(cell));
+			if (strlen(cell) > width[i])
+				width[i] = strlen(cell);
+		}
+	}
+	table_line(cols, width, NULL);
+	json_array_foreach(rows, r, row)
+		table_line(cols, width, row);
+}
+
+/* Columns for rows whose shape xferctl does not know: every key of the first row, upper-cased. */
+struct generic_cols {
+	struct col cols[MAX_COLS + 1];
+	char titles[MAX_COLS][32];
+};
+
+static void generic_cols_init(struct generic_cols *g, const json_t *first)
+{
+	const char *key;
+	json_t *v;
+	size_t n = 0;
+
+	memset(g, 0, sizeof(*g));
+	json_object_foreach((json_t *)first, key, v) {
+		if (n == MAX_COLS)
+			break;
+		for (size_t i = 0; i + 1 < sizeof(g->titles[n]) && key[i]; i++)
+			g->titles[n][i] = (char)toupper((unsigned char)key[i]);
+		g->cols[n] = (struct col){ g->titles[n], key, fmt_text, json_is_integer(v) };
+		n++;
+	}
+}
+
+/* Tabulates result member @key with @cols (NULL: generic), or says there are none. */
+static void render_rows(const json_t *result, const char *key, const struct col *cols)
+{
+	const json_t *rows = json_object_get(result, key);
+	struct generic_cols g;
+
+	if (!json_array_size(rows)) {
+		printf("no %s\n", key);
+		return;
+	}
+	if (!cols) {
+		generic_cols_init(&g, json_array_get(rows, 0));
+		cols = g.cols;
+	}
+	table_print(cols, rows);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Listing commands */
+
+struct ctl_cmd {
+	const char *name;
+	const char *args;
+	const char *help;
+	int nargs;
+	int (*run)(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv);
+	const char *method;	/* listings: the method to call */
+	const char *key;	/* listings: the result's array */
+	const struct col *cols; /* listings: its columns (NULL: generic) */
+	void (*render)(const struct ctl_cmd *cmd, const json_t *result);
+};
+
+static void render_table(const struct ctl_cmd *cmd, const json_t *result)
+{
+	render_rows(result, cmd->key, cmd->cols);
+}
+
+static void render_devices(const struct ctl_cmd *cmd, const json_t *result)
+{
+	const char *rdma = obj_str(result, "rdma");
+
+	if (*rdma)
+		printf("rdma: %s\n", rdma);
+	render_rows(result, cmd->key, cmd->cols);
+}
+
+/* One counter of stats as text: durations and byte counts made readable. */
+static void stat_value(const char *key, const json_t *v, char *out, size_t len)
+{
+	size_t klen = strlen(key);
+	char human[32];
+
+	if (json_is_integer(v) && klen > 3 && !strcmp(key + klen - 3, "_ms")) {
+		human_duration((uint64_t)json_integer_value(v), out, len);
+	} else if (json_is_integer(v) && strstr(key, "bytes") && json_integer_value(v) >= 1024) {
+		human_size((uint64_t)json_integer_value(v), human, sizeof(human));
+		snprintf(out, len, "%s (%lld)", human, (long long)json_integer_value(v));
+	} else {
+		fmt_value(v, out, len);
+	}
+}
+
+static void render_stats(const struct ctl_cmd *cmd, const json_t *result)
+{
+	char cell[CELL_MAX];
+	const char *key;
+	size_t width = 0;
+	json_t *v;
+
+	json_object_foreach((json_t *)result, key, v)
+		if (strlen(key) > width)
+			width = strlen(key);
+	json_object_foreach((json_t *)result, key, v) {
+		stat_value(key, v, cell, sizeof(cell));
+		printf("%-*s  %s\n", (int)width, key, cell);
+	}
+}
+
+static int cmd_list(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	json_error_t jerr;
+	json_t *result;
+	char *text;
+	int rc;
+
+	rc = ctl_call(ctl, cmd->method, &text);
+	if (rc)
+		return rc;
+	if (ctl->json) {
+		puts(text);
+		free(text);
+		return EXIT_OK;
+	}
+	result = json_loads(text, 0, &jerr);
+	free(text);
+	if (!json_is_object(result)) {
+		json_decref(result);
+		return ctl_fail(ctl, EPROTO, "xferd's %s result is not a JSON object", cmd->method);
+	}
+	cmd->render(cmd, result);
+	json_decref(result);
+	return EXIT_OK;
+}
+
+static void status_print(const struct ctl *ctl, const json_t *s)
+{
+	char up[32], reg[32], moved[32];
+
+	human_duration(obj_u64(s, "uptime_ms"), up, sizeof(up));
+	human_size(obj_u64(s, "registered_bytes"), reg, sizeof(reg));
+	human_size(obj_u64(s, "bytes_moved"), moved, sizeof(moved));
+	printf("daemon:   %s, up %s\n", obj_str(s, "daemon"), up);
+	printf("node:     %s (epoch %llu)\n", obj_str(s, "node"),
+	       (unsigned long long)obj_u64(s, "epoch"));
+	printf("socket:   %s (this is client %llu)\n", ctl_socket_path(ctl),
+	       (unsigned long long)xfer_client_id(ctl->c));
+	printf("clients:  %llu\n", (unsigned long long)obj_u64(s, "clients"));
+	printf("regions:  %llu, %s registered\n", (unsigned long long)obj_u64(s, "regions"), reg);
+	printf("ops:      %llu (%llu active, %llu completed, %llu failed, %llu cancelled)\n",
+	       (unsigned long long)obj_u64(s, "ops"), (unsigned long long)obj_u64(s, "ops_active"),
+	       (unsigned long long)obj_u64(s, "ops_completed"),
+	       (unsigned long long)obj_u64(s, "ops_failed"),
+	       (unsigned long long)obj_u64(s, "ops_cancelled"));
+	printf("moved:    %s\n", moved);
+}
+
+/* status --json: {"socket": PATH, "client": ID, "stats": <the stats result>}. */
+static int status_print_json(const struct ctl *ctl, json_t *stats)
+{
+	json_t *out;
+	char *text;
+
+	out = json_pack("{s:s, s:I, s:O}", "socket", ctl_socket_path(ctl), "client",
+			(json_int_t)xfer_client_id(ctl->c), "stats", stats);
+	text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+	json_decref(out);
+	if (!text)
+		return ctl_fail(ctl, ENOMEM, "out of memory");
+	puts(text);
+	free(text);
+	return EXIT_OK;
+}
+
+static int cmd_status(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	json_t *stats;
+	char *text;
+	int rc;
+
+	rc = ctl_call(ctl, "stats", &text);
+	if (rc)
+		return rc;
+	stats = json_loads(text, 0, NULL);
+	free(text);
+	if (!json_is_object(stats)) {
+		json_decref(stats);
+		return ctl_fail(ctl, EPROTO, "xferd's stats result is not a JSON object");
+	}
+	if (ctl->json)
+		rc = status_print_json(ctl, stats);
+	else
+		status_print(ctl, stats);
+	json_decref(stats);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Files */
+
+/* Opens @path for reading; it must be a regular file of at least one byte. */
+static int file_open_in(const struct ctl *ctl, const char *path, int *fd, size_t *size)
+{
+	struct stat st;
+	int rc;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return ctl_fail(ctl, errno, "cannot open %s: %s", path, strerror(errno));
+	if (fstat(*fd, &st) < 0)
+		rc = ctl_fail(ctl, errno, "cannot stat %s: %s", path, strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		rc = ctl_fail(ctl, EINVAL, "%s is not a regular file", path);
+	else if (st.st_size == 0)
+		rc = ctl_fail(ctl, EINVAL, "%s is empty; a region must be at least 1 byte", path);
+	else
+		rc = EXIT_OK;
+	if (rc) {
+		close(*fd);
+		*fd = -1;
+		return rc;
+	}
+	*size = (size_t)st.st_size;
+	return EXIT_OK;
+}
+
+/* Fills @buf from @fd, which must still hold exactly buf->length bytes. */
+static int file_load(const struct ctl *ctl, int fd, const char *path, struct xfer_buf *buf)
+{
+	char *p = buf->addr;
+	size_t done = 0, want;
+	ssize_t n;
+
+	while (done < buf->length) {
+		want = buf->length - done < CTL_IO_CHUNK ? buf->length - done : CTL_IO_CHUNK;
+		n = read(fd, p + done, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return ctl_fail(ctl, errno, "reading %s: %s", path, strerror(errno));
+		if (n == 0)
+			return ctl_fail(ctl, EIO, "%s shrank while it was being read", path);
+		done += (size_t)n;
+	}
+	return EXIT_OK;
+}
+
+static int write_all(int fd, const char *p, size_t len)
+{
+	size_t done = 0, want;
+	ssize_t n;
+
+	while (done < len) {
+		want = len - done < CTL_IO_CHUNK ? len - done : CTL_IO_CHUNK;
+		n = write(fd, p + done, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* Writes @buf to @path ("-": stdout). A partly written file is removed, not left behind. */
+static int file_save(const struct ctl *ctl, const char *path, const struct xfer_buf *buf)
+{
+	bool is_stdout = !strcmp(path, "-");
+	int fd, rc;
+
+	fflush(stdout);
+	fd = is_stdout ? STDOUT_FILENO : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return ctl_fail(ctl, errno, "cannot create %s: %s", path, strerror(errno));
+	rc = write_all(fd, buf->addr, buf->length);
+	if (!is_stdout && close(fd) < 0 && !rc)
+		rc = -errno;
+	if (!rc)
+		return EXIT_OK;
+	if (!is_stdout)
+		unlink(path);
+	return ctl_fail(ctl, rc, "writing %s: %s", path, strerror(-rc));
+}
+
+/* Trims blanks and the newline around @s in place. */
+static char *trim(char *s)
+{
+	size_t n;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	n = strlen(s);
+	while (n && isspace((unsigned char)s[n - 1]))
+		s[--n] = '\0';
+	return s;
+}
+
+/* The metadata argument, or one line of stdin for "-". Returns a status and *out (free() it). */
+static int meta_get(const struct ctl *ctl, const char *arg, char **out)
+{
+	size_t cap = XP_METADATA_MAX + 3; /* the string, CR LF, NUL */
+	char *line, *trimmed;
+
+	if (strcmp(arg, "-") != 0) {
+		line = strdup(arg);
+	} else {
+		line = malloc(cap);
+		if (line && !fgets(line, (int)cap, stdin))
+			line[0] = '\0';
+	}
+	if (!line)
+		return ctl_fail(ctl, ENOMEM, "out of memory");
+	trimmed = trim(line);
+	memmove(line, trimmed, strlen(trimmed) + 1);
+	if (!*line) {
+		free(line);
+		return ctl_fail(ctl, EINVAL, "no metadata%s", strcmp(arg, "-") ? "" : " on stdin");
+	}
+	*out = line;
+	return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* File commands */
+
+/* One file command: a buffer of @size bytes, filled from @in_fd, and one operation on it. */
+struct file_op {
+	enum xfer_kind kind;
+	size_t size;
+	char *meta; /* read, write: the peer's metadata */
+	int in_fd;  /* loaded into the buffer before the operation, or -1 */
+	const char *in_path;
+	const char *out_path; /* the buffer is saved here on COMPLETE, or NULL */
+	struct xfer_buf buf;
+	uint64_t region;
+	uint64_t op;
+};
+
+/* Starts the operation; a passive one prints its metadata on one line right away. */
+static int file_op_start(struct ctl *ctl, struct file_op *fo)
+{
+	struct xfer_desc d = { .region = fo->region, .offset = 0, .length = fo->size };
+	struct xfer_op_opts opts = { .timeout_ms = ctl->timeout_ms > 0 ? ctl->timeout_ms : 0 };
+	char *meta = NULL;
+	int rc;
+
+	if (fo->kind == XFER_READABLE)
+		rc = xfer_readable(ctl->c, &d, 1, &opts, &fo->op, &meta);
+	else if (fo->kind == XFER_WRITABLE)
+		rc = xfer_writable(ctl->c, &d, 1, &opts, &fo->op, &meta);
+	else if (fo->kind == XFER_READ)
+		rc = xfer_read(ctl->c, fo->meta, &d, 1, &opts, &fo->op);
+	else
+		rc = xfer_write(ctl->c, fo->meta, &d, 1, &opts, &fo->op);
+	if (rc < 0)
+		return ctl_refused(ctl, rc);
+	if (!meta)
+		return EXIT_OK;
+	printf("%s\n", meta);
+	free(meta);
+	if (fflush(stdout) == EOF)
+		return ctl_fail(ctl, errno, "cannot print the metadata: %s", strerror(errno));
+	return EXIT_OK;
+}
+
+/*
+ * Waits for the operation to end. With --timeout the operation's own deadline ends it, so the
+ * daemon's cause explains the failure; the wait's longer limit only guards against a daemon
+ * that never answers.
+ */
+static int file_op_wait(struct ctl *ctl, const struct file_op *fo)
+{
+	int wait_ms = ctl->timeout_ms > 0 ? ctl->timeout_ms + CTL_WAIT_GRACE_MS : -1;
+	unsigned long long op = fo->op;
+	struct xfer_op_info info;
+	int rc;
+
+	rc = xfer_wait(ctl->c, fo->op, wait_ms, &info);
+	if (rc == -ETIMEDOUT)
+		return ctl_fail(ctl, rc, "operation %llu did not end within %d ms", op, wait_ms);
+	if (rc < 0)
+		return ctl_refused(ctl, rc);
+	if (info.state == XFER_COMPLETE)
+		return EXIT_OK;
+	return ctl_fail(ctl, info.error, "operation %llu %s: %s", op, xfer_state_name(info.state),
+			info.cause[0] ? info.cause : xfer_strerror(info.error));
+}
+
+static int file_op_run(struct ctl *ctl, struct file_op *fo)
+{
+	int rc;
+
+	rc = ctl_connect(ctl);
+	if (rc)
+		return rc;
+	rc = xfer_buf_alloc(fo->size, &fo->buf);
+	if (rc < 0)
+		return ctl_fail(ctl, rc, "cannot allocate a %zu-byte buffer: %s", fo->size,
+				xfer_strerror(rc));
+	if (fo->in_fd >= 0) {
+		rc = file_load(ctl, fo->in_fd, fo->in_path, &fo->buf);
+		if (rc)
+			goto out_free;
+	}
+	rc = xfer_region_register(ctl->c, fo->buf.fd, 0, 0, CTL_CLIENT_NAME, &fo->region);
+	if (rc < 0) {
+		rc = ctl_refused(ctl, rc);
+		goto out_free;
+	}
+	rc = file_op_start(ctl, fo);
+	if (!rc)
+		rc = file_op_wait(ctl, fo);
+	if (!rc && fo->out_path)
+		rc = file_save(ctl, fo->out_path, &fo->buf);
+out_free:
+	xfer_buf_free(&fo->buf);
+	return rc;
+}
+
+/* Parses SIZE: a positive byte count with an optional K, M or G (KiB, MiB, GiB) suffix. */
+static int parse_size(const char *s, size_t *out)
+{
+	unsigned long long v;
+	unsigned shift = 0;
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -errno;
+	switch (toupper((unsigned char)*end)) {
+	case 'K':
+		shift = 10;
+		break;
+	case 'M':
+		shift = 20;
+		break;
+	case 'G':
+		shift = 30;
+		break;
+	}
+	end += shift ? 1 : 0;
+	if (*end || v == 0)
+		return -EINVAL;
+	if (v > (SIZE_MAX >> shift))
+		return -ERANGE;
+	*out = (size_t)(v << shift);
+	return 0;
+}
+
+static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	struct file_op fo = { .kind = XFER_READABLE, .in_path = argv[0] };
+	int rc;
+
+	rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
+	if (rc)
+		return rc;
+	rc = file_op_run(ctl, &fo);
+	close(fo.in_fd);
+	return rc;
+}
+
+static int cmd_writable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	struct file_op fo = { .kind = XFER_WRITABLE, .in_fd = -1, .out_path = argv[1] };
+
+	if (parse_size(argv[0], &fo.size) < 0) {
+		fprintf(stderr,
+			"xferctl: writable: bad SIZE '%s' (a positive number of bytes, "
+			"optionally with K, M or G)\n",
+			argv[0]);
+		return EXIT_USAGE;
+	}
+	return file_op_run(ctl, &fo);
+}
+
+/* The total length of readable or writable metadata, which sizes the buffer of `read`. */
+static int meta_total(const struct ctl *ctl, const char *meta, size_t *total)
+{
+	struct xp_meta m;
+	char err[256];
+	int rc;
+
+	rc = xp_meta_decode(meta, &m, err, sizeof(err));
+	if (rc < 0)
+		return ctl_fail(ctl, rc, "metadata %s", rc == -ENOMEM ? "cannot be decoded" : err);
+	rc = m.total > SIZE_MAX ? -EFBIG : 0;
+	*total = (size_t)m.total;
+	xp_meta_fini(&m);
+	if (rc < 0)
+		return ctl_fail(ctl, rc, "metadata names more bytes than this machine can map");
+	return EXIT_OK;
+}
+
+static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	struct file_op fo = { .kind = XFER_READ, .in_fd = -1, .out_path = argv[1] };
+	int rc;
+
+	rc = meta_get(ctl, argv[0], &fo.meta);
+	if (rc)
+		return rc;
+	rc = meta_total(ctl, fo.meta, &fo.size);
+	if (!rc)
+		rc = file_op_run(ctl, &fo);
+	free(fo.meta);
+	return rc;
+}
+
+/* The buffer has INFILE's size; the daemon refuses it (EMSGSIZE) when the peer's differs. */
+static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	struct file_op fo = { .kind = XFER_WRITE, .in_fd = -1, .in_path = argv[1] };
+	int rc;
+
+	rc = meta_get(ctl, argv[0], &fo.meta);
+	if (rc)
+		return rc;
+	rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
+	if (!rc)
+		rc = file_op_run(ctl, &fo);
+	if (fo.in_fd >= 0)
+		close(fo.in_fd);
+	free(fo.meta);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Command table and main */
+
+static int cmd_help(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv);
+
+#define LISTING(m, k, c, r) .run = cmd_list, .method = (m), .key = (k), .cols = (c), .render = (r)
+
+static const struct ctl_cmd commands[] = {
+	{ .name = "status", .help = "daemon version, node, uptime and counters", .run = cmd_status },
+	{ .name = "regions",
+	  .help = "registered regions",
+	  LISTING("list.regions", "regions", region_cols, render_table) },
+	{ .name = "ops", .help = "operations", LISTING("list.ops", "ops", op_cols, render_table) },
+	{ .name = "clients",
+	  .help = "connected clients",
+	  LISTING("list.clients", "clients", client_cols, render_table) },
+	{ .name = "peers",
+	  .help = "peer daemons",
+	  LISTING("list.peers", "peers", NULL, render_table) },
+	{ .name = "devices",
+	  .help = "RDMA devices",
+	  LISTING("list.devices", "devices", NULL, render_devices) },
+	{ .name = "stats",
+	  .help = "every counter of the daemon",
+	  LISTING("stats", NULL, NULL, render_stats) },
+	{ .name = "readable",
+	  .args = "FILE",
+	  .nargs = 1,
+	  .run = cmd_readable,
+	  .help = "offer FILE to one reader: print metadata, wait" },
+	{ .name = "read",
+	  .args = "METADATA OUTFILE",
+	  .nargs = 2,
+	  .run = cmd_read,
+	  .help = "fetch readable METADATA's bytes into OUTFILE" },
+	{ .name = "writable",
+	  .args = "SIZE OUTFILE",
+	  .nargs = 2,
+	  .run = cmd_writable,
+	  .help = "accept SIZE bytes from one writer into OUTFILE" },
+	{ .name = "write",
+	  .args = "METADATA INFILE",
+	  .nargs = 2,
+	  .run = cmd_write,
+	  .help = "send INFILE into writable METADATA's buffer" },
+	{ .name = "help", .help = "this text", .run = cmd_help },
+	{ .name = NULL },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: xferctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n"
+		   "commands:\n");
+	for (const struct ctl_cmd *c = commands; c->name; c++)
+		fprintf(f, "  %-8s %-17s %s\n", c->name, c->args ? c->args : "", c->help);
+	fprintf(f,
+		"\noptions:\n"
+		"  -s, --socket PATH  xferd's socket (default: $XFERD_SOCKET, else %s)\n"
+		"  -j, --json         print the daemon's result as one line of JSON\n"
+		"  -t, --timeout MS   deadline of a file command's operation (default: xferd's)\n"
+		"  -h, --help         this text\n\n"
+		"METADATA '-' reads one line of stdin; OUTFILE '-' writes to stdout.\n"
+		"SIZE takes a K, M or G suffix (KiB, MiB, GiB).\n"
+		"exit status: 0 done, 1 failed, 2 usage error\n",
+		"/run/xferd/xferd.sock");
+}
+
+static int cmd_help(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	usage(stdout);
+	return EXIT_OK;
+}
+
+static const struct ctl_cmd *cmd_find(const char *name)
+{
+	for (const struct ctl_cmd *c = commands; c->name; c++)
+		if (!strcmp(c->name, name))
+			return c;
+	return NULL;
+}
+
+static int parse_timeout(const char *s, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > CTL_MAX_TIMEOUT_MS)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
+/* Parses the global options. Returns -1 to go on, or an exit status. */
+static int parse_options(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int o;
+
+	while ((o = getopt_long(argc, argv, "s:jt:h", opts, NULL)) != -1) {
+		if (o == 's') {
+			ctl->socket = optarg;
+		} else if (o == 'j') {
+			ctl->json = true;
+		} else if (o == 't' && parse_timeout(optarg, &ctl->timeout_ms) < 0) {
+			fprintf(stderr, "xferctl: bad --timeout '%s' (1 to %d ms)\n", optarg,
+				CTL_MAX_TIMEOUT_MS);
+			return EXIT_USAGE;
+		} else if (o == 'h') {
+			usage(stdout);
+			return EXIT_OK;
+		} else if (o != 't') {
+			fprintf(stderr, "Try 'xferctl --help'.\n");
+			return EXIT_USAGE;
+		}
+	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl ctl = { .timeout_ms = -1, .cmd = "xferctl" };
+	const struct ctl_cmd *cmd;
+	int rc;
+
+	rc = parse_options(&ctl, argc, argv);
+	if (rc >= 0)
+		return rc;
+	argc -= optind;
+	argv += optind;
+	if (argc == 0) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	cmd = cmd_find(argv[0]);
+	if (!cmd) {
+		fprintf(stderr, "xferctl: unknown command '%s'; try 'xferctl --help'\n", argv[0]);
+		return EXIT_USAGE;
+	}
+	if (argc - 1 != cmd->nargs) {
+		fprintf(stderr, "usage: xferctl %s %s\n", cmd->name, cmd->args ? cmd->args : "");
+		return EXIT_USAGE;
+	}
+	ctl.cmd = cmd->name;
+	rc = cmd->run(&ctl, cmd, argv + 1);
+	xfer_close(ctl.c);
+	return rc;
+}
