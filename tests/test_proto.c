@@ -1,0 +1,1114 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Unit tests of proto/ without a daemon: packets and SCM_RIGHTS over socketpairs, the JSON-RPC
+ * envelope parsers and builders, metadata encode/decode and its strictness, the name tables,
+ * and the spec check that proto/PROTOCOL.md and xfer_proto.h agree.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+#include "xfer_proto.h"
+#include "xp_fdmsg.h"
+#include "xp_json.h"
+#include "xp_meta.h"
+
+/* ---- helpers ---- */
+
+static void seqpair(int sv[2])
+{
+	CHECK_OK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ? -errno : 0);
+}
+
+static int count_fds(void)
+{
+	char path[64];
+	int n = 0;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (access(path, F_OK) == 0)
+			n++;
+	}
+	return n;
+}
+
+static bool fd_is_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+static bool same_file(int a, int b)
+{
+	struct stat sa, sb;
+
+	return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+	       sa.st_ino == sb.st_ino;
+}
+
+/* Sends @len bytes with @nfds fds with plain sendmsg (no length limit). Returns 0 or -errno. */
+static int raw_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+	char cbuf[CMSG_SPACE(8 * sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *h;
+
+	if (nfds > 0) {
+		msg.msg_control = cbuf;
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		h = CMSG_FIRSTHDR(&msg);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(h), fds, nfds * sizeof(int));
+	}
+	return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -errno;
+}
+
+/* ---- packets and fds ---- */
+
+TEST(packet_payload_round_trip)
+{
+	static char out[XP_MAX_MSG], in[XP_MAX_MSG];
+	size_t sizes[] = { 1, 17, 4096, XP_MAX_MSG - 1, XP_MAX_MSG };
+	struct xp_fdset set;
+	int sv[2];
+
+	seqpair(sv);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		for (size_t j = 0; j < sizes[i]; j++)
+			out[j] = (char)(j * 7 + i);
+		CHECK_OK(xp_packet_send(sv[0], out, sizes[i], NULL, 0));
+		CHECK_EQ_INT(xp_packet_recv(sv[1], in, sizeof(in), &set, 0), sizes[i]);
+		CHECK_EQ_INT(set.count, 0);
+		CHECK_MEM_EQ(in, out, sizes[i]);
+	}
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(packet_send_refuses_bad_lengths)
+{
+	static char big[XP_MAX_MSG + 1];
+	struct xp_fdset set;
+	char in[16];
+	int sv[2];
+
+	seqpair(sv);
+	CHECK(xp_packet_send(sv[0], "x", 0, NULL, 0) < 0);
+	/* The spec caps packets at XP_MAX_MSG in both directions; the sender enforces it. */
+	CHECK(xp_packet_send(sv[0], big, sizeof(big), NULL, 0) < 0);
+	CHECK_ERR(xp_packet_recv(sv[1], in, sizeof(in), &set, 1), -EAGAIN);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(packet_one_fd_passes)
+{
+	struct xp_fdset set;
+	int sv[2], mfd, fd;
+	char in[8];
+
+	seqpair(sv);
+	mfd = memfd_create("one", MFD_CLOEXEC);
+	CHECK(mfd >= 0);
+	CHECK_OK(xp_packet_send(sv[0], "fd", 2, &mfd, 1));
+	CHECK_EQ_INT(xp_packet_recv(sv[1], in, sizeof(in), &set, 0), 2);
+	CHECK_EQ_INT(set.count, 1);
+	fd = set.fds[0];
+	CHECK(fd >= 0 && fd != mfd);
+	CHECK(same_file(fd, mfd));
+	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	/* take moves ownership: the slot is emptied and close leaves the fd alone */
+	CHECK_EQ_INT(xp_fdset_take(&set, 0), fd);
+	CHECK_EQ_INT(xp_fdset_take(&set, 0), -1);
+	CHECK_EQ_INT(xp_fdset_take(&set, 1), -1);
+	CHECK_EQ_INT(xp_fdset_take(&set, -1), -1);
+	xp_fdset_close(&set);
+	CHECK_EQ_INT(set.count, 0);
+	CHECK(fd_is_open(fd));
+	close(fd);
+	close(mfd);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(packet_three_fds_arrive_in_order)
+{
+	struct xp_fdset set;
+	int sv[2], p[2], fds[3], got[3];
+	char in[8];
+
+	seqpair(sv);
+	CHECK_OK(pipe2(p, O_CLOEXEC) < 0 ? -errno : 0);
+	fds[0] = memfd_create("three", MFD_CLOEXEC);
+	fds[1] = p[0];
+	fds[2] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	CHECK(fds[0] >= 0 && fds[2] >= 0);
+	CHECK_OK(xp_packet_send(sv[0], "abc", 3, fds, 3));
+	CHECK_EQ_INT(xp_packet_recv(sv[1], in, sizeof(in), &set, 0), 3);
+	CHECK_EQ_INT(set.count, 3);
+	for (int i = 0; i < 3; i++) {
+		got[i] = set.fds[i];
+		CHECK(same_file(got[i], fds[i]));
+	}
+	/* take one, close the rest: exactly the two left are closed */
+	CHECK_EQ_INT(xp_fdset_take(&set, 1), got[1]);
+	xp_fdset_close(&set);
+	CHECK(!fd_is_open(got[0]));
+	CHECK(fd_is_open(got[1]));
+	CHECK(!fd_is_open(got[2]));
+	close(got[1]);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+	close(p[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(packet_253_fds_all_arrive_and_close)
+{
+	int fds[XP_RECV_FDS], sv[2], mfd, before;
+	struct xp_fdset set;
+	char in[8];
+
+	seqpair(sv);
+	mfd = memfd_create("many", MFD_CLOEXEC);
+	CHECK(mfd >= 0);
+	for (int i = 0; i < XP_RECV_FDS; i++)
+		fds[i] = mfd;
+	before = count_fds();
+	CHECK_OK(xp_packet_send(sv[0], "m", 1, fds, XP_RECV_FDS));
+	CHECK_EQ_INT(xp_packet_recv(sv[1], in, sizeof(in), &set, 0), 1);
+	CHECK_EQ_INT(set.count, XP_RECV_FDS);
+	CHECK_EQ_INT(count_fds(), before + XP_RECV_FDS);
+	xp_fdset_close(&set);
+	CHECK_EQ_INT(count_fds(), before);
+	close(mfd);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(packet_oversized_is_emsgsize_and_leaks_nothing)
+{
+	static char big[XP_MAX_MSG + 100], in[XP_MAX_MSG];
+	struct xp_fdset set;
+	int sv[2], fds[2], before;
+
+	seqpair(sv);
+	fds[0] = memfd_create("big0", MFD_CLOEXEC);
+	fds[1] = memfd_create("big1", MFD_CLOEXEC);
+	CHECK(fds[0] >= 0 && fds[1] >= 0);
+	memset(big, '{', sizeof(big));
+	before = count_fds();
+	CHECK_OK(raw_send(sv[0], big, XP_MAX_MSG + 1, fds, 2));
+	set.count = 99;
+	CHECK_ERR(xp_packet_recv(sv[1], in, XP_MAX_MSG, &set, 0), -EMSGSIZE);
+	CHECK_EQ_INT(set.count, 0);
+	CHECK_EQ_INT(count_fds(), before);
+	/* a small cap truncates a small packet the same way */
+	CHECK_OK(raw_send(sv[0], big, 100, fds, 1));
+	CHECK_ERR(xp_packet_recv(sv[1], in, 10, &set, 0), -EMSGSIZE);
+	CHECK_EQ_INT(set.count, 0);
+	CHECK_EQ_INT(count_fds(), before);
+	/* the truncated packets were consumed: the next one arrives whole */
+	CHECK_OK(xp_packet_send(sv[0], "next", 4, NULL, 0));
+	CHECK_EQ_INT(xp_packet_recv(sv[1], in, XP_MAX_MSG, &set, 0), 4);
+	CHECK_MEM_EQ(in, "next", 4);
+	close(fds[0]);
+	close(fds[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+TEST(packet_peer_close_is_econnreset)
+{
+	struct xp_fdset set;
+	char in[16];
+	int sv[2];
+
+	seqpair(sv);
+	CHECK_ERR(xp_packet_recv(sv[1], in, sizeof(in), &set, 1), -EAGAIN);
+	CHECK_OK(xp_packet_send(sv[0], "last", 4, NULL, 0));
+	close(sv[0]);
+	/* what was sent before the close still arrives, then the close is seen */
+	CHECK_EQ_INT(xp_packet_recv(sv[1], in, sizeof(in), &set, 0), 4);
+	CHECK_ERR(xp_packet_recv(sv[1], in, sizeof(in), &set, 0), -ECONNRESET);
+	CHECK_ERR(xp_packet_recv(sv[1], in, sizeof(in), &set, 1), -ECONNRESET);
+	/* sending to a closed peer is an error, not SIGPIPE */
+	signal(SIGPIPE, SIG_DFL);
+	CHECK(xp_packet_send(sv[1], "x", 1, NULL, 0) < 0);
+	signal(SIGPIPE, SIG_IGN);
+	close(sv[1]);
+}
+
+/* ---- request envelope ---- */
+
+struct req_case {
+	const char *text;
+	int code;	/* 0 or the JSON-RPC error code */
+	int64_t id;	/* expected id; -2: not checked */
+	int method;	/* expected method when code is 0 */
+};
+
+static const struct req_case req_cases[] = {
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\",\"params\":{}}", 0, 1, XP_M_STATS },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"list.ops\"}", 0, 0, XP_M_LIST_OPS },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":9007199254740991,\"method\":\"hello\","
+	  "\"params\":{\"version\":1,\"client\":\"x\"}}", 0, 9007199254740991LL, XP_M_HELLO },
+	{ "{\"method\":\"op.status\",\"params\":{\"op\":3},\"id\":77,\"jsonrpc\":\"2.0\"}", 0, 77,
+	  XP_M_OP_STATUS },
+	/* not JSON */
+	{ "this is not json", XP_E_PARSE, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"meth", XP_E_PARSE, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"} trailing", XP_E_PARSE, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\",}", XP_E_PARSE, XP_ID_NONE, 0 },
+	/* bad envelope */
+	{ "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"}]", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"id\":1,\"method\":\"stats\"}", XP_E_INVALID_REQ, -2, 0 },
+	{ "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"stats\"}", XP_E_INVALID_REQ, -2, 0 },
+	{ "{\"jsonrpc\":2.0,\"id\":1,\"method\":\"stats\"}", XP_E_INVALID_REQ, -2, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":-1,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":9007199254740992,\"method\":\"stats\"}", XP_E_INVALID_REQ,
+	  XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":5}", XP_E_INVALID_REQ, -2, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":7}", XP_E_INVALID_REQ, -2, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":[]}", XP_E_INVALID_REQ, 7, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":\"x\"}", XP_E_INVALID_REQ, 7,
+	  0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":3}", XP_E_INVALID_REQ, 7, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":null}", XP_E_INVALID_REQ, 7,
+	  0 },
+	/* unknown method: the id is kept so the error can be matched */
+	{ "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"no.such\"}", XP_E_NO_METHOD, 42, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":43,\"method\":\"STATS\",\"params\":{}}", XP_E_NO_METHOD, 43,
+	  0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":44,\"method\":\"op.changed\",\"params\":{}}", XP_E_NO_METHOD,
+	  44, 0 },
+};
+
+static void check_req_case(const struct req_case *c)
+{
+	struct xp_request req;
+	char err[256] = "";
+	int rc = xp_request_parse(c->text, strlen(c->text), &req, err, sizeof(err));
+
+	if (rc != c->code)
+		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s) = %d, want %d (%s)",
+			     c->text, rc, c->code, err);
+	if (c->id != -2 && req.id != c->id)
+		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s): id %lld, want %lld", c->text,
+			     (long long)req.id, (long long)c->id);
+	if (rc == 0) {
+		CHECK_EQ_INT(req.method, c->method);
+		CHECK(json_is_object(req.params));
+	} else if (!err[0]) {
+		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s): no message", c->text);
+	}
+	xp_request_fini(&req);
+}
+
+TEST(request_parse_table)
+{
+	for (size_t i = 0; i < sizeof(req_cases) / sizeof(req_cases[0]); i++)
+		check_req_case(&req_cases[i]);
+}
+
+TEST(request_parse_params)
+{
+	const char *t = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"op.wait\","
+			"\"params\":{\"op\":8,\"timeout_ms\":1000}}";
+	struct xp_request req;
+	uint64_t v = 0;
+	char err[128];
+
+	CHECK_OK(xp_request_parse(t, strlen(t), &req, err, sizeof(err)));
+	CHECK_EQ_INT(req.method, XP_M_OP_WAIT);
+	CHECK_EQ_INT(json_object_size(req.params), 2);
+	CHECK_EQ_INT(xp_get_u64(req.params, "op", &v), 1);
+	CHECK_EQ_INT(v, 8);
+	CHECK_EQ_INT(xp_get_u64(req.params, "absent", &v), 0);
+	xp_request_fini(&req);
+
+	t = "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"op.status\",\"params\":{\"a\":\"abc\","
+	    "\"b\":-5,\"c\":1.5,\"d\":null,\"e\":9007199254740993}}";
+	CHECK_OK(xp_request_parse(t, strlen(t), &req, err, sizeof(err)));
+	CHECK_EQ_INT(xp_get_u64(req.params, "a", &v), -1);
+	CHECK_EQ_INT(xp_get_u64(req.params, "b", &v), -1);
+	CHECK_EQ_INT(xp_get_u64(req.params, "c", &v), -1);
+	CHECK_EQ_INT(xp_get_u64(req.params, "d", &v), -1);
+	CHECK_EQ_INT(xp_get_u64(req.params, "e", &v), 1);
+	CHECK_EQ_INT(v, 9007199254740993ULL);
+	xp_request_fini(&req);
+}
+
+/* ---- reply envelope ---- */
+
+static void parse_reply(const char *text, struct xp_reply *rep)
+{
+	int rc = xp_reply_parse(text, strlen(text), rep);
+
+	if (rc)
+		harness_fail(__FILE__, __LINE__, "xp_reply_parse(%s) = %d", text, rc);
+}
+
+TEST(reply_parse_result_error_notification)
+{
+	struct xp_reply rep;
+
+	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"region\":4,\"length\":4096}}", &rep);
+	CHECK(!rep.notification);
+	CHECK_EQ_INT(rep.id, 3);
+	CHECK_EQ_INT(rep.code, 0);
+	CHECK_EQ_INT(json_integer_value(json_object_get(rep.result, "region")), 4);
+	xp_reply_fini(&rep);
+
+	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32000,\"message\":\"region 9 "
+		    "belongs to another client\",\"data\":{\"errno\":\"EPERM\"}}}", &rep);
+	CHECK(!rep.notification);
+	CHECK_EQ_INT(rep.id, 2);
+	CHECK_EQ_INT(rep.code, XP_E_FAILED);
+	CHECK_EQ_INT(rep.err, EPERM);
+	CHECK_STR_EQ(rep.message, "region 9 belongs to another client");
+	CHECK(rep.result == NULL);
+	xp_reply_fini(&rep);
+
+	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}",
+		    &rep);
+	CHECK_EQ_INT(rep.id, XP_ID_NONE);
+	CHECK_EQ_INT(rep.code, XP_E_PARSE);
+	CHECK_EQ_INT(rep.err, EIO);
+	xp_reply_fini(&rep);
+
+	parse_reply("{\"jsonrpc\":\"2.0\",\"method\":\"op.changed\",\"params\":{\"op\":7,\"state\":"
+		    "\"COMPLETE\"}}", &rep);
+	CHECK(rep.notification);
+	CHECK_STR_EQ(rep.method, XP_NOTIFY_OP_CHANGED);
+	CHECK_EQ_INT(json_integer_value(json_object_get(rep.params, "op")), 7);
+	xp_reply_fini(&rep);
+}
+
+TEST(reply_parse_rejects_garbage)
+{
+	const char *bad[] = {
+		"nope",
+		"[1,2]",
+		"{\"jsonrpc\":\"2.0\",\"id\":1}",
+		"{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":{}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"message\":\"no code\"}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32000}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.changed\",\"params\":5}",
+	};
+	struct xp_reply rep;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = xp_reply_parse(bad[i], strlen(bad[i]), &rep);
+
+		if (rc != -EBADMSG)
+			harness_fail(__FILE__, __LINE__, "xp_reply_parse(%s) = %d, want -EBADMSG",
+				     bad[i], rc);
+		xp_reply_fini(&rep);
+	}
+}
+
+/* The errno names of PROTOCOL.md 2.1 (and the -32603 example), with their values. */
+static const struct {
+	const char *name;
+	int value;
+} spec_errnos[] = {
+	{ "EPROTO", EPROTO },	    { "EPROTONOSUPPORT", EPROTONOSUPPORT },
+	{ "EINVAL", EINVAL },	    { "EBADF", EBADF },
+	{ "EPERM", EPERM },	    { "ENOENT", ENOENT },
+	{ "EBUSY", EBUSY },	    { "EDQUOT", EDQUOT },
+	{ "EBADMSG", EBADMSG },	    { "EACCES", EACCES },
+	{ "ESTALE", ESTALE },	    { "EHOSTUNREACH", EHOSTUNREACH },
+	{ "EALREADY", EALREADY },   { "ECANCELED", ECANCELED },
+	{ "EMSGSIZE", EMSGSIZE },   { "ETIMEDOUT", ETIMEDOUT },
+	{ "ECONNRESET", ECONNRESET }, { "ESHUTDOWN", ESHUTDOWN },
+	{ "ENOMEM", ENOMEM },	    { "EIO", EIO },
+};
+
+#define N_SPEC_ERRNOS (sizeof(spec_errnos) / sizeof(spec_errnos[0]))
+
+TEST(errno_names_round_trip)
+{
+	for (size_t i = 0; i < N_SPEC_ERRNOS; i++) {
+		CHECK_STR_EQ(xp_errno_name(spec_errnos[i].value), spec_errnos[i].name);
+		CHECK_EQ_INT(xp_errno_from_name(spec_errnos[i].name), spec_errnos[i].value);
+	}
+	CHECK_STR_EQ(xp_errno_name(99999), "EIO");
+	CHECK_EQ_INT(xp_errno_from_name("ENOSUCHTHING"), 0);
+	CHECK_EQ_INT(xp_errno_from_name(""), 0);
+}
+
+TEST(reply_error_maps_every_spec_errno)
+{
+	char text[256];
+	struct xp_reply rep;
+
+	for (size_t i = 0; i < N_SPEC_ERRNOS; i++) {
+		snprintf(text, sizeof(text), "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"error\":{\"code\":"
+			 "-32000,\"message\":\"m\",\"data\":{\"errno\":\"%s\"}}}", i,
+			 spec_errnos[i].name);
+		parse_reply(text, &rep);
+		CHECK_EQ_INT(rep.id, i);
+		CHECK_EQ_INT(rep.err, spec_errnos[i].value);
+		xp_reply_fini(&rep);
+	}
+}
+
+/* ---- builders ---- */
+
+/* Serialises @msg (consumed) and returns the text; fails the test on error. */
+static char *dump(json_t *msg)
+{
+	char *text = NULL;
+	int n;
+
+	CHECK(msg != NULL);
+	n = xp_dump(msg, &text);
+	json_decref(msg);
+	CHECK_OK(n);
+	CHECK_EQ_INT(n, strlen(text));
+	return text;
+}
+
+TEST(builders_round_trip)
+{
+	struct xp_request req;
+	struct xp_reply rep;
+	char err[128], *text;
+
+	text = dump(xp_build_request(12, "op.cancel", json_pack("{s:i}", "op", 7)));
+	CHECK_OK(xp_request_parse(text, strlen(text), &req, err, sizeof(err)));
+	CHECK_EQ_INT(req.id, 12);
+	CHECK_EQ_INT(req.method, XP_M_OP_CANCEL);
+	CHECK_EQ_INT(json_integer_value(json_object_get(req.params, "op")), 7);
+	xp_request_fini(&req);
+	free(text);
+
+	text = dump(xp_build_request(13, "stats", NULL));
+	CHECK_OK(xp_request_parse(text, strlen(text), &req, err, sizeof(err)));
+	CHECK_EQ_INT(req.method, XP_M_STATS);
+	CHECK(json_is_object(req.params));
+	xp_request_fini(&req);
+	free(text);
+
+	text = dump(xp_build_result(14, json_pack("{s:i}", "region", 4)));
+	parse_reply(text, &rep);
+	CHECK_EQ_INT(rep.id, 14);
+	CHECK_EQ_INT(json_integer_value(json_object_get(rep.result, "region")), 4);
+	xp_reply_fini(&rep);
+	free(text);
+
+	text = dump(xp_build_error(15, XP_E_FAILED, EBUSY, "region 4 is used by op 7"));
+	parse_reply(text, &rep);
+	CHECK_EQ_INT(rep.id, 15);
+	CHECK_EQ_INT(rep.code, XP_E_FAILED);
+	CHECK_EQ_INT(rep.err, EBUSY);
+	CHECK_STR_EQ(rep.message, "region 4 is used by op 7");
+	xp_reply_fini(&rep);
+	free(text);
+
+	text = dump(xp_build_error(XP_ID_NONE, XP_E_PARSE, EBADMSG, "not JSON"));
+	parse_reply(text, &rep);
+	CHECK_EQ_INT(rep.id, XP_ID_NONE);
+	CHECK(strstr(text, "\"id\":null") != NULL);
+	xp_reply_fini(&rep);
+	free(text);
+
+	text = dump(xp_build_notification(XP_NOTIFY_OP_CHANGED, json_pack("{s:i}", "op", 9)));
+	parse_reply(text, &rep);
+	CHECK(rep.notification);
+	CHECK_STR_EQ(rep.method, "op.changed");
+	CHECK(strstr(text, "\"id\"") == NULL);
+	xp_reply_fini(&rep);
+	free(text);
+}
+
+TEST(dump_refuses_oversized)
+{
+	char *big = malloc(XP_MAX_MSG + 1), *text = NULL;
+	json_t *msg;
+
+	CHECK(big != NULL);
+	memset(big, 'a', XP_MAX_MSG);
+	big[XP_MAX_MSG] = '\0';
+	msg = xp_build_result(1, json_pack("{s:s}", "blob", big));
+	CHECK(msg != NULL);
+	CHECK_ERR(xp_dump(msg, &text), -EMSGSIZE);
+	json_decref(msg);
+	free(big);
+}
+
+/* ---- metadata ---- */
+
+static const char b64url[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* "xfer1." + unpadded base64url of @json, written independently of proto/xp_meta.c. */
+static char *meta_of(const char *json)
+{
+	size_t n = strlen(json), o = 6;
+	char *out = malloc(n / 3 * 4 + 12);
+	const unsigned char *in = (const unsigned char *)json;
+
+	CHECK(out != NULL);
+	memcpy(out, "xfer1.", 6);
+	for (size_t i = 0; i < n; i += 3) {
+		unsigned v = in[i] << 16 | (i + 1 < n ? in[i + 1] << 8 : 0) |
+			     (i + 2 < n ? in[i + 2] : 0);
+
+		out[o++] = b64url[v >> 18 & 63];
+		out[o++] = b64url[v >> 12 & 63];
+		if (i + 1 < n)
+			out[o++] = b64url[v >> 6 & 63];
+		if (i + 2 < n)
+			out[o++] = b64url[v & 63];
+	}
+	out[o] = '\0';
+	return out;
+}
+
+static void meta_sample(struct xp_meta *m, uint64_t *lengths)
+{
+	memset(m, 0, sizeof(*m));
+	m->kind = XP_KIND_READABLE;
+	for (int i = 0; i < XP_ID_BYTES; i++) {
+		m->node[i] = (uint8_t)(0x5f + i * 13);
+		m->token[i] = (uint8_t)(0xa0 ^ i * 31);
+	}
+	m->epoch = 1763731200123456ULL;
+	m->op = 7;
+	snprintf(m->endpoints[0].transport, sizeof(m->endpoints[0].transport), "local");
+	m->nendpoints = 1;
+	lengths[0] = 1000;
+	lengths[1] = 5000;
+	lengths[2] = 2192;
+	m->lengths = lengths;
+	m->nlengths = 3;
+}
+
+static void check_meta_equal(const struct xp_meta *a, const struct xp_meta *b)
+{
+	CHECK_EQ_INT(a->kind, b->kind);
+	CHECK_MEM_EQ(a->node, b->node, XP_ID_BYTES);
+	CHECK_MEM_EQ(a->token, b->token, XP_ID_BYTES);
+	CHECK_EQ_INT(a->epoch, b->epoch);
+	CHECK_EQ_INT(a->op, b->op);
+	CHECK_EQ_INT(a->nendpoints, b->nendpoints);
+	for (int i = 0; i < a->nendpoints; i++) {
+		CHECK_STR_EQ(a->endpoints[i].transport, b->endpoints[i].transport);
+		CHECK_STR_EQ(a->endpoints[i].addr, b->endpoints[i].addr);
+		CHECK_EQ_INT(a->endpoints[i].port, b->endpoints[i].port);
+	}
+	CHECK_EQ_INT(a->nlengths, b->nlengths);
+	for (uint32_t i = 0; i < a->nlengths; i++)
+		CHECK_EQ_INT(a->lengths[i], b->lengths[i]);
+}
+
+TEST(meta_round_trip)
+{
+	struct xp_meta m, back;
+	uint64_t lengths[3];
+	char *s, err[128] = "";
+
+	meta_sample(&m, lengths);
+	CHECK_OK(xp_meta_encode(&m, &s));
+	CHECK(strncmp(s, XP_META_PREFIX, strlen(XP_META_PREFIX)) == 0);
+	CHECK(strspn(s + 6, b64url) == strlen(s + 6));
+	CHECK(strlen(s) <= XP_METADATA_MAX);
+	CHECK_OK(xp_meta_decode(s, &back, err, sizeof(err)));
+	check_meta_equal(&m, &back);
+	CHECK_EQ_INT(back.total, 8192);
+	xp_meta_fini(&back);
+	free(s);
+
+	/* writable, two endpoints, one with an address */
+	m.kind = XP_KIND_WRITABLE;
+	m.op = 9007199254740991ULL;
+	snprintf(m.endpoints[1].transport, sizeof(m.endpoints[1].transport), "tcp");
+	snprintf(m.endpoints[1].addr, sizeof(m.endpoints[1].addr), "10.0.0.2");
+	m.endpoints[1].port = 7471;
+	m.nendpoints = 2;
+	m.nlengths = 1;
+	CHECK_OK(xp_meta_encode(&m, &s));
+	CHECK_OK(xp_meta_decode(s, &back, err, sizeof(err)));
+	check_meta_equal(&m, &back);
+	CHECK_EQ_INT(back.total, 1000);
+	xp_meta_fini(&back);
+	free(s);
+}
+
+/* What the encoder would write, as text the table below edits. */
+#define META_GOOD                                                                          \
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\","     \
+	"\"epoch\":5,\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,"                  \
+	"\"token\":\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}"
+
+static void check_meta_rejects(const char *s, const char *what)
+{
+	struct xp_meta m;
+	char err[256] = "";
+	int rc = xp_meta_decode(s, &m, err, sizeof(err));
+
+	if (rc == 0)
+		xp_meta_fini(&m);
+	if (rc != -EBADMSG)
+		harness_fail(__FILE__, __LINE__, "metadata %s (%.80s): decode = %d, want -EBADMSG",
+			     what, s, rc);
+	if (!err[0])
+		harness_fail(__FILE__, __LINE__, "metadata %s: no message", what);
+}
+
+/* Decodes the JSON text @json, encoded as metadata; must be refused. */
+static void check_json_rejects(const char *json)
+{
+	char *s = meta_of(json);
+
+	check_meta_rejects(s, json);
+	free(s);
+}
+
+TEST(meta_decode_accepts_reference_encoding)
+{
+	char *s = meta_of(META_GOOD), err[128] = "";
+	struct xp_meta m;
+
+	CHECK_OK(xp_meta_decode(s, &m, err, sizeof(err)));
+	CHECK_EQ_INT(m.kind, XP_KIND_READABLE);
+	CHECK_EQ_INT(m.epoch, 5);
+	CHECK_EQ_INT(m.op, 7);
+	CHECK_EQ_INT(m.node[15], 0x0f);
+	CHECK_EQ_INT(m.token[0], 0xff);
+	CHECK_EQ_INT(m.total, 4096);
+	xp_meta_fini(&m);
+	free(s);
+}
+
+static const char *const meta_bad_json[] = {
+	/* unknown key */
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096],\"extra\":1}",
+	/* missing token */
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"lengths\":[4096]}",
+	/* wrong types and values */
+	"{\"v\":\"1\",\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":2,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"read\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":1,\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"0001020304\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"zzeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":\"5\","
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":-5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":{},\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\",\"key\":\"secret\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":\"7\",\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":-7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[0]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[\"4096\"]}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":4096}",
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,"
+	"\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+	"\"ffeeddccbbaa99887766554433221100\",\"lengths\":[9223372036854775807,"
+	"9223372036854775807,9223372036854775807]}",
+	/* not an object at all */
+	"[1,2,3]",
+	"\"xfer\"",
+};
+
+TEST(meta_decode_rejects_bad_fields)
+{
+	for (size_t i = 0; i < sizeof(meta_bad_json) / sizeof(meta_bad_json[0]); i++)
+		check_json_rejects(meta_bad_json[i]);
+}
+
+TEST(meta_decode_rejects_bad_prefix_and_base64)
+{
+	char *good = meta_of(META_GOOD), *s;
+	const char bad_chars[] = "+/=!. ~";
+	size_t len = strlen(good);
+
+	s = strdup(good);
+	CHECK(s != NULL);
+	s[4] = '2'; /* xfer2. */
+	check_meta_rejects(s, "with prefix xfer2.");
+	memcpy(s, "XFER1.", 6);
+	check_meta_rejects(s, "with prefix XFER1.");
+	check_meta_rejects(good + 6, "without prefix");
+	check_meta_rejects("", "empty");
+	check_meta_rejects("xfer1.", "prefix only");
+	check_meta_rejects("xfer1", "prefix without dot");
+	for (size_t i = 0; bad_chars[i]; i++) {
+		memcpy(s, good, len + 1);
+		s[len / 2] = bad_chars[i];
+		check_meta_rejects(s, "with a character outside base64url");
+	}
+	free(s);
+	/* padding is not part of unpadded base64url */
+	s = malloc(len + 3);
+	CHECK(s != NULL);
+	snprintf(s, len + 3, "%s==", good);
+	check_meta_rejects(s, "with padding");
+	free(s);
+	free(good);
+}
+
+TEST(meta_decode_rejects_every_truncation)
+{
+	char *good = meta_of(META_GOOD), *s = strdup(good);
+	size_t len = strlen(good);
+
+	CHECK(s != NULL);
+	for (size_t n = 0; n < len; n++) {
+		memcpy(s, good, n);
+		s[n] = '\0';
+		check_meta_rejects(s, "truncated");
+	}
+	free(s);
+	free(good);
+}
+
+TEST(meta_decode_rejects_tampering)
+{
+	char *good = meta_of(META_GOOD), *s = strdup(good);
+	size_t len = strlen(good);
+	struct xp_meta m;
+	char err[256];
+
+	CHECK(s != NULL);
+	/* 'e' -> 'f' turns the leading '{' into 0x7f: not JSON */
+	CHECK(s[6] == 'e');
+	s[6] = 'f';
+	check_meta_rejects(s, "with its first byte changed");
+	/* every single-character change either is refused or decodes to something; never crashes */
+	for (size_t i = 6; i < len; i++) {
+		memcpy(s, good, len + 1);
+		s[i] = s[i] == 'A' ? 'B' : 'A';
+		int rc = xp_meta_decode(s, &m, err, sizeof(err));
+
+		if (rc == 0)
+			xp_meta_fini(&m);
+		else
+			CHECK_EQ_INT(rc, -EBADMSG);
+	}
+	free(s);
+	free(good);
+}
+
+TEST(meta_decode_rejects_over_16384_chars)
+{
+	size_t cap = 40000, n;
+	char *json = malloc(cap), *s;
+	struct xp_meta m;
+	char err[128];
+
+	CHECK(json != NULL);
+	/* 1024 lengths are within the limits, but 16-digit ones make the string too long */
+	n = snprintf(json, cap, "{\"v\":1,\"kind\":\"readable\",\"node\":"
+		     "\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,\"endpoints\":"
+		     "[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+		     "\"ffeeddccbbaa99887766554433221100\",\"lengths\":[");
+	for (int i = 0; i < XP_MAX_DESCS; i++)
+		n += snprintf(json + n, cap - n, "%s1000000000000000", i ? "," : "");
+	snprintf(json + n, cap - n, "]}");
+	s = meta_of(json);
+	CHECK(strlen(s) > XP_METADATA_MAX);
+	check_meta_rejects(s, "longer than 16384");
+	free(s);
+
+	/* the same with short lengths fits and decodes */
+	n = snprintf(json, cap, "{\"v\":1,\"kind\":\"writable\",\"node\":"
+		     "\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,\"endpoints\":"
+		     "[{\"transport\":\"local\"}],\"op\":7,\"token\":"
+		     "\"ffeeddccbbaa99887766554433221100\",\"lengths\":[");
+	for (int i = 0; i < XP_MAX_DESCS; i++)
+		n += snprintf(json + n, cap - n, "%s1", i ? "," : "");
+	snprintf(json + n, cap - n, "]}");
+	s = meta_of(json);
+	CHECK(strlen(s) <= XP_METADATA_MAX);
+	CHECK_OK(xp_meta_decode(s, &m, err, sizeof(err)));
+	CHECK_EQ_INT(m.nlengths, XP_MAX_DESCS);
+	CHECK_EQ_INT(m.total, XP_MAX_DESCS);
+	xp_meta_fini(&m);
+	free(s);
+
+	/* a plain over-long string, all valid alphabet */
+	s = malloc(XP_METADATA_MAX + 2);
+	CHECK(s != NULL);
+	memcpy(s, "xfer1.", 6);
+	memset(s + 6, 'A', XP_METADATA_MAX - 5);
+	s[XP_METADATA_MAX + 1] = '\0';
+	check_meta_rejects(s, "of 16385 characters");
+	free(s);
+	free(json);
+}
+
+TEST(hex_encode_decode)
+{
+	const uint8_t in[4] = { 0x00, 0xab, 0xff, 0x10 };
+	uint8_t out[4] = { 0 };
+	char hex[9];
+
+	xp_hex_encode(in, 4, hex);
+	CHECK_STR_EQ(hex, "00abff10");
+	CHECK_OK(xp_hex_decode(hex, out, 4));
+	CHECK_MEM_EQ(out, in, 4);
+	CHECK_ERR(xp_hex_decode("0g", out, 1), -EINVAL);
+	CHECK_ERR(xp_hex_decode("abc", out, 2), -EINVAL);
+	CHECK_ERR(xp_hex_decode("", out, 1), -EINVAL);
+	CHECK_ERR(xp_hex_decode("zz", out, 1), -EINVAL);
+	xp_hex_encode(in, 0, hex);
+	CHECK_STR_EQ(hex, "");
+}
+
+/* ---- name tables ---- */
+
+TEST(method_table)
+{
+	for (int m = 0; m < XP_M_COUNT; m++) {
+		const char *name = xp_method_name(m);
+
+		CHECK(name != NULL);
+		CHECK_EQ_INT(xp_method_from_name(name), m);
+		CHECK_EQ_INT(xp_method_fds(m), m == XP_M_REGION_REGISTER ? 1 : 0);
+		CHECK_EQ_INT(xp_method_needs_hello(m), m != XP_M_HELLO);
+	}
+	CHECK(xp_method_name(XP_M_COUNT) == NULL);
+	CHECK(xp_method_name(-1) == NULL);
+	CHECK_EQ_INT(xp_method_from_name("no.such"), -1);
+	CHECK_EQ_INT(xp_method_from_name(XP_NOTIFY_OP_CHANGED), -1);
+	CHECK_STR_EQ(xp_method_name(XP_M_REGION_REGISTER), "region.register");
+}
+
+TEST(state_and_kind_tables)
+{
+	static const char *const states[] = { "UNINITIALIZED", "INITIALIZED", "IN_PROGRESS",
+					      "COMPLETE", "CANCELLED", "ERRORED" };
+	static const char *const kinds[] = { "readable", "writable", "read", "write" };
+
+	CHECK_EQ_INT(XP_ST_COUNT, 6);
+	for (int s = 0; s < XP_ST_COUNT; s++) {
+		CHECK_STR_EQ(xp_state_name(s), states[s]);
+		CHECK_EQ_INT(xp_state_from_name(states[s]), s);
+		CHECK_EQ_INT(xp_state_terminal(s),
+			     s == XP_ST_COMPLETE || s == XP_ST_CANCELLED || s == XP_ST_ERRORED);
+	}
+	CHECK_EQ_INT(xp_state_from_name("DONE"), -1);
+	for (int k = 0; k < XP_KIND_COUNT; k++) {
+		CHECK_STR_EQ(xp_kind_name(k), kinds[k]);
+		CHECK_EQ_INT(xp_kind_from_name(kinds[k]), k);
+		CHECK_EQ_INT(xp_kind_passive(k), k == XP_KIND_READABLE || k == XP_KIND_WRITABLE);
+	}
+	CHECK_EQ_INT(xp_kind_from_name("readwrite"), -1);
+}
+
+/* ---- the spec check: PROTOCOL.md against xfer_proto.h ---- */
+
+/* Reads proto/PROTOCOL.md ($XFER_SRCDIR, else relative to this binary). Caller frees. */
+static char *read_spec(void)
+{
+	char path[PATH_MAX], exe[PATH_MAX];
+	const char *src = getenv("XFER_SRCDIR");
+	ssize_t n;
+	FILE *f;
+	char *text;
+	long size;
+
+	if (src && src[0]) {
+		snprintf(path, sizeof(path), "%s/proto/PROTOCOL.md", src);
+	} else {
+		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		CHECK(n > 0);
+		exe[n] = '\0';
+		snprintf(path, sizeof(path), "%s/../../proto/PROTOCOL.md", dirname(exe));
+	}
+	f = fopen(path, "r");
+	if (!f)
+		harness_fail(__FILE__, __LINE__, "cannot open %s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	rewind(f);
+	text = malloc(size + 1);
+	CHECK(text != NULL);
+	CHECK_EQ_INT(fread(text, 1, size, f), size);
+	text[size] = '\0';
+	fclose(f);
+	return text;
+}
+
+/* Every ```json fenced block of @spec, parsed; fails on one that does not parse. */
+static json_t *spec_examples(const char *spec)
+{
+	json_t *all = json_array();
+	const char *p = spec;
+
+	while ((p = strstr(p, "```json\n"))) {
+		const char *start = p + 8, *end = strstr(start, "```");
+		json_error_t jerr;
+		json_t *ex;
+
+		CHECK(end != NULL);
+		ex = json_loadb(start, end - start, JSON_REJECT_DUPLICATES, &jerr);
+		if (!ex)
+			harness_fail(__FILE__, __LINE__, "PROTOCOL.md example does not parse (%s): "
+				     "%.*s", jerr.text, (int)(end - start > 120 ? 120 : end - start),
+				     start);
+		json_array_append_new(all, ex);
+		p = end + 3;
+	}
+	return all;
+}
+
+/* Checks one example: a request must parse as one, a reply or notification as one. */
+static void check_example(json_t *ex, bool *requested, bool *notified)
+{
+	char *text = json_dumps(ex, JSON_COMPACT);
+	const char *method = json_string_value(json_object_get(ex, "method"));
+	struct xp_request req;
+	struct xp_reply rep;
+	char err[256] = "";
+
+	CHECK(text != NULL);
+	if (method && json_object_get(ex, "id")) {
+		int rc = xp_request_parse(text, strlen(text), &req, err, sizeof(err));
+
+		if (rc)
+			harness_fail(__FILE__, __LINE__, "spec request %s: parse = %d (%s)", text,
+				     rc, err);
+		requested[req.method] = true;
+		xp_request_fini(&req);
+	} else {
+		if (xp_reply_parse(text, strlen(text), &rep))
+			harness_fail(__FILE__, __LINE__, "spec reply %s does not parse", text);
+		if (rep.notification && strcmp(rep.method, XP_NOTIFY_OP_CHANGED) == 0)
+			*notified = true;
+		if (!rep.notification && rep.code) {
+			const char *name = json_string_value(json_object_get(
+				json_object_get(json_object_get(ex, "error"), "data"), "errno"));
+
+			CHECK(name && xp_errno_from_name(name) != 0);
+		}
+		xp_reply_fini(&rep);
+	}
+	free(text);
+}
+
+TEST(spec_examples_parse_and_cover_every_method)
+{
+	char *spec = read_spec();
+	json_t *all = spec_examples(spec), *ex;
+	bool requested[XP_M_COUNT] = { false }, notified = false;
+	size_t i;
+
+	CHECK(json_array_size(all) >= XP_M_COUNT);
+	json_array_foreach(all, i, ex)
+		check_example(ex, requested, &notified);
+	for (int m = 0; m < XP_M_COUNT; m++)
+		if (!requested[m])
+			harness_fail(__FILE__, __LINE__, "PROTOCOL.md has no example request of %s",
+				     xp_method_name(m));
+	if (!notified)
+		harness_fail(__FILE__, __LINE__, "PROTOCOL.md has no %s notification example",
+			     XP_NOTIFY_OP_CHANGED);
+	json_decref(all);
+	free(spec);
+}
+
+TEST(spec_errno_table_matches_code)
+{
+	char *spec = read_spec(), *p = strstr(spec, "| errno | rule |");
+	int rows = 0;
+
+	CHECK(p != NULL);
+	p = strchr(p, '\n');
+	while (p && (p = strstr(p, "\n| `E")) && rows < 64) {
+		char name[32];
+
+		if (sscanf(p, "\n| `%31[A-Z]`", name) != 1)
+			break;
+		if (!xp_errno_from_name(name))
+			harness_fail(__FILE__, __LINE__, "errno %s of PROTOCOL.md 2.1 is unknown "
+				     "to xp_errno_from_name", name);
+		CHECK_STR_EQ(xp_errno_name(xp_errno_from_name(name)), name);
+		rows++;
+		p++;
+	}
+	CHECK_EQ_INT(rows, 18);
+	free(spec);
+}
+
+TEST(spec_limits_match_header)
+{
+	char *spec = read_spec();
+	char row[128];
+
+	CHECK_EQ_INT(XP_MAX_MSG, 65536);
+	snprintf(row, sizeof(row), "| packet | %d bytes |", XP_MAX_MSG);
+	CHECK(strstr(spec, row) != NULL);
+	snprintf(row, sizeof(row), "| descriptors per operation | %d |", XP_MAX_DESCS);
+	CHECK(strstr(spec, row) != NULL);
+	snprintf(row, sizeof(row), "| name | %d bytes |", XP_MAX_NAME);
+	CHECK(strstr(spec, row) != NULL);
+	snprintf(row, sizeof(row), "| metadata | %d characters |", XP_METADATA_MAX);
+	CHECK(strstr(spec, row) != NULL);
+	snprintf(row, sizeof(row), "# xferd control protocol, version %d", XP_PROTO_VERSION);
+	CHECK(strstr(spec, row) != NULL);
+	CHECK(strstr(spec, "| fds per packet | 1 (`region.register` only) |") != NULL);
+	CHECK_EQ_INT(XP_MAX_FDS, 1);
+	free(spec);
+}
