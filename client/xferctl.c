@@ -140,7 +140,7 @@ static void human_size(uint64_t v, char *out, size_t len)
 	int u = -1;
 
 	if (v < 1024) {
-		snprintf(out, len, "%llu", (unsigned long long)v);
+		snprintf(out, len, "%lluB", (unsigned long long)v);
 		return;
 	}
 	while (d >= 1024 && u < 4) {

@@ -172,7 +172,7 @@ void xd_copier_destroy(struct xd_copier *cp)
 		pthread_join(cp->threads[i], NULL);
 	/* Workers are gone: everything submitted is in finished now (running ones completed). */
 	deliver_finished(cp);
-	event_free(cp->ev);
+	xd_event_free(cp->ev);
 	if (cp->efd >= 0)
 		close(cp->efd);
 	pthread_cond_destroy(&cp->cond);

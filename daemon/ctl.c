@@ -56,8 +56,8 @@ static void conn_free(struct xd_conn *c)
 		STAILQ_REMOVE_HEAD(&c->outq, link);
 		free(it);
 	}
-	event_free(c->rev);
-	event_free(c->wev);
+	xd_event_free(c->rev);
+	xd_event_free(c->wev);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);
@@ -312,7 +312,7 @@ void xd_ctl_fini(struct xd_daemon *d)
 		xd_conn_close(c, "daemon stopping");
 	reap_cb(-1, 0, d);
 	xd_ctl_stop_listening(d);
-	event_free(d->listen_ev);
-	event_free(d->reap_ev);
+	xd_event_free(d->listen_ev);
+	xd_event_free(d->reap_ev);
 	d->listen_ev = d->reap_ev = NULL;
 }

@@ -202,10 +202,9 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_copier_destroy(d->copier); /* first: no worker may touch a mapping after this */
 	xd_ctl_fini(d);
 	xd_ops_fini(d);
-	event_free(d->shutdown_ev);
+	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)
-		if (d->sig_ev[i])
-			event_free(d->sig_ev[i]);
+		xd_event_free(d->sig_ev[i]);
 	if (d->base)
 		event_base_free(d->base);
 	xd_config_fini(&d->cfg);

@@ -88,7 +88,7 @@ static void waiter_free(struct xd_waiter *w)
 {
 	TAILQ_REMOVE(&w->op->waiters, w, op_link);
 	TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
-	event_free(w->timer);
+	xd_event_free(w->timer);
 	free(w);
 }
 
@@ -118,7 +118,7 @@ static int waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms
 		w->timeout_ms = (uint64_t)timeout_ms;
 		w->timer = evtimer_new(op->d->base, waiter_timeout_cb, w);
 		if (!w->timer || evtimer_add(w->timer, &tv) < 0) {
-			event_free(w->timer);
+			xd_event_free(w->timer);
 			free(w);
 			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 		}
@@ -238,7 +238,7 @@ static void op_free(struct xd_op *op)
 		op->pair->pair = NULL;
 	drop_regions(op);
 	TAILQ_REMOVE(&op->d->ops, op, link);
-	event_free(op->deadline);
+	xd_event_free(op->deadline);
 	free(op->segs);
 	free(op);
 }
@@ -450,7 +450,7 @@ int xd_handle_op_passive(struct xd_call *call)
 		return -call->err;
 	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
 		free(op->segs);
-		event_free(op->deadline);
+		xd_event_free(op->deadline);
 		free(op);
 		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
 	}
@@ -606,7 +606,7 @@ int xd_handle_op_active(struct xd_call *call)
 	xp_meta_fini(&m);
 	if (!passive) {
 		free(active->segs);
-		event_free(active->deadline);
+		xd_event_free(active->deadline);
 		free(active);
 		return -call->err;
 	}

@@ -37,6 +37,13 @@
 
 struct xd_conn;
 struct xd_op;
+
+/* event_free() of libevent 2.1 crashes on NULL; destroy functions here accept NULL. */
+static inline void xd_event_free(struct event *ev)
+{
+	if (ev)
+		event_free(ev);
+}
 struct xd_copy_job;
 
 /* log.c */
