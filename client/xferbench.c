@@ -1,0 +1,1021 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * xferbench: demo and benchmark client of xferd, built only on the public libxferclient API.
+ * "demo" moves one buffer between two client processes with readable/read, then writable/write,
+ * and checks every byte. "bench" measures the local transport against single-thread memcpy of
+ * the same sizes in the same run, and the latency of a small operation.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "xferclient.h"
+
+#define KIB (1024ULL)
+#define MIB (1024ULL * KIB)
+#define GIB (1024ULL * MIB)
+
+#define DEMO_SIZE (256 * MIB)
+#define BENCH_MAX GIB
+#define LAT_SIZE 64
+#define LAT_ITERS 1000
+#define MD_LINE_MAX 20000 /* metadata is at most 16384 characters (PROTOCOL.md section 9) */
+
+struct opts {
+	const char *socket; /* NULL: $XFERD_SOCKET, else the library's default */
+	uint64_t size;	    /* demo: bytes to move */
+	uint64_t max;	    /* bench: largest size */
+	int iters;	    /* bench: 0 = chosen per size */
+};
+
+/* A registered buffer: the memfd mapping plus its region on one connection. */
+struct reg_buf {
+	struct xfer_buf buf;
+	uint64_t region;
+	uint64_t reg_ns; /* time xfer_region_register took */
+};
+
+/* One side of a pair of operations, with the timestamps of its steps. */
+struct xfer_times {
+	uint64_t start;	  /* before the passive call */
+	uint64_t offered; /* passive operation created, metadata in hand */
+	uint64_t claimed; /* active call returned: the claim was accepted */
+	uint64_t done;	  /* active operation seen COMPLETE */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static double gbps(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns : 0.0; /* bytes per ns == GB/s (1e9 B/s) */
+}
+
+static const char *socket_name(const struct opts *o)
+{
+	const char *env = getenv("XFERD_SOCKET");
+
+	if (o->socket)
+		return o->socket;
+	return env && *env ? env : "/run/xferd/xferd.sock";
+}
+
+/* Formats @n bytes as "4 KiB", "256 MiB", "1.5 GiB" into @buf; returns @buf. */
+static const char *fmt_size(uint64_t n, char *buf, size_t len)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	unsigned int u = 0;
+
+	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	if (v == (double)(uint64_t)v)
+		snprintf(buf, len, "%" PRIu64 " %s", (uint64_t)v, units[u]);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+/* Parses "4096", "64K", "256M", "1G", "1GiB". Returns 0 and *out, or -EINVAL. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	static const char suffixes[] = "KMGT";
+	const char *sfx;
+	char *end;
+	unsigned long long v;
+	uint64_t mult = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
+	if (sfx) {
+		mult = 1ULL << (10 * (sfx - suffixes + 1));
+		end++;
+		if (*end == 'i')
+			end++;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v == 0 || __builtin_mul_overflow((uint64_t)v, mult, out))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The test pattern: word i of a buffer is splitmix64(seed + i), so any range can be checked
+ * without state and a misplaced or stale chunk is caught, not just a missing one.
+ */
+static uint64_t pattern_word(uint64_t seed, uint64_t i)
+{
+	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void pattern_fill(void *buf, size_t len, uint64_t seed)
+{
+	uint64_t *w = buf, last;
+	size_t n = len / 8, i;
+
+	for (i = 0; i < n; i++)
+		w[i] = pattern_word(seed, i);
+	if (len % 8) {
+		last = pattern_word(seed, n);
+		memcpy(w + n, &last, len % 8);
+	}
+}
+
+/* Returns true if @buf holds the pattern of @seed; else false and the first bad offset. */
+static bool pattern_check(const void *buf, size_t len, uint64_t seed, size_t *bad)
+{
+	const uint64_t *w = buf;
+	size_t n = len / 8, i;
+	uint64_t last;
+
+	for (i = 0; i < n; i++) {
+		if (w[i] != pattern_word(seed, i)) {
+			*bad = i * 8;
+			return false;
+		}
+	}
+	last = pattern_word(seed, n);
+	if (len % 8 && memcmp(w + n, &last, len % 8)) {
+		*bad = n * 8;
+		return false;
+	}
+	return true;
+}
+
+static bool verify(const char *who, const void *buf, size_t len, uint64_t seed)
+{
+	size_t bad = 0;
+
+	if (pattern_check(buf, len, seed, &bad))
+		return true;
+	fprintf(stderr, "xferbench: %s: byte mismatch at offset %zu of %zu\n", who, bad, len);
+	return false;
+}
+
+/* Prints what failed, with the daemon's own sentence when it refused. Returns @err. */
+static int fail(struct xfer_client *c, const char *what, int err)
+{
+	const char *why = c ? xfer_last_error(c) : "";
+
+	fprintf(stderr, "xferbench: %s: %s%s%s\n", what, xfer_strerror(err), *why ? ": " : "", why);
+	return err;
+}
+
+static int client_open(const struct opts *o, const char *name, struct xfer_client **c)
+{
+	int err = xfer_connect(o->socket, name, c);
+
+	if (err)
+		fprintf(stderr,
+			"xferbench: cannot reach xferd at %s: %s\n"
+			"  start one (xferd --foreground --socket PATH) and pass --socket PATH or set "
+			"XFERD_SOCKET\n",
+			socket_name(o), xfer_strerror(err));
+	return err;
+}
+
+/*
+ * Allocates a sealed memfd buffer of @len bytes, touches every page (so no timed copy pays the
+ * client's page faults) and registers it on @c. Returns 0 or -errno; on failure @rb is freed.
+ */
+static int reg_buf_create(struct xfer_client *c, size_t len, const char *name, struct reg_buf *rb)
+{
+	int err;
+
+	memset(rb, 0, sizeof(*rb));
+	rb->buf.fd = -1;
+	err = xfer_buf_alloc(len, &rb->buf);
+	if (err)
+		return fail(NULL, "xfer_buf_alloc", err);
+	memset(rb->buf.addr, 0, len);
+	rb->reg_ns = now_ns();
+	err = xfer_region_register(c, rb->buf.fd, 0, 0, name, &rb->region);
+	rb->reg_ns = now_ns() - rb->reg_ns;
+	if (err) {
+		xfer_buf_free(&rb->buf);
+		return fail(c, "xfer_region_register", err);
+	}
+	return 0;
+}
+
+/* Deregisters and frees @rb; a zeroed @rb is fine. */
+static void reg_buf_destroy(struct xfer_client *c, struct reg_buf *rb)
+{
+	int err;
+
+	if (!rb->buf.addr)
+		return;
+	err = xfer_region_deregister(c, rb->region, 0);
+	if (err)
+		fail(c, "xfer_region_deregister", err);
+	xfer_buf_free(&rb->buf);
+	memset(rb, 0, sizeof(*rb));
+}
+
+/* Waits for @op to end; returns 0 only if it ended COMPLETE with all @len bytes moved. */
+static int wait_complete(struct xfer_client *c, uint64_t op, uint64_t len, const char *who,
+			 struct xfer_op_info *info)
+{
+	int err = xfer_wait(c, op, -1, info);
+
+	if (err)
+		return fail(c, who, err);
+	if (info->state != XFER_COMPLETE || info->bytes != len) {
+		fprintf(stderr,
+			"xferbench: %s: op %" PRIu64 " ended %s after %" PRIu64 " of %" PRIu64
+			" bytes: %s (%s)\n",
+			who, op, xfer_state_name(info->state), info->bytes, len, info->cause,
+			xfer_strerror(info->error));
+		return info->error ? info->error : -EIO;
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Sorts @v and returns its @pct-th percentile (50 = median). */
+static uint64_t percentile(uint64_t *v, size_t n, unsigned int pct)
+{
+	size_t i;
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	i = (n * pct + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* demo: two processes, metadata through a pipe                                             */
+
+enum demo_phase { DEMO_READ, DEMO_WRITE, DEMO_PHASES };
+
+/* Records expected: the active side sends one per phase, the passive one for the write. */
+#define DEMO_RECS 3
+
+/* What a child tells the parent about one phase; smaller than PIPE_BUF, so written atomically. */
+struct demo_rec {
+	int phase;
+	int verified; /* 1 if this process checked the bytes and they matched */
+	uint64_t ns;  /* active side: claim to completion; 0 if not measured here */
+	char transport[16];
+};
+
+struct demo_pipes {
+	int md[2];  /* passive -> active: metadata, one line per phase */
+	int ack[2]; /* active -> passive: "read checked, offer the next buffer" */
+	int res[2]; /* both children -> parent: struct demo_rec */
+};
+
+static int write_all(int fd, const void *p, size_t len)
+{
+	const char *c = p;
+
+	while (len) {
+		ssize_t n = write(fd, c, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		c += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Reads one '\n'-terminated line into @buf (without the newline). Returns 0 or -errno. */
+static int read_line(int fd, char *buf, size_t len)
+{
+	size_t i = 0;
+
+	while (i + 1 < len) {
+		ssize_t n = read(fd, buf + i, 1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EPIPE;
+		if (buf[i] == '\n') {
+			buf[i] = '\0';
+			return 0;
+		}
+		i++;
+	}
+	return -EMSGSIZE;
+}
+
+static void demo_report(const struct demo_pipes *p, int phase, bool ok, uint64_t ns,
+			const char *transport)
+{
+	struct demo_rec r = { .phase = phase, .verified = ok, .ns = ns };
+	int err;
+
+	snprintf(r.transport, sizeof(r.transport), "%s", transport);
+	err = write_all(p->res[1], &r, sizeof(r));
+	if (err)
+		fprintf(stderr, "xferbench: cannot report to the parent: %s\n", strerror(-err));
+}
+
+static void say(const char *role, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(const char *role, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	printf("  [%s] ", role);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+/* Passive side: offer the buffer with op.readable/op.writable and hand out the metadata. */
+static int demo_offer(struct xfer_client *c, struct reg_buf *rb, bool writable,
+		      const struct demo_pipes *p, uint64_t *op)
+{
+	struct xfer_desc d = { rb->region, 0, rb->buf.length };
+	char *md = NULL;
+	int err;
+
+	err = writable ? xfer_writable(c, &d, 1, NULL, op, &md) :
+			 xfer_readable(c, &d, 1, NULL, op, &md);
+	if (err)
+		return fail(c, writable ? "xfer_writable" : "xfer_readable", err);
+	say("passive",
+	    "op.%s -> op %" PRIu64 "; metadata (%zu chars, %.24s...) goes to the "
+	    "active process through a pipe",
+	    writable ? "writable" : "readable", *op, strlen(md), md);
+	err = write_all(p->md[1], md, strlen(md));
+	if (!err)
+		err = write_all(p->md[1], "\n", 1);
+	free(md);
+	if (err)
+		fprintf(stderr, "xferbench: passive: metadata pipe: %s\n", strerror(-err));
+	return err;
+}
+
+static int demo_passive_run(struct xfer_client *c, struct reg_buf *rb, const struct demo_pipes *p)
+{
+	struct xfer_op_info info;
+	char line[16];
+	uint64_t op;
+	bool ok;
+	int err;
+
+	err = demo_offer(c, rb, false, p, &op);
+	if (!err)
+		err = wait_complete(c, op, rb->buf.length, "passive: readable", &info);
+	if (err)
+		return err;
+	say("passive", "readable op %" PRIu64 " COMPLETE: the active process has read it all", op);
+	xfer_release(c, op);
+
+	memset(rb->buf.addr, 0, rb->buf.length);
+	err = read_line(p->ack[0], line, sizeof(line));
+	if (err)
+		return err;
+	err = demo_offer(c, rb, true, p, &op);
+	if (!err)
+		err = wait_complete(c, op, rb->buf.length, "passive: writable", &info);
+	if (err)
+		return err;
+	ok = verify("passive: after write", rb->buf.addr, rb->buf.length, 2);
+	say("passive", "writable op %" PRIu64 " COMPLETE; every byte written into it %s", op,
+	    ok ? "matches the pattern" : "does NOT match");
+	demo_report(p, DEMO_WRITE, ok, 0, info.transport);
+	xfer_release(c, op);
+	return ok ? 0 : -EIO;
+}
+
+static int demo_passive(const struct opts *o, const struct demo_pipes *p)
+{
+	struct xfer_client *c = NULL;
+	struct reg_buf rb;
+	char sz[32];
+	int err;
+
+	err = client_open(o, "xferbench-passive", &c);
+	if (err)
+		return err;
+	err = reg_buf_create(c, o->size, "demo-passive", &rb);
+	if (err)
+		goto out_close;
+	pattern_fill(rb.buf.addr, rb.buf.length, 1);
+	say("passive",
+	    "client %" PRIu64 ": %s sealed memfd registered as region %" PRIu64
+	    " in %.1f ms, filled with a PRNG pattern",
+	    xfer_client_id(c), fmt_size(o->size, sz, sizeof(sz)), rb.region,
+	    (double)rb.reg_ns / 1e6);
+	err = demo_passive_run(c, &rb, p);
+	reg_buf_destroy(c, &rb);
+out_close:
+	xfer_close(c);
+	return err;
+}
+
+/* Active side of one phase: claim @md with op.read or op.write and time it to completion. */
+static int demo_claim(struct xfer_client *c, struct reg_buf *rb, const char *md, bool write,
+		      uint64_t *ns, struct xfer_op_info *info)
+{
+	struct xfer_desc d = { rb->region, 0, rb->buf.length };
+	uint64_t op, t0 = now_ns();
+	int err;
+
+	err = write ? xfer_write(c, md, &d, 1, NULL, &op) : xfer_read(c, md, &d, 1, NULL, &op);
+	if (err)
+		return fail(c, write ? "xfer_write" : "xfer_read", err);
+	err = wait_complete(c, op, rb->buf.length, write ? "active: write" : "active: read", info);
+	*ns = now_ns() - t0;
+	xfer_release(c, op);
+	return err;
+}
+
+static int demo_active_run(struct xfer_client *c, struct reg_buf *rb, const struct demo_pipes *p)
+{
+	static char md[MD_LINE_MAX];
+	struct xfer_op_info info;
+	uint64_t ns;
+	bool ok;
+	int err;
+
+	err = read_line(p->md[0], md, sizeof(md));
+	if (!err)
+		err = demo_claim(c, rb, md, false, &ns, &info);
+	if (err)
+		return err;
+	ok = verify("active: after read", rb->buf.addr, rb->buf.length, 1);
+	say("active ", "op.read COMPLETE over the '%s' transport in %.2f ms (%.2f GB/s); bytes %s",
+	    info.transport, (double)ns / 1e6, gbps(rb->buf.length, ns), ok ? "verified" : "WRONG");
+	demo_report(p, DEMO_READ, ok, ns, info.transport);
+	if (!ok)
+		return -EIO;
+
+	pattern_fill(rb->buf.addr, rb->buf.length, 2);
+	say("active ", "filled its buffer with a second pattern, asks for a writable buffer");
+	err = write_all(p->ack[1], "next\n", 5);
+	if (!err)
+		err = read_line(p->md[0], md, sizeof(md));
+	if (!err)
+		err = demo_claim(c, rb, md, true, &ns, &info);
+	if (err)
+		return err;
+	say("active ", "op.write COMPLETE over the '%s' transport in %.2f ms (%.2f GB/s)",
+	    info.transport, (double)ns / 1e6, gbps(rb->buf.length, ns));
+	demo_report(p, DEMO_WRITE, false, ns, info.transport);
+	return 0;
+}
+
+static int demo_active(const struct opts *o, const struct demo_pipes *p)
+{
+	struct xfer_client *c = NULL;
+	struct reg_buf rb;
+	char sz[32];
+	int err;
+
+	err = client_open(o, "xferbench-active", &c);
+	if (err)
+		return err;
+	err = reg_buf_create(c, o->size, "demo-active", &rb);
+	if (err)
+		goto out_close;
+	say("active ", "client %" PRIu64 ": %s zeroed memfd registered as region %" PRIu64,
+	    xfer_client_id(c), fmt_size(o->size, sz, sizeof(sz)), rb.region);
+	err = demo_active_run(c, &rb, p);
+	reg_buf_destroy(c, &rb);
+out_close:
+	xfer_close(c);
+	return err;
+}
+
+/*
+ * Forks one child running @fn; the child closes the pipe ends it does not use (@passive says
+ * which), so that either side sees end-of-file when the other one dies.
+ */
+static pid_t demo_spawn(int (*fn)(const struct opts *, const struct demo_pipes *),
+			const struct opts *o, const struct demo_pipes *p, bool passive)
+{
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		perror("xferbench: fork");
+		return -1;
+	}
+	if (pid == 0) {
+		close(p->res[0]);
+		close(p->md[passive ? 0 : 1]);
+		close(p->ack[passive ? 1 : 0]);
+		exit(fn(o, p) ? 1 : 0);
+	}
+	return pid;
+}
+
+/* Waits for both children; if one fails, stops the other so nothing waits for a deadline. */
+static bool demo_reap(pid_t pas, pid_t act)
+{
+	bool ok = true, killed = false;
+	int left = 2, st;
+
+	while (left > 0) {
+		pid_t pid = waitpid(-1, &st, 0);
+
+		if (pid < 0 && errno == EINTR)
+			continue;
+		if (pid < 0)
+			break;
+		if (pid != pas && pid != act)
+			continue;
+		left--;
+		if ((WIFEXITED(st) && WEXITSTATUS(st) == 0) || killed)
+			continue;
+		fprintf(stderr, "xferbench: the %s process failed; stopping the other one\n",
+			pid == pas ? "passive" : "active");
+		ok = false;
+		killed = left > 0 && kill(pid == pas ? act : pas, SIGTERM) == 0;
+	}
+	return ok && left == 0;
+}
+
+static void demo_print(const struct demo_rec *recs, size_t n, uint64_t size)
+{
+	static const char *const names[] = { "readable/read", "writable/write" };
+	uint64_t ns[DEMO_PHASES] = { 0 };
+	bool ok[DEMO_PHASES] = { false };
+	const char *tr[DEMO_PHASES] = { "?", "?" };
+	char sz[32];
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		int ph = recs[i].phase;
+
+		if (ph < 0 || ph >= DEMO_PHASES)
+			continue;
+		ns[ph] = recs[i].ns ? recs[i].ns : ns[ph];
+		ok[ph] = ok[ph] || recs[i].verified;
+		if (recs[i].transport[0])
+			tr[ph] = recs[i].transport;
+	}
+	printf("\n%-16s %10s %10s %10s %-9s %s\n", "mode", "size", "time", "GB/s", "transport",
+	       "verified");
+	for (i = 0; i < DEMO_PHASES; i++)
+		printf("%-16s %10s %8.2f ms %10.2f %-9s %s\n", names[i],
+		       fmt_size(size, sz, sizeof(sz)), (double)ns[i] / 1e6, gbps(size, ns[i]),
+		       tr[i], ok[i] ? "yes" : "NO");
+}
+
+static int run_demo(const struct opts *o)
+{
+	struct demo_pipes p;
+	struct demo_rec recs[DEMO_RECS + 1];
+	size_t n = 0;
+	pid_t pas, act;
+	bool ok;
+
+	if (pipe2(p.md, O_CLOEXEC) || pipe2(p.ack, O_CLOEXEC) || pipe2(p.res, O_CLOEXEC)) {
+		perror("xferbench: pipe");
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	pas = demo_spawn(demo_passive, o, &p, true);
+	act = pas < 0 ? -1 : demo_spawn(demo_active, o, &p, false);
+	close(p.md[0]);
+	close(p.md[1]);
+	close(p.ack[0]);
+	close(p.ack[1]);
+	close(p.res[1]);
+	if (pas > 0 && act < 0)
+		kill(pas, SIGTERM);
+	/*
+	 * Note that the children are reaped before their records are read: the few records fit in
+	 * the pipe, and reaping first lets a failure of one child stop the other at once instead of
+	 * leaving it waiting for its operation's deadline.
+	 */
+	ok = pas > 0 && act > 0 && demo_reap(pas, act);
+	while (n < sizeof(recs) / sizeof(recs[0]) &&
+	       read(p.res[0], &recs[n], sizeof(recs[n])) == (ssize_t)sizeof(recs[n]))
+		n++;
+	close(p.res[0]);
+	if (n)
+		demo_print(recs, n, o->size);
+	ok = ok && n == DEMO_RECS;
+	printf("\n%s\n", ok ? "demo: both transfers verified" : "demo: FAILED");
+	return ok ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* bench: one process, two connections (passive and active), regions reused per size        */
+
+struct bench {
+	struct xfer_client *pas, *act;
+	struct reg_buf pbuf, abuf; /* passive's and active's buffers of the current size */
+};
+
+/*
+ * One pair of operations of @len bytes: the passive connection offers pbuf (readable, or
+ * writable when @write), the active one claims it with abuf. Fills @t. Returns 0 or -errno.
+ * Every operation is single-use, so each call creates and releases a new pair.
+ */
+static int bench_pair(struct bench *b, uint64_t len, bool write, struct xfer_times *t)
+{
+	struct xfer_desc pd = { b->pbuf.region, 0, len }, ad = { b->abuf.region, 0, len };
+	struct xfer_op_info info;
+	uint64_t pop, aop;
+	char *md = NULL;
+	int err;
+
+	t->start = now_ns();
+	err = write ? xfer_writable(b->pas, &pd, 1, NULL, &pop, &md) :
+		      xfer_readable(b->pas, &pd, 1, NULL, &pop, &md);
+	if (err)
+		return fail(b->pas, write ? "xfer_writable" : "xfer_readable", err);
+	t->offered = now_ns();
+	err = write ? xfer_write(b->act, md, &ad, 1, NULL, &aop) :
+		      xfer_read(b->act, md, &ad, 1, NULL, &aop);
+	free(md);
+	if (err) {
+		fail(b->act, write ? "xfer_write" : "xfer_read", err);
+		xfer_release(b->pas, pop);
+		return err;
+	}
+	t->claimed = now_ns();
+	err = wait_complete(b->act, aop, len, "active", &info);
+	t->done = now_ns();
+	if (!err)
+		err = wait_complete(b->pas, pop, len, "passive", &info);
+	xfer_release(b->act, aop);
+	xfer_release(b->pas, pop);
+	return err;
+}
+
+/* Timed memcpy from the passive buffer into the active one; returns ns. */
+static uint64_t bench_memcpy(struct bench *b, size_t len)
+{
+	uint64_t t0 = now_ns();
+
+	memcpy(b->abuf.buf.addr, b->pbuf.buf.addr, len);
+	__asm__ __volatile__("" ::: "memory");
+	return now_ns() - t0;
+}
+
+/*
+ * One round: read (passive -> active) and write (active -> passive), each of fresh data that
+ * is then checked in full, and a memcpy of the same size. @round seeds the patterns so a
+ * transfer that moved nothing cannot pass on the previous round's bytes.
+ */
+static int bench_round(struct bench *b, size_t len, unsigned int round, uint64_t ns[3])
+{
+	uint64_t seed = 1000 + 2ULL * round;
+	struct xfer_times t;
+	int err;
+
+	pattern_fill(b->pbuf.buf.addr, len, seed);
+	err = bench_pair(b, len, false, &t);
+	if (err)
+		return err;
+	ns[0] = t.done - t.offered;
+	if (!verify("bench read", b->abuf.buf.addr, len, seed))
+		return -EIO;
+
+	pattern_fill(b->abuf.buf.addr, len, seed + 1);
+	err = bench_pair(b, len, true, &t);
+	if (err)
+		return err;
+	ns[1] = t.done - t.offered;
+	if (!verify("bench write", b->pbuf.buf.addr, len, seed + 1))
+		return -EIO;
+
+	ns[2] = bench_memcpy(b, len);
+	return 0;
+}
+
+static int bench_iters(const struct opts *o, uint64_t size)
+{
+	uint64_t n = GIB / size;
+
+	if (o->iters > 0)
+		return o->iters;
+	return n < 5 ? 5 : n > 200 ? 200 : (int)n;
+}
+
+/* Registers both buffers of @size, runs a warm-up round and @iters rounds, prints one row. */
+static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
+{
+	int iters = bench_iters(o, size), err, i, k;
+	uint64_t *ns[3], med[3], reg_ns = 0;
+	char sz[32];
+
+	ns[0] = calloc((size_t)iters * 3, sizeof(uint64_t));
+	if (!ns[0])
+		return -ENOMEM;
+	ns[1] = ns[0] + iters;
+	ns[2] = ns[1] + iters;
+	err = reg_buf_create(b->pas, size, "bench-passive", &b->pbuf);
+	reg_ns = b->pbuf.reg_ns;
+	if (!err)
+		err = reg_buf_create(b->act, size, "bench-active", &b->abuf);
+	for (i = -1; !err && i < iters; i++) {
+		uint64_t r[3];
+
+		err = bench_round(b, size, (unsigned int)(i + 1), r);
+		for (k = 0; !err && i >= 0 && k < 3; k++)
+			ns[k][i] = r[k];
+	}
+	reg_buf_destroy(b->act, &b->abuf);
+	reg_buf_destroy(b->pas, &b->pbuf);
+	if (!err) {
+		for (k = 0; k < 3; k++)
+			med[k] = percentile(ns[k], (size_t)iters, 50);
+		printf("%9s %5d %9.2f %8.2f %8.2f %6.2fx %8.2f %6.2fx %9.1f %9.1f  yes\n",
+		       fmt_size(size, sz, sizeof(sz)), iters, (double)reg_ns / 1e6,
+		       gbps(size, med[2]), gbps(size, med[0]), (double)med[2] / (double)med[0],
+		       gbps(size, med[1]), (double)med[2] / (double)med[1], (double)med[0] / 1e3,
+		       (double)med[1] / 1e3);
+		fflush(stdout);
+	}
+	free(ns[0]);
+	return err;
+}
+
+static void lat_row(const char *what, uint64_t *v, size_t n)
+{
+	uint64_t med = percentile(v, n, 50), p99 = percentile(v, n, 99);
+
+	printf("  %-52s %8.1f us %8.1f us\n", what, (double)med / 1e3, (double)p99 / 1e3);
+}
+
+/* Pins the calling process to @cpu (< 0: leaves it alone). Returns 0 or -errno. */
+static int pin_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return 0;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
+}
+
+/*
+ * Round trips of @LAT_SIZE bytes over a SOCK_SEQPACKET socketpair to a forked echo process,
+ * this process on CPU @cpu_self and the echo on @cpu_echo (< 0: wherever the scheduler puts
+ * them). The control RPCs above pay at least this. Returns 0 or -errno.
+ */
+static int unix_rtt(uint64_t *v, int iters, int cpu_self, int cpu_echo)
+{
+	char buf[LAT_SIZE] = { 0 };
+	int sv[2], i, err;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+		return -errno;
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		if (pin_cpu(cpu_echo))
+			_exit(1);
+		while (read(sv[1], buf, sizeof(buf)) > 0 && write(sv[1], buf, sizeof(buf)) > 0)
+			;
+		_exit(0);
+	}
+	close(sv[1]);
+	err = pid < 0 ? -errno : pin_cpu(cpu_self);
+	for (i = 0; !err && i < iters; i++) {
+		uint64_t t0 = now_ns();
+
+		if (write(sv[0], buf, sizeof(buf)) != sizeof(buf) ||
+		    read(sv[0], buf, sizeof(buf)) != sizeof(buf))
+			err = -EIO;
+		v[i] = now_ns() - t0;
+	}
+	close(sv[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return err;
+}
+
+/* Prints the AF_UNIX round-trip baselines: as scheduled, same CPU, and across two CPUs. */
+static int unix_baselines(uint64_t *v)
+{
+	cpu_set_t saved;
+	int err;
+
+	if (sched_getaffinity(0, sizeof(saved), &saved))
+		return -errno;
+	err = unix_rtt(v, LAT_ITERS, -1, -1);
+	if (!err)
+		lat_row("baseline: AF_UNIX round trip, 2 processes", v, LAT_ITERS);
+	if (!err && CPU_COUNT(&saved) >= 2 && !unix_rtt(v, LAT_ITERS, 0, 0))
+		lat_row("  both pinned to one CPU", v, LAT_ITERS);
+	if (!err && CPU_COUNT(&saved) >= 2 && !unix_rtt(v, LAT_ITERS, 0, 1))
+		lat_row("  pinned to two different CPUs (a wakeup per message)", v, LAT_ITERS);
+	sched_setaffinity(0, sizeof(saved), &saved);
+	return err;
+}
+
+/* Small-operation latency: @LAT_ITERS rounds of readable + read + wait on 64-byte regions. */
+static int bench_latency(struct bench *b)
+{
+	uint64_t *v = calloc(4 * LAT_ITERS, sizeof(uint64_t)), *p[4];
+	int err, i;
+
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < 4; i++)
+		p[i] = v + i * LAT_ITERS;
+	err = reg_buf_create(b->pas, 4096, "lat-passive", &b->pbuf);
+	if (!err)
+		err = reg_buf_create(b->act, 4096, "lat-active", &b->abuf);
+	for (i = -10; !err && i < LAT_ITERS; i++) {
+		struct xfer_times t;
+
+		err = bench_pair(b, LAT_SIZE, false, &t);
+		if (err || i < 0)
+			continue;
+		p[0][i] = t.done - t.start;
+		p[1][i] = t.offered - t.start;
+		p[2][i] = t.claimed - t.offered;
+		p[3][i] = t.done - t.claimed;
+	}
+	reg_buf_destroy(b->act, &b->abuf);
+	reg_buf_destroy(b->pas, &b->pbuf);
+	if (!err) {
+		printf("\nsmall-op latency, %d B, %d rounds after 10 warm-up:\n", LAT_SIZE,
+		       LAT_ITERS);
+		printf("  %-52s %11s %11s\n", "", "median", "p99");
+		lat_row("readable + read + wait (one whole round)", p[0], LAT_ITERS);
+		lat_row("  op.readable (passive creates, gets metadata)", p[1], LAT_ITERS);
+		lat_row("  op.read (claim accepted)", p[2], LAT_ITERS);
+		lat_row("  op.wait (until the active side sees COMPLETE)", p[3], LAT_ITERS);
+		err = unix_baselines(v);
+	}
+	free(v);
+	return err;
+}
+
+static void bench_header(const struct opts *o)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	printf("xferbench: local transport of xferd at %s, %ld CPUs\n", socket_name(o), cpus);
+	printf("time per op = claim (op.read/op.write) to active-side COMPLETE, median of the "
+	       "iterations after one warm-up;\nmemcpy = single-thread memcpy of the same size "
+	       "between the same two pre-faulted memfd mappings, same run;\nratio = memcpy time / "
+	       "op time (1.00x = as fast as memcpy); GB/s = 1e9 bytes/s; every transfer is "
+	       "checked in full\n\n");
+	printf("%9s %5s %9s %8s %8s %7s %8s %7s %9s %9s  %s\n", "size", "iters", "reg ms", "memcpy",
+	       "read", "ratio", "write", "ratio", "read us", "write us", "verified");
+	printf("%9s %5s %9s %8s %8s %7s %8s\n", "", "", "(1 side)", "GB/s", "GB/s", "", "GB/s");
+}
+
+static int run_bench(const struct opts *o)
+{
+	static const uint64_t sizes[] = {
+		4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB
+	};
+	struct bench b = { 0 };
+	size_t i;
+	int err;
+
+	err = client_open(o, "xferbench-passive", &b.pas);
+	if (!err)
+		err = client_open(o, "xferbench-active", &b.act);
+	if (!err)
+		bench_header(o);
+	for (i = 0; !err && i < sizeof(sizes) / sizeof(sizes[0]) && sizes[i] <= o->max; i++)
+		err = bench_size(&b, o, sizes[i]);
+	if (!err)
+		err = bench_latency(&b);
+	if (!err)
+		printf("\nnote: on this 2-vCPU VM, waking a process on the other vCPU costs ~50 us "
+		       "(guest halt-polling is off),\nso each control round trip may pay it: small-op "
+		       "latency is dominated by wakeups, not by copying.\n");
+	xfer_close(b.act);
+	xfer_close(b.pas);
+	if (err)
+		fprintf(stderr, "xferbench: bench FAILED: %s\n", xfer_strerror(err));
+	return err ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: xferbench demo  [--socket PATH] [--size SIZE]   (default 256M)\n"
+		"       xferbench bench [--socket PATH] [--max SIZE] [--iters N]   (default 1G)\n"
+		"Needs a running xferd: --socket PATH, else $XFERD_SOCKET, else "
+		"/run/xferd/xferd.sock.\n"
+		"SIZE takes K, M, G suffixes (powers of 1024).\n");
+}
+
+/* Parses the options after the mode. Returns 0, or 2 for a usage error. */
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	static const struct option lopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "size", required_argument, NULL, 'z' },
+		{ "max", required_argument, NULL, 'm' },
+		{ "iters", required_argument, NULL, 'i' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *name = "";
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:z:m:i:h", lopts, NULL)) != -1) {
+		name = c == 'z' ? "size" : c == 'm' ? "max" : "iters";
+		switch (c) {
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'z':
+			if (parse_size(optarg, &o->size))
+				goto bad;
+			break;
+		case 'm':
+			if (parse_size(optarg, &o->max))
+				goto bad;
+			break;
+		case 'i':
+			o->iters = atoi(optarg);
+			if (o->iters <= 0)
+				goto bad;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind == argc)
+		return 0;
+	fprintf(stderr, "xferbench: unexpected argument '%s'\n", argv[optind]);
+	usage(stderr);
+	return 2;
+bad:
+	fprintf(stderr, "xferbench: bad value '%s' for --%s\n", optarg, name);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*run)(const struct opts *);
+	} modes[] = { { "demo", run_demo }, { "bench", run_bench } };
+	struct opts o = { .size = DEMO_SIZE, .max = BENCH_MAX };
+	size_t i;
+	int rc;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	rc = parse_opts(argc - 1, argv + 1, &o);
+	if (rc)
+		return rc;
+	for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (!strcmp(argv[1], modes[i].name))
+			return modes[i].run(&o);
+	fprintf(stderr, "xferbench: unknown mode '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

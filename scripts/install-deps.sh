@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Installs the Debian packages xferd needs to build and test. Idempotent: when every package is
+# already installed it only asks dpkg and exits 0, without touching apt; otherwise (as root) it
+# runs apt-get update once and installs just the missing ones.
+set -euo pipefail
+
+PKGS=(
+	build-essential
+	pkg-config
+	libibverbs-dev
+	librdmacm-dev
+	libevent-dev
+	libjansson-dev
+	libsystemd-dev
+	iproute2
+	python3
+	procps
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	# Note that dpkg-query exits 0 for a package that is known but removed ("deinstall ok
+	# config-files"), so the status text is what decides, not the exit code.
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	[ "$st" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+
+echo "install-deps: missing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: not root; install them with:" >&2
+	echo "  sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+	exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"
