@@ -173,7 +173,21 @@ XFER_EXPORT int xfer_release(struct xfer_client *c, uint64_t op);
 /* Called for every op.changed notification the daemon pushes. @info is valid during the call. */
 typedef void (*xfer_event_cb)(struct xfer_client *c, const struct xfer_op_info *info, void *arg);
 
-/* Sets (or with NULL clears) the event callback of @c. */
+/*
+ * Sets (or with NULL clears) the event callback of @c.
+ *
+ * When it runs: never in the middle of the library's own work. Notifications that arrive while
+ * a call waits for its reply are queued, and the queue is delivered just before that call
+ * returns (after its results are stored), or by xfer_dispatch(). So the callback always runs on
+ * the thread that made a call on @c, and only from inside xfer_* calls on @c.
+ * While no callback is set, notifications are dropped rather than queued.
+ *
+ * What it may do: any call on @c, including blocking ones and xfer_close(@c) (then @c is freed
+ * once the callback returns; the call that delivered the event returns normally). Events that
+ * arrive during those nested calls are delivered by the same delivery loop after the callback
+ * returns, never re-entrantly. xfer_last_error() seen by the caller after delivery still
+ * describes the caller's own call.
+ */
 XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void *arg);
 
 /*

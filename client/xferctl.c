@@ -88,11 +88,11 @@ static int ctl_refused(const struct ctl *ctl, int rc)
 
 static const char *ctl_socket_path(const struct ctl *ctl)
 {
-	const char *env = getenv("XFERD_SOCKET");
+	const char *env = getenv(XP_SOCKET_ENV);
 
 	if (ctl->socket)
 		return ctl->socket;
-	return env && *env ? env : "/run/xferd/xferd.sock";
+	return env && *env ? env : XP_DEFAULT_SOCKET;
 }
 
 static int ctl_connect(struct ctl *ctl)
@@ -778,7 +778,7 @@ static int meta_total(const struct ctl *ctl, const char *meta, size_t *total)
 
 	rc = xp_meta_decode(meta, &m, err, sizeof(err));
 	if (rc < 0)
-		return ctl_fail(ctl, rc, "metadata %s", rc == -ENOMEM ? "cannot be decoded" : err);
+		return ctl_fail(ctl, rc, "%s", rc == -ENOMEM ? "out of memory" : err);
 	rc = m.total > SIZE_MAX ? -EFBIG : 0;
 	*total = (size_t)m.total;
 	xp_meta_fini(&m);
@@ -884,7 +884,7 @@ static void usage(FILE *f)
 		"METADATA '-' reads one line of stdin; OUTFILE '-' writes to stdout.\n"
 		"SIZE takes a K, M or G suffix (KiB, MiB, GiB).\n"
 		"exit status: 0 done, 1 failed, 2 usage error\n",
-		"/run/xferd/xferd.sock");
+		XP_DEFAULT_SOCKET);
 }
 
 static int cmd_help(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
