@@ -289,6 +289,51 @@ int td_wait_fd_count(struct td *d, int want, int ms)
 	}
 }
 
+/* Reads integer @key of a stats reply on raw connection @sock. Returns 0 or -errno. */
+static int raw_stat(int sock, const char *key, long long *val)
+{
+	struct xp_reply rep;
+	json_t *v;
+	int err = td_raw_call(sock, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"stats\"}", NULL,
+			      0, &rep);
+
+	if (!err) {
+		v = json_object_get(rep.result, key);
+		if (json_is_integer(v))
+			*val = json_integer_value(v);
+		else
+			err = -ENOENT;
+	}
+	xp_reply_fini(&rep);
+	return err;
+}
+
+int td_quiet_fd_count(struct td *d, int others)
+{
+	long long end = td_now_ms() + 10000, clients = -1;
+	int sock = td_raw_connect(d), err, n;
+
+	if (sock < 0)
+		return sock;
+	err = td_raw_hello(sock);
+	while (!err) {
+		err = raw_stat(sock, "clients", &clients);
+		if (err || clients == others + 1)
+			break;
+		if (td_now_ms() >= end) {
+			harness_note("daemon still has %lld clients, want %d", clients, others + 1);
+			err = -ETIMEDOUT;
+		}
+		sleep_ms(10);
+	}
+	n = td_fd_count(d->pid);
+	close(sock);
+	if (err)
+		return err;
+	/* only our own connection goes away now */
+	return td_wait_fd_count(d, n - 1, 10000);
+}
+
 int td_stat(struct td *d, const char *key, long long *val)
 {
 	struct xfer_client *c;

@@ -51,6 +51,13 @@ int td_fd_count(pid_t pid);
  */
 int td_wait_fd_count(struct td *d, int want, int ms);
 
+/*
+ * The daemon's fd count once it has settled with exactly @others client connections besides a
+ * probe connection of its own (which is closed and not counted). Waits up to 10 s for the
+ * connection count. Returns the fd count or -errno (-ETIMEDOUT if it never got there).
+ */
+int td_quiet_fd_count(struct td *d, int others);
+
 /* Reads integer @key of the daemon's `stats` result (via xfer_call). Returns 0 or -errno. */
 int td_stat(struct td *d, const char *key, long long *val);
 
