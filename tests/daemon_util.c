@@ -251,6 +251,18 @@ int td_wait_exit(struct td *d)
 	return code;
 }
 
+void td_check_alive(struct td *d, const char *when)
+{
+	int status;
+
+	if (d->pid > 0 && waitpid(d->pid, &status, WNOHANG) == d->pid) {
+		d->pid = -1;
+		harness_fail(__FILE__, __LINE__, "xferd died %s: %s %d", when,
+			     WIFSIGNALED(status) ? "signal" : "exit status",
+			     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	}
+}
+
 int td_stop(struct td *d)
 {
 	int err = td_signal(d, SIGTERM);

@@ -39,6 +39,12 @@ int td_signal(struct td *d, int sig);
  */
 int td_wait_exit(struct td *d);
 
+/*
+ * Whether the daemon is still running. If it is not, reaps it, prints its log and fails the
+ * test naming its exit status (a crash, a sanitizer abort). Returns only when it runs.
+ */
+void td_check_alive(struct td *d, const char *when);
+
 /* SIGTERM, then td_wait_exit(). Tests check that it returns 0. */
 int td_stop(struct td *d);
 

@@ -801,13 +801,22 @@ static void run_case(struct td *d, const struct bad_case *c)
 static void check_serves(struct td *d, const char *after)
 {
 	struct xp_reply rep;
-	int sock = td_raw_connect(d);
+	int sock, rc;
+	char when[96];
 
+	snprintf(when, sizeof(when), "after %s", after);
+	td_check_alive(d, when);
+	sock = td_raw_connect(d);
 	if (sock < 0)
 		harness_fail(__FILE__, __LINE__, "after %s: cannot connect: %s", after,
 			     strerror(-sock));
-	if (td_raw_hello(sock))
-		harness_fail(__FILE__, __LINE__, "after %s: hello failed", after);
+	rc = td_raw_hello(sock);
+	if (rc) {
+		usleep(100 * 1000); /* it may be dying right now: say so if it is */
+		td_check_alive(d, when);
+	}
+	if (rc)
+		harness_fail(__FILE__, __LINE__, "after %s: hello failed: %s", after, strerror(-rc));
 	CHECK_OK(td_raw_call(sock, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"stats\"}", NULL, 0,
 			     &rep));
 	if (!json_is_integer(json_object_get(rep.result, "uptime_ms")))
