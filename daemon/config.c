@@ -20,6 +20,76 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->limits.bytes = 64ull << 30;
 	cfg->limits.ops = 4096;
 	cfg->copy_threads = 2;
+	cfg->peer_connections = 2;
+	cfg->keepalive_ms = 1000;
+	cfg->keepalive_timeout_ms = 5000;
+	cfg->connect_timeout_ms = 3000;
+}
+
+int xd_config_add_addr(char **list, int *n, const char *addr)
+{
+	if (*n >= XD_MAX_LISTEN)
+		return -E2BIG;
+	list[*n] = strdup(addr);
+	if (!list[*n])
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+static int load_addrs(json_t *arr, char **list, int *n, const char *key, char *err,
+		      size_t errlen)
+{
+	size_t i;
+	json_t *v;
+
+	if (!arr)
+		return 0;
+	if (!json_is_array(arr)) {
+		snprintf(err, errlen, "%s must be an array of \"addr:port\" strings", key);
+		return -EINVAL;
+	}
+	json_array_foreach(arr, i, v)
+	{
+		if (!json_is_string(v)) {
+			snprintf(err, errlen, "%s must be an array of \"addr:port\" strings", key);
+			return -EINVAL;
+		}
+		int rc = xd_config_add_addr(list, n, json_string_value(v));
+		if (rc) {
+			snprintf(err, errlen, "%s: at most %d addresses", key, XD_MAX_LISTEN);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
+{
+	json_int_t conns = cfg->peer_connections, ka = (json_int_t)cfg->keepalive_ms;
+	json_int_t ka_timeout = (json_int_t)cfg->keepalive_timeout_ms;
+	json_int_t connect = (json_int_t)cfg->connect_timeout_ms;
+	json_t *listen = NULL, *advertise = NULL;
+	json_error_t jerr;
+
+	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I}", "listen", &listen,
+			   "advertise", &advertise, "peer_connections", &conns, "keepalive_ms", &ka,
+			   "keepalive_timeout_ms", &ka_timeout, "connect_timeout_ms", &connect)) {
+		snprintf(err, errlen, "%s", jerr.text);
+		return -EINVAL;
+	}
+	if (conns < 1 || conns > 16 || ka < 10 || ka_timeout <= ka || connect < 10) {
+		snprintf(err, errlen, "out of range: peer_connections 1..16, keepalive_ms >= 10, "
+				      "keepalive_timeout_ms > keepalive_ms, connect_timeout_ms >= 10");
+		return -EINVAL;
+	}
+	cfg->peer_connections = (int)conns;
+	cfg->keepalive_ms = (uint64_t)ka;
+	cfg->keepalive_timeout_ms = (uint64_t)ka_timeout;
+	cfg->connect_timeout_ms = (uint64_t)connect;
+	int rc = load_addrs(listen, cfg->listen, &cfg->nlisten, "listen", err, errlen);
+	return rc ? rc : load_addrs(advertise, cfg->advertise, &cfg->nadvertise, "advertise", err,
+				    errlen);
 }
 
 static int replace(char **slot, const char *value)
@@ -59,13 +129,17 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *limits = NULL;
+	json_t *limits = NULL, *ignored[6];
 	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s?s, s?I, s?s, s?s, s?I, s?o, s?I}",
+	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
+	if (json_unpack_ex(root, &jerr, JSON_STRICT,
+			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
-			   "copy_threads", &threads)) {
+			   "copy_threads", &threads, "listen", &ignored[0], "advertise", &ignored[1],
+			   "peer_connections", &ignored[2], "keepalive_ms", &ignored[3],
+			   "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms", &ignored[5])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -83,7 +157,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	    (log_level && replace(&cfg->log_level, log_level)) ||
 	    (node_id && replace(&cfg->node_id, node_id)))
 		return -ENOMEM;
-	return load_limits(cfg, limits, err, errlen);
+	int rc = load_limits(cfg, limits, err, errlen);
+	return rc ? rc : load_peer(cfg, root, err, errlen);
 }
 
 int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen)
@@ -108,5 +183,9 @@ void xd_config_fini(struct xd_config *cfg)
 	free(cfg->socket_path);
 	free(cfg->log_level);
 	free(cfg->node_id);
+	for (int i = 0; i < cfg->nlisten; i++)
+		free(cfg->listen[i]);
+	for (int i = 0; i < cfg->nadvertise; i++)
+		free(cfg->advertise[i]);
 	memset(cfg, 0, sizeof(*cfg));
 }

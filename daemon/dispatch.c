@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * One request from packet to reply: envelope parse, the session and fd rules, the method table,
- * and the small handlers (hello, list.clients, list.peers, stats). Request errors get an error
+ * and the small handlers (hello, list.clients, stats). Request errors get an error
  * reply and the connection stays; protocol violations get one error and the connection closes.
  */
 #include <dirent.h>
@@ -16,7 +16,6 @@ typedef int (*xd_handler)(struct xd_call *call);
 
 static int handle_hello(struct xd_call *call);
 static int handle_list_clients(struct xd_call *call);
-static int handle_list_peers(struct xd_call *call);
 static int handle_stats(struct xd_call *call);
 
 static const xd_handler handlers[XP_M_COUNT] = {
@@ -34,7 +33,7 @@ static const xd_handler handlers[XP_M_COUNT] = {
 	[XP_M_LIST_REGIONS] = xd_handle_list_regions,
 	[XP_M_LIST_OPS] = xd_handle_list_ops,
 	[XP_M_LIST_CLIENTS] = handle_list_clients,
-	[XP_M_LIST_PEERS] = handle_list_peers,
+	[XP_M_LIST_PEERS] = xd_handle_list_peers,
 	[XP_M_LIST_DEVICES] = xd_handle_list_devices,
 	[XP_M_STATS] = handle_stats,
 };
@@ -143,15 +142,6 @@ static int handle_list_clients(struct xd_call *call)
 		}
 	}
 	call->result = json_pack("{s:o}", "clients", arr);
-	return 0;
-}
-
-static int handle_list_peers(struct xd_call *call)
-{
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	/* No peer transports in protocol version 1: every operation is local. */
-	call->result = json_pack("{s:[]}", "peers");
 	return 0;
 }
 

@@ -13,6 +13,8 @@
 #include "xferd.h"
 
 struct options {
+	const char *listen[XD_MAX_LISTEN], *advertise[XD_MAX_LISTEN];
+	int nlisten, nadvertise;
 	const char *config;
 	const char *socket;
 	const char *log_level;
@@ -30,6 +32,7 @@ uint64_t xd_now_us(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: xferd [--socket PATH] [--config FILE] [--log-level err|warn|info|debug]\n"
+		   "             [--listen ADDR:PORT]... [--advertise ADDR:PORT]...\n"
 		   "             [--foreground] [--systemd] [--version]\n"
 		   "Node-level data transfer daemon. Logs go to stderr; it never forks.\n");
 }
@@ -43,6 +46,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "log-level", required_argument, NULL, 'l' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "systemd", no_argument, NULL, 'S' },
+		{ "listen", required_argument, NULL, 'L' },
+		{ "advertise", required_argument, NULL, 'A' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -56,6 +61,18 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case 'l': o->log_level = optarg; break;
 		case 'f': break; /* always in the foreground: systemd and tests supervise it */
 		case 'S': o->systemd = true; break;
+		case 'L':
+		case 'A': {
+			const char **list = ch == 'L' ? o->listen : o->advertise;
+			int *n = ch == 'L' ? &o->nlisten : &o->nadvertise;
+			if (*n == XD_MAX_LISTEN) {
+				fprintf(stderr, "xferd: at most %d --listen/--advertise each\n",
+					XD_MAX_LISTEN);
+				return -1;
+			}
+			list[(*n)++] = optarg;
+			break;
+		}
 		case 'V': printf("xferd %s\n", XFERD_VERSION); return 1;
 		case 'h': usage(stdout); return 1;
 		default: usage(stderr); return -1;
@@ -98,6 +115,15 @@ static int init_node_id(struct xd_daemon *d)
 	return 0;
 }
 
+static void replace_addrs(char **list, int *n, const char *const *with, int nwith)
+{
+	for (int i = 0; i < *n; i++)
+		free(list[i]);
+	*n = 0;
+	for (int i = 0; i < nwith; i++)
+		xd_config_add_addr(list, n, with[i]);
+}
+
 static int init_config(struct xd_daemon *d, const struct options *o)
 {
 	char err[300];
@@ -113,6 +139,11 @@ static int init_config(struct xd_daemon *d, const struct options *o)
 		free(d->cfg.socket_path);
 		d->cfg.socket_path = strdup(o->socket);
 	}
+	/* Addresses on the command line replace those of the config file. */
+	if (o->nlisten)
+		replace_addrs(d->cfg.listen, &d->cfg.nlisten, o->listen, o->nlisten);
+	if (o->nadvertise)
+		replace_addrs(d->cfg.advertise, &d->cfg.nadvertise, o->advertise, o->nadvertise);
 	const char *level = o->log_level ? o->log_level : d->cfg.log_level;
 	if (level && xd_log_set_level(level) < 0) {
 		xd_log(XD_LOG_ERR, "log level must be err, warn, info or debug, not \"%s\"", level);
@@ -177,6 +208,8 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 	TAILQ_INIT(&d->conns);
 	TAILQ_INIT(&d->regions);
 	TAILQ_INIT(&d->ops);
+	TAILQ_INIT(&d->peers);
+	TAILQ_INIT(&d->pconns_hello);
 	d->listen_fd = -1;
 	d->systemd = o->systemd;
 	d->start_us = xd_now_us();
@@ -188,6 +221,8 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 	if (!d->base)
 		return -ENOMEM;
 	if ((rc = init_signals(d)) < 0 || (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0)
+		return rc;
+	if ((rc = xd_peer_start(d)) < 0)
 		return rc;
 	if ((rc = xd_ctl_start(d)) < 0) {
 		xd_log(XD_LOG_ERR, "control socket %s: %s", d->cfg.socket_path, strerror(-rc));
@@ -201,6 +236,7 @@ static void daemon_fini(struct xd_daemon *d)
 {
 	xd_copier_destroy(d->copier); /* first: no worker may touch a mapping after this */
 	xd_ctl_fini(d);
+	xd_peer_fini(d);
 	xd_ops_fini(d);
 	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)

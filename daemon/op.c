@@ -50,7 +50,9 @@ static struct xd_op *op_lookup(struct xd_call *call, uint64_t id)
 
 static uint64_t op_bytes(const struct xd_op *op)
 {
-	return op->job ? xd_copy_progress(op->job) : op->bytes;
+	if (op->job)
+		return xd_copy_progress(op->job);
+	return op->xfer ? xd_xfer_bytes(op->xfer) : op->bytes;
 }
 
 json_t *xd_op_to_json(const struct xd_op *op)
@@ -74,7 +76,7 @@ json_t *xd_op_to_json(const struct xd_op *op)
 
 static void notify_owner(struct xd_op *op)
 {
-	if (!op->owner)
+	if (!op->owner || op->reply_pending)
 		return;
 	json_t *msg = xp_build_notification(XP_NOTIFY_OP_CHANGED, xd_op_to_json(op));
 	if (msg)
@@ -187,15 +189,42 @@ static void count_end(struct xd_op *op)
 		d->stats.ops_failed++;
 }
 
+static void op_free(struct xd_op *op);
+static void op_forget(struct xd_op *op);
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	op_forget(arg);
+}
+
+/*
+ * A remote claim ended before its answer: the client's op.read/op.write gets the error, and
+ * the op, whose id it never learned, is forgotten at the next loop turn (callers up the stack
+ * may still hold it).
+ */
+static void refuse_pending_claim(struct xd_op *op)
+{
+	op->reply_pending = false;
+	if (op->owner)
+		xd_reply_error(op->owner, op->reply_id, XP_E_FAILED, op->err, op->cause);
+	op->reap = event_new(op->d->base, -1, 0, reap_cb, op);
+	if (op->reap)
+		event_active(op->reap, EV_TIMEOUT, 0);
+}
+
 /* Applies a terminal state now: no copy is running on @op. */
 static void op_finish(struct xd_op *op, enum xp_state state, int err, const char *cause)
 {
 	op->state = state;
 	op->err = err;
 	snprintf(op->cause, sizeof(op->cause), "%s", cause);
+	if (op->xfer)
+		xd_remote_op_ended(op);
 	event_del(op->deadline);
 	drop_regions(op);
 	count_end(op);
+	if (op->reply_pending)
+		refuse_pending_claim(op);
 	notify_owner(op);
 	waiters_reply(op);
 	struct xd_op *pair = op->pair;
@@ -239,6 +268,7 @@ static void op_free(struct xd_op *op)
 	drop_regions(op);
 	TAILQ_REMOVE(&op->d->ops, op, link);
 	xd_event_free(op->deadline);
+	xd_event_free(op->reap);
 	free(op->segs);
 	free(op);
 }
@@ -362,6 +392,14 @@ static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out
 	return 0;
 }
 
+/* Frees an op from op_new() that was never started. */
+static void op_discard(struct xd_op *op)
+{
+	free(op->segs);
+	xd_event_free(op->deadline);
+	free(op);
+}
+
 /* Builds an op from the descriptors; not yet listed, no deadline running. */
 static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
 			    json_int_t timeout)
@@ -396,12 +434,12 @@ err:
 	return NULL;
 }
 
-/* Lists @op under its owner, holds its regions and starts its deadline. */
-static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
+void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
 {
 	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
 
-	op->id = ++op->d->next_op;
+	if (!op->id)
+		op->id = ++op->d->next_op;
 	op->owner = call->conn;
 	op->state = state;
 	op->created_us = xd_now_us();
@@ -414,12 +452,13 @@ static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state
 static json_t *passive_result(struct xd_op *op)
 {
 	struct xd_daemon *d = op->d;
-	struct xp_meta m = { .kind = op->kind, .epoch = d->epoch, .op = op->id, .nendpoints = 1 };
+	struct xp_meta m = { .kind = op->kind, .epoch = d->epoch, .op = op->id };
 	char *metadata = NULL;
 
 	memcpy(m.node, d->node, sizeof(m.node));
 	memcpy(m.token, op->token, sizeof(m.token));
-	strcpy(m.endpoints[0].transport, "local");
+	memcpy(m.endpoints, d->endpoints, sizeof(m.endpoints));
+	m.nendpoints = d->nendpoints;
 	m.nlengths = op->nsegs;
 	m.lengths = calloc(op->nsegs, sizeof(*m.lengths));
 	if (!m.lengths)
@@ -449,12 +488,10 @@ int xd_handle_op_passive(struct xd_call *call)
 	if (!op)
 		return -call->err;
 	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
-		free(op->segs);
-		xd_event_free(op->deadline);
-		free(op);
+		op_discard(op);
 		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
 	}
-	op_start(call, op, XP_ST_INITIALIZED);
+	xd_op_start(call, op, XP_ST_INITIALIZED);
 	call->result = passive_result(op);
 	if (!call->result) /* nothing was given out: take the op back */
 		op_forget(op);
@@ -503,76 +540,102 @@ static int start_local_copy(struct xd_call *call, struct xd_op *active, struct x
 	return xd_copy_submit(call->conn->d->copier, active, pieces, n);
 }
 
-/* The refusals of PROTOCOL.md §5, all decided before any byte moves; @passive is untouched. */
-static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
-				 const struct xd_op *active)
+#define REFUSE(e, ...)                                 \
+	do {                                           \
+		*err = -(e);                           \
+		snprintf(msg, msglen, __VA_ARGS__);    \
+		return NULL;                           \
+	} while (0)
+
+struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err,
+			      char *msg, size_t msglen)
 {
-	struct xd_daemon *d = call->conn->d;
-	enum xp_kind want = active->kind == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE;
 	char node[2 * XP_ID_BYTES + 1];
 
-	if (m->kind != want) {
-		xd_fail(call, XP_E_FAILED, EINVAL, "metadata is for a %s operation; %s needs %s "
-			"metadata", xp_kind_name(m->kind), xp_method_name(call->method),
-			xp_kind_name(want));
-		return NULL;
-	}
-	xp_hex_encode(m->node, XP_ID_BYTES, node);
-	if (memcmp(m->node, d->node, XP_ID_BYTES) != 0) {
-		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "metadata names node %s; this daemon is "
-			"node %s and reaches no other node", node, d->node_hex);
-		return NULL;
-	}
-	if (m->epoch != d->epoch) {
-		xd_fail(call, XP_E_FAILED, ESTALE, "metadata is from an earlier run of the owner "
-			"daemon (epoch %llu, now %llu): it restarted", (unsigned long long)m->epoch,
-			(unsigned long long)d->epoch);
-		return NULL;
-	}
-	struct xd_op *passive = op_find(d, m->op);
-	if (!passive || !xp_kind_passive(passive->kind)) {
-		xd_fail(call, XP_E_FAILED, ENOENT, "the owner has no operation %llu (released, or "
-			"never made)", (unsigned long long)m->op);
-		return NULL;
-	}
+	if (cl->meta_kind != cl->want)
+		REFUSE(EINVAL, "metadata is for a %s operation; %s needs %s metadata",
+		       xp_kind_name(cl->meta_kind), cl->method, xp_kind_name(cl->want));
+	xp_hex_encode(cl->node, XP_ID_BYTES, node);
+	if (memcmp(cl->node, d->node, XP_ID_BYTES) != 0)
+		REFUSE(EHOSTUNREACH, "metadata names node %s; this daemon is node %s", node,
+		       d->node_hex);
+	if (cl->epoch != d->epoch)
+		REFUSE(ESTALE, "metadata is from an earlier run of the owner daemon (epoch %llu, "
+		       "now %llu): it restarted", (unsigned long long)cl->epoch,
+		       (unsigned long long)d->epoch);
+	struct xd_op *passive = op_find(d, cl->op);
+	if (!passive || !xp_kind_passive(passive->kind))
+		REFUSE(ENOENT, "the owner has no operation %llu (released, or never made)",
+		       (unsigned long long)cl->op);
 	/* Constant-time compare: the token is the capability. */
 	unsigned char diff = 0;
 	for (int i = 0; i < XP_ID_BYTES; i++)
-		diff |= (unsigned char)(m->token[i] ^ passive->token[i]);
-	if (diff || passive->kind != m->kind) {
-		xd_fail(call, XP_E_FAILED, EACCES, "metadata token does not match operation %llu",
-			(unsigned long long)m->op);
-		return NULL;
-	}
-	if (passive->claimed) {
-		xd_fail(call, XP_E_FAILED, EALREADY, "operation %llu was already claimed; a claim "
-			"is exactly-once", (unsigned long long)m->op);
-		return NULL;
-	}
-	if (passive->state != XP_ST_INITIALIZED) {
-		xd_fail(call, XP_E_FAILED, ECANCELED, "operation %llu already ended %s: %s",
-			(unsigned long long)m->op, xp_state_name(passive->state), passive->cause);
-		return NULL;
-	}
-	if (passive->length != active->length) {
-		xd_fail(call, XP_E_FAILED, EMSGSIZE, "total length %llu does not match the owner's "
-			"%llu", (unsigned long long)active->length,
-			(unsigned long long)passive->length);
-		return NULL;
+		diff |= (unsigned char)(cl->token[i] ^ passive->token[i]);
+	if (diff || passive->kind != cl->want)
+		REFUSE(EACCES, "metadata token does not match operation %llu",
+		       (unsigned long long)cl->op);
+	if (passive->claimed)
+		REFUSE(EALREADY, "operation %llu was already claimed; a claim is exactly-once",
+		       (unsigned long long)cl->op);
+	if (passive->state != XP_ST_INITIALIZED)
+		REFUSE(ECANCELED, "operation %llu already ended %s: %s", (unsigned long long)cl->op,
+		       xp_state_name(passive->state), passive->cause);
+	if (passive->length != cl->length)
+		REFUSE(EMSGSIZE, "total length %llu does not match the owner's %llu",
+		       (unsigned long long)cl->length, (unsigned long long)passive->length);
+	return passive;
+}
+
+/* A local claim: the same refusals, all decided before any byte moves. */
+static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
+				 const struct xd_op *active)
+{
+	struct xd_claim cl = {
+		.want = active->kind == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE,
+		.method = xp_method_name(call->method),
+		.epoch = m->epoch,
+		.op = m->op,
+		.length = active->length,
+		.meta_kind = m->kind,
+	};
+	int err;
+
+	memcpy(cl.node, m->node, XP_ID_BYTES);
+	memcpy(cl.token, m->token, XP_ID_BYTES);
+	struct xd_op *passive = xd_claim_lookup(call->conn->d, &cl, &err, call->message,
+						sizeof(call->message));
+	if (!passive) {
+		call->code = XP_E_FAILED;
+		call->err = -err;
 	}
 	return passive;
+}
+
+void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer)
+{
+	if (xp_kind_passive(op->kind))
+		op->claimed = true;
+	op->state = XP_ST_IN_PROGRESS;
+	snprintf(op->transport, sizeof(op->transport), "%s", transport);
+	snprintf(op->peer, sizeof(op->peer), "%s", peer);
+	notify_owner(op);
+}
+
+void xd_op_complete(struct xd_op *op)
+{
+	op->bytes = op->length;
+	if (!xp_kind_passive(op->kind))
+		op->d->stats.bytes_moved += op->length;
+	op_finish(op, XP_ST_COMPLETE, 0, "");
 }
 
 static void pair_local(struct xd_op *active, struct xd_op *passive)
 {
 	active->pair = passive;
 	passive->pair = active;
-	passive->claimed = true;
-	passive->state = XP_ST_IN_PROGRESS;
 	strcpy(active->transport, "local");
-	strcpy(passive->transport, "local");
 	strcpy(active->peer, "local");
-	strcpy(passive->peer, "local");
+	xd_op_set_in_progress(passive, "local", "local");
 }
 
 static int decode_metadata(struct xd_call *call, const char *metadata, struct xp_meta *m)
@@ -601,19 +664,23 @@ int xd_handle_op_active(struct xd_call *call)
 	struct xd_op *active = op_new(call, kind, descs, timeout);
 	if (!active)
 		return -call->err;
-	struct xd_op *passive = decode_metadata(call, metadata, &m) ? NULL
-				: claim_check(call, &m, active);
+	int rc = decode_metadata(call, metadata, &m);
+	if (rc == 0 && memcmp(m.node, call->conn->d->node, XP_ID_BYTES) != 0) {
+		rc = xd_remote_claim(call, active, &m); /* the reply waits for the owner */
+		xp_meta_fini(&m);
+		if (rc)
+			op_discard(active);
+		return rc;
+	}
+	struct xd_op *passive = rc ? NULL : claim_check(call, &m, active);
 	xp_meta_fini(&m);
 	if (!passive) {
-		free(active->segs);
-		xd_event_free(active->deadline);
-		free(active);
+		op_discard(active);
 		return -call->err;
 	}
-	op_start(call, active, XP_ST_IN_PROGRESS);
+	xd_op_start(call, active, XP_ST_IN_PROGRESS);
 	pair_local(active, passive);
-	notify_owner(passive);
-	int rc = start_local_copy(call, active, passive);
+	rc = start_local_copy(call, active, passive);
 	if (rc) /* the op exists and has ended: the client learns why from its state */
 		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s", strerror(-rc));
 	call->result = json_pack("{s:I}", "op", (json_int_t)active->id);

@@ -34,9 +34,14 @@
 #define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
 #define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
+#define XD_MAX_LISTEN 8		  /* listen and advertise addresses */
 
 struct xd_conn;
 struct xd_op;
+struct xd_xfer;
+struct xd_listener;
+struct xp_peer_hdr;
+struct iovec;
 
 /* event_free() of libevent 2.1 crashes on NULL; destroy functions here accept NULL. */
 static inline void xd_event_free(struct event *ev)
@@ -79,7 +84,15 @@ struct xd_config {
 	uint64_t default_timeout_ms;
 	struct xd_limits limits;
 	int copy_threads;	     /**< local-transport worker threads */
+	char *listen[XD_MAX_LISTEN]; /**< "addr:port" to accept peer daemons on */
+	int nlisten;
+	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
+	int nadvertise;
+	int peer_connections;	     /**< TCP connections per peer daemon */
+	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
 };
+/* Adds "addr:port" to a list of @cfg (listen or advertise). Returns 0 or -errno. */
+int xd_config_add_addr(char **list, int *n, const char *addr);
 /* Fills defaults. */
 void xd_config_defaults(struct xd_config *cfg);
 /* Reads a JSON config file over the defaults. Returns 0 or -errno with a message in @err. */
@@ -104,6 +117,13 @@ struct xd_daemon {
 	TAILQ_HEAD(, xd_op) ops;
 	uint64_t next_client, next_region, next_op;
 	struct xd_copier *copier;
+	struct xd_listener *listeners;
+	int nlisteners;
+	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS]; /**< advertised in metadata */
+	int nendpoints;
+	TAILQ_HEAD(, xd_peer) peers;
+	TAILQ_HEAD(, xd_pconn) pconns_hello; /**< accepted, HELLO not yet received */
+	struct event *peer_reap_ev;
 	bool stopping;
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
@@ -242,11 +262,19 @@ struct xd_op {
 	uint64_t created_us, timeout_ms;
 	struct event *deadline;
 	struct xd_copy_job *job; /**< running copy; the op cannot end until it returns */
+	struct xd_xfer *xfer;	 /**< cross-node transfer (remote.c), while it runs */
+	/* active op with a remote owner: what its metadata said, for the CLAIM */
+	uint8_t pair_node[XP_ID_BYTES];
+	uint64_t pair_op, pair_epoch;
+	enum xp_kind pair_kind;
 	bool end_pending;	 /**< an end was requested while the copy ran */
 	enum xp_state end_state;
 	int err;		 /**< positive errno once CANCELLED or ERRORED */
 	char cause[XD_CAUSE_MAX];
 	bool released;		 /**< freed once the copy returns */
+	bool reply_pending;	 /**< op.read/op.write awaits the remote claim's answer */
+	int64_t reply_id;
+	struct event *reap;	 /**< frees an op whose claim failed (its id was never given) */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
 int xd_handle_op_passive(struct xd_call *call);
@@ -256,6 +284,25 @@ int xd_handle_op_wait(struct xd_call *call);
 int xd_handle_op_cancel(struct xd_call *call);
 int xd_handle_op_release(struct xd_call *call);
 int xd_handle_list_ops(struct xd_call *call);
+
+/* A claim of a passive operation, from a local op.read/op.write or a peer's CLAIM. */
+struct xd_claim {
+	enum xp_kind want;	  /**< the passive kind the claimer needs */
+	const char *method;	  /**< for messages: "op.read", "op.write" */
+	uint8_t node[XP_ID_BYTES];
+	uint64_t epoch, op, length;
+	uint8_t token[XP_ID_BYTES];
+	enum xp_kind meta_kind;	  /**< the kind the metadata says */
+};
+/* The refusals of PROTOCOL.md §5. Returns the passive op, or NULL with -errno in *err. */
+struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err,
+			      char *msg, size_t msglen);
+/* A claim was accepted: @op (passive) or the new active op moves bytes over @transport. */
+void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer);
+/* Every byte arrived and both sides agree: @op is COMPLETE. */
+void xd_op_complete(struct xd_op *op);
+/* Lists @op under @call's client, holds its regions, starts its deadline. */
+void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state);
 /* Ends @op (and its pair) as @state with positive errno @err and a cause. */
 void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -291,6 +338,65 @@ uint64_t xd_copy_progress(const struct xd_copy_job *job);
 bool xd_copier_busy(const struct xd_copier *cp);
 /* op.c: called by the copier on the loop thread. */
 void xd_op_copy_done(struct xd_op *op, int err, uint64_t bytes);
+
+/* peer.c: connection sets to other daemons, peer-protocol framing, keepalive */
+struct xd_peer;
+struct xd_pconn;
+/* Starts listening on cfg.listen and fills d->endpoints. Returns 0 or -errno. */
+int xd_peer_start(struct xd_daemon *d);
+/* Closes every peer and listener (shutdown). */
+void xd_peer_fini(struct xd_daemon *d);
+/*
+ * The connection set to the node metadata @m names, made on first use (connecting in the
+ * background). Returns NULL and fails @call when @m names no TCP endpoint.
+ */
+struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m);
+bool xd_peer_is_up(const struct xd_peer *p);
+struct xd_daemon *xd_peer_daemon(const struct xd_peer *p);
+const char *xd_peer_node_hex(const struct xd_peer *p);
+/* Queues a control message (payload @json borrowed, may be NULL). Returns 0 or -errno. */
+int xd_peer_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
+		      const json_t *json);
+/* Offers @x's bytes to the connections' round-robin data scheduler. */
+void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x);
+void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x);
+int xd_handle_list_peers(struct xd_call *call);
+
+/* remote.c: operations whose pair is on another node */
+/* Claims the passive op @m names on its owner for @op (not yet listed). Defers the reply. */
+int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m);
+/* The peer's first connection is up: send the claims that waited for it. */
+void xd_remote_peer_up(struct xd_peer *p);
+/* The peer is gone: end every transfer with it. */
+void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause);
+/* A control message from @p (@json is NULL for an empty payload). Returns 0 or -EPROTO. */
+int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json);
+/*
+ * DATA frame @h arrived: returns its transfer with a reference (the payload goes there), or NULL
+ * to read and drop the payload. Returns -EPROTO through @err for a frame out of range.
+ */
+struct xd_xfer *xd_remote_data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err);
+/* Fills up to @max iovecs for @len bytes at transfer offset @off. Returns the count. */
+int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max);
+/* Whether the transfer's operation is still there to receive bytes. */
+bool xd_xfer_live(const struct xd_xfer *x);
+void xd_xfer_data_received(struct xd_xfer *x, uint32_t len);
+/* Takes the next chunk of @x to send: returns its length (0: nothing left) and its header. */
+uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint64_t *xfer,
+			    uint8_t *flags);
+/* The peer's round-robin queue of transfers with bytes to send (the head lives in peer.c). */
+struct xd_xfer_list;
+void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x);
+void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x);
+/* The next transfer to send a chunk of, moved to the back of the queue; NULL if none. */
+struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q);
+void xd_peer_count_transfer(struct xd_peer *p, int delta);
+void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
+void xd_xfer_ref(struct xd_xfer *x);
+void xd_xfer_unref(struct xd_xfer *x);
+/* @op ended here: tell the peer (unless it already knows) and let go of the transfer. */
+void xd_remote_op_ended(struct xd_op *op);
+uint64_t xd_xfer_bytes(const struct xd_xfer *x);
 
 /* devices.c */
 int xd_handle_list_devices(struct xd_call *call);

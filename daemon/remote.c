@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Operations whose pair is on another node (PROTOCOL.md §10.3-10.4): the claim, the data
+ * accounting of a transfer, and DONE / DONE_ACK / CANCEL. A struct xd_xfer is one transfer as
+ * this daemon sees it; it holds references on the regions its bytes come from or go to, so a
+ * frame already begun can finish even when its operation ended under it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include "xferd.h"
+#include "xp_peer.h"
+
+struct xd_xfer {
+	TAILQ_ENTRY(xd_xfer) link;	/**< in the daemon-wide list */
+	TAILQ_ENTRY(xd_xfer) send_link; /**< in its peer's send queue while queued */
+	bool queued;
+	struct xd_peer *peer;
+	uint64_t id;		/**< the active side's op id */
+	bool active;		/**< this daemon claimed (op.read / op.write) */
+	bool source;		/**< this daemon sends the DATA */
+	struct xd_op *op;	/**< NULL once the operation ended */
+	struct xd_seg *segs;	/**< a copy; each holds a region reference */
+	uint32_t nsegs;
+	uint64_t length;
+	uint64_t next_off;	/**< source: next byte to cut into a frame */
+	uint64_t sent, received;
+	bool claim_sent, done_rx;
+	int refs;		/**< the list's own, plus frames being sent or received */
+};
+
+TAILQ_HEAD(xd_xfer_list, xd_xfer);
+static struct xd_xfer_list xfers = TAILQ_HEAD_INITIALIZER(xfers);
+
+/* ---- lifetime ---- */
+
+static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, struct xd_op *op)
+{
+	struct xd_xfer *x = calloc(1, sizeof(*x));
+
+	if (!x || !(x->segs = calloc(op->nsegs, sizeof(*x->segs)))) {
+		free(x);
+		return NULL;
+	}
+	x->peer = p;
+	x->id = id;
+	x->active = active;
+	x->source = op->kind == XP_KIND_READABLE || op->kind == XP_KIND_WRITE;
+	x->op = op;
+	x->nsegs = op->nsegs;
+	x->length = op->length;
+	x->refs = 1;
+	for (uint32_t i = 0; i < op->nsegs; i++) {
+		x->segs[i] = op->segs[i];
+		xd_region_ref(x->segs[i].region);
+	}
+	op->xfer = x;
+	TAILQ_INSERT_TAIL(&xfers, x, link);
+	xd_peer_count_transfer(p, 1);
+	return x;
+}
+
+void xd_xfer_ref(struct xd_xfer *x)
+{
+	x->refs++;
+}
+
+void xd_xfer_unref(struct xd_xfer *x)
+{
+	if (!x || --x->refs > 0)
+		return;
+	for (uint32_t i = 0; i < x->nsegs; i++)
+		xd_region_unref(x->segs[i].region);
+	free(x->segs);
+	free(x);
+}
+
+/* Ends the transfer here: no more frames for it, its operation let go. */
+static void xfer_close(struct xd_xfer *x)
+{
+	if (x->op) {
+		x->op->bytes = x->source ? x->sent : x->received;
+		x->op->xfer = NULL;
+		x->op = NULL;
+	}
+	xd_peer_stream_remove(x->peer, x);
+	TAILQ_REMOVE(&xfers, x, link);
+	xd_peer_count_transfer(x->peer, -1);
+	xd_xfer_unref(x);
+}
+
+/* Closes @x and ends its operation (if it still has one) with a cause. */
+static void xfer_fail(struct xd_xfer *x, enum xp_state state, int err, const char *cause)
+{
+	struct xd_op *op = x->op;
+
+	xfer_close(x);
+	if (op)
+		xd_op_end(op, state, err, "%s", cause);
+}
+
+static struct xd_xfer *xfer_find(struct xd_peer *p, uint64_t id, bool active)
+{
+	struct xd_xfer *x;
+
+	TAILQ_FOREACH(x, &xfers, link)
+		if (x->peer == p && x->id == id && x->active == active)
+			return x;
+	return NULL;
+}
+
+bool xd_xfer_live(const struct xd_xfer *x)
+{
+	return x->op != NULL;
+}
+
+uint64_t xd_xfer_bytes(const struct xd_xfer *x)
+{
+	return x->source ? x->sent : x->received;
+}
+
+/* ---- the peer's send queue ---- */
+
+void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x)
+{
+	if (!x->queued && x->next_off < x->length) {
+		TAILQ_INSERT_TAIL(q, x, send_link);
+		x->queued = true;
+	}
+}
+
+void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x)
+{
+	if (x->queued) {
+		TAILQ_REMOVE(q, x, send_link);
+		x->queued = false;
+	}
+}
+
+struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q)
+{
+	struct xd_xfer *x = TAILQ_FIRST(q);
+
+	if (x) {
+		TAILQ_REMOVE(q, x, send_link);
+		TAILQ_INSERT_TAIL(q, x, send_link); /* round-robin: one chunk per turn */
+	}
+	return x;
+}
+
+uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint64_t *xfer,
+			    uint8_t *flags)
+{
+	uint64_t left = x->length - x->next_off;
+	uint32_t len = left < max ? (uint32_t)left : max;
+
+	*off = x->next_off;
+	*xfer = x->id;
+	*flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
+	x->next_off += len;
+	if (x->next_off == x->length)
+		xd_peer_stream_remove(x->peer, x);
+	return len;
+}
+
+int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < x->nsegs && len > 0 && n < max; i++) {
+		const struct xd_seg *s = &x->segs[i];
+		if (off >= s->length) {
+			off -= s->length;
+			continue;
+		}
+		uint64_t take = s->length - off < len ? s->length - off : len;
+		iov[n++] = (struct iovec){ s->region->base + s->offset + off, take };
+		len -= take;
+		off = 0;
+	}
+	return n;
+}
+
+/* ---- messages ---- */
+
+static int send_ctrl(struct xd_xfer *x, uint8_t type, json_t *json)
+{
+	int rc = xd_peer_send_ctrl(x->peer, type, x->active ? XP_PEER_FROM_ACTIVE : 0, x->id, json);
+
+	json_decref(json);
+	return rc;
+}
+
+static json_t *error_json(int err, const char *message)
+{
+	return json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", message);
+}
+
+static void send_claim(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+	char token[2 * XP_ID_BYTES + 1], node[2 * XP_ID_BYTES + 1];
+
+	xp_hex_encode(op->token, XP_ID_BYTES, token);
+	xp_hex_encode(op->pair_node, XP_ID_BYTES, node);
+	json_t *claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op",
+				  (json_int_t)op->pair_op, "token", token, "kind",
+				  xp_kind_name(op->kind), "node", node, "epoch",
+				  (json_int_t)op->pair_epoch, "length", (json_int_t)op->length,
+				  "metadata_kind", xp_kind_name(op->pair_kind));
+	int rc = claim ? send_ctrl(x, XP_PEER_CLAIM, claim) : -ENOMEM;
+	if (rc)
+		xfer_fail(x, XP_ST_ERRORED, -rc, "could not send the claim to the owner");
+	else
+		x->claim_sent = true;
+}
+
+int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m)
+{
+	struct xd_peer *p = xd_peer_for_meta(call, m);
+
+	if (!p)
+		return -call->err;
+	/* The claim travels with the op until the owner answers; the token stays in it. */
+	memcpy(op->token, m->token, XP_ID_BYTES);
+	memcpy(op->pair_node, m->node, XP_ID_BYTES);
+	op->pair_op = m->op;
+	op->pair_epoch = m->epoch;
+	op->pair_kind = m->kind;
+	op->id = ++call->conn->d->next_op;
+	if (!xfer_new(p, op->id, true, op))
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	xd_op_start(call, op, XP_ST_INITIALIZED);
+	snprintf(op->transport, sizeof(op->transport), "tcp");
+	snprintf(op->peer, sizeof(op->peer), "%s", xd_peer_node_hex(p));
+	op->reply_pending = true;
+	op->reply_id = call->id;
+	call->deferred = true;
+	if (xd_peer_is_up(p))
+		send_claim(op->xfer);
+	return 0;
+}
+
+void xd_remote_peer_up(struct xd_peer *p)
+{
+	struct xd_xfer *x, *tmp;
+
+	TAILQ_FOREACH_SAFE(x, &xfers, link, tmp)
+		if (x->peer == p && x->active && !x->claim_sent && x->op)
+			send_claim(x);
+}
+
+void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause)
+{
+	struct xd_xfer *x, *tmp;
+	char msg[XD_CAUSE_MAX];
+
+	snprintf(msg, sizeof(msg), "peer %s: %s", xd_peer_node_hex(p), cause);
+	TAILQ_FOREACH_SAFE(x, &xfers, link, tmp)
+		if (x->peer == p)
+			xfer_fail(x, XP_ST_ERRORED, err, msg);
+}
+
+void xd_remote_op_ended(struct xd_op *op)
+{
+	struct xd_xfer *x = op->xfer;
+
+	/* The peer learns of the end unless it never heard of the transfer. */
+	if (op->state != XP_ST_COMPLETE && (!x->active || x->claim_sent))
+		send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
+	xfer_close(x);
+}
+
+/* ---- owner side: CLAIM and DONE ---- */
+
+static int parse_claim(json_t *json, struct xd_claim *cl)
+{
+	const char *token, *kind, *node, *meta_kind;
+	json_int_t op, epoch, length;
+
+	if (!json || json_unpack(json, "{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", &op, "token",
+				 &token, "kind", &kind, "node", &node, "epoch", &epoch, "length",
+				 &length, "metadata_kind", &meta_kind) ||
+	    xp_hex_decode(token, cl->token, XP_ID_BYTES) ||
+	    xp_hex_decode(node, cl->node, XP_ID_BYTES) || op < 0 || epoch < 0 || length <= 0)
+		return -EPROTO;
+	int k = xp_kind_from_name(kind), mk = xp_kind_from_name(meta_kind);
+	if ((k != XP_KIND_READ && k != XP_KIND_WRITE) || mk < 0)
+		return -EPROTO;
+	cl->want = k == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE;
+	cl->method = k == XP_KIND_READ ? "op.read" : "op.write";
+	cl->meta_kind = mk;
+	cl->op = (uint64_t)op;
+	cl->epoch = (uint64_t)epoch;
+	cl->length = (uint64_t)length;
+	return 0;
+}
+
+static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
+{
+	struct xd_claim cl;
+	char msg[XD_CAUSE_MAX];
+	int err;
+
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl) < 0)
+		return -EPROTO;
+	struct xd_op *passive = xfer_find(p, h->xfer, false) ? NULL
+				: xd_claim_lookup(xd_peer_daemon(p), &cl, &err, msg, sizeof(msg));
+	if (!passive) {
+		if (xfer_find(p, h->xfer, false)) {
+			err = -EALREADY;
+			snprintf(msg, sizeof(msg), "transfer %llu was already claimed",
+				 (unsigned long long)h->xfer);
+		}
+		json_t *e = error_json(-err, msg);
+		int rc = xd_peer_send_ctrl(p, XP_PEER_CLAIM_ERR, 0, h->xfer, e);
+		json_decref(e);
+		return rc == -ENOMEM ? rc : 0;
+	}
+	struct xd_xfer *x = xfer_new(p, h->xfer, false, passive);
+	if (!x)
+		return -ENOMEM;
+	json_t *ok = json_object();
+	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
+	xd_op_set_in_progress(passive, "tcp", xd_peer_node_hex(p));
+	if (x->source)
+		xd_peer_stream_add(p, x);
+	return 0;
+}
+
+/* The owner's passive op is done: every byte moved, and the active side said DONE. */
+static void complete_passive(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	send_ctrl(x, XP_PEER_DONE_ACK, json_object());
+	xfer_close(x);
+	if (op)
+		xd_op_complete(op);
+}
+
+static void maybe_complete_passive(struct xd_xfer *x)
+{
+	if (x->done_rx && (x->source || x->received == x->length))
+		complete_passive(x);
+}
+
+/* ---- active side: CLAIM_OK, CLAIM_ERR, DONE_ACK ---- */
+
+static void handle_claim_ok(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	if (!op)
+		return;
+	op->reply_pending = false;
+	if (op->owner)
+		xd_reply_result(op->owner, op->reply_id, json_pack("{s:I}", "op", (json_int_t)op->id));
+	xd_op_set_in_progress(op, "tcp", xd_peer_node_hex(x->peer));
+	if (x->source)
+		xd_peer_stream_add(x->peer, x);
+}
+
+static void send_done(struct xd_xfer *x)
+{
+	send_ctrl(x, XP_PEER_DONE, json_pack("{s:I}", "bytes", (json_int_t)x->length));
+}
+
+void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len)
+{
+	x->sent += len;
+	if (x->active && x->op && x->sent == x->length)
+		send_done(x); /* writer: every DATA frame is on the wire */
+}
+
+void xd_xfer_data_received(struct xd_xfer *x, uint32_t len)
+{
+	x->received += len;
+	if (!x->op || x->received < x->length)
+		return;
+	if (x->active)
+		send_done(x); /* reader: every byte has landed */
+	else
+		maybe_complete_passive(x);
+}
+
+struct xd_xfer *xd_remote_data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err)
+{
+	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
+	uint64_t end;
+
+	if (!x || !x->op)
+		return NULL; /* ended here already: drop the payload */
+	if (x->source || __builtin_add_overflow(h->offset, h->length, &end) || end > x->length) {
+		*err = -EPROTO;
+		return NULL;
+	}
+	xd_xfer_ref(x);
+	return x;
+}
+
+/* A control message about transfer @h->xfer. */
+int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
+{
+	if (h->type == XP_PEER_CLAIM)
+		return handle_claim(p, h, json);
+	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
+	if (!x)
+		return 0; /* the two ends crossed: it already ended here */
+	switch (h->type) {
+	case XP_PEER_CLAIM_OK:
+		if (!x->active)
+			return -EPROTO;
+		handle_claim_ok(x);
+		return 0;
+	case XP_PEER_DONE:
+		if (x->active)
+			return -EPROTO;
+		x->done_rx = true;
+		maybe_complete_passive(x);
+		return 0;
+	case XP_PEER_DONE_ACK:
+		if (!x->active)
+			return -EPROTO;
+		struct xd_op *op = x->op;
+		xfer_close(x);
+		if (op)
+			xd_op_complete(op);
+		return 0;
+	case XP_PEER_CLAIM_ERR:
+	case XP_PEER_CANCEL: {
+		const char *name = NULL, *message = NULL;
+		char cause[XD_CAUSE_MAX];
+		if (!json || json_unpack(json, "{s:s, s:s}", "errno", &name, "message", &message))
+			return -EPROTO;
+		int err = xp_errno_from_name(name) ?: EIO;
+		if (h->type == XP_PEER_CLAIM_ERR) {
+			xfer_fail(x, XP_ST_ERRORED, err, message);
+			return 0;
+		}
+		snprintf(cause, sizeof(cause), "peer: %s", message);
+		xfer_fail(x, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
+		return 0;
+	}
+	default:
+		return -EPROTO;
+	}
+}

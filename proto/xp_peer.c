@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT
+/* The peer protocol's 24-byte header, packed little-endian whatever the host order. */
+#include <string.h>
+#include "xp_peer.h"
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+void xp_peer_hdr_pack(const struct xp_peer_hdr *h, uint8_t out[XP_PEER_HDR_LEN])
+{
+	out[0] = h->type;
+	out[1] = h->flags;
+	out[2] = out[3] = 0;
+	put_le(out + 4, h->length, 4);
+	put_le(out + 8, h->xfer, 8);
+	put_le(out + 16, h->offset, 8);
+}
+
+void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h)
+{
+	h->type = in[0];
+	h->flags = in[1];
+	h->length = (uint32_t)get_le(in + 4, 4);
+	h->xfer = get_le(in + 8, 8);
+	h->offset = get_le(in + 16, 8);
+}
+
+const char *xp_peer_type_name(int type)
+{
+	switch (type) {
+#define XP_PEER_TYPE_CASE(name, value) \
+	case value:                     \
+		return #name;
+		XP_PEER_TYPES(XP_PEER_TYPE_CASE)
+#undef XP_PEER_TYPE_CASE
+	}
+	return "UNKNOWN";
+}
+
+int xp_peer_hdr_valid(const struct xp_peer_hdr *h)
+{
+	if (h->type < XP_PEER_HELLO || h->type > XP_PEER_TYPE_MAX)
+		return 0;
+	if (h->type == XP_PEER_DATA)
+		return h->length > 0 && h->length <= XP_PEER_MAX_DATA;
+	return h->length <= XP_PEER_MAX_CTRL;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The peer protocol's framing (PROTOCOL.md §10): a 24-byte little-endian header, then the
+ * payload: JSON for control messages, raw bytes for DATA.
+ */
+#ifndef XP_PEER_H
+#define XP_PEER_H
+
+#include <stdint.h>
+
+#define XP_PEER_VERSION 1
+#define XP_PEER_HDR_LEN 24
+#define XP_PEER_MAX_CTRL (64u * 1024)	   /* control payload */
+#define XP_PEER_MAX_DATA (4u * 1024 * 1024) /* DATA payload */
+#define XP_PEER_FROM_ACTIVE 0x01	   /* flags: xfer is in the sender's id space */
+
+#define XP_PEER_TYPES(X) \
+	X(HELLO, 1)      \
+	X(CLAIM, 2)      \
+	X(CLAIM_OK, 3)   \
+	X(CLAIM_ERR, 4)  \
+	X(DATA, 5)       \
+	X(DONE, 6)       \
+	X(DONE_ACK, 7)   \
+	X(CANCEL, 8)     \
+	X(PING, 9)       \
+	X(PONG, 10)
+
+enum xp_peer_type {
+#define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
+	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
+#undef XP_PEER_TYPE_ENUM
+	XP_PEER_TYPE_MAX = 10
+};
+
+struct xp_peer_hdr {
+	uint8_t type;
+	uint8_t flags;
+	uint32_t length;
+	uint64_t xfer;
+	uint64_t offset;
+};
+
+void xp_peer_hdr_pack(const struct xp_peer_hdr *h, uint8_t out[XP_PEER_HDR_LEN]);
+void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h);
+/* The message name ("CLAIM_OK"), or "UNKNOWN". */
+const char *xp_peer_type_name(int type);
+/* Whether @h obeys the framing limits: known type, payload within its limit. */
+int xp_peer_hdr_valid(const struct xp_peer_hdr *h);
+
+#endif /* XP_PEER_H */
