@@ -105,7 +105,7 @@ static int handle_hello(struct xd_call *call)
 			       "protocol version %lld is not supported; this daemon speaks %d",
 			       (long long)version, XP_PROTO_VERSION);
 	if (strlen(name) > XP_MAX_NAME || !printable(name))
-		return xd_fail(call, XP_E_PARAMS, EINVAL,
+		return xd_fail(call, XP_E_FAILED, EINVAL,
 			       "client name must be at most 64 printable ASCII bytes");
 	strcpy(c->name, name);
 	c->hello = true;

@@ -340,7 +340,7 @@ static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
 			   &offset, "length", &length))
 		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
 	if (region < 0 || offset < 0 || length <= 0)
-		return xd_fail(call, XP_E_PARAMS, EINVAL,
+		return xd_fail(call, XP_E_FAILED, EINVAL,
 			       "descriptor offset must be >= 0 and length > 0");
 	seg->region = xd_region_lookup(call, (uint64_t)region);
 	if (!seg->region)
@@ -362,7 +362,7 @@ static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
 	json_t *v;
 
 	if (!json_is_array(arr) || n == 0 || n > XP_MAX_DESCS)
-		return xd_fail(call, XP_E_PARAMS, EINVAL, "descs must be an array of 1 to %d "
+		return xd_fail(call, XP_E_FAILED, EINVAL, "descs must be an array of 1 to %d "
 							  "descriptors", XP_MAX_DESCS);
 	op->segs = calloc(n, sizeof(*op->segs));
 	if (!op->segs)
@@ -379,14 +379,15 @@ static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
 	return 0;
 }
 
+/* @timeout is -1 when the request had none. */
 static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out)
 {
-	if (timeout == 0) {
+	if (timeout == -1) {
 		*out = call->conn->d->cfg.default_timeout_ms;
 		return 0;
 	}
-	if (timeout < 0 || (uint64_t)timeout > XD_MAX_TIMEOUT_MS)
-		return xd_fail(call, XP_E_PARAMS, EINVAL, "timeout_ms must be 1 to %llu",
+	if (timeout <= 0 || (uint64_t)timeout > XD_MAX_TIMEOUT_MS)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "timeout_ms must be 1 to %llu",
 			       XD_MAX_TIMEOUT_MS);
 	*out = (uint64_t)timeout;
 	return 0;
@@ -477,7 +478,7 @@ static json_t *passive_result(struct xd_op *op)
 int xd_handle_op_passive(struct xd_call *call)
 {
 	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
-	json_int_t timeout = 0;
+	json_int_t timeout = -1;
 	json_t *descs;
 
 	if (xd_unpack_params(call, "{s:o, s?I}", "descs", &descs, "timeout_ms", &timeout))
@@ -652,7 +653,7 @@ int xd_handle_op_active(struct xd_call *call)
 {
 	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
 	const char *metadata;
-	json_int_t timeout = 0;
+	json_int_t timeout = -1;
 	json_t *descs;
 	struct xp_meta m;
 
@@ -717,7 +718,7 @@ int xd_handle_op_wait(struct xd_call *call)
 	if (xd_unpack_params(call, "{s:I, s?I}", "op", &id, "timeout_ms", &timeout))
 		return -EINVAL;
 	if (timeout < -1 || timeout > (json_int_t)XD_MAX_TIMEOUT_MS)
-		return xd_fail(call, XP_E_PARAMS, EINVAL, "timeout_ms must be 0 to %llu",
+		return xd_fail(call, XP_E_FAILED, EINVAL, "timeout_ms must be 0 to %llu",
 			       XD_MAX_TIMEOUT_MS);
 	struct xd_op *op = op_lookup(call, (uint64_t)id);
 	if (!op)

@@ -120,7 +120,7 @@ static int parse_register_args(struct xd_call *call, struct register_args *a)
 			     "length", &length))
 		return -EINVAL;
 	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
-		return xd_fail(call, XP_E_PARAMS, EINVAL,
+		return xd_fail(call, XP_E_FAILED, EINVAL,
 			       "offset and length must not be negative; name at most 64 bytes");
 	a->offset = (uint64_t)offset;
 	a->has_length = length >= 0;

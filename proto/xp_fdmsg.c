@@ -36,7 +36,7 @@ int xp_packet_send(int sock, const void *buf, size_t len, const int *fds, int nf
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 
-	if (len == 0 || nfds < 0 || nfds > XP_RECV_FDS)
+	if (len == 0 || len > XP_MAX_MSG || nfds < 0 || nfds > XP_RECV_FDS)
 		return -EINVAL;
 	if (nfds > 0) {
 		memset(&cmsg, 0, sizeof(cmsg));
