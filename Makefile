@@ -18,6 +18,7 @@ LIBDIR := $(PREFIX)/lib
 INCDIR := $(PREFIX)/include
 PCDIR := $(LIBDIR)/pkgconfig
 UNITDIR := $(PREFIX)/lib/systemd/system
+SYSUSERSDIR := $(PREFIX)/lib/sysusers.d
 
 CC ?= cc
 PKGS := libevent jansson libibverbs librdmacm
@@ -137,7 +138,7 @@ bench: deps
 
 install: $(BINS) $(B)/xferclient.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
-		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR)
+		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	install -m 755 $(B)/xferd $(DESTDIR)$(SBINDIR)/xferd
 	install -m 755 $(B)/xferctl $(DESTDIR)$(BINDIR)/xferctl
 	install -m 755 $(LIB_REAL) $(DESTDIR)$(LIBDIR)/
@@ -147,12 +148,13 @@ install: $(BINS) $(B)/xferclient.pc
 	install -m 644 $(B)/xferclient.pc $(DESTDIR)$(PCDIR)/xferclient.pc
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' systemd/xferd.service.in > $(DESTDIR)$(UNITDIR)/xferd.service
 	install -m 644 systemd/xferd.socket $(DESTDIR)$(UNITDIR)/xferd.socket
+	install -m 644 systemd/xferd-sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/xferd.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/xferd $(DESTDIR)$(BINDIR)/xferctl \
 		$(DESTDIR)$(LIBDIR)/$(LIBNAME)* $(DESTDIR)$(INCDIR)/xferclient.h \
 		$(DESTDIR)$(PCDIR)/xferclient.pc $(DESTDIR)$(UNITDIR)/xferd.service \
-		$(DESTDIR)$(UNITDIR)/xferd.socket
+		$(DESTDIR)$(UNITDIR)/xferd.socket $(DESTDIR)$(SYSUSERSDIR)/xferd.conf
 
 clean:
 	rm -rf build build-san

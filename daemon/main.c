@@ -258,7 +258,8 @@ int main(int argc, char **argv)
 	rc = daemon_init(&d, &o);
 	if (rc == 0) {
 		xd_log(XD_LOG_INFO, "xferd %s listening on %s (node %s)", XFERD_VERSION,
-		       d.cfg.socket_path, d.node_hex);
+		       d.listen_from_systemd ? "the socket systemd passed" : d.cfg.socket_path,
+		       d.node_hex);
 		xd_sd_notify(&d, "READY=1");
 		event_base_dispatch(d.base);
 		xd_log(XD_LOG_INFO, "stopped");

@@ -16,6 +16,7 @@ PKGS=(
 	iproute2
 	python3
 	procps
+	iperf3
 )
 
 missing=()
