@@ -306,8 +306,8 @@ static int raw_stat(int sock, const char *key, long long *val)
 {
 	struct xp_reply rep;
 	json_t *v;
-	int err = td_raw_call(sock, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"stats\"}", NULL,
-			      0, &rep);
+	int err = td_raw_call(sock, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"stats\"}", NULL, 0,
+			      &rep);
 
 	if (!err) {
 		v = json_object_get(rep.result, key);

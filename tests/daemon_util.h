@@ -16,11 +16,11 @@
 
 /* One daemon started by td_start(). */
 struct td {
-	char dir[48];	   /* mkdtemp'd; removed by td_stop() */
-	char sock[100];	   /* DIR/xferd.sock */
-	char log[100];	   /* DIR/xferd.log: the daemon's stderr */
-	pid_t pid;	   /* -1 once reaped */
-	int hook;	   /* harness cleanup hook */
+	char dir[48];	/* mkdtemp'd; removed by td_stop() */
+	char sock[100]; /* DIR/xferd.sock */
+	char log[100];	/* DIR/xferd.log: the daemon's stderr */
+	pid_t pid;	/* -1 once reaped */
+	int hook;	/* harness cleanup hook */
 };
 
 /*

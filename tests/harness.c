@@ -185,7 +185,8 @@ void harness_check_mem(const char *file, int line, const char *ea, const char *e
 			ndiff++;
 		}
 	}
-	harness_fail(file, line, "%s != %s over %zu bytes: %zu differ, first at offset %zu (0x%02x != 0x%02x)",
+	harness_fail(file, line,
+		     "%s != %s over %zu bytes: %zu differ, first at offset %zu (0x%02x != 0x%02x)",
 		     ea, eb, n, ndiff, first, pa[first], pb[first]);
 }
 
@@ -240,8 +241,8 @@ static void check_fd_leak(const struct harness_test *t, const unsigned char *bef
 		if (len >= sizeof(list))
 			break;
 	}
-	harness_fail(t->file, t->line, "fd leak: %d fds open before the test, %d after:%s",
-		     nbefore, nafter, list);
+	harness_fail(t->file, t->line, "fd leak: %d fds open before the test, %d after:%s", nbefore,
+		     nafter, list);
 }
 
 static void alarm_handler(int sig)

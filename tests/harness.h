@@ -16,8 +16,8 @@ struct harness_test {
 	const char *name;
 	void (*fn)(void *arg);
 	void *arg;
-	int timeout;		/* seconds */
-	const char *file;	/* tests run in (file, line) order */
+	int timeout;	  /* seconds */
+	const char *file; /* tests run in (file, line) order */
 	int line;
 	struct harness_test *next;
 };
@@ -31,21 +31,24 @@ void harness_register(struct harness_test *t);
  */
 int harness_add(const char *name, void (*fn)(void *), void *arg, int timeout_s);
 
-#define TEST_TIMEOUT(tname, seconds)                                                      \
-	static void tname(void);                                                          \
-	static void tname##_run(void *arg)                                                \
-	{                                                                                 \
-		(void)arg;                                                                \
-		tname();                                                                  \
-	}                                                                                 \
-	static struct harness_test tname##_test = {                                       \
-		.name = #tname, .fn = tname##_run, .timeout = (seconds),                  \
-		.file = __FILE__, .line = __LINE__,                                       \
-	};                                                                                \
-	__attribute__((constructor)) static void tname##_register(void)                    \
-	{                                                                                 \
-		harness_register(&tname##_test);                                          \
-	}                                                                                 \
+#define TEST_TIMEOUT(tname, seconds)                                    \
+	static void tname(void);                                        \
+	static void tname##_run(void *arg)                              \
+	{                                                               \
+		(void)arg;                                              \
+		tname();                                                \
+	}                                                               \
+	static struct harness_test tname##_test = {                     \
+		.name = #tname,                                         \
+		.fn = tname##_run,                                      \
+		.timeout = (seconds),                                   \
+		.file = __FILE__,                                       \
+		.line = __LINE__,                                       \
+	};                                                              \
+	__attribute__((constructor)) static void tname##_register(void) \
+	{                                                               \
+		harness_register(&tname##_test);                        \
+	}                                                               \
 	static void tname(void)
 
 #define TEST(tname) TEST_TIMEOUT(tname, HARNESS_DEFAULT_TIMEOUT)
@@ -56,7 +59,7 @@ int harness_add(const char *name, void (*fn)(void *), void *arg, int timeout_s);
  * (the test checks its children's status). Never returns.
  */
 __attribute__((noreturn, format(printf, 3, 4))) void harness_fail(const char *file, int line,
-								   const char *fmt, ...);
+								  const char *fmt, ...);
 
 /* Marks the running test SKIP with @why and ends it (cleanup hooks run). Never returns. */
 __attribute__((noreturn)) void harness_skip(const char *why);
@@ -85,48 +88,48 @@ const char *harness_errname(long long err);
 void harness_check_mem(const char *file, int line, const char *ea, const char *eb, const void *a,
 		       const void *b, size_t n);
 
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (!(cond))                                                              \
-			harness_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond);       \
+#define CHECK(cond)                                                                  \
+	do {                                                                         \
+		if (!(cond))                                                         \
+			harness_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond); \
 	} while (0)
 
-#define CHECK_EQ_INT(a, b)                                                                \
-	do {                                                                              \
-		long long check_a_ = (long long)(a), check_b_ = (long long)(b);           \
-		if (check_a_ != check_b_)                                                 \
-			harness_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b,     \
-				     check_a_, check_b_);                                 \
+#define CHECK_EQ_INT(a, b)                                                                 \
+	do {                                                                               \
+		long long check_a_ = (long long)(a), check_b_ = (long long)(b);            \
+		if (check_a_ != check_b_)                                                  \
+			harness_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, \
+				     check_a_, check_b_);                                  \
 	} while (0)
 
 /* @expr returns 0 (or a non-negative count) or a negative errno. */
-#define CHECK_OK(expr)                                                                    \
-	do {                                                                              \
-		long long check_r_ = (long long)(expr);                                   \
-		if (check_r_ < 0)                                                         \
-			harness_fail(__FILE__, __LINE__, "%s: %lld %s (%s)", #expr, check_r_,  \
-				     harness_errname(check_r_), strerror((int)-check_r_));     \
+#define CHECK_OK(expr)                                                                        \
+	do {                                                                                  \
+		long long check_r_ = (long long)(expr);                                       \
+		if (check_r_ < 0)                                                             \
+			harness_fail(__FILE__, __LINE__, "%s: %lld %s (%s)", #expr, check_r_, \
+				     harness_errname(check_r_), strerror((int)-check_r_));    \
 	} while (0)
 
 /* @expr must return exactly @want, a negative errno such as -EINVAL. */
-#define CHECK_ERR(expr, want)                                                             \
-	do {                                                                              \
-		long long check_r_ = (long long)(expr), check_w_ = (long long)(want);     \
-		if (check_r_ != check_w_)                                                 \
-			harness_fail(__FILE__, __LINE__, "%s: got %lld %s, want %lld %s",      \
-				     #expr, check_r_, harness_errname(check_r_), check_w_,     \
-				     harness_errname(check_w_));                          \
+#define CHECK_ERR(expr, want)                                                                    \
+	do {                                                                                     \
+		long long check_r_ = (long long)(expr), check_w_ = (long long)(want);            \
+		if (check_r_ != check_w_)                                                        \
+			harness_fail(__FILE__, __LINE__, "%s: got %lld %s, want %lld %s", #expr, \
+				     check_r_, harness_errname(check_r_), check_w_,              \
+				     harness_errname(check_w_));                                 \
 	} while (0)
 
 #define CHECK_MEM_EQ(a, b, n) harness_check_mem(__FILE__, __LINE__, #a, #b, (a), (b), (n))
 
-#define CHECK_STR_EQ(a, b)                                                                \
-	do {                                                                              \
-		const char *check_a_ = (a), *check_b_ = (b);                              \
-		if (!check_a_ || !check_b_ || strcmp(check_a_, check_b_) != 0)            \
+#define CHECK_STR_EQ(a, b)                                                                     \
+	do {                                                                                   \
+		const char *check_a_ = (a), *check_b_ = (b);                                   \
+		if (!check_a_ || !check_b_ || strcmp(check_a_, check_b_) != 0)                 \
 			harness_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, \
-				     check_a_ ? check_a_ : "(null)",                      \
-				     check_b_ ? check_b_ : "(null)");                     \
+				     check_a_ ? check_a_ : "(null)",                           \
+				     check_b_ ? check_b_ : "(null)");                          \
 	} while (0)
 
 #include <string.h>

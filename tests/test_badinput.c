@@ -30,35 +30,35 @@
 
 enum fdkind {
 	FD_NONE,
-	FD_SEALED,	/* sealed memfd, REGION_SIZE bytes */
-	FD_UNSEALED,	/* memfd without F_SEAL_SHRINK */
-	FD_RDONLY,	/* sealed memfd reopened read-only */
-	FD_FILE,	/* regular file */
+	FD_SEALED,   /* sealed memfd, REGION_SIZE bytes */
+	FD_UNSEALED, /* memfd without F_SEAL_SHRINK */
+	FD_RDONLY,   /* sealed memfd reopened read-only */
+	FD_FILE,     /* regular file */
 	FD_PIPE,
 	FD_SOCKET,
 	FD_DIR,
-	FD_TWO,		/* two sealed memfds */
-	FD_200,		/* one sealed memfd, 200 times */
+	FD_TWO, /* two sealed memfds */
+	FD_200, /* one sealed memfd, 200 times */
 };
 
 enum setup {
-	SETUP_HELLO,	/* hello first */
-	SETUP_NONE,	/* nothing: the request is the connection's first */
-	SETUP_REGION,	/* hello, a region ($R) */
-	SETUP_OP,	/* hello, a region ($R) and a readable op on it ($O, metadata $M) */
+	SETUP_HELLO,  /* hello first */
+	SETUP_NONE,   /* nothing: the request is the connection's first */
+	SETUP_REGION, /* hello, a region ($R) */
+	SETUP_OP,     /* hello, a region ($R) and a readable op on it ($O, metadata $M) */
 };
 
 struct bad_case {
 	const char *name;
-	void (*custom)(struct td *d);	/* or the table fields below */
+	void (*custom)(struct td *d); /* or the table fields below */
 	enum setup setup;
-	const char *req;		/* id 9; $R, $O, $M substituted */
+	const char *req; /* id 9; $R, $O, $M substituted */
 	enum fdkind fds;
 	int code;
-	const char *err;		/* data.errno wanted, NULL: not checked */
+	const char *err; /* data.errno wanted, NULL: not checked */
 	bool closes;
-	bool null_id;			/* the reply's id is null (request id unreadable) */
-	const char *words;		/* '|'-separated; the message contains one of them */
+	bool null_id;	   /* the reply's id is null (request id unreadable) */
+	const char *words; /* '|'-separated; the message contains one of them */
 };
 
 /* What the setup made on the case's connection. */
@@ -246,9 +246,10 @@ static long long raw_passive(int sock, const char *kind, long long region, size_
 	struct xp_reply rep;
 	long long op;
 
-	snprintf(req, sizeof(req), "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"op.%s\",\"params\":"
-		 "{\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":%zu}]}}", kind, region,
-		 length);
+	snprintf(req, sizeof(req),
+		 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"op.%s\",\"params\":"
+		 "{\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":%zu}]}}",
+		 kind, region, length);
 	expect_ok(sock, req, &rep);
 	op = result_int(&rep, "op");
 	*meta = strdup(json_string_value(json_object_get(rep.result, "metadata")) ?: "");
@@ -323,8 +324,10 @@ static void run_table_case(struct td *d, const struct bad_case *c)
 	xp_reply_fini(&rep);
 	if (c->closes) {
 		if (!td_raw_closed(cs.sock))
-			harness_fail(__FILE__, __LINE__, "%s: connection not closed after a "
-				     "protocol violation", c->name);
+			harness_fail(__FILE__, __LINE__,
+				     "%s: connection not closed after a "
+				     "protocol violation",
+				     c->name);
 	} else {
 		check_still_open(cs.sock);
 	}
@@ -364,7 +367,8 @@ static void case_too_many_descs(struct td *d)
 
 	CHECK(req != NULL);
 	setup_conn(d, SETUP_REGION, &cs);
-	n = snprintf(req, cap, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"op.readable\","
+	n = snprintf(req, cap,
+		     "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"op.readable\","
 		     "\"params\":{\"descs\":[");
 	for (int i = 0; i < XP_MAX_DESCS + 1; i++)
 		n += snprintf(req + n, cap - n, "%s{\"region\":%lld,\"offset\":%d,\"length\":1}",
@@ -385,24 +389,28 @@ static void case_deregister_in_use(struct td *d)
 
 	setup_conn(d, SETUP_OP, &cs);
 	req = subst("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"region.deregister\","
-		    "\"params\":{\"region\":$R}}", &cs);
+		    "\"params\":{\"region\":$R}}",
+		    &cs);
 	expect_error(cs.sock, req, XP_E_FAILED, "EBUSY", "use|busy|op");
 	free(req);
 	/* the op was left alone ... */
-	req = subst("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"op.status\",\"params\":{\"op\":$O}}",
-		    &cs);
+	req = subst(
+		"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"op.status\",\"params\":{\"op\":$O}}",
+		&cs);
 	expect_ok(cs.sock, req, &rep);
 	CHECK_STR_EQ(json_string_value(json_object_get(rep.result, "state")), "INITIALIZED");
 	xp_reply_fini(&rep);
 	free(req);
 	/* ... until force cancels it */
 	req = subst("{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"region.deregister\","
-		    "\"params\":{\"region\":$R,\"force\":true}}", &cs);
+		    "\"params\":{\"region\":$R,\"force\":true}}",
+		    &cs);
 	expect_ok(cs.sock, req, &rep);
 	xp_reply_fini(&rep);
 	free(req);
-	req = subst("{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"op.status\",\"params\":{\"op\":$O}}",
-		    &cs);
+	req = subst(
+		"{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"op.status\",\"params\":{\"op\":$O}}",
+		&cs);
 	expect_ok(cs.sock, req, &rep);
 	CHECK_STR_EQ(json_string_value(json_object_get(rep.result, "state")), "CANCELLED");
 	xp_reply_fini(&rep);
@@ -418,15 +426,17 @@ static void case_double_release(struct td *d)
 	char *req;
 
 	setup_conn(d, SETUP_OP, &cs);
-	req = subst("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"op.release\",\"params\":{\"op\":$O}}",
-		    &cs);
+	req = subst(
+		"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"op.release\",\"params\":{\"op\":$O}}",
+		&cs);
 	expect_ok(cs.sock, req, &rep);
 	xp_reply_fini(&rep);
 	expect_error(cs.sock, req, XP_E_FAILED, "ENOENT", "no such|unknown|not found|op");
 	free(req);
 	/* released: its region is free again */
 	req = subst("{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"region.deregister\","
-		    "\"params\":{\"region\":$R}}", &cs);
+		    "\"params\":{\"region\":$R}}",
+		    &cs);
 	expect_ok(cs.sock, req, &rep);
 	xp_reply_fini(&rep);
 	free(req);
@@ -475,8 +485,10 @@ static void check_op_state(int sock, long long op, const char *state)
 	char req[128];
 	struct xp_reply rep;
 
-	snprintf(req, sizeof(req), "{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"op.status\","
-		 "\"params\":{\"op\":%lld}}", op);
+	snprintf(req, sizeof(req),
+		 "{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"op.status\","
+		 "\"params\":{\"op\":%lld}}",
+		 op);
 	expect_ok(sock, req, &rep);
 	CHECK_STR_EQ(json_string_value(json_object_get(rep.result, "state")), state);
 	xp_reply_fini(&rep);
@@ -494,9 +506,11 @@ static void meta_refusal(struct td *d, enum meta_mut mut, const char *err1, cons
 	setup_conn(d, SETUP_OP, &owner);
 	region = raw_register(reader, REGION_SIZE);
 	bad = mutate_meta(owner.meta, mut);
-	snprintf(req, sizeof(req), "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"op.read\",\"params\":"
-		 "{\"metadata\":\"%s\",\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":4096}]}}",
-		 bad, region);
+	snprintf(
+		req, sizeof(req),
+		"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"op.read\",\"params\":"
+		"{\"metadata\":\"%s\",\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":4096}]}}",
+		bad, region);
 	free(bad);
 	CHECK_OK(td_raw_call(reader, req, NULL, 0, &rep));
 	if (err2 && strcmp(td_reply_errno(&rep), err2) == 0)
@@ -506,9 +520,11 @@ static void meta_refusal(struct td *d, enum meta_mut mut, const char *err1, cons
 	xp_reply_fini(&rep);
 	/* refused before any byte moved: the passive op is untouched and still claimable */
 	check_op_state(owner.sock, owner.op, "INITIALIZED");
-	snprintf(req, sizeof(req), "{\"jsonrpc\":\"2.0\",\"id\":16,\"method\":\"op.read\",\"params\":"
-		 "{\"metadata\":\"%s\",\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":4096}]}}",
-		 owner.meta, region);
+	snprintf(
+		req, sizeof(req),
+		"{\"jsonrpc\":\"2.0\",\"id\":16,\"method\":\"op.read\",\"params\":"
+		"{\"metadata\":\"%s\",\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":4096}]}}",
+		owner.meta, region);
 	expect_ok(reader, req, &rep);
 	xp_reply_fini(&rep);
 	close(reader);
@@ -555,7 +571,7 @@ static void case_meta_unknown_op(struct td *d)
 
 struct other_ids {
 	struct td *d;
-	long long region, op;	/* owned by a root connection */
+	long long region, op; /* owned by a root connection */
 };
 
 static void expect_eperm(int sock, const char *method, const char *params)
@@ -576,7 +592,8 @@ static void poke_foreign(int sock, long long region, long long op)
 	expect_eperm(sock, "region.deregister", p);
 	snprintf(p, sizeof(p), "{\"region\":%lld,\"force\":true}", region);
 	expect_eperm(sock, "region.deregister", p);
-	snprintf(p, sizeof(p), "{\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":16}]}", region);
+	snprintf(p, sizeof(p), "{\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":16}]}",
+		 region);
 	expect_eperm(sock, "op.readable", p);
 	expect_eperm(sock, "op.writable", p);
 	snprintf(p, sizeof(p), "{\"op\":%lld}", op);
@@ -670,7 +687,10 @@ static void case_other_clients(struct td *d)
 
 #define REQ(method, params) \
 	"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"" method "\",\"params\":" params "}"
-#define CUSTOM(n, fn) { .name = (n), .custom = (fn) }
+#define CUSTOM(n, fn)                       \
+	{                                   \
+		.name = (n), .custom = (fn) \
+	}
 #define E_FD "fd|descriptor"
 #define E_MEMFD "memfd|seal"
 #define E_RANGE "range|size|beyond|past|outside|length|offset|overflow|end"
@@ -682,8 +702,9 @@ static const struct bad_case cases[] = {
 	{ "truncated_json", NULL, SETUP_HELLO, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"sta",
 	  FD_NONE, XP_E_PARSE, NULL, true, true, "json|parse" },
 	CUSTOM("oversized_packet", case_oversized),
-	{ "jsonrpc_version", NULL, SETUP_HELLO, "{\"jsonrpc\":\"1.0\",\"id\":9,\"method\":\"stats\"}",
-	  FD_NONE, XP_E_INVALID_REQ, NULL, true, false, "jsonrpc" },
+	{ "jsonrpc_version", NULL, SETUP_HELLO,
+	  "{\"jsonrpc\":\"1.0\",\"id\":9,\"method\":\"stats\"}", FD_NONE, XP_E_INVALID_REQ, NULL,
+	  true, false, "jsonrpc" },
 	{ "id_not_integer", NULL, SETUP_HELLO,
 	  "{\"jsonrpc\":\"2.0\",\"id\":\"nine\",\"method\":\"stats\"}", FD_NONE, XP_E_INVALID_REQ,
 	  NULL, true, true, "id" },
@@ -703,8 +724,9 @@ static const struct bad_case cases[] = {
 	  FD_NONE, XP_E_PARAMS, NULL, false, false, "offset|integer" },
 	{ "wrong_type_region", NULL, SETUP_HELLO, REQ("region.deregister", "{\"region\":\"abc\"}"),
 	  FD_NONE, XP_E_PARAMS, NULL, false, false, "region|integer" },
-	{ "wrong_type_register_offset", NULL, SETUP_HELLO, REQ("region.register",
-	  "{\"offset\":\"abc\"}"), FD_SEALED, XP_E_PARAMS, NULL, false, false, "offset|integer" },
+	{ "wrong_type_register_offset", NULL, SETUP_HELLO,
+	  REQ("region.register", "{\"offset\":\"abc\"}"), FD_SEALED, XP_E_PARAMS, NULL, false,
+	  false, "offset|integer" },
 	{ "wrong_type_hello_version", NULL, SETUP_NONE,
 	  REQ("hello", "{\"version\":\"1\",\"client\":\"x\"}"), FD_NONE, XP_E_PARAMS, NULL, false,
 	  false, "version|integer" },
@@ -744,33 +766,41 @@ static const struct bad_case cases[] = {
 	  false, E_RANGE },
 	{ "register_zero_length", NULL, SETUP_HELLO, REQ("region.register", "{\"offset\":8192}"),
 	  FD_SEALED, XP_E_FAILED, "EINVAL", false, false, E_RANGE "|zero|empty" },
-	{ "register_offset_length_overflow", NULL, SETUP_HELLO, REQ("region.register",
-	  "{\"offset\":9223372036854775807,\"length\":9223372036854775807}"), FD_SEALED,
-	  XP_E_FAILED, "EINVAL", false, false, E_RANGE },
-	{ "desc_offset_length_overflow", NULL, SETUP_REGION, REQ("op.readable", "{\"descs\":"
-	  "[{\"region\":$R,\"offset\":9223372036854775807,\"length\":9223372036854775807}]}"),
+	{ "register_offset_length_overflow", NULL, SETUP_HELLO,
+	  REQ("region.register", "{\"offset\":9223372036854775807,\"length\":9223372036854775807}"),
+	  FD_SEALED, XP_E_FAILED, "EINVAL", false, false, E_RANGE },
+	{ "desc_offset_length_overflow", NULL, SETUP_REGION,
+	  REQ("op.readable",
+	      "{\"descs\":"
+	      "[{\"region\":$R,\"offset\":9223372036854775807,\"length\":9223372036854775807}]}"),
 	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, E_RANGE },
-	{ "desc_beyond_region", NULL, SETUP_REGION, REQ("op.writable", "{\"descs\":"
-	  "[{\"region\":$R,\"offset\":4096,\"length\":8192}]}"), FD_NONE, XP_E_FAILED, "EINVAL",
-	  false, false, E_RANGE },
-	{ "desc_zero_length", NULL, SETUP_REGION, REQ("op.readable", "{\"descs\":"
-	  "[{\"region\":$R,\"offset\":0,\"length\":0}]}"), FD_NONE, XP_E_FAILED, "EINVAL", false,
-	  false, E_RANGE "|zero" },
+	{ "desc_beyond_region", NULL, SETUP_REGION,
+	  REQ("op.writable", "{\"descs\":"
+			     "[{\"region\":$R,\"offset\":4096,\"length\":8192}]}"),
+	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, E_RANGE },
+	{ "desc_zero_length", NULL, SETUP_REGION,
+	  REQ("op.readable", "{\"descs\":"
+			     "[{\"region\":$R,\"offset\":0,\"length\":0}]}"),
+	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, E_RANGE "|zero" },
 	{ "no_descs", NULL, SETUP_REGION, REQ("op.readable", "{\"descs\":[]}"), FD_NONE,
 	  XP_E_FAILED, "EINVAL", false, false, "desc" },
 	CUSTOM("too_many_descs", case_too_many_descs),
-	{ "timeout_zero", NULL, SETUP_REGION, REQ("op.readable", "{\"descs\":"
-	  "[{\"region\":$R,\"offset\":0,\"length\":16}],\"timeout_ms\":0}"), FD_NONE, XP_E_FAILED,
-	  "EINVAL", false, false, "timeout" },
-	{ "timeout_too_long", NULL, SETUP_REGION, REQ("op.readable", "{\"descs\":"
-	  "[{\"region\":$R,\"offset\":0,\"length\":16}],\"timeout_ms\":86400001}"), FD_NONE,
-	  XP_E_FAILED, "EINVAL", false, false, "timeout" },
+	{ "timeout_zero", NULL, SETUP_REGION,
+	  REQ("op.readable", "{\"descs\":"
+			     "[{\"region\":$R,\"offset\":0,\"length\":16}],\"timeout_ms\":0}"),
+	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, "timeout" },
+	{ "timeout_too_long", NULL, SETUP_REGION,
+	  REQ("op.readable",
+	      "{\"descs\":"
+	      "[{\"region\":$R,\"offset\":0,\"length\":16}],\"timeout_ms\":86400001}"),
+	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, "timeout" },
 	{ "unknown_region_deregister", NULL, SETUP_HELLO,
 	  REQ("region.deregister", "{\"region\":999999}"), FD_NONE, XP_E_FAILED, "ENOENT", false,
 	  false, "999999|region" },
-	{ "unknown_region_in_desc", NULL, SETUP_HELLO, REQ("op.readable", "{\"descs\":"
-	  "[{\"region\":999999,\"offset\":0,\"length\":16}]}"), FD_NONE, XP_E_FAILED, "ENOENT",
-	  false, false, "999999|region" },
+	{ "unknown_region_in_desc", NULL, SETUP_HELLO,
+	  REQ("op.readable", "{\"descs\":"
+			     "[{\"region\":999999,\"offset\":0,\"length\":16}]}"),
+	  FD_NONE, XP_E_FAILED, "ENOENT", false, false, "999999|region" },
 	{ "unknown_op_status", NULL, SETUP_HELLO, REQ("op.status", "{\"op\":999999}"), FD_NONE,
 	  XP_E_FAILED, "ENOENT", false, false, "999999|op" },
 	{ "unknown_op_wait", NULL, SETUP_HELLO, REQ("op.wait", "{\"op\":999999}"), FD_NONE,
@@ -822,7 +852,8 @@ static void check_serves(struct td *d, const char *after)
 		td_check_alive(d, when);
 	}
 	if (rc)
-		harness_fail(__FILE__, __LINE__, "after %s: hello failed: %s", after, strerror(-rc));
+		harness_fail(__FILE__, __LINE__, "after %s: hello failed: %s", after,
+			     strerror(-rc));
 	CHECK_OK(td_raw_call(sock, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"stats\"}", NULL, 0,
 			     &rep));
 	if (!json_is_integer(json_object_get(rep.result, "uptime_ms")))

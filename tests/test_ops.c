@@ -96,8 +96,8 @@ static uint64_t passive(struct xfer_client *c, enum xfer_kind kind, const struct
 			size_t n, const struct xfer_op_opts *opts, char **meta)
 {
 	uint64_t op = 0;
-	int rc = kind == XFER_READABLE ? xfer_readable(c, descs, n, opts, &op, meta)
-				       : xfer_writable(c, descs, n, opts, &op, meta);
+	int rc = kind == XFER_READABLE ? xfer_readable(c, descs, n, opts, &op, meta) :
+					 xfer_writable(c, descs, n, opts, &op, meta);
 
 	if (rc)
 		harness_fail(__FILE__, __LINE__, "%s: %s (%s)", xfer_kind_name(kind),
@@ -110,8 +110,8 @@ static uint64_t active(struct xfer_client *c, enum xfer_kind pkind, const char *
 		       const struct xfer_desc *descs, size_t n)
 {
 	uint64_t op = 0;
-	int rc = pkind == XFER_READABLE ? xfer_read(c, meta, descs, n, NULL, &op)
-					: xfer_write(c, meta, descs, n, NULL, &op);
+	int rc = pkind == XFER_READABLE ? xfer_read(c, meta, descs, n, NULL, &op) :
+					  xfer_write(c, meta, descs, n, NULL, &op);
 
 	if (rc)
 		harness_fail(__FILE__, __LINE__, "claim of %s metadata: %s (%s)",
@@ -192,12 +192,30 @@ static void run_pair(enum xfer_kind pkind, size_t len)
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
-TEST(readable_read_4k) { run_pair(XFER_READABLE, 4 * KiB); }
-TEST(readable_read_1m) { run_pair(XFER_READABLE, 1 * MiB); }
-TEST(readable_read_64m) { run_pair(XFER_READABLE, 64 * MiB); }
-TEST(writable_write_4k) { run_pair(XFER_WRITABLE, 4 * KiB); }
-TEST(writable_write_1m) { run_pair(XFER_WRITABLE, 1 * MiB); }
-TEST(writable_write_64m) { run_pair(XFER_WRITABLE, 64 * MiB); }
+TEST(readable_read_4k)
+{
+	run_pair(XFER_READABLE, 4 * KiB);
+}
+TEST(readable_read_1m)
+{
+	run_pair(XFER_READABLE, 1 * MiB);
+}
+TEST(readable_read_64m)
+{
+	run_pair(XFER_READABLE, 64 * MiB);
+}
+TEST(writable_write_4k)
+{
+	run_pair(XFER_WRITABLE, 4 * KiB);
+}
+TEST(writable_write_1m)
+{
+	run_pair(XFER_WRITABLE, 1 * MiB);
+}
+TEST(writable_write_64m)
+{
+	run_pair(XFER_WRITABLE, 64 * MiB);
+}
 
 /* Both sides on one connection work as well. */
 TEST(readable_read_same_connection)
@@ -330,8 +348,14 @@ static void run_processes(enum xfer_kind pkind, size_t len)
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
-TEST(readable_read_separate_processes_16m) { run_processes(XFER_READABLE, 16 * MiB); }
-TEST(writable_write_separate_processes_16m) { run_processes(XFER_WRITABLE, 16 * MiB); }
+TEST(readable_read_separate_processes_16m)
+{
+	run_processes(XFER_READABLE, 16 * MiB);
+}
+TEST(writable_write_separate_processes_16m)
+{
+	run_processes(XFER_WRITABLE, 16 * MiB);
+}
 
 /* ---- scatter/gather with boundaries that do not line up ---- */
 
@@ -424,8 +448,14 @@ static void run_multi(enum xfer_kind pkind)
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
-TEST(multi_desc_mismatched_readable_read) { run_multi(XFER_READABLE); }
-TEST(multi_desc_mismatched_writable_write) { run_multi(XFER_WRITABLE); }
+TEST(multi_desc_mismatched_readable_read)
+{
+	run_multi(XFER_READABLE);
+}
+TEST(multi_desc_mismatched_writable_write)
+{
+	run_multi(XFER_WRITABLE);
+}
 
 /* ---- refusals: decided before any byte moves; the passive op stays claimable ---- */
 
@@ -462,8 +492,8 @@ static void expect_refused(struct refusal_env *e, uint64_t pop, enum xfer_kind a
 			   const char *meta, const struct xfer_desc *desc, int want)
 {
 	uint64_t aop = 0;
-	int rc = akind == XFER_READ ? xfer_read(e->b, meta, desc, 1, NULL, &aop)
-				    : xfer_write(e->b, meta, desc, 1, NULL, &aop);
+	int rc = akind == XFER_READ ? xfer_read(e->b, meta, desc, 1, NULL, &aop) :
+				      xfer_write(e->b, meta, desc, 1, NULL, &aop);
 
 	if (rc != want)
 		harness_fail(__FILE__, __LINE__, "%s claim: got %s, want %s (%s)",
@@ -502,8 +532,14 @@ static void refusals(enum xfer_kind pkind)
 	refusal_teardown(&e);
 }
 
-TEST(refuse_read_of_writable_and_size_mismatch) { refusals(XFER_WRITABLE); }
-TEST(refuse_write_of_readable_and_size_mismatch) { refusals(XFER_READABLE); }
+TEST(refuse_read_of_writable_and_size_mismatch)
+{
+	refusals(XFER_WRITABLE);
+}
+TEST(refuse_write_of_readable_and_size_mismatch)
+{
+	refusals(XFER_READABLE);
+}
 
 TEST(refuse_second_claim)
 {
@@ -617,7 +653,8 @@ TEST_TIMEOUT(concurrent_50_clients_x_20_ops, 240)
 	CHECK_OK(td_stat(&d, "ops_completed", &done));
 	CHECK_EQ_INT(done, 2 * NCHILD * NOPS);
 	if (td_wait_stat(&d, "regions", 0, 5000, &regions))
-		harness_fail(__FILE__, __LINE__, "%lld regions left after every client left", regions);
+		harness_fail(__FILE__, __LINE__, "%lld regions left after every client left",
+			     regions);
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
@@ -785,7 +822,8 @@ static void cancel_mid_transfer(bool by_passive)
 	for (tries = 1; tries <= 5; tries++) {
 		if (cancel_attempt(a, b, &pb, &ab, len, by_passive))
 			break;
-		harness_note("try %d: the %zu-byte transfer finished before the cancel", tries, len);
+		harness_note("try %d: the %zu-byte transfer finished before the cancel", tries,
+			     len);
 	}
 	if (tries > 5)
 		harness_fail(__FILE__, __LINE__, "cancel never landed mid-transfer in 5 tries");
@@ -797,15 +835,21 @@ static void cancel_mid_transfer(bool by_passive)
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
-TEST_TIMEOUT(cancel_mid_transfer_by_passive_side, 120) { cancel_mid_transfer(true); }
-TEST_TIMEOUT(cancel_mid_transfer_by_active_side, 120) { cancel_mid_transfer(false); }
+TEST_TIMEOUT(cancel_mid_transfer_by_passive_side, 120)
+{
+	cancel_mid_transfer(true);
+}
+TEST_TIMEOUT(cancel_mid_transfer_by_active_side, 120)
+{
+	cancel_mid_transfer(false);
+}
 
 /* ---- kill -9 of either side mid-transfer ---- */
 
 struct kill_args {
 	struct td *d;
 	size_t len;
-	bool passive;	/* the child owns the readable; else the child reads */
+	bool passive;			/* the child owns the readable; else the child reads */
 	char meta[XP_METADATA_MAX + 1]; /* the parent's readable, for a reading child */
 	int pipe_w;
 };
@@ -913,8 +957,14 @@ static void kill_mid_transfer(bool kill_passive)
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
-TEST_TIMEOUT(kill9_passive_owner_mid_read, 120) { kill_mid_transfer(true); }
-TEST_TIMEOUT(kill9_reader_mid_read, 120) { kill_mid_transfer(false); }
+TEST_TIMEOUT(kill9_passive_owner_mid_read, 120)
+{
+	kill_mid_transfer(true);
+}
+TEST_TIMEOUT(kill9_reader_mid_read, 120)
+{
+	kill_mid_transfer(false);
+}
 
 /*
  * Clients that hang up right after a claim, while the transfer finishes or its completion is
@@ -973,7 +1023,8 @@ TEST(hang_up_right_after_claim)
 	}
 	CHECK_EQ_INT(td_quiet_fd_count(&d, 0), base);
 	if (td_wait_stat(&d, "regions", 0, 10000, &regions))
-		harness_fail(__FILE__, __LINE__, "%lld regions left after every client left", regions);
+		harness_fail(__FILE__, __LINE__, "%lld regions left after every client left",
+			     regions);
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 

@@ -259,45 +259,54 @@ TEST(packet_peer_close_is_econnreset)
 
 struct req_case {
 	const char *text;
-	int code;	/* 0 or the JSON-RPC error code */
-	int64_t id;	/* expected id; -2: not checked */
-	int method;	/* expected method when code is 0 */
+	int code;   /* 0 or the JSON-RPC error code */
+	int64_t id; /* expected id; -2: not checked */
+	int method; /* expected method when code is 0 */
 };
 
 static const struct req_case req_cases[] = {
 	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\",\"params\":{}}", 0, 1, XP_M_STATS },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"list.ops\"}", 0, 0, XP_M_LIST_OPS },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":9007199254740991,\"method\":\"hello\","
-	  "\"params\":{\"version\":1,\"client\":\"x\"}}", 0, 9007199254740991LL, XP_M_HELLO },
+	  "\"params\":{\"version\":1,\"client\":\"x\"}}",
+	  0, 9007199254740991LL, XP_M_HELLO },
 	{ "{\"method\":\"op.status\",\"params\":{\"op\":3},\"id\":77,\"jsonrpc\":\"2.0\"}", 0, 77,
 	  XP_M_OP_STATUS },
 	/* not JSON */
 	{ "this is not json", XP_E_PARSE, XP_ID_NONE, 0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"meth", XP_E_PARSE, XP_ID_NONE, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"} trailing", XP_E_PARSE, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"} trailing", XP_E_PARSE, XP_ID_NONE,
+	  0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\",}", XP_E_PARSE, XP_ID_NONE, 0 },
 	/* bad envelope */
-	{ "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"}]", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"stats\"}]", XP_E_INVALID_REQ, XP_ID_NONE,
+	  0 },
 	{ "{\"id\":1,\"method\":\"stats\"}", XP_E_INVALID_REQ, -2, 0 },
 	{ "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"stats\"}", XP_E_INVALID_REQ, -2, 0 },
 	{ "{\"jsonrpc\":2.0,\"id\":1,\"method\":\"stats\"}", XP_E_INVALID_REQ, -2, 0 },
 	{ "{\"jsonrpc\":\"2.0\",\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE,
+	  0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE,
+	  0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":-1,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":9007199254740992,\"method\":\"stats\"}", XP_E_INVALID_REQ,
 	  XP_ID_NONE, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE,
+	  0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE,
+	  0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"stats\"}", XP_E_INVALID_REQ, XP_ID_NONE, 0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":5}", XP_E_INVALID_REQ, -2, 0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":7}", XP_E_INVALID_REQ, -2, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":[]}", XP_E_INVALID_REQ, 7, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":\"x\"}", XP_E_INVALID_REQ, 7,
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":[]}", XP_E_INVALID_REQ, 7,
 	  0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":3}", XP_E_INVALID_REQ, 7, 0 },
-	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":null}", XP_E_INVALID_REQ, 7,
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":\"x\"}", XP_E_INVALID_REQ,
+	  7, 0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":3}", XP_E_INVALID_REQ, 7,
 	  0 },
+	{ "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\",\"params\":null}", XP_E_INVALID_REQ,
+	  7, 0 },
 	/* unknown method: the id is kept so the error can be matched */
 	{ "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"no.such\"}", XP_E_NO_METHOD, 42, 0 },
 	{ "{\"jsonrpc\":\"2.0\",\"id\":43,\"method\":\"STATS\",\"params\":{}}", XP_E_NO_METHOD, 43,
@@ -313,11 +322,11 @@ static void check_req_case(const struct req_case *c)
 	int rc = xp_request_parse(c->text, strlen(c->text), &req, err, sizeof(err));
 
 	if (rc != c->code)
-		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s) = %d, want %d (%s)",
-			     c->text, rc, c->code, err);
+		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s) = %d, want %d (%s)", c->text,
+			     rc, c->code, err);
 	if (c->id != -2 && req.id != c->id)
-		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s): id %lld, want %lld", c->text,
-			     (long long)req.id, (long long)c->id);
+		harness_fail(__FILE__, __LINE__, "xp_request_parse(%s): id %lld, want %lld",
+			     c->text, (long long)req.id, (long long)c->id);
 	if (rc == 0) {
 		CHECK_EQ_INT(req.method, c->method);
 		CHECK(json_is_object(req.params));
@@ -375,15 +384,18 @@ TEST(reply_parse_result_error_notification)
 {
 	struct xp_reply rep;
 
-	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"region\":4,\"length\":4096}}", &rep);
+	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"region\":4,\"length\":4096}}",
+		    &rep);
 	CHECK(!rep.notification);
 	CHECK_EQ_INT(rep.id, 3);
 	CHECK_EQ_INT(rep.code, 0);
 	CHECK_EQ_INT(json_integer_value(json_object_get(rep.result, "region")), 4);
 	xp_reply_fini(&rep);
 
-	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32000,\"message\":\"region 9 "
-		    "belongs to another client\",\"data\":{\"errno\":\"EPERM\"}}}", &rep);
+	parse_reply(
+		"{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32000,\"message\":\"region 9 "
+		"belongs to another client\",\"data\":{\"errno\":\"EPERM\"}}}",
+		&rep);
 	CHECK(!rep.notification);
 	CHECK_EQ_INT(rep.id, 2);
 	CHECK_EQ_INT(rep.code, XP_E_FAILED);
@@ -392,15 +404,17 @@ TEST(reply_parse_result_error_notification)
 	CHECK(rep.result == NULL);
 	xp_reply_fini(&rep);
 
-	parse_reply("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}",
-		    &rep);
+	parse_reply(
+		"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}",
+		&rep);
 	CHECK_EQ_INT(rep.id, XP_ID_NONE);
 	CHECK_EQ_INT(rep.code, XP_E_PARSE);
 	CHECK_EQ_INT(rep.err, EIO);
 	xp_reply_fini(&rep);
 
 	parse_reply("{\"jsonrpc\":\"2.0\",\"method\":\"op.changed\",\"params\":{\"op\":7,\"state\":"
-		    "\"COMPLETE\"}}", &rep);
+		    "\"COMPLETE\"}}",
+		    &rep);
 	CHECK(rep.notification);
 	CHECK_STR_EQ(rep.method, XP_NOTIFY_OP_CHANGED);
 	CHECK_EQ_INT(json_integer_value(json_object_get(rep.params, "op")), 7);
@@ -435,16 +449,16 @@ static const struct {
 	const char *name;
 	int value;
 } spec_errnos[] = {
-	{ "EPROTO", EPROTO },	    { "EPROTONOSUPPORT", EPROTONOSUPPORT },
-	{ "EINVAL", EINVAL },	    { "EBADF", EBADF },
-	{ "EPERM", EPERM },	    { "ENOENT", ENOENT },
-	{ "EBUSY", EBUSY },	    { "EDQUOT", EDQUOT },
-	{ "EBADMSG", EBADMSG },	    { "EACCES", EACCES },
-	{ "ESTALE", ESTALE },	    { "EHOSTUNREACH", EHOSTUNREACH },
-	{ "EALREADY", EALREADY },   { "ECANCELED", ECANCELED },
-	{ "EMSGSIZE", EMSGSIZE },   { "ETIMEDOUT", ETIMEDOUT },
+	{ "EPROTO", EPROTO },	      { "EPROTONOSUPPORT", EPROTONOSUPPORT },
+	{ "EINVAL", EINVAL },	      { "EBADF", EBADF },
+	{ "EPERM", EPERM },	      { "ENOENT", ENOENT },
+	{ "EBUSY", EBUSY },	      { "EDQUOT", EDQUOT },
+	{ "EBADMSG", EBADMSG },	      { "EACCES", EACCES },
+	{ "ESTALE", ESTALE },	      { "EHOSTUNREACH", EHOSTUNREACH },
+	{ "EALREADY", EALREADY },     { "ECANCELED", ECANCELED },
+	{ "EMSGSIZE", EMSGSIZE },     { "ETIMEDOUT", ETIMEDOUT },
 	{ "ECONNRESET", ECONNRESET }, { "ESHUTDOWN", ESHUTDOWN },
-	{ "ENOMEM", ENOMEM },	    { "EIO", EIO },
+	{ "ENOMEM", ENOMEM },	      { "EIO", EIO },
 };
 
 #define N_SPEC_ERRNOS (sizeof(spec_errnos) / sizeof(spec_errnos[0]))
@@ -466,9 +480,10 @@ TEST(reply_error_maps_every_spec_errno)
 	struct xp_reply rep;
 
 	for (size_t i = 0; i < N_SPEC_ERRNOS; i++) {
-		snprintf(text, sizeof(text), "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"error\":{\"code\":"
-			 "-32000,\"message\":\"m\",\"data\":{\"errno\":\"%s\"}}}", i,
-			 spec_errnos[i].name);
+		snprintf(text, sizeof(text),
+			 "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"error\":{\"code\":"
+			 "-32000,\"message\":\"m\",\"data\":{\"errno\":\"%s\"}}}",
+			 i, spec_errnos[i].name);
 		parse_reply(text, &rep);
 		CHECK_EQ_INT(rep.id, i);
 		CHECK_EQ_INT(rep.err, spec_errnos[i].value);
@@ -562,8 +577,7 @@ TEST(dump_refuses_oversized)
 
 /* ---- metadata ---- */
 
-static const char b64url[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /* "xfer1." + unpadded base64url of @json, written independently of proto/xp_meta.c. */
 static char *meta_of(const char *json)
@@ -660,9 +674,9 @@ TEST(meta_round_trip)
 }
 
 /* What the encoder would write, as text the table below edits. */
-#define META_GOOD                                                                          \
-	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\","     \
-	"\"epoch\":5,\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,"                  \
+#define META_GOOD                                                                       \
+	"{\"v\":1,\"kind\":\"readable\",\"node\":\"000102030405060708090a0b0c0d0e0f\"," \
+	"\"epoch\":5,\"endpoints\":[{\"transport\":\"local\"}],\"op\":7,"               \
 	"\"token\":\"ffeeddccbbaa99887766554433221100\",\"lengths\":[4096]}"
 
 static void check_meta_rejects(const char *s, const char *what)
@@ -859,7 +873,8 @@ TEST(meta_decode_rejects_over_16384_chars)
 
 	CHECK(json != NULL);
 	/* 1024 lengths are within the limits, but 16-digit ones make the string too long */
-	n = snprintf(json, cap, "{\"v\":1,\"kind\":\"readable\",\"node\":"
+	n = snprintf(json, cap,
+		     "{\"v\":1,\"kind\":\"readable\",\"node\":"
 		     "\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,\"endpoints\":"
 		     "[{\"transport\":\"local\"}],\"op\":7,\"token\":"
 		     "\"ffeeddccbbaa99887766554433221100\",\"lengths\":[");
@@ -872,7 +887,8 @@ TEST(meta_decode_rejects_over_16384_chars)
 	free(s);
 
 	/* the same with short lengths fits and decodes */
-	n = snprintf(json, cap, "{\"v\":1,\"kind\":\"writable\",\"node\":"
+	n = snprintf(json, cap,
+		     "{\"v\":1,\"kind\":\"writable\",\"node\":"
 		     "\"000102030405060708090a0b0c0d0e0f\",\"epoch\":5,\"endpoints\":"
 		     "[{\"transport\":\"local\"}],\"op\":7,\"token\":"
 		     "\"ffeeddccbbaa99887766554433221100\",\"lengths\":[");
@@ -938,7 +954,7 @@ TEST(method_table)
 TEST(state_and_kind_tables)
 {
 	static const char *const states[] = { "UNINITIALIZED", "INITIALIZED", "IN_PROGRESS",
-					      "COMPLETE", "CANCELLED", "ERRORED" };
+					      "COMPLETE",      "CANCELLED",   "ERRORED" };
 	static const char *const kinds[] = { "readable", "writable", "read", "write" };
 
 	CHECK_EQ_INT(XP_ST_COUNT, 6);
@@ -1005,8 +1021,10 @@ static json_t *spec_examples(const char *spec)
 		CHECK(end != NULL);
 		ex = json_loadb(start, end - start, JSON_REJECT_DUPLICATES, &jerr);
 		if (!ex)
-			harness_fail(__FILE__, __LINE__, "PROTOCOL.md example does not parse (%s): "
-				     "%.*s", jerr.text, (int)(end - start > 120 ? 120 : end - start),
+			harness_fail(__FILE__, __LINE__,
+				     "PROTOCOL.md example does not parse (%s): "
+				     "%.*s",
+				     jerr.text, (int)(end - start > 120 ? 120 : end - start),
 				     start);
 		json_array_append_new(all, ex);
 		p = end + 3;
@@ -1082,8 +1100,10 @@ TEST(spec_errno_table_matches_code)
 		if (sscanf(p, "\n| `%31[A-Z]`", name) != 1)
 			break;
 		if (!xp_errno_from_name(name))
-			harness_fail(__FILE__, __LINE__, "errno %s of PROTOCOL.md 2.1 is unknown "
-				     "to xp_errno_from_name", name);
+			harness_fail(__FILE__, __LINE__,
+				     "errno %s of PROTOCOL.md 2.1 is unknown "
+				     "to xp_errno_from_name",
+				     name);
 		CHECK_STR_EQ(xp_errno_name(xp_errno_from_name(name)), name);
 		rows++;
 		p++;
