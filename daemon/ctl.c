@@ -117,18 +117,29 @@ static int flush_queue(struct xd_conn *c)
 	return 0;
 }
 
+/*
+ * Closes @c from its own read callback at the next loop turn. Senders run deep inside
+ * operation state changes; closing there would free operations under their feet.
+ */
+static void conn_close_later(struct xd_conn *c, const char *why)
+{
+	if (!c->close_reason)
+		c->close_reason = why;
+	event_active(c->rev, EV_READ, 0);
+}
+
 int xd_conn_send(struct xd_conn *c, const json_t *msg)
 {
 	char *text;
 
-	if (c->closing)
+	if (c->closing || c->close_reason)
 		return -ENOTCONN;
 	int len = xp_dump(msg, &text);
 	if (len < 0)
 		return len;
 	if (c->queued >= XD_MAX_QUEUED) {
 		free(text);
-		xd_conn_close(c, "client stopped reading (4096 packets queued)");
+		conn_close_later(c, "client stopped reading (4096 packets queued)");
 		return -ENOBUFS;
 	}
 	struct xd_outq_item *it = malloc(sizeof(*it) + (size_t)len);
@@ -143,7 +154,7 @@ int xd_conn_send(struct xd_conn *c, const json_t *msg)
 	c->queued++;
 	int rc = flush_queue(c);
 	if (rc < 0)
-		xd_conn_close(c, "send failed");
+		conn_close_later(c, "send failed (client gone)");
 	return rc;
 }
 
@@ -186,6 +197,10 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_conn *c = arg;
 
+	if (c->close_reason) {
+		xd_conn_close(c, c->close_reason);
+		return;
+	}
 	/* A bounded batch per wakeup keeps one busy client from starving the others. */
 	for (int i = 0; i < 16 && conn_read_one(c); i++)
 		;

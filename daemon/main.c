@@ -160,7 +160,8 @@ static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_daemon *d = arg;
 	static unsigned ticks;
-	bool drained = !xd_copier_busy(d->copier) && !xd_ctl_pending_output(d);
+	bool drained = !xd_copier_busy(d->copier) && !xd_ctl_pending_output(d) &&
+		       !xd_peer_pending_output(d);
 
 	if (drained || ++ticks * 10 >= XD_SHUTDOWN_FLUSH_MS)
 		event_base_loopexit(d->base, NULL);

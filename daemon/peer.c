@@ -985,6 +985,18 @@ void xd_peer_fini(struct xd_daemon *d)
 	d->peer_reap_ev = NULL;
 }
 
+bool xd_peer_pending_output(struct xd_daemon *d)
+{
+	struct xd_peer *p;
+	struct xd_pconn *pc;
+
+	TAILQ_FOREACH(p, &d->peers, link)
+		TAILQ_FOREACH(pc, &p->conns, link)
+			if (!STAILQ_EMPTY(&pc->ctrlq))
+				return true;
+	return false;
+}
+
 /* ---- listing ---- */
 
 static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)

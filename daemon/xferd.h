@@ -152,6 +152,7 @@ struct xd_conn {
 	char name[XP_MAX_NAME + 1];
 	bool hello;
 	bool closing;
+	const char *close_reason; /**< set: close at the next turn of the loop */
 	STAILQ_HEAD(, xd_outq_item) outq;
 	unsigned queued;
 	uint64_t nregions, nbytes, nops;
@@ -344,6 +345,8 @@ struct xd_peer;
 struct xd_pconn;
 /* Starts listening on cfg.listen and fills d->endpoints. Returns 0 or -errno. */
 int xd_peer_start(struct xd_daemon *d);
+/* Whether a control message (a CANCEL at shutdown, say) still waits to be sent. */
+bool xd_peer_pending_output(struct xd_daemon *d);
 /* Closes every peer and listener (shutdown). */
 void xd_peer_fini(struct xd_daemon *d);
 /*
