@@ -567,6 +567,55 @@ static void case_meta_unknown_op(struct td *d)
 	meta_refusal(d, MUT_OP, "ENOENT", NULL, "op|operation");
 }
 
+/*
+ * An owner that stops reading (shutdown SHUT_RD: the daemon's sends to it fail) while an op.wait
+ * of its is pending, and whose op is then claimed: the daemon may drop that client, but must
+ * survive, answer the claimer, and end where it started.
+ */
+static void case_owner_stops_reading(struct td *d)
+{
+	struct conn_state owner;
+	struct xp_reply rep;
+	char req[1024];
+	long long region, aop;
+	int reader = hello_conn(d);
+
+	setup_conn(d, SETUP_OP, &owner);
+	region = raw_register(reader, REGION_SIZE);
+	snprintf(req, sizeof(req),
+		 "{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"op.wait\","
+		 "\"params\":{\"op\":%lld}}",
+		 owner.op);
+	CHECK_OK(xp_packet_send(owner.sock, req, strlen(req), NULL, 0));
+	/* requests are served in order: once this reply is here, the wait is registered */
+	check_op_state(owner.sock, owner.op, "INITIALIZED");
+	CHECK_OK(shutdown(owner.sock, SHUT_RD) < 0 ? -errno : 0);
+	snprintf(req, sizeof(req),
+		 "{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"op.read\","
+		 "\"params\":{\"metadata\":\"%s\",\"descs\":[{\"region\":%lld,\"offset\":0,"
+		 "\"length\":4096}]}}",
+		 owner.meta, region);
+	CHECK_OK(td_raw_call(reader, req, NULL, 0, &rep));
+	if (!rep.result)
+		harness_note("claim of a deaf owner's op refused: %s %s", td_reply_errno(&rep),
+			     rep.message ? rep.message : "");
+	if (rep.result) {
+		aop = result_int(&rep, "op");
+		xp_reply_fini(&rep);
+		snprintf(req, sizeof(req),
+			 "{\"jsonrpc\":\"2.0\",\"id\":22,\"method\":"
+			 "\"op.wait\",\"params\":{\"op\":%lld}}",
+			 aop);
+		expect_ok(reader, req, &rep);
+		harness_note("claim of a deaf owner's op accepted; it ended %s",
+			     json_string_value(json_object_get(rep.result, "state")));
+	}
+	xp_reply_fini(&rep);
+	close(reader);
+	close(owner.sock);
+	free(owner.meta);
+}
+
 /* ---- another client's region and op: EPERM ---- */
 
 struct other_ids {
@@ -812,6 +861,7 @@ static const struct bad_case cases[] = {
 	CUSTOM("deregister_in_use", case_deregister_in_use),
 	CUSTOM("double_release", case_double_release),
 	CUSTOM("other_clients_objects", case_other_clients),
+	CUSTOM("owner_stops_reading", case_owner_stops_reading),
 	CUSTOM("meta_garbage", case_meta_garbage),
 	CUSTOM("meta_truncated", case_meta_truncated),
 	CUSTOM("meta_tampered_char", case_meta_tampered_char),

@@ -972,7 +972,9 @@ TEST_TIMEOUT(kill9_reader_mid_read, 120)
  */
 static void hang_up_round(struct td *d, int i)
 {
-	size_t len = i % 2 ? 8 * MiB : 4 * KiB;
+	/* sizes whose copy ends about when the hang-up reaches the daemon */
+	static const size_t lens[] = { 4 * KiB, 16 * KiB, 256 * KiB, 1 * MiB };
+	size_t len = lens[i % 4];
 	struct xfer_client *a = conn(d, "hangs-up"), *b = conn(d, "claims");
 	struct xfer_op_info info;
 	struct xfer_desc pd, ad;
@@ -1017,7 +1019,7 @@ TEST(hang_up_right_after_claim)
 	CHECK_OK(td_start(&d, NULL));
 	base = td_quiet_fd_count(&d, 0);
 	CHECK_OK(base);
-	for (int i = 0; i < 30; i++) {
+	for (int i = 0; i < 100; i++) {
 		hang_up_round(&d, i);
 		td_check_alive(&d, "after clients hung up mid-operation");
 	}
