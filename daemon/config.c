@@ -64,6 +64,39 @@ static int load_addrs(json_t *arr, char **list, int *n, const char *key, char *e
 	return 0;
 }
 
+int xd_transport_from_name(const char *name)
+{
+	static const char *const names[] = { [XD_TRANSPORT_AUTO] = "auto",
+					     [XD_TRANSPORT_RDMA] = "rdma",
+					     [XD_TRANSPORT_TCP] = "tcp" };
+
+	for (int i = 0; i < 3; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	return -EINVAL;
+}
+
+static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
+{
+	const char *transport = NULL;
+	json_t *devices = NULL;
+	int require = cfg->require_rdma;
+	json_error_t jerr;
+
+	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b}", "transport", &transport,
+			   "rdma_devices", &devices, "require_rdma", &require)) {
+		snprintf(err, errlen, "%s", jerr.text);
+		return -EINVAL;
+	}
+	if (transport && (int)(cfg->transport = xd_transport_from_name(transport)) < 0) {
+		snprintf(err, errlen, "transport must be auto, rdma or tcp");
+		return -EINVAL;
+	}
+	cfg->require_rdma = require;
+	return load_addrs(devices, cfg->rdma_devices, &cfg->nrdma_devices, "rdma_devices", err,
+			  errlen);
+}
+
 static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
 	json_int_t conns = cfg->peer_connections, ka = (json_int_t)cfg->keepalive_ms;
@@ -129,17 +162,20 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *limits = NULL, *ignored[6];
+	json_t *limits = NULL, *ignored[9];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
-			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o}",
+			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o, s?o, "
+			   "s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
 			   "copy_threads", &threads, "listen", &ignored[0], "advertise", &ignored[1],
 			   "peer_connections", &ignored[2], "keepalive_ms", &ignored[3],
-			   "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms", &ignored[5])) {
+			   "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms", &ignored[5],
+			   "transport", &ignored[6], "rdma_devices", &ignored[7], "require_rdma",
+			   &ignored[8])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -158,7 +194,9 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	    (node_id && replace(&cfg->node_id, node_id)))
 		return -ENOMEM;
 	int rc = load_limits(cfg, limits, err, errlen);
-	return rc ? rc : load_peer(cfg, root, err, errlen);
+	if (rc == 0)
+		rc = load_peer(cfg, root, err, errlen);
+	return rc ? rc : load_rdma(cfg, root, err, errlen);
 }
 
 int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen)
@@ -187,5 +225,7 @@ void xd_config_fini(struct xd_config *cfg)
 		free(cfg->listen[i]);
 	for (int i = 0; i < cfg->nadvertise; i++)
 		free(cfg->advertise[i]);
+	for (int i = 0; i < cfg->nrdma_devices; i++)
+		free(cfg->rdma_devices[i]);
 	memset(cfg, 0, sizeof(*cfg));
 }

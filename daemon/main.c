@@ -15,6 +15,9 @@
 struct options {
 	const char *listen[XD_MAX_LISTEN], *advertise[XD_MAX_LISTEN];
 	int nlisten, nadvertise;
+	const char *devices[XD_MAX_DEVICES];
+	int ndevices;
+	const char *transport;
 	const char *config;
 	const char *socket;
 	const char *log_level;
@@ -33,6 +36,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: xferd [--socket PATH] [--config FILE] [--log-level err|warn|info|debug]\n"
 		   "             [--listen ADDR:PORT]... [--advertise ADDR:PORT]...\n"
+		   "             [--transport auto|rdma|tcp] [--rdma-device NAME]...\n"
 		   "             [--foreground] [--systemd] [--version]\n"
 		   "Node-level data transfer daemon. Logs go to stderr; it never forks.\n");
 }
@@ -48,6 +52,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "systemd", no_argument, NULL, 'S' },
 		{ "listen", required_argument, NULL, 'L' },
 		{ "advertise", required_argument, NULL, 'A' },
+		{ "transport", required_argument, NULL, 'T' },
+		{ "rdma-device", required_argument, NULL, 'D' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -61,6 +67,14 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case 'l': o->log_level = optarg; break;
 		case 'f': break; /* always in the foreground: systemd and tests supervise it */
 		case 'S': o->systemd = true; break;
+		case 'T': o->transport = optarg; break;
+		case 'D':
+			if (o->ndevices == XD_MAX_DEVICES) {
+				fprintf(stderr, "xferd: at most %d --rdma-device\n", XD_MAX_DEVICES);
+				return -1;
+			}
+			o->devices[o->ndevices++] = optarg;
+			break;
 		case 'L':
 		case 'A': {
 			const char **list = ch == 'L' ? o->listen : o->advertise;
@@ -144,6 +158,16 @@ static int init_config(struct xd_daemon *d, const struct options *o)
 		replace_addrs(d->cfg.listen, &d->cfg.nlisten, o->listen, o->nlisten);
 	if (o->nadvertise)
 		replace_addrs(d->cfg.advertise, &d->cfg.nadvertise, o->advertise, o->nadvertise);
+	if (o->ndevices)
+		replace_addrs(d->cfg.rdma_devices, &d->cfg.nrdma_devices, o->devices, o->ndevices);
+	if (o->transport) {
+		int t = xd_transport_from_name(o->transport);
+		if (t < 0) {
+			xd_log(XD_LOG_ERR, "--transport must be auto, rdma or tcp");
+			return -EINVAL;
+		}
+		d->cfg.transport = t;
+	}
 	const char *level = o->log_level ? o->log_level : d->cfg.log_level;
 	if (level && xd_log_set_level(level) < 0) {
 		xd_log(XD_LOG_ERR, "log level must be err, warn, info or debug, not \"%s\"", level);
@@ -223,7 +247,7 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 		return -ENOMEM;
 	if ((rc = init_signals(d)) < 0 || (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0)
 		return rc;
-	if ((rc = xd_peer_start(d)) < 0)
+	if ((rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0)
 		return rc;
 	if ((rc = xd_ctl_start(d)) < 0) {
 		xd_log(XD_LOG_ERR, "control socket %s: %s", d->cfg.socket_path, strerror(-rc));
@@ -239,6 +263,7 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_ctl_fini(d);
 	xd_peer_fini(d);
 	xd_ops_fini(d);
+	xd_rdma_fini(d); /* last: every registration and queue pair is gone by now */
 	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)
 		xd_event_free(d->sig_ev[i]);

@@ -86,6 +86,8 @@ struct xd_peer {
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
 	unsigned transfers;	    /**< transfers on this set, for listings */
+	bool rdma;		    /**< an RDMA set (rdma_conn.c) rather than TCP */
+	void *rdma_state;	    /**< rdma_conn.c's part of it */
 };
 
 /* The sendq link lives in struct xd_xfer (remote.c); these accessors keep it opaque. */
@@ -108,6 +110,29 @@ bool xd_peer_is_up(const struct xd_peer *p)
 struct xd_daemon *xd_peer_daemon(const struct xd_peer *p)
 {
 	return p->d;
+}
+
+bool xd_peer_is_rdma(const struct xd_peer *p)
+{
+	return p->rdma;
+}
+
+void **xd_peer_rdma_state(struct xd_peer *p)
+{
+	return &p->rdma_state;
+}
+
+const uint8_t *xd_peer_node(const struct xd_peer *p)
+{
+	return p->node;
+}
+
+void xd_peer_add_bytes(struct xd_peer *p, uint64_t sent, uint64_t received)
+{
+	if (p) {
+		p->bytes_sent += sent;
+		p->bytes_received += received;
+	}
 }
 
 const char *xd_peer_node_hex(const struct xd_peer *p)
@@ -188,6 +213,8 @@ static void peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	TAILQ_REMOVE(&p->d->peers, p, link);
 	while ((pc = TAILQ_FIRST(&p->conns)))
 		pconn_kill(pc);
+	if (p->rdma)
+		xd_rdma_close_peer(p);
 	event_del(p->keepalive);
 	event_del(p->connect_timer);
 	xd_remote_peer_lost(p, err, cause);
@@ -195,10 +222,21 @@ static void peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	event_active(p->d->peer_reap_ev, EV_TIMEOUT, 0);
 }
 
+void xd_peer_failed(struct xd_peer *p, int err, const char *fmt, ...)
+{
+	char cause[XD_CAUSE_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cause, sizeof(cause), fmt, ap);
+	va_end(ap);
+	peer_fail(p, err, "%s", cause);
+}
+
 static void keepalive_cb(evutil_socket_t fd, short what, void *arg);
 static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg);
 
-static struct xd_peer *peer_new(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES])
+static struct xd_peer *peer_new(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES], bool rdma)
 {
 	struct timeval tv = { d->cfg.keepalive_ms / 1000, (d->cfg.keepalive_ms % 1000) * 1000 };
 	struct xd_peer *p = calloc(1, sizeof(*p));
@@ -206,6 +244,7 @@ static struct xd_peer *peer_new(struct xd_daemon *d, const uint8_t node[XP_ID_BY
 	if (!p)
 		return NULL;
 	p->d = d;
+	p->rdma = rdma;
 	memcpy(p->node, node, XP_ID_BYTES);
 	xp_hex_encode(node, XP_ID_BYTES, p->node_hex);
 	TAILQ_INIT(&p->conns);
@@ -223,12 +262,12 @@ static struct xd_peer *peer_new(struct xd_daemon *d, const uint8_t node[XP_ID_BY
 	return p;
 }
 
-static struct xd_peer *peer_find(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES])
+static struct xd_peer *peer_find(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES], bool rdma)
 {
 	struct xd_peer *p;
 
 	TAILQ_FOREACH(p, &d->peers, link)
-		if (memcmp(p->node, node, XP_ID_BYTES) == 0)
+		if (memcmp(p->node, node, XP_ID_BYTES) == 0 && p->rdma == rdma)
 			return p;
 	return NULL;
 }
@@ -271,6 +310,8 @@ int xd_peer_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t x
 {
 	struct xd_pconn *pc;
 
+	if (p->rdma)
+		return xd_rdma_send_ctrl(p, type, flags, xfer, json);
 	/* Control messages go on the first connection that has said HELLO. */
 	TAILQ_FOREACH(pc, &p->conns, link)
 		if (pc->hello_rx)
@@ -302,8 +343,15 @@ void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x)
 	struct xd_pconn *pc;
 
 	xd_xfer_sendq_insert((struct xd_xfer_list *)&p->sendq, x);
+	if (p->rdma)
+		xd_rdma_kick(p);
 	TAILQ_FOREACH(pc, &p->conns, link)
 		pconn_update_write(pc);
+}
+
+struct xd_xfer *xd_peer_next_stream(struct xd_peer *p)
+{
+	return xd_xfer_sendq_next((struct xd_xfer_list *)&p->sendq);
 }
 
 void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x)
@@ -605,35 +653,50 @@ static int pconn_send_hello(struct xd_pconn *pc)
 	return rc;
 }
 
-/* Files an accepted connection under the peer its HELLO names. Returns 0 or -errno. */
-static int attach_accepted(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES],
+			       uint64_t epoch, bool rdma, const char *from)
 {
-	struct xd_daemon *d = pc->d;
-	struct xd_peer *p = peer_find(d, node);
+	struct xd_peer *p = peer_find(d, node, rdma);
 
 	if (p && p->state == PEER_UP && p->epoch != epoch) {
 		peer_fail(p, ECONNRESET, "peer daemon restarted (epoch %llu, now %llu)",
 			  (unsigned long long)p->epoch, (unsigned long long)epoch);
 		p = NULL;
 	}
-	if (!p && !(p = peer_new(d, node)))
+	if (!p && !(p = peer_new(d, node, rdma)))
+		return NULL;
+	if (!p->endpoint[0])
+		snprintf(p->endpoint, sizeof(p->endpoint), "accepted from %s", from);
+	return p;
+}
+
+void xd_peer_mark_up(struct xd_peer *p, uint64_t epoch)
+{
+	if (p->state == PEER_UP)
+		return;
+	p->state = PEER_UP;
+	p->epoch = epoch;
+	event_del(p->connect_timer); /* (the other side may have reached us first) */
+	xd_remote_peer_up(p);
+}
+
+/* Files an accepted connection under the peer its HELLO names. Returns 0 or -errno. */
+static int attach_accepted(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+{
+	struct xd_daemon *d = pc->d;
+	struct xd_peer *p = xd_peer_attach(d, node, epoch, false, pc->addr);
+
+	if (!p)
 		return -ENOMEM;
 	if (p->nconns >= XD_MAX_PCONNS)
 		return -EMFILE;
-	if (p->state == PEER_CONNECTING)
-		event_del(p->connect_timer); /* the other side reached us first: use that */
-	if (!p->endpoint[0])
-		snprintf(p->endpoint, sizeof(p->endpoint), "accepted from %s", pc->addr);
 	TAILQ_REMOVE(&d->pconns_hello, pc, link);
 	TAILQ_INSERT_TAIL(&p->conns, pc, link);
 	p->nconns++;
 	pc->peer = p;
 	int rc = pconn_send_hello(pc);
-	if (rc == 0 && p->state != PEER_UP) {
-		p->state = PEER_UP;
-		p->epoch = epoch;
-		xd_remote_peer_up(p);
-	}
+	if (rc == 0)
+		xd_peer_mark_up(p, epoch);
 	return rc;
 }
 
@@ -654,16 +717,13 @@ static int outgoing_hello(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], 
 			peer_fail(p, ECONNRESET, "peer daemon restarted while connecting");
 		return 0;
 	}
-	p->state = PEER_UP;
-	p->epoch = epoch;
-	event_del(p->connect_timer);
 	for (int i = p->nconns; i < p->d->cfg.peer_connections; i++) {
 		int err;
 		if (!pconn_connect(p, &p->endpoints[p->next_endpoint], &err))
 			xd_log(XD_LOG_WARN, "peer %s: extra connection failed: %s", p->node_hex,
 			       strerror(-err));
 	}
-	xd_remote_peer_up(p);
+	xd_peer_mark_up(p, epoch);
 	return 0;
 }
 
@@ -769,23 +829,62 @@ static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		  (unsigned long long)p->d->cfg.connect_timeout_ms);
 }
 
+static const struct xp_endpoint *find_endpoint(const struct xp_meta *m, const char *transport)
+{
+	for (int i = 0; i < m->nendpoints; i++)
+		if (strcmp(m->endpoints[i].transport, transport) == 0)
+			return &m->endpoints[i];
+	return NULL;
+}
+
+/*
+ * transport = rdma needs RDMA on both ends; auto takes it when both have it and falls back
+ * to TCP otherwise, which require_rdma turns into a refusal. Returns the endpoint to use and
+ * sets *rdma, or fails the call naming why.
+ */
+static const struct xp_endpoint *choose_endpoint(struct xd_call *call, const struct xp_meta *m,
+						 bool *rdma)
+{
+	struct xd_daemon *d = call->conn->d;
+	const struct xp_endpoint *rep = find_endpoint(m, "rdma"), *tep = find_endpoint(m, "tcp");
+	const char *why = !xd_rdma_available(d) ? "this daemon has no RDMA device and listener"
+			  : !rep		 ? "the owner advertises no rdma endpoint"
+						 : NULL;
+
+	*rdma = why == NULL && d->cfg.transport != XD_TRANSPORT_TCP;
+	if (*rdma)
+		return rep;
+	if (d->cfg.transport == XD_TRANSPORT_RDMA || (d->cfg.require_rdma && why)) {
+		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "RDMA is required but %s", why);
+		return NULL;
+	}
+	if (!tep)
+		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "metadata names another node and no "
+			"tcp endpoint to reach it (the owner daemon has no --listen address)");
+	return tep;
+}
+
+static int peer_connect(struct xd_peer *p, const struct xp_endpoint *ep)
+{
+	int err;
+
+	if (p->rdma)
+		return xd_rdma_connect(p, ep);
+	return pconn_connect(p, ep, &err) ? 0 : err;
+}
+
 struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m)
 {
 	struct xd_daemon *d = call->conn->d;
-	struct xd_peer *p = peer_find(d, m->node);
-	const struct xp_endpoint *ep = NULL;
+	bool rdma;
+	const struct xp_endpoint *ep = choose_endpoint(call, m, &rdma);
 
+	if (!ep)
+		return NULL;
+	struct xd_peer *p = peer_find(d, m->node, rdma);
 	if (p)
 		return p;
-	for (int i = 0; i < m->nendpoints && !ep; i++)
-		if (strcmp(m->endpoints[i].transport, "tcp") == 0)
-			ep = &m->endpoints[i];
-	if (!ep) {
-		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "metadata names another node and no "
-			"tcp endpoint to reach it (the owner daemon has no --listen address)");
-		return NULL;
-	}
-	p = peer_new(d, m->node);
+	p = peer_new(d, m->node, rdma);
 	if (!p) {
 		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 		return NULL;
@@ -793,10 +892,10 @@ struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m)
 	p->endpoints[0] = *ep;
 	p->nendpoints = 1;
 	snprintf(p->endpoint, sizeof(p->endpoint), "%s:%u", ep->addr, ep->port);
-	int err;
 	struct timeval tv = { d->cfg.connect_timeout_ms / 1000,
 			      (d->cfg.connect_timeout_ms % 1000) * 1000 };
-	if (!pconn_connect(p, ep, &err)) {
+	int err = peer_connect(p, ep);
+	if (err) {
 		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "cannot connect to the owner at %s: %s",
 			p->endpoint, strerror(-err));
 		peer_fail(p, EHOSTUNREACH, "connect failed");
@@ -815,6 +914,10 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = xd_now_us();
 	struct xd_pconn *pc, *tmp;
 
+	if (p->rdma) {
+		xd_rdma_keepalive(p);
+		return;
+	}
 	TAILQ_FOREACH_SAFE(pc, &p->conns, link, tmp) {
 		if (!pc->hello_rx)
 			continue;
@@ -960,6 +1063,7 @@ int xd_peer_start(struct xd_daemon *d)
 		int rc = listen_on(d, d->cfg.listen[i], &bound[i]);
 		if (rc < 0)
 			return rc;
+		d->listen_eps[d->nlisten_eps++] = bound[i];
 	}
 	return fill_endpoints(d, bound);
 }
@@ -1008,9 +1112,11 @@ static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 	TAILQ_FOREACH(pc, &p->conns, link)
 		if (pc->last_rx_us > last_rx)
 			last_rx = pc->last_rx_us;
-	return json_pack("{s:s, s:I, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I}", "node",
-			 p->node_hex, "epoch", (json_int_t)p->epoch, "endpoint", p->endpoint,
-			 "connections", p->nconns, "state", states[p->state], "bytes_sent",
+	return json_pack("{s:s, s:I, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I}", "node",
+			 p->node_hex, "epoch", (json_int_t)p->epoch, "transport",
+			 p->rdma ? "rdma" : "tcp", "endpoint", p->endpoint, "connections",
+			 p->rdma ? xd_rdma_peer_conns((struct xd_peer *)p) : p->nconns, "state",
+			 states[p->state], "bytes_sent",
 			 (json_int_t)p->bytes_sent, "bytes_received", (json_int_t)p->bytes_received,
 			 "transfers", (json_int_t)p->transfers, "age_ms",
 			 (json_int_t)((now - p->created_us) / 1000), "idle_ms",

@@ -156,6 +156,14 @@ int xd_handle_region_register(struct xd_call *call)
 		free(r);
 		goto out;
 	}
+	rc = xd_rdma_register_region(c->d, r, call->message, sizeof(call->message));
+	if (rc) {
+		call->code = XP_E_FAILED;
+		call->err = -rc;
+		munmap(r->map, r->map_len);
+		free(r);
+		goto out;
+	}
 	r->d = c->d;
 	r->id = ++c->d->next_region;
 	r->owner = c;
@@ -201,6 +209,7 @@ void xd_region_unref(struct xd_region *r)
 {
 	if (!r || --r->refs > 0)
 		return;
+	xd_rdma_deregister_region(r); /* before the unmap: the registration pins these pages */
 	if (munmap(r->map, r->map_len) < 0)
 		xd_log(XD_LOG_ERR, "munmap of region %llu: %s", (unsigned long long)r->id,
 		       strerror(errno));
@@ -247,11 +256,12 @@ int xd_handle_region_deregister(struct xd_call *call)
 
 static json_t *region_to_json(const struct xd_region *r)
 {
-	return json_pack("{s:I, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:[]}", "region",
+	return json_pack("{s:I, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:o}", "region",
 			 (json_int_t)r->id, "name", r->name, "client", (json_int_t)r->owner->id,
 			 "pid", (int)r->pid, "uid", (json_int_t)r->uid, "length",
 			 (json_int_t)r->length, "ops", (json_int_t)r->live_ops, "register_us",
-			 (json_int_t)r->register_us, "devices");
+			 (json_int_t)r->register_us, "rdma_register_us",
+			 (json_int_t)r->rdma_register_us, "devices", xd_rdma_region_json(r->d, r));
 }
 
 int xd_handle_list_regions(struct xd_call *call)

@@ -29,6 +29,15 @@ struct xd_xfer {
 	uint64_t sent, received;
 	bool claim_sent, done_rx;
 	int refs;		/**< the list's own, plus frames being sent or received */
+	bool rdma;		/**< moved by one-sided RDMA from the active side */
+	struct xd_rseg *rsegs;	/**< RDMA, active side: the owner's ranges from CLAIM_OK */
+	uint32_t nrsegs;
+};
+
+/* One range of the owner's buffer, as CLAIM_OK gives it to an RDMA claimer. */
+struct xd_rseg {
+	uint64_t addr, len;
+	uint32_t rkey;
 };
 
 TAILQ_HEAD(xd_xfer_list, xd_xfer);
@@ -47,6 +56,7 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	x->peer = p;
 	x->id = id;
 	x->active = active;
+	x->rdma = xd_peer_is_rdma(p);
 	x->source = op->kind == XP_KIND_READABLE || op->kind == XP_KIND_WRITE;
 	x->op = op;
 	x->nsegs = op->nsegs;
@@ -74,6 +84,7 @@ void xd_xfer_unref(struct xd_xfer *x)
 	for (uint32_t i = 0; i < x->nsegs; i++)
 		xd_region_unref(x->segs[i].region);
 	free(x->segs);
+	free(x->rsegs);
 	free(x);
 }
 
@@ -114,6 +125,11 @@ static struct xd_xfer *xfer_find(struct xd_peer *p, uint64_t id, bool active)
 bool xd_xfer_live(const struct xd_xfer *x)
 {
 	return x->op != NULL;
+}
+
+bool xd_xfer_is_source(const struct xd_xfer *x)
+{
+	return x->source;
 }
 
 uint64_t xd_xfer_bytes(const struct xd_xfer *x)
@@ -183,6 +199,64 @@ int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iove
 	return n;
 }
 
+/* Where transfer offset @off falls in @n ranges of lengths @len(i): index and offset in it. */
+#define LOCATE(n, len, off, idx, in)               \
+	do {                                       \
+		(idx) = 0;                         \
+		(in) = (off);                      \
+		while ((idx) < (n) && (in) >= len(idx)) { \
+			(in) -= len(idx);          \
+			(idx)++;                   \
+		}                                  \
+	} while (0)
+
+uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_msg,
+				 struct xd_rdma_piece *pieces, int maxp, int *np)
+{
+	uint64_t off = x->next_off, left = x->length - x->next_off, lin, rin;
+	uint32_t li, ri, done = 0;
+
+	if (left > max)
+		left = max;
+#define LLEN(i) x->segs[i].length
+#define RLEN(i) x->rsegs[i].len
+	LOCATE(x->nsegs, LLEN, off, li, lin);
+	LOCATE(x->nrsegs, RLEN, off, ri, rin);
+	*np = 0;
+	while (done < left && *np < maxp && li < x->nsegs && ri < x->nrsegs) {
+		const struct xd_seg *ls = &x->segs[li];
+		uint64_t len = left - done;
+		if (len > ls->length - lin)
+			len = ls->length - lin;
+		if (len > x->rsegs[ri].len - rin)
+			len = x->rsegs[ri].len - rin;
+		if (len > max_msg)
+			len = max_msg;
+		pieces[(*np)++] = (struct xd_rdma_piece){
+			.laddr = (uintptr_t)(ls->region->base + ls->offset + lin),
+			.lkey = xd_rdma_lkey(ls->region, dev),
+			.raddr = x->rsegs[ri].addr + rin,
+			.rkey = x->rsegs[ri].rkey,
+			.len = (uint32_t)len,
+		};
+		done += (uint32_t)len;
+		if ((lin += len) == ls->length) {
+			li++;
+			lin = 0;
+		}
+		if ((rin += len) == x->rsegs[ri].len) {
+			ri++;
+			rin = 0;
+		}
+	}
+#undef LLEN
+#undef RLEN
+	x->next_off += done;
+	if (x->next_off == x->length)
+		xd_peer_stream_remove(x->peer, x);
+	return done;
+}
+
 /* ---- messages ---- */
 
 static int send_ctrl(struct xd_xfer *x, uint8_t type, json_t *json)
@@ -238,6 +312,8 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 	op->reply_pending = true;
 	op->reply_id = call->id;
 	call->deferred = true;
+	if (xd_peer_is_rdma(p))
+		snprintf(op->transport, sizeof(op->transport), "rdma");
 	if (xd_peer_is_up(p))
 		send_claim(op->xfer);
 	return 0;
@@ -298,6 +374,31 @@ static int parse_claim(json_t *json, struct xd_claim *cl)
 	return 0;
 }
 
+/*
+ * CLAIM_OK for an RDMA claimer: the address, length and rkey of each of this operation's
+ * ranges, and nothing else of the region (PROTOCOL.md §10.5).
+ */
+static json_t *claim_ok_segs(struct xd_xfer *x)
+{
+	int dev = xd_rdma_peer_dev(x->peer);
+	json_t *segs = json_array();
+
+	if (dev < 0 || !segs) {
+		json_decref(segs);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < x->nsegs; i++) {
+		const struct xd_seg *s = &x->segs[i];
+		if (json_array_append_new(segs, json_pack("{s:I, s:I, s:I}", "addr",
+			(json_int_t)(uintptr_t)(s->region->base + s->offset), "len",
+			(json_int_t)s->length, "rkey", (json_int_t)xd_rdma_rkey(s->region, dev)))) {
+			json_decref(segs);
+			return NULL;
+		}
+	}
+	return json_pack("{s:o}", "segs", segs);
+}
+
 static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
 {
 	struct xd_claim cl;
@@ -322,10 +423,14 @@ static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *
 	struct xd_xfer *x = xfer_new(p, h->xfer, false, passive);
 	if (!x)
 		return -ENOMEM;
-	json_t *ok = json_object();
+	json_t *ok = x->rdma ? claim_ok_segs(x) : json_object();
+	if (!ok) {
+		xfer_fail(x, XP_ST_ERRORED, ENOMEM, "out of memory answering a claim");
+		return 0;
+	}
 	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
-	xd_op_set_in_progress(passive, "tcp", xd_peer_node_hex(p));
-	if (x->source)
+	xd_op_set_in_progress(passive, x->rdma ? "rdma" : "tcp", xd_peer_node_hex(p));
+	if (x->source && !x->rdma)
 		xd_peer_stream_add(p, x);
 	return 0;
 }
@@ -343,24 +448,51 @@ static void complete_passive(struct xd_xfer *x)
 
 static void maybe_complete_passive(struct xd_xfer *x)
 {
-	if (x->done_rx && (x->source || x->received == x->length))
+	/* Over RDMA, DONE follows the data on the same queue pair: it is all in place. */
+	if (x->done_rx && (x->source || x->rdma || x->received == x->length))
 		complete_passive(x);
 }
 
 /* ---- active side: CLAIM_OK, CLAIM_ERR, DONE_ACK ---- */
 
-static void handle_claim_ok(struct xd_xfer *x)
+/* The owner's ranges for RDMA. Returns 0 or -EPROTO when they do not cover the transfer. */
+static int parse_rsegs(struct xd_xfer *x, json_t *json)
+{
+	json_t *segs = json ? json_object_get(json, "segs") : NULL, *v;
+	size_t n = json_array_size(segs), i;
+	uint64_t total = 0;
+
+	if (!json_is_array(segs) || n == 0 || n > XP_MAX_DESCS ||
+	    !(x->rsegs = calloc(n, sizeof(*x->rsegs))))
+		return -EPROTO;
+	json_array_foreach(segs, i, v)
+	{
+		json_int_t addr, len, rkey;
+		if (json_unpack(v, "{s:I, s:I, s:I}", "addr", &addr, "len", &len, "rkey", &rkey) ||
+		    len <= 0 || rkey < 0 || rkey > UINT32_MAX)
+			return -EPROTO;
+		x->rsegs[i] = (struct xd_rseg){ (uint64_t)addr, (uint64_t)len, (uint32_t)rkey };
+		total += (uint64_t)len;
+	}
+	x->nrsegs = (uint32_t)n;
+	return total == x->length ? 0 : -EPROTO;
+}
+
+static int handle_claim_ok(struct xd_xfer *x, json_t *json)
 {
 	struct xd_op *op = x->op;
 
 	if (!op)
-		return;
+		return 0;
+	if (x->rdma && parse_rsegs(x, json) < 0)
+		return -EPROTO;
 	op->reply_pending = false;
 	if (op->owner)
 		xd_reply_result(op->owner, op->reply_id, json_pack("{s:I}", "op", (json_int_t)op->id));
-	xd_op_set_in_progress(op, "tcp", xd_peer_node_hex(x->peer));
-	if (x->source)
+	xd_op_set_in_progress(op, x->rdma ? "rdma" : "tcp", xd_peer_node_hex(x->peer));
+	if (x->source || x->rdma) /* over RDMA the active side moves both directions */
 		xd_peer_stream_add(x->peer, x);
+	return 0;
 }
 
 static void send_done(struct xd_xfer *x)
@@ -413,8 +545,7 @@ int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
 	case XP_PEER_CLAIM_OK:
 		if (!x->active)
 			return -EPROTO;
-		handle_claim_ok(x);
-		return 0;
+		return handle_claim_ok(x, json);
 	case XP_PEER_DONE:
 		if (x->active)
 			return -EPROTO;

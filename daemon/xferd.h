@@ -35,6 +35,8 @@
 #define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
 #define XD_MAX_LISTEN 8		  /* listen and advertise addresses */
+#define XD_MAX_DEVICES 8	  /* RDMA devices used */
+#define XD_RDMA_MAX_PIECES 16	  /* work requests one RDMA chunk may take */
 
 struct xd_conn;
 struct xd_op;
@@ -42,6 +44,8 @@ struct xd_xfer;
 struct xd_listener;
 struct xp_peer_hdr;
 struct iovec;
+struct ibv_mr;
+struct xd_rdma;
 
 /* event_free() of libevent 2.1 crashes on NULL; destroy functions here accept NULL. */
 static inline void xd_event_free(struct event *ev)
@@ -70,6 +74,12 @@ void xd_log_write(int level, const char *func, const char *fmt, ...)
 void xd_escape(const char *in, char *out, size_t n);
 
 /* config.c */
+enum xd_transport {
+	XD_TRANSPORT_AUTO, /**< RDMA when both daemons have it and a route exists, else TCP */
+	XD_TRANSPORT_RDMA,
+	XD_TRANSPORT_TCP,
+};
+
 struct xd_limits {
 	uint64_t regions; /**< regions per client */
 	uint64_t bytes;	  /**< registered bytes per client */
@@ -90,7 +100,13 @@ struct xd_config {
 	int nadvertise;
 	int peer_connections;	     /**< TCP connections per peer daemon */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
+	enum xd_transport transport;
+	bool require_rdma;	     /**< a fallback from RDMA to TCP is an error */
+	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
+	int nrdma_devices;
 };
+/* Parses "auto", "rdma" or "tcp". Returns the transport or -EINVAL. */
+int xd_transport_from_name(const char *name);
 /* Adds "addr:port" to a list of @cfg (listen or advertise). Returns 0 or -errno. */
 int xd_config_add_addr(char **list, int *n, const char *addr);
 /* Fills defaults. */
@@ -121,6 +137,9 @@ struct xd_daemon {
 	int nlisteners;
 	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS]; /**< advertised in metadata */
 	int nendpoints;
+	struct xp_endpoint listen_eps[XD_MAX_LISTEN];	/**< bound listen addresses, real ports */
+	int nlisten_eps;
+	struct xd_rdma *rdma;				/**< rdma.c: devices and listeners */
 	TAILQ_HEAD(, xd_peer) peers;
 	TAILQ_HEAD(, xd_pconn) pconns_hello; /**< accepted, HELLO not yet received */
 	struct event *peer_reap_ev;
@@ -214,7 +233,10 @@ struct xd_region {
 	uint64_t length;
 	int refs;		     /**< registration + operations that have not ended */
 	unsigned live_ops;	     /**< operations that have not ended using it */
-	uint64_t register_us;	     /**< time taken to validate and map */
+	uint64_t register_us;	     /**< time taken to validate, map and register */
+	uint64_t rdma_register_us;   /**< of which ibv_reg_mr on every device */
+	struct ibv_mr *mrs[XD_MAX_DEVICES]; /**< one registration per RDMA device in use */
+	int nmrs;
 	pid_t pid;
 	uid_t uid;
 };
@@ -394,14 +416,65 @@ void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x);
 /* The next transfer to send a chunk of, moved to the back of the queue; NULL if none. */
 struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q);
 void xd_peer_count_transfer(struct xd_peer *p, int delta);
+/* For rdma_conn.c: its per-peer state slot, and the peer-set events it reports. */
+void **xd_peer_rdma_state(struct xd_peer *p);
+bool xd_peer_is_rdma(const struct xd_peer *p);
+const uint8_t *xd_peer_node(const struct xd_peer *p);
+void xd_peer_failed(struct xd_peer *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The RDMA peer a connecting @node is, made if new (a new @epoch replaces an old set). */
+struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES],
+			       uint64_t epoch, bool rdma, const char *from);
+/* The set's first connection is up: send the claims that waited. */
+void xd_peer_mark_up(struct xd_peer *p, uint64_t epoch);
+struct xd_xfer *xd_peer_next_stream(struct xd_peer *p);
+void xd_peer_add_bytes(struct xd_peer *p, uint64_t sent, uint64_t received);
 void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
 void xd_xfer_ref(struct xd_xfer *x);
 void xd_xfer_unref(struct xd_xfer *x);
 /* @op ended here: tell the peer (unless it already knows) and let go of the transfer. */
 void xd_remote_op_ended(struct xd_op *op);
 uint64_t xd_xfer_bytes(const struct xd_xfer *x);
+/* Whether this daemon's buffer is the source of @x's bytes. */
+bool xd_xfer_is_source(const struct xd_xfer *x);
+/* One RDMA work request: a local piece and the remote piece it pairs with. */
+struct xd_rdma_piece {
+	uint64_t laddr, raddr;
+	uint32_t lkey, rkey, len;
+};
+/*
+ * Takes the next chunk (at most @max bytes, pieces at most @max_msg) of @x for device @dev:
+ * fills @pieces (at most @maxp) and returns the bytes they cover (0: nothing left).
+ */
+uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_msg,
+				 struct xd_rdma_piece *pieces, int maxp, int *np);
 
-/* devices.c */
+/* rdma.c: verbs devices and registrations */
+/* Opens the RDMA devices to use and their listeners. Returns 0 or -errno. */
+int xd_rdma_start(struct xd_daemon *d);
+void xd_rdma_fini(struct xd_daemon *d);
+/* Whether this daemon can take and make RDMA connections. */
+bool xd_rdma_available(const struct xd_daemon *d);
+/* Registers @r with every device. Returns 0 or -errno with the cause in @msg. */
+int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len);
+void xd_rdma_deregister_region(struct xd_region *r);
+/* @r's keys on device @dev. */
+uint32_t xd_rdma_lkey(const struct xd_region *r, int dev);
+uint32_t xd_rdma_rkey(const struct xd_region *r, int dev);
+/* [{"device","lkey","rkey"}] of @r. */
+json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r);
 int xd_handle_list_devices(struct xd_call *call);
+
+/* rdma_conn.c: RDMA connection sets, driven through peer.c */
+int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep);
+int xd_rdma_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
+		      const json_t *json);
+/* Posts RDMA READ/WRITE for the peer's transfers while the window has room. */
+void xd_rdma_kick(struct xd_peer *p);
+void xd_rdma_close_peer(struct xd_peer *p);
+void xd_rdma_keepalive(struct xd_peer *p);
+int xd_rdma_peer_conns(struct xd_peer *p);
+/* The device index of the peer's connection (for keys), or -1. */
+int xd_rdma_peer_dev(struct xd_peer *p);
 
 #endif /* XFERD_H */

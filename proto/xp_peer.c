@@ -22,7 +22,7 @@ void xp_peer_hdr_pack(const struct xp_peer_hdr *h, uint8_t out[XP_PEER_HDR_LEN])
 {
 	out[0] = h->type;
 	out[1] = h->flags;
-	out[2] = out[3] = 0;
+	put_le(out + 2, h->credits, 2);
 	put_le(out + 4, h->length, 4);
 	put_le(out + 8, h->xfer, 8);
 	put_le(out + 16, h->offset, 8);
@@ -32,6 +32,7 @@ void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h
 {
 	h->type = in[0];
 	h->flags = in[1];
+	h->credits = (uint16_t)get_le(in + 2, 2);
 	h->length = (uint32_t)get_le(in + 4, 4);
 	h->xfer = get_le(in + 8, 8);
 	h->offset = get_le(in + 16, 8);

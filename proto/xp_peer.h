@@ -24,18 +24,20 @@
 	X(DONE_ACK, 7)   \
 	X(CANCEL, 8)     \
 	X(PING, 9)       \
-	X(PONG, 10)
+	X(PONG, 10)      \
+	X(CREDIT, 11)
 
 enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-	XP_PEER_TYPE_MAX = 10
+	XP_PEER_TYPE_MAX = 11
 };
 
 struct xp_peer_hdr {
 	uint8_t type;
 	uint8_t flags;
+	uint16_t credits; /* RDMA: receive buffers the sender has re-posted; 0 on TCP */
 	uint32_t length;
 	uint64_t xfer;
 	uint64_t offset;

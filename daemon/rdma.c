@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Verbs devices: discovery and selection, one protection domain, completion channel and CQ per
+ * device, the registration of every region with every device, and list.devices. Only this file
+ * and rdma_conn.c call libibverbs or librdmacm; both turn their errors into -errno at once.
+ *
+ * Device contexts come from rdma_get_devices(), the ones librdmacm itself uses, because a QP on
+ * an rdma_cm id must be created on the PD of the very context the id resolved to.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include "xferd.h"
+#include "rdma.h"
+
+#define XD_CQ_ENTRIES 8192
+#define XD_POLL_BATCH 32
+
+static const char *link_layer_name(uint8_t ll)
+{
+	switch (ll) {
+	case IBV_LINK_LAYER_INFINIBAND:
+		return "InfiniBand";
+	case IBV_LINK_LAYER_ETHERNET:
+		return "Ethernet";
+	default:
+		return "unspecified";
+	}
+}
+
+static bool device_wanted(const struct xd_config *cfg, const char *name)
+{
+	if (cfg->nrdma_devices == 0)
+		return true;
+	for (int i = 0; i < cfg->nrdma_devices; i++)
+		if (strcmp(cfg->rdma_devices[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* Reaps every completion of @dev; re-arms the channel first so none can be missed. */
+static void cq_event_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_rdma_dev *dev = arg;
+	struct ibv_cq *cq;
+	void *ctx;
+	unsigned events = 0;
+
+	while (ibv_get_cq_event(dev->channel, &cq, &ctx) == 0)
+		events++;
+	if (events)
+		ibv_ack_cq_events(dev->cq, events);
+	if (ibv_req_notify_cq(dev->cq, 0))
+		xd_log(XD_LOG_ERR, "%s: ibv_req_notify_cq failed", dev->name);
+	struct ibv_wc wc[XD_POLL_BATCH];
+	int n;
+	while ((n = ibv_poll_cq(dev->cq, XD_POLL_BATCH, wc)) > 0)
+		for (int i = 0; i < n; i++)
+			xd_rconn_completion(dev, &wc[i]);
+	if (n < 0)
+		xd_log(XD_LOG_ERR, "%s: ibv_poll_cq failed", dev->name);
+}
+
+/* The reverse of dev_open(); safe on a partly opened device. */
+static void dev_close(struct xd_rdma_dev *dev)
+{
+	xd_event_free(dev->ev);
+	dev->ev = NULL;
+	if (dev->cq && ibv_destroy_cq(dev->cq))
+		xd_log(XD_LOG_ERR, "%s: ibv_destroy_cq failed", dev->name);
+	if (dev->channel && ibv_destroy_comp_channel(dev->channel))
+		xd_log(XD_LOG_ERR, "%s: ibv_destroy_comp_channel failed", dev->name);
+	if (dev->pd && ibv_dealloc_pd(dev->pd))
+		xd_log(XD_LOG_ERR, "%s: ibv_dealloc_pd failed", dev->name);
+	dev->cq = NULL;
+	dev->channel = NULL;
+	dev->pd = NULL;
+}
+
+static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_context *ctx)
+{
+	struct ibv_port_attr port;
+
+	dev->ctx = ctx;
+	dev->port = 1;
+	snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(ctx->device));
+	if (ibv_query_device(ctx, &dev->attr) || ibv_query_port(ctx, dev->port, &port))
+		return -EIO;
+	dev->max_msg = port.max_msg_sz;
+	dev->pd = ibv_alloc_pd(ctx);
+	if (!dev->pd)
+		return errno ? -errno : -ENOMEM;
+	dev->channel = ibv_create_comp_channel(ctx);
+	if (!dev->channel)
+		return errno ? -errno : -ENOMEM;
+	int cqe = dev->attr.max_cqe < XD_CQ_ENTRIES ? dev->attr.max_cqe : XD_CQ_ENTRIES;
+	dev->cq = ibv_create_cq(ctx, cqe, dev, dev->channel, 0);
+	if (!dev->cq)
+		return errno ? -errno : -ENOMEM;
+	int fl = fcntl(dev->channel->fd, F_GETFL);
+	if (fl < 0 || fcntl(dev->channel->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	if (ibv_req_notify_cq(dev->cq, 0))
+		return -EIO;
+	dev->ev = event_new(d->base, dev->channel->fd, EV_READ | EV_PERSIST, cq_event_cb, dev);
+	if (!dev->ev || event_add(dev->ev, NULL) < 0)
+		return -ENOMEM;
+	xd_log(XD_LOG_INFO, "using RDMA device %s port %u (%s, %s, active MTU %d)", dev->name,
+	       dev->port, ibv_port_state_str(port.state), link_layer_name(port.link_layer),
+	       128 << port.active_mtu);
+	return 0;
+}
+
+static int open_devices(struct xd_daemon *d, struct xd_rdma *rd)
+{
+	int n = 0;
+
+	rd->list = rdma_get_devices(&n);
+	if (!rd->list || n == 0) {
+		snprintf(rd->why, sizeof(rd->why), "unavailable: %s",
+			 rd->list ? "no RDMA devices" : strerror(errno ? errno : ENODEV));
+		return 0;
+	}
+	for (int i = 0; i < n && rd->ndevs < XD_MAX_DEVICES; i++) {
+		const char *name = ibv_get_device_name(rd->list[i]->device);
+		if (!device_wanted(&d->cfg, name))
+			continue;
+		struct xd_rdma_dev *dev = &rd->devs[rd->ndevs];
+		dev->index = rd->ndevs;
+		dev->rdma = rd;
+		int rc = dev_open(d, dev, rd->list[i]);
+		if (rc < 0) {
+			xd_log(XD_LOG_ERR, "RDMA device %s: %s", name, strerror(-rc));
+			dev_close(dev);
+			return rc;
+		}
+		rd->ndevs++;
+	}
+	for (int i = 0; i < d->cfg.nrdma_devices; i++) {
+		bool found = false;
+		for (int j = 0; j < rd->ndevs; j++)
+			found |= strcmp(rd->devs[j].name, d->cfg.rdma_devices[i]) == 0;
+		if (!found) {
+			xd_log(XD_LOG_ERR, "RDMA device %s (--rdma-device) not found",
+			       d->cfg.rdma_devices[i]);
+			return -ENODEV;
+		}
+	}
+	if (rd->ndevs == 0)
+		snprintf(rd->why, sizeof(rd->why), "unavailable: no device selected");
+	else
+		snprintf(rd->why, sizeof(rd->why), "available");
+	return 0;
+}
+
+int xd_rdma_start(struct xd_daemon *d)
+{
+	struct xd_rdma *rd = calloc(1, sizeof(*rd));
+
+	if (!rd)
+		return -ENOMEM;
+	d->rdma = rd;
+	rd->d = d;
+	if (d->cfg.transport == XD_TRANSPORT_TCP) {
+		snprintf(rd->why, sizeof(rd->why), "unused: transport is tcp");
+		return 0;
+	}
+	int rc = open_devices(d, rd);
+	if (rc == 0 && rd->ndevs)
+		rc = xd_rconn_start(d);
+	if (rc == 0 && d->cfg.transport == XD_TRANSPORT_RDMA && !xd_rdma_available(d)) {
+		xd_log(XD_LOG_ERR, "transport rdma needs an RDMA device and an rdma_cm listener: %s",
+		       rd->why);
+		rc = -ENODEV;
+	}
+	return rc;
+}
+
+void xd_rdma_fini(struct xd_daemon *d)
+{
+	struct xd_rdma *rd = d->rdma;
+
+	if (!rd)
+		return;
+	xd_rconn_fini(d);
+	for (int i = 0; i < rd->ndevs; i++)
+		dev_close(&rd->devs[i]);
+	if (rd->list)
+		rdma_free_devices(rd->list);
+	free(rd);
+	d->rdma = NULL;
+}
+
+bool xd_rdma_available(const struct xd_daemon *d)
+{
+	return d->rdma && d->rdma->ndevs > 0 && d->rdma->nlisteners > 0;
+}
+
+struct xd_rdma_dev *xd_rdma_dev_for(struct xd_daemon *d, struct ibv_context *ctx)
+{
+	for (int i = 0; d->rdma && i < d->rdma->ndevs; i++)
+		if (d->rdma->devs[i].ctx == ctx)
+			return &d->rdma->devs[i];
+	return NULL;
+}
+
+/* ---- registrations ---- */
+
+static void explain_reg_failure(const struct xd_rdma_dev *dev, int err, char *msg, size_t len)
+{
+	struct rlimit rl;
+
+	if ((err == ENOMEM || err == EAGAIN || err == EPERM) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+	    rl.rlim_cur != RLIM_INFINITY)
+		snprintf(msg, len, "ibv_reg_mr on %s failed: %s; the daemon's RLIMIT_MEMLOCK is "
+			 "%llu bytes (set LimitMEMLOCK=infinity in its unit)", dev->name,
+			 strerror(err), (unsigned long long)rl.rlim_cur);
+	else
+		snprintf(msg, len, "ibv_reg_mr on %s failed: %s", dev->name, strerror(err));
+}
+
+int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len)
+{
+	const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+			   IBV_ACCESS_REMOTE_WRITE;
+	struct xd_rdma *rd = d->rdma;
+	uint64_t t0 = xd_now_us();
+
+	for (int i = 0; rd && i < rd->ndevs; i++) {
+		r->mrs[i] = ibv_reg_mr(rd->devs[i].pd, r->base, r->length, access);
+		if (!r->mrs[i]) {
+			int err = errno ? errno : ENOMEM;
+			explain_reg_failure(&rd->devs[i], err, msg, len);
+			xd_rdma_deregister_region(r);
+			return -err;
+		}
+		r->nmrs = i + 1;
+	}
+	r->rdma_register_us = xd_now_us() - t0;
+	return 0;
+}
+
+void xd_rdma_deregister_region(struct xd_region *r)
+{
+	for (int i = 0; i < r->nmrs; i++) {
+		if (r->mrs[i] && ibv_dereg_mr(r->mrs[i]))
+			xd_log(XD_LOG_ERR, "ibv_dereg_mr of region %llu failed",
+			       (unsigned long long)r->id);
+		r->mrs[i] = NULL;
+	}
+	r->nmrs = 0;
+}
+
+uint32_t xd_rdma_lkey(const struct xd_region *r, int dev)
+{
+	return r->mrs[dev]->lkey;
+}
+
+uint32_t xd_rdma_rkey(const struct xd_region *r, int dev)
+{
+	return r->mrs[dev]->rkey;
+}
+
+json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r)
+{
+	json_t *arr = json_array();
+
+	for (int i = 0; arr && i < r->nmrs; i++)
+		json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "device",
+						     d->rdma->devs[i].name, "lkey",
+						     (json_int_t)r->mrs[i]->lkey, "rkey",
+						     (json_int_t)r->mrs[i]->rkey));
+	return arr;
+}
+
+/* ---- list.devices ---- */
+
+static json_t *port_json(const struct xd_rdma_dev *dev)
+{
+	struct ibv_port_attr attr;
+	char gid[INET6_ADDRSTRLEN] = "";
+
+	if (ibv_query_port(dev->ctx, dev->port, &attr))
+		return json_pack("{s:i, s:s}", "port", dev->port, "state", "unknown");
+	if (dev->gid_index >= 0)
+		inet_ntop(AF_INET6, dev->gid.raw, gid, sizeof(gid));
+	return json_pack("{s:i, s:s, s:s, s:i, s:s, s:i}", "port", dev->port, "state",
+			 ibv_port_state_str(attr.state), "link_layer",
+			 link_layer_name(attr.link_layer), "active_mtu", 128 << attr.active_mtu,
+			 "gid", gid, "gid_index", dev->gid_index);
+}
+
+static json_t *dev_json(const struct xd_rdma_dev *dev)
+{
+	const struct xd_rdma_counters *c = &dev->counters;
+
+	return json_pack("{s:s, s:[o], s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", "name", dev->name,
+			 "ports", port_json(dev), "counters", "rdma_reads", (json_int_t)c->reads,
+			 "rdma_read_bytes", (json_int_t)c->read_bytes, "rdma_writes",
+			 (json_int_t)c->writes, "rdma_write_bytes", (json_int_t)c->write_bytes,
+			 "sends", (json_int_t)c->sends, "recvs", (json_int_t)c->recvs,
+			 "completion_errors", (json_int_t)c->errors);
+}
+
+/* Devices the kernel has but this daemon does not use (transport tcp, or not selected). */
+static json_t *unused_devices_json(void)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	json_t *arr = json_array();
+
+	for (int i = 0; list && list[i] && arr; i++)
+		json_array_append_new(arr, json_pack("{s:s, s:b}", "name",
+						     ibv_get_device_name(list[i]), "used", 0));
+	if (list)
+		ibv_free_device_list(list);
+	return arr;
+}
+
+int xd_handle_list_devices(struct xd_call *call)
+{
+	struct xd_rdma *rd = call->conn->d->rdma;
+
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *arr = rd && rd->ndevs ? json_array() : unused_devices_json();
+	for (int i = 0; rd && arr && i < rd->ndevs; i++)
+		json_array_append_new(arr, dev_json(&rd->devs[i]));
+	call->result = json_pack("{s:s, s:o}", "rdma", rd ? rd->why : "unavailable", "devices",
+				 arr);
+	return 0;
+}

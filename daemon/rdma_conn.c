@@ -1,0 +1,924 @@
+// SPDX-License-Identifier: MIT
+/*
+ * RDMA connections between daemons (PROTOCOL.md §10.5): rdma_cm connect/accept with the HELLO in
+ * the private data, one RC QP per connection, control messages as SEND into pre-posted receive
+ * buffers under credit-based flow control, and the data of read and write operations as
+ * one-sided RDMA READ / RDMA WRITE driven by the active side.
+ *
+ * Work requests carry (connection id, slot) in wr_id, never a pointer: a completion that arrives
+ * after its connection was torn down finds no connection and is dropped. Data work requests are
+ * signalled once per chunk; RC completes in order, so one completion retires every request
+ * posted before it on that QP.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "rdma.h"
+#include "xp_peer.h"
+
+#define RC_RECV_BUFS 16
+#define RC_SEND_BUFS 16
+#define RC_BUF_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
+#define RC_SQ_DEPTH 256
+#define RC_CHUNK (1u << 20)	/* bytes of one round-robin turn of a transfer */
+#define RC_WINDOW 16		/* data chunks in flight per connection */
+#define RC_RESOLVE_MS 2000
+#define RC_RECV_FLAG 0x80000000u
+#define RC_HELLO_MAGIC 0x78666572u /* "xfer" */
+
+/* The HELLO in rdma_cm private data (at most 56 bytes on an RC connect). */
+struct rc_hello {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t pad[3];
+	uint8_t node[XP_ID_BYTES];
+	uint64_t epoch;
+} __attribute__((packed));
+
+enum sq_kind { SQ_FREE, SQ_SEND, SQ_DATA };
+
+struct sq_entry {
+	enum sq_kind kind;
+	int slot;		/**< SQ_SEND: the send buffer */
+	struct xd_xfer *x;	/**< SQ_DATA: a reference */
+	uint32_t bytes;		/**< SQ_DATA: bytes this request moves */
+	bool read;
+};
+
+struct pending {
+	STAILQ_ENTRY(pending) link;
+	uint32_t len;
+	uint8_t data[]; /* header + payload; the credits field is filled when sent */
+};
+
+struct xd_rconn {
+	TAILQ_ENTRY(xd_rconn) link;	 /**< in the live table, then the dying list */
+	TAILQ_ENTRY(xd_rconn) peer_link;
+	uint32_t id;
+	struct xd_daemon *d;
+	struct xd_peer *peer;
+	struct xd_rdma_dev *dev;
+	struct rdma_cm_id *cm;
+	bool outgoing, qp_ready, established, dead;
+	struct xp_endpoint ep;
+	uint8_t *bufs;			 /**< RC_RECV_BUFS receive slots, then RC_SEND_BUFS send slots */
+	struct ibv_mr *mr;
+	bool send_busy[RC_SEND_BUFS];
+	int credits;			 /**< messages the peer has receive buffers for */
+	int to_return;			 /**< receive buffers re-posted, not yet told */
+	STAILQ_HEAD(, pending) pendq;
+	struct sq_entry sq[RC_SQ_DEPTH];
+	uint64_t sq_head, sq_tail;	 /**< posted and retired work requests, ever */
+	unsigned chunks;		 /**< data chunks in flight */
+	uint64_t last_rx_us, last_tx_us;
+};
+
+struct rpeer {
+	TAILQ_HEAD(, xd_rconn) conns;
+};
+
+static TAILQ_HEAD(, xd_rconn) live = TAILQ_HEAD_INITIALIZER(live);
+static TAILQ_HEAD(, xd_rconn) dying = TAILQ_HEAD_INITIALIZER(dying);
+static uint32_t next_id;
+static struct event *reap_ev;
+
+static void rconn_pump(struct xd_rconn *rc);
+static void rconn_flush(struct xd_rconn *rc);
+
+static struct rpeer *rpeer_of(struct xd_peer *p, bool create)
+{
+	struct rpeer **slot = (struct rpeer **)xd_peer_rdma_state(p);
+
+	if (!*slot && create && (*slot = calloc(1, sizeof(**slot))))
+		TAILQ_INIT(&(*slot)->conns);
+	return *slot;
+}
+
+static struct xd_rconn *rconn_find(uint32_t id)
+{
+	struct xd_rconn *rc;
+
+	TAILQ_FOREACH(rc, &live, link)
+		if (rc->id == id)
+			return rc;
+	return NULL;
+}
+
+static uint8_t *recv_buf(struct xd_rconn *rc, int slot)
+{
+	return rc->bufs + (size_t)slot * RC_BUF_SIZE;
+}
+
+static uint8_t *send_buf(struct xd_rconn *rc, int slot)
+{
+	return rc->bufs + (size_t)(RC_RECV_BUFS + slot) * RC_BUF_SIZE;
+}
+
+/* ---- teardown ---- */
+
+static void rconn_free(struct xd_rconn *rc)
+{
+	struct pending *pm;
+
+	if (rc->cm && rc->cm->qp)
+		rdma_destroy_qp(rc->cm);
+	if (rc->cm)
+		rdma_destroy_id(rc->cm);
+	/* The QP is gone: no device can touch these buffers or the transfers' pages now. */
+	for (uint64_t i = rc->sq_tail; i < rc->sq_head; i++)
+		if (rc->sq[i % RC_SQ_DEPTH].kind == SQ_DATA)
+			xd_xfer_unref(rc->sq[i % RC_SQ_DEPTH].x);
+	if (rc->mr && ibv_dereg_mr(rc->mr))
+		xd_log(XD_LOG_ERR, "ibv_dereg_mr of connection buffers failed");
+	free(rc->bufs);
+	while ((pm = STAILQ_FIRST(&rc->pendq))) {
+		STAILQ_REMOVE_HEAD(&rc->pendq, link);
+		free(pm);
+	}
+	free(rc);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_rconn *rc;
+
+	while ((rc = TAILQ_FIRST(&dying))) {
+		TAILQ_REMOVE(&dying, rc, link);
+		rconn_free(rc);
+	}
+}
+
+/* Stops @rc now; it is destroyed at the next loop turn, after its current CM event is acked. */
+static void rconn_kill(struct xd_rconn *rc)
+{
+	if (rc->dead)
+		return;
+	rc->dead = true;
+	if (rc->established)
+		rdma_disconnect(rc->cm); /* moves the QP to error: the peer hears at once */
+	TAILQ_REMOVE(&live, rc, link);
+	if (rc->peer) {
+		struct rpeer *rp = rpeer_of(rc->peer, false);
+		if (rp)
+			TAILQ_REMOVE(&rp->conns, rc, peer_link);
+	}
+	TAILQ_INSERT_TAIL(&dying, rc, link);
+	event_active(reap_ev, EV_TIMEOUT, 0);
+}
+
+void xd_rdma_close_peer(struct xd_peer *p)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc;
+
+	if (!rp)
+		return;
+	while ((rc = TAILQ_FIRST(&rp->conns))) {
+		rconn_kill(rc);
+		rc->peer = NULL;
+	}
+	free(rp);
+	*(struct rpeer **)xd_peer_rdma_state(p) = NULL;
+}
+
+static void rconn_fail(struct xd_rconn *rc, int err, const char *what)
+{
+	if (rc->peer)
+		xd_peer_failed(rc->peer, err, "%s", what);
+	else
+		rconn_kill(rc);
+}
+
+/* ---- setup ---- */
+
+static struct xd_rconn *rconn_new(struct xd_daemon *d, struct xd_peer *p, bool outgoing)
+{
+	struct xd_rconn *rc = calloc(1, sizeof(*rc));
+	struct rpeer *rp = rpeer_of(p, true);
+
+	if (!rc || !rp) {
+		free(rc);
+		return NULL;
+	}
+	rc->id = ++next_id;
+	rc->d = d;
+	rc->peer = p;
+	rc->outgoing = outgoing;
+	rc->credits = RC_RECV_BUFS; /* the peer posts as many before it connects or accepts */
+	rc->last_rx_us = rc->last_tx_us = xd_now_us();
+	STAILQ_INIT(&rc->pendq);
+	TAILQ_INSERT_TAIL(&live, rc, link);
+	TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
+	return rc;
+}
+
+static int post_recv(struct xd_rconn *rc, int slot)
+{
+	struct ibv_sge sge = { (uintptr_t)recv_buf(rc, slot), RC_BUF_SIZE, rc->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = (uint64_t)rc->id << 32 | RC_RECV_FLAG | (uint32_t)slot,
+				  .sg_list = &sge,
+				  .num_sge = 1 };
+	struct ibv_recv_wr *bad;
+
+	return -ibv_post_recv(rc->cm->qp, &wr, &bad);
+}
+
+/* The QP and its buffers, with every receive posted: ready to connect or accept. */
+static int rconn_setup_qp(struct xd_rconn *rc)
+{
+	struct ibv_qp_init_attr attr = {
+		.send_cq = rc->dev->cq,
+		.recv_cq = rc->dev->cq,
+		.cap = { .max_send_wr = RC_SQ_DEPTH, .max_recv_wr = RC_RECV_BUFS,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 0,
+	};
+	size_t size = (size_t)(RC_RECV_BUFS + RC_SEND_BUFS) * RC_BUF_SIZE;
+
+	rc->bufs = malloc(size);
+	if (!rc->bufs)
+		return -ENOMEM;
+	rc->mr = ibv_reg_mr(rc->dev->pd, rc->bufs, size, IBV_ACCESS_LOCAL_WRITE);
+	if (!rc->mr)
+		return errno ? -errno : -ENOMEM;
+	if (rdma_create_qp(rc->cm, rc->dev->pd, &attr))
+		return -errno;
+	for (int i = 0; i < RC_RECV_BUFS; i++) {
+		int rc_post = post_recv(rc, i);
+		if (rc_post)
+			return rc_post;
+	}
+	rc->qp_ready = true;
+	return 0;
+}
+
+static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param, struct rc_hello *hello)
+{
+	struct xd_daemon *d = rc->d;
+	int rd = rc->dev->attr.max_qp_rd_atom;
+
+	if (rc->dev->attr.max_qp_init_rd_atom < rd)
+		rd = rc->dev->attr.max_qp_init_rd_atom;
+	if (rd > 16)
+		rd = 16;
+	*hello = (struct rc_hello){ .magic = RC_HELLO_MAGIC, .version = XP_PEER_VERSION,
+				    .epoch = d->epoch };
+	memcpy(hello->node, d->node, XP_ID_BYTES);
+	*param = (struct rdma_conn_param){
+		.private_data = hello,
+		.private_data_len = sizeof(*hello),
+		.responder_resources = (uint8_t)rd,
+		.initiator_depth = (uint8_t)rd,
+		.retry_count = 7,
+		.rnr_retry_count = 7,
+	};
+}
+
+static int parse_hello(const void *data, uint8_t len, struct rc_hello *out)
+{
+	if (!data || len < sizeof(*out))
+		return -EPROTO;
+	memcpy(out, data, sizeof(*out));
+	if (out->magic != RC_HELLO_MAGIC || out->version != XP_PEER_VERSION)
+		return -EPROTO;
+	return 0;
+}
+
+static int resolve_ep(const char *addr, uint16_t port, struct sockaddr_storage *ss)
+{
+	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV };
+	struct addrinfo *ai;
+	char p[8];
+
+	snprintf(p, sizeof(p), "%u", port);
+	if (getaddrinfo(addr, p, &hints, &ai))
+		return -EHOSTUNREACH;
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return 0;
+}
+
+int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
+{
+	struct xd_daemon *d = xd_peer_daemon(p);
+	struct sockaddr_storage dst, src;
+	struct sockaddr *srcp = NULL;
+	struct xd_rconn *rc = rconn_new(d, p, true);
+
+	if (!rc)
+		return -ENOMEM;
+	rc->ep = *ep;
+	int err = resolve_ep(ep->addr, ep->port, &dst);
+	/* Leave through the device of our own listen address: two devices may share a host. */
+	if (!err && d->nlisten_eps && resolve_ep(d->listen_eps[0].addr, 0, &src) == 0)
+		srcp = (struct sockaddr *)&src;
+	if (!err && rdma_create_id(d->rdma->cm, &rc->cm, rc, RDMA_PS_TCP))
+		err = -errno;
+	if (!err && rdma_resolve_addr(rc->cm, srcp, (struct sockaddr *)&dst, RC_RESOLVE_MS))
+		err = -errno;
+	if (err)
+		rconn_kill(rc);
+	return err;
+}
+
+/* ---- control messages ---- */
+
+static bool may_send(const struct xd_rconn *rc)
+{
+	/* Keep the last credit for a message that returns credits, or both sides could stall. */
+	return rc->credits >= 2 || (rc->credits == 1 && rc->to_return > 0);
+}
+
+static int free_send_slot(const struct xd_rconn *rc)
+{
+	for (int i = 0; i < RC_SEND_BUFS; i++)
+		if (!rc->send_busy[i])
+			return i;
+	return -1;
+}
+
+static bool sq_full(const struct xd_rconn *rc, unsigned need)
+{
+	return rc->sq_head - rc->sq_tail + need > RC_SQ_DEPTH;
+}
+
+static int post_send(struct xd_rconn *rc, struct pending *pm, int slot)
+{
+	uint64_t idx = rc->sq_head;
+	uint8_t *buf = send_buf(rc, slot);
+	struct ibv_sge sge = { (uintptr_t)buf, pm->len, rc->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
+				  .sg_list = &sge,
+				  .num_sge = 1,
+				  .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad;
+
+	memcpy(buf, pm->data, pm->len);
+	buf[2] = (uint8_t)rc->to_return;
+	buf[3] = (uint8_t)(rc->to_return >> 8);
+	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
+	if (err)
+		return -err;
+	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_SEND, .slot = slot };
+	rc->sq_head++;
+	rc->send_busy[slot] = true;
+	rc->credits--;
+	rc->to_return = 0;
+	rc->last_tx_us = xd_now_us();
+	rc->dev->counters.sends++;
+	return 0;
+}
+
+/* Sends queued control messages while credits, send buffers and queue room last. */
+static void rconn_flush(struct xd_rconn *rc)
+{
+	struct pending *pm;
+
+	while (!rc->dead && rc->established && (pm = STAILQ_FIRST(&rc->pendq)) && may_send(rc) &&
+	       !sq_full(rc, 1)) {
+		int slot = free_send_slot(rc);
+		if (slot < 0)
+			return;
+		int err = post_send(rc, pm, slot);
+		if (err) {
+			rconn_fail(rc, -err, "ibv_post_send of a control message failed");
+			return;
+		}
+		STAILQ_REMOVE_HEAD(&rc->pendq, link);
+		free(pm);
+	}
+}
+
+static int rconn_queue(struct xd_rconn *rc, uint8_t type, uint8_t flags, uint64_t xfer,
+		       const char *payload, uint32_t len)
+{
+	struct pending *pm = malloc(sizeof(*pm) + XP_PEER_HDR_LEN + len);
+	struct xp_peer_hdr h = { .type = type, .flags = flags, .length = len, .xfer = xfer };
+
+	if (!pm)
+		return -ENOMEM;
+	pm->len = XP_PEER_HDR_LEN + len;
+	xp_peer_hdr_pack(&h, pm->data);
+	memcpy(pm->data + XP_PEER_HDR_LEN, payload, len);
+	STAILQ_INSERT_TAIL(&rc->pendq, pm, link);
+	rconn_flush(rc);
+	return 0;
+}
+
+int xd_rdma_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
+		      const json_t *json)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
+
+	if (!rc)
+		return -ENOTCONN;
+	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
+	if (json && !text)
+		return -ENOMEM;
+	size_t len = text ? strlen(text) : 0;
+	int rc_q = len > XP_PEER_MAX_CTRL ? -EMSGSIZE
+					  : rconn_queue(rc, type, flags, xfer, text ? text : "",
+							(uint32_t)len);
+	free(text);
+	return rc_q;
+}
+
+/* Re-posts receive buffer @slot; returns credits by themselves when half are owed. */
+static void recv_done(struct xd_rconn *rc, int slot)
+{
+	int err = post_recv(rc, slot);
+
+	if (err) {
+		rconn_fail(rc, -err, "ibv_post_recv failed");
+		return;
+	}
+	rc->to_return++;
+	if (rc->to_return >= RC_RECV_BUFS / 2 && STAILQ_EMPTY(&rc->pendq))
+		rconn_queue(rc, XP_PEER_CREDIT, 0, 0, NULL, 0);
+}
+
+static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
+{
+	struct xp_peer_hdr h;
+	json_t *json = NULL;
+
+	if (len < XP_PEER_HDR_LEN)
+		return -EPROTO;
+	xp_peer_hdr_unpack(buf, &h);
+	if (!xp_peer_hdr_valid(&h) || h.type == XP_PEER_DATA || h.type == XP_PEER_HELLO ||
+	    h.length != len - XP_PEER_HDR_LEN)
+		return -EPROTO;
+	rc->credits += h.credits;
+	if (h.type == XP_PEER_PING)
+		return rconn_queue(rc, XP_PEER_PONG, 0, 0, NULL, 0);
+	if (h.type == XP_PEER_PONG || h.type == XP_PEER_CREDIT)
+		return 0;
+	if (h.length) {
+		json = json_loadb((const char *)buf + XP_PEER_HDR_LEN, h.length,
+				  JSON_REJECT_DUPLICATES, NULL);
+		if (!json_is_object(json)) {
+			json_decref(json);
+			return -EPROTO;
+		}
+	}
+	int err = xd_remote_ctrl(rc->peer, &h, json);
+	json_decref(json);
+	return err;
+}
+
+/* ---- data ---- */
+
+static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma_piece *pc,
+		     bool signaled)
+{
+	uint64_t idx = rc->sq_head;
+	bool read = !xd_xfer_is_source(x);
+	struct ibv_sge sge = { pc->laddr, pc->len, pc->lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+		.send_flags = signaled ? IBV_SEND_SIGNALED : 0,
+		.wr.rdma = { .remote_addr = pc->raddr, .rkey = pc->rkey },
+	};
+	struct ibv_send_wr *bad;
+	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
+
+	if (err)
+		return -err;
+	xd_xfer_ref(x);
+	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len,
+						       .read = read };
+	rc->sq_head++;
+	return 0;
+}
+
+/* Posts one chunk of the next transfer in the peer's round-robin queue. */
+static bool pump_one(struct xd_rconn *rc)
+{
+	struct xd_rdma_piece pieces[XD_RDMA_MAX_PIECES];
+	int n = 0;
+	struct xd_xfer *x = xd_peer_next_stream(rc->peer);
+
+	if (!x)
+		return false;
+	uint32_t len = xd_xfer_next_rdma_chunk(x, rc->dev->index, RC_CHUNK, rc->dev->max_msg,
+					       pieces, XD_RDMA_MAX_PIECES, &n);
+	if (len == 0)
+		return false;
+	for (int i = 0; i < n; i++) {
+		int err = post_data(rc, x, &pieces[i], i == n - 1);
+		if (err) {
+			rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
+			return false;
+		}
+	}
+	rc->chunks++;
+	rc->last_tx_us = xd_now_us();
+	return true;
+}
+
+static void rconn_pump(struct xd_rconn *rc)
+{
+	while (!rc->dead && rc->established && rc->chunks < RC_WINDOW &&
+	       !sq_full(rc, XD_RDMA_MAX_PIECES + 1) && pump_one(rc))
+		;
+}
+
+void xd_rdma_kick(struct xd_peer *p)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc, *tmp;
+
+	if (rp)
+		TAILQ_FOREACH_SAFE(rc, &rp->conns, peer_link, tmp)
+			rconn_pump(rc);
+}
+
+/* Retires queue entries up to and including @idx (one signalled completion covers them). */
+static void retire_sq(struct xd_rconn *rc, uint32_t idx)
+{
+	struct xd_rdma_counters *c = &rc->dev->counters;
+
+	while (rc->sq_tail < rc->sq_head && !rc->dead) {
+		struct sq_entry *e = &rc->sq[rc->sq_tail % RC_SQ_DEPTH];
+		bool last = rc->sq_tail % RC_SQ_DEPTH == idx;
+		rc->sq_tail++;
+		if (e->kind == SQ_SEND) {
+			rc->send_busy[e->slot] = false;
+		} else if (e->kind == SQ_DATA) {
+			struct xd_xfer *x = e->x;
+			*(e->read ? &c->reads : &c->writes) += 1;
+			*(e->read ? &c->read_bytes : &c->write_bytes) += e->bytes;
+			xd_peer_add_bytes(rc->peer, e->read ? 0 : e->bytes, e->read ? e->bytes : 0);
+			if (last)
+				rc->chunks--;
+			if (e->read)
+				xd_xfer_data_received(x, e->bytes);
+			else
+				xd_xfer_data_sent(x, e->bytes);
+			xd_xfer_unref(x);
+		}
+		e->kind = SQ_FREE;
+		if (last)
+			break;
+	}
+}
+
+static void completion_error(struct xd_rconn *rc, const struct ibv_wc *wc)
+{
+	char what[XD_CAUSE_MAX];
+	const char *op = wc->opcode == IBV_WC_RDMA_READ	   ? "RDMA READ"
+			 : wc->opcode == IBV_WC_RDMA_WRITE ? "RDMA WRITE"
+			 : wc->opcode == IBV_WC_SEND	   ? "SEND"
+							   : "work request";
+
+	rc->dev->counters.errors++;
+	if (wc->status == IBV_WC_WR_FLUSH_ERR)
+		snprintf(what, sizeof(what), "work requests flushed: the connection failed");
+	else
+		snprintf(what, sizeof(what), "%s completed with %s (status %d, vendor error 0x%x)",
+			 op, ibv_wc_status_str(wc->status), wc->status, wc->vendor_err);
+	rconn_fail(rc, EIO, what);
+}
+
+void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
+{
+	struct xd_rconn *rc = rconn_find((uint32_t)(wc->wr_id >> 32));
+	uint32_t low = (uint32_t)wc->wr_id;
+
+	if (!rc || rc->dead)
+		return; /* a connection already torn down: its requests no longer matter */
+	if (wc->status != IBV_WC_SUCCESS) {
+		completion_error(rc, wc);
+		return;
+	}
+	if (low & RC_RECV_FLAG) {
+		int slot = (int)(low & ~RC_RECV_FLAG);
+		rc->last_rx_us = xd_now_us();
+		dev->counters.recvs++;
+		int err = handle_message(rc, recv_buf(rc, slot), wc->byte_len);
+		if (err) {
+			rconn_fail(rc, -err, "protocol error in a control message");
+			return;
+		}
+		if (!rc->dead)
+			recv_done(rc, slot);
+	} else {
+		retire_sq(rc, low);
+	}
+	if (!rc->dead) {
+		rconn_flush(rc);
+		rconn_pump(rc);
+	}
+}
+
+/* ---- keepalive and listing ---- */
+
+void xd_rdma_keepalive(struct xd_peer *p)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_daemon *d = xd_peer_daemon(p);
+	uint64_t now = xd_now_us();
+	struct xd_rconn *rc;
+
+	if (!rp)
+		return;
+	TAILQ_FOREACH(rc, &rp->conns, peer_link) {
+		if (!rc->established)
+			continue;
+		uint64_t silent_ms = (now - rc->last_rx_us) / 1000;
+		if (silent_ms > d->cfg.keepalive_timeout_ms) {
+			xd_peer_failed(p, ETIMEDOUT, "nothing heard from the peer for %llu ms "
+				       "(keepalive_timeout_ms %llu)", (unsigned long long)silent_ms,
+				       (unsigned long long)d->cfg.keepalive_timeout_ms);
+			return;
+		}
+		if ((now - rc->last_tx_us) / 1000 >= d->cfg.keepalive_ms)
+			rconn_queue(rc, XP_PEER_PING, 0, 0, NULL, 0);
+	}
+}
+
+int xd_rdma_peer_conns(struct xd_peer *p)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc;
+	int n = 0;
+
+	if (rp)
+		TAILQ_FOREACH(rc, &rp->conns, peer_link)
+			n++;
+	return n;
+}
+
+int xd_rdma_peer_dev(struct xd_peer *p)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
+
+	return rc && rc->dev ? rc->dev->index : -1;
+}
+
+/* ---- rdma_cm events ---- */
+
+static void on_route_resolved(struct xd_rconn *rc)
+{
+	struct rdma_conn_param param;
+	struct rc_hello hello;
+	int err = rconn_setup_qp(rc);
+
+	if (err) {
+		rconn_fail(rc, -err, "could not create the queue pair");
+		return;
+	}
+	conn_params(rc, &param, &hello);
+	if (rdma_connect(rc->cm, &param))
+		rconn_fail(rc, errno, "rdma_connect failed");
+}
+
+static void on_addr_resolved(struct xd_rconn *rc)
+{
+	rc->dev = xd_rdma_dev_for(rc->d, rc->cm->verbs);
+	if (!rc->dev) {
+		rconn_fail(rc, EHOSTUNREACH, "the route to the peer leaves through an RDMA "
+					     "device this daemon does not use");
+		return;
+	}
+	if (rdma_resolve_route(rc->cm, RC_RESOLVE_MS))
+		rconn_fail(rc, errno, "rdma_resolve_route failed");
+}
+
+static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
+{
+	struct rc_hello hello;
+
+	rc->established = true;
+	rc->last_rx_us = xd_now_us();
+	if (rc->outgoing) {
+		if (parse_hello(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				&hello) < 0) {
+			rconn_fail(rc, EPROTO, "the peer's HELLO (accept private data) is not valid");
+			return;
+		}
+		if (memcmp(hello.node, xd_peer_node(rc->peer), XP_ID_BYTES) != 0) {
+			rconn_fail(rc, EHOSTUNREACH, "the daemon at that address is another node");
+			return;
+		}
+		xd_peer_mark_up(rc->peer, hello.epoch);
+	}
+	rconn_flush(rc);
+	rconn_pump(rc);
+}
+
+/* A peer connects. Returns the id to destroy after the event is acked, if refused. */
+static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm_event *ev)
+{
+	struct rc_hello hello, mine;
+	struct rdma_conn_param param;
+	struct xd_rdma_dev *dev = xd_rdma_dev_for(d, ev->id->verbs);
+	char from[INET6_ADDRSTRLEN + 8] = "?";
+
+	getnameinfo(rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage), from,
+		    sizeof(from), NULL, 0, NI_NUMERICHOST);
+	if (!dev || parse_hello(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				&hello) < 0 || d->stopping) {
+		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from,
+		       !dev ? "device not used" : d->stopping ? "stopping" : "bad HELLO");
+		rdma_reject(ev->id, NULL, 0);
+		return ev->id;
+	}
+	struct xd_peer *p = xd_peer_attach(d, hello.node, hello.epoch, true, from);
+	struct xd_rconn *rc = p ? rconn_new(d, p, false) : NULL;
+	if (!rc) {
+		rdma_reject(ev->id, NULL, 0);
+		return ev->id;
+	}
+	rc->cm = ev->id;
+	rc->cm->context = rc;
+	rc->dev = dev;
+	int err = rconn_setup_qp(rc);
+	conn_params(rc, &param, &mine);
+	if (err || rdma_accept(rc->cm, &param)) {
+		rdma_reject(ev->id, NULL, 0);
+		rconn_fail(rc, err ? -err : errno, "could not accept the RDMA connection");
+		return NULL; /* rconn_free() destroys the id */
+	}
+	xd_peer_mark_up(p, hello.epoch);
+	return NULL;
+}
+
+static void on_failure_event(struct xd_rconn *rc, const struct rdma_cm_event *ev)
+{
+	char what[XD_CAUSE_MAX];
+	int err = ev->event == RDMA_CM_EVENT_REJECTED	   ? ECONNREFUSED
+		  : ev->event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET
+							    : EHOSTUNREACH;
+
+	snprintf(what, sizeof(what), "rdma_cm %s (status %d)", rdma_event_str(ev->event),
+		 ev->status);
+	rconn_fail(rc, err, what);
+}
+
+static struct rdma_cm_id *handle_cm_event(struct xd_daemon *d, struct rdma_cm_event *ev)
+{
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+		return on_connect_request(d, ev);
+	struct xd_rconn *rc = ev->id->context;
+	if (!rc || rc->dead)
+		return NULL;
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		on_addr_resolved(rc);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		on_route_resolved(rc);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		on_established(rc, ev);
+		break;
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		break;
+	default:
+		on_failure_event(rc, ev);
+		break;
+	}
+	return NULL;
+}
+
+static void cm_event_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_daemon *d = arg;
+	struct rdma_cm_event *ev;
+
+	while (rdma_get_cm_event(d->rdma->cm, &ev) == 0) {
+		struct rdma_cm_id *destroy = handle_cm_event(d, ev);
+		rdma_ack_cm_event(ev);
+		if (destroy)
+			rdma_destroy_id(destroy); /* only after the ack: librdmacm waits for it */
+	}
+}
+
+/* ---- listeners ---- */
+
+/* Finds the RoCE v2 GID of IPv4 @addr on @dev, for list.devices. */
+static void find_gid(struct xd_rdma_dev *dev, const struct sockaddr *addr)
+{
+	struct ibv_gid_entry entry;
+
+	dev->gid_index = -1;
+	if (addr->sa_family != AF_INET)
+		return;
+	for (uint32_t i = 0; i < (uint32_t)dev->attr.max_pkeys + 256; i++) {
+		if (ibv_query_gid_ex(dev->ctx, dev->port, i, &entry, 0))
+			continue;
+		const uint8_t *g = entry.gid.raw;
+		static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+		if (entry.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(g, v4mapped, 12) == 0 &&
+		    memcmp(g + 12, &((const struct sockaddr_in *)addr)->sin_addr, 4) == 0) {
+			dev->gid = entry.gid;
+			dev->gid_index = (int)i;
+			return;
+		}
+	}
+}
+
+static int listen_one(struct xd_daemon *d, const struct xp_endpoint *ep)
+{
+	struct xd_rdma *rd = d->rdma;
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+
+	if (resolve_ep(ep->addr, ep->port, &ss) < 0)
+		return -EINVAL;
+	if (rdma_create_id(rd->cm, &id, NULL, RDMA_PS_TCP))
+		return -errno;
+	if (rdma_bind_addr(id, (struct sockaddr *)&ss) || rdma_listen(id, 64)) {
+		int err = -errno;
+		xd_log(XD_LOG_WARN, "no rdma_cm listener on %s:%u: %s", ep->addr, ep->port,
+		       strerror(errno));
+		rdma_destroy_id(id);
+		return err;
+	}
+	struct xd_rdma_dev *dev = id->verbs ? xd_rdma_dev_for(d, id->verbs) : NULL;
+	if (id->verbs && !dev) {
+		xd_log(XD_LOG_WARN, "%s is on an RDMA device this daemon does not use", ep->addr);
+		rdma_destroy_id(id);
+		return -ENODEV;
+	}
+	if (dev)
+		find_gid(dev, (struct sockaddr *)&ss);
+	rd->listeners[rd->nlisteners++] = id;
+	xd_log(XD_LOG_INFO, "accepting RDMA peers on %s:%u%s%s", ep->addr, ep->port,
+	       dev ? " via " : "", dev ? dev->name : "");
+	return 0;
+}
+
+/* Metadata offers an rdma endpoint beside each tcp one when a listener exists. */
+static void advertise_rdma(struct xd_daemon *d)
+{
+	int n = d->nendpoints;
+
+	for (int i = 0; i < n && d->nendpoints < XP_MAX_ENDPOINTS; i++) {
+		if (strcmp(d->endpoints[i].transport, "tcp") != 0)
+			continue;
+		d->endpoints[d->nendpoints] = d->endpoints[i];
+		strcpy(d->endpoints[d->nendpoints].transport, "rdma");
+		d->nendpoints++;
+	}
+}
+
+int xd_rconn_start(struct xd_daemon *d)
+{
+	struct xd_rdma *rd = d->rdma;
+
+	rd->cm = rdma_create_event_channel();
+	if (!rd->cm)
+		return -errno;
+	int fl = fcntl(rd->cm->fd, F_GETFL);
+	if (fl < 0 || fcntl(rd->cm->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	rd->cm_ev = event_new(d->base, rd->cm->fd, EV_READ | EV_PERSIST, cm_event_cb, d);
+	reap_ev = event_new(d->base, -1, 0, reap_cb, NULL);
+	if (!rd->cm_ev || !reap_ev || event_add(rd->cm_ev, NULL) < 0)
+		return -ENOMEM;
+	for (int i = 0; i < d->nlisten_eps; i++) {
+		int err = listen_one(d, &d->listen_eps[i]);
+		if (err && d->cfg.transport == XD_TRANSPORT_RDMA)
+			return err;
+	}
+	if (rd->nlisteners)
+		advertise_rdma(d);
+	else
+		snprintf(rd->why, sizeof(rd->why), "unavailable: no rdma_cm listener (pass "
+						   "--listen with an address of an RDMA device)");
+	return 0;
+}
+
+void xd_rconn_fini(struct xd_daemon *d)
+{
+	struct xd_rdma *rd = d->rdma;
+	struct xd_rconn *rc;
+
+	/* Peers were failed before this (xd_peer_fini): what is left here has none. */
+	while ((rc = TAILQ_FIRST(&live)))
+		rconn_kill(rc);
+	reap_cb(-1, 0, NULL);
+	for (int i = 0; i < rd->nlisteners; i++)
+		rdma_destroy_id(rd->listeners[i]);
+	rd->nlisteners = 0;
+	xd_event_free(rd->cm_ev);
+	xd_event_free(reap_ev);
+	rd->cm_ev = reap_ev = NULL;
+	if (rd->cm)
+		rdma_destroy_event_channel(rd->cm);
+	rd->cm = NULL;
+}
