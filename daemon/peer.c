@@ -1112,6 +1112,8 @@ static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 	TAILQ_FOREACH(pc, &p->conns, link)
 		if (pc->last_rx_us > last_rx)
 			last_rx = pc->last_rx_us;
+	if (p->rdma && xd_rdma_peer_last_rx((struct xd_peer *)p) > last_rx)
+		last_rx = xd_rdma_peer_last_rx((struct xd_peer *)p);
 	return json_pack("{s:s, s:I, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I}", "node",
 			 p->node_hex, "epoch", (json_int_t)p->epoch, "transport",
 			 p->rdma ? "rdma" : "tcp", "endpoint", p->endpoint, "connections",

@@ -25,10 +25,22 @@
 #define RC_BUF_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
 #define RC_SQ_DEPTH 256
 #define RC_CHUNK (1u << 20)	/* bytes of one round-robin turn of a transfer */
-#define RC_WINDOW 16		/* data chunks in flight per connection */
+/*
+ * Data chunks in flight per connection. Two keep a real NIC busy (a 1 MiB chunk outlasts a
+ * round trip many times over); more only queue control messages, PINGs among them, behind
+ * READ responses: rxe, like hardware, holds later requests until earlier ones are acked.
+ */
+#define RC_WINDOW 2
 #define RC_RESOLVE_MS 2000
 #define RC_RECV_FLAG 0x80000000u
 #define RC_HELLO_MAGIC 0x78666572u /* "xfer" */
+
+/* Per-request logging costs on the data path: compiled in only with -DXD_DEBUG_DATAPATH. */
+#ifdef XD_DEBUG_DATAPATH
+#define dp_log(...) xd_log(XD_LOG_DEBUG, __VA_ARGS__)
+#else
+#define dp_log(...) do { } while (0)
+#endif
 
 /* The HELLO in rdma_cm private data (at most 56 bytes on an RC connect). */
 struct rc_hello {
@@ -255,6 +267,18 @@ static int rconn_setup_qp(struct xd_rconn *rc)
 	}
 	rc->qp_ready = true;
 	return 0;
+}
+
+/*
+ * The local ACK timeout is 4.096 us * 2^N. rdma_cm's RoCE default (N = 19, about 2 s) makes one
+ * lost packet stall a transfer for seconds; the config sets it (rdma_ack_timeout).
+ */
+static void set_ack_timeout(struct xd_rconn *rc)
+{
+	uint8_t t = (uint8_t)rc->d->cfg.rdma_ack_timeout;
+
+	if (rdma_set_option(rc->cm, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)))
+		xd_log(XD_LOG_WARN, "could not set the RDMA ACK timeout: %s", strerror(errno));
 }
 
 static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param, struct rc_hello *hello)
@@ -494,6 +518,8 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 
 	if (err)
 		return -err;
+	dp_log("conn %u: posted %s of %u bytes, sq %llu, signaled %d", rc->id,
+	       read ? "READ" : "WRITE", pc->len, (unsigned long long)idx, signaled);
 	xd_xfer_ref(x);
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len,
 						       .read = read };
@@ -595,6 +621,8 @@ void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 	struct xd_rconn *rc = rconn_find((uint32_t)(wc->wr_id >> 32));
 	uint32_t low = (uint32_t)wc->wr_id;
 
+	dp_log("completion: conn %u slot %#x status %d opcode %d len %u",
+	       (unsigned)(wc->wr_id >> 32), low, wc->status, wc->opcode, wc->byte_len);
 	if (!rc || rc->dead)
 		return; /* a connection already torn down: its requests no longer matter */
 	if (wc->status != IBV_WC_SUCCESS) {
@@ -659,6 +687,19 @@ int xd_rdma_peer_conns(struct xd_peer *p)
 	return n;
 }
 
+uint64_t xd_rdma_peer_last_rx(struct xd_peer *p)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc;
+	uint64_t last = 0;
+
+	if (rp)
+		TAILQ_FOREACH(rc, &rp->conns, peer_link)
+			if (rc->last_rx_us > last)
+				last = rc->last_rx_us;
+	return last;
+}
+
 int xd_rdma_peer_dev(struct xd_peer *p)
 {
 	struct rpeer *rp = rpeer_of(p, false);
@@ -679,6 +720,7 @@ static void on_route_resolved(struct xd_rconn *rc)
 		rconn_fail(rc, -err, "could not create the queue pair");
 		return;
 	}
+	set_ack_timeout(rc);
 	conn_params(rc, &param, &hello);
 	if (rdma_connect(rc->cm, &param))
 		rconn_fail(rc, errno, "rdma_connect failed");
@@ -745,6 +787,7 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 	rc->cm->context = rc;
 	rc->dev = dev;
 	int err = rconn_setup_qp(rc);
+	set_ack_timeout(rc);
 	conn_params(rc, &param, &mine);
 	if (err || rdma_accept(rc->cm, &param)) {
 		rdma_reject(ev->id, NULL, 0);

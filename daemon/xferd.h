@@ -102,6 +102,7 @@ struct xd_config {
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
 	enum xd_transport transport;
 	bool require_rdma;	     /**< a fallback from RDMA to TCP is an error */
+	int rdma_ack_timeout;	     /**< QP local ACK timeout: 4.096 us * 2^N */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
 };
@@ -474,6 +475,8 @@ void xd_rdma_kick(struct xd_peer *p);
 void xd_rdma_close_peer(struct xd_peer *p);
 void xd_rdma_keepalive(struct xd_peer *p);
 int xd_rdma_peer_conns(struct xd_peer *p);
+/* When the peer's connections last received anything (monotonic us), 0 if never. */
+uint64_t xd_rdma_peer_last_rx(struct xd_peer *p);
 /* The device index of the peer's connection (for keys), or -1. */
 int xd_rdma_peer_dev(struct xd_peer *p);
 
