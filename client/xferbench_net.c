@@ -1,0 +1,834 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * xferbench_net: cross-node benchmark and checker of xferd, built only on the public
+ * libxferclient API. One process holds two clients: a passive one on the owner's daemon
+ * (--passive SOCKET) and an active one on the other daemon (--active SOCKET). Unix sockets are
+ * files, so both daemons are reachable from one process even when each runs in its own network
+ * namespace; the bytes themselves go daemon to daemon over TCP.
+ *
+ *   bench  read and write throughput for sizes --min..--max (x4 steps), then the latency of a
+ *          small operation; a table, or with --json one JSON object per line
+ *   lat    the latency part only
+ *   check  multi-descriptor (scatter/gather) reads and writes whose descriptor boundaries differ
+ *          on the two sides, up to 1024 descriptors, every byte and every gap checked
+ *
+ * Every timed operation goes through the public calls an application makes: readable/writable
+ * on the passive client, read/write on the active one, wait for COMPLETE on both. Buffers are
+ * registered once, before timing; sources are filled with a per-size pattern and destinations
+ * checked after the timed iterations, so a stale or misplaced chunk is caught.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "xferclient.h"
+
+#define KIB (1024ULL)
+#define MIB (1024ULL * KIB)
+#define GIB (1024ULL * MIB)
+
+#define MAX_DESCS 1024 /* PROTOCOL.md section 9 */
+#define MAX_INFLIGHT 64
+#define GAP_BYTE 0xa5
+
+struct opts {
+	const char *passive; /* socket of the owner's daemon */
+	const char *active;  /* socket of the claiming daemon */
+	uint64_t min, max;
+	int iters;    /* 0: chosen per size */
+	int inflight; /* operations in flight at once */
+	int lat_iters;
+	uint64_t lat_size;
+	double seconds; /* time budget per size and kind */
+	bool json;
+	const char *expect_transport; /* check: "tcp" unless told */
+};
+
+/* A registered buffer: the memfd mapping plus its region on one client. */
+struct reg_buf {
+	struct xfer_buf buf;
+	uint64_t region;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static const char *fmt_size(uint64_t n, char *buf, size_t len)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	unsigned int u = 0;
+
+	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	if (v == (double)(uint64_t)v)
+		snprintf(buf, len, "%" PRIu64 " %s", (uint64_t)v, units[u]);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+/* Parses "4096", "64K", "256M", "1G", "1GiB". Returns 0 and *out, or -EINVAL. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	static const char suffixes[] = "KMGT";
+	const char *sfx;
+	char *end;
+	unsigned long long v;
+	uint64_t mult = 1;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
+	if (sfx) {
+		mult = 1ULL << (10 * (sfx - suffixes + 1));
+		end++;
+		if (*end == 'i')
+			end++;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v == 0 || __builtin_mul_overflow((uint64_t)v, mult, out))
+		return -EINVAL;
+	return 0;
+}
+
+/* splitmix64 of (seed, i): word i of the pattern of @seed. */
+static uint64_t pattern_word(uint64_t seed, uint64_t i)
+{
+	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void pattern_fill(void *buf, size_t len, uint64_t seed)
+{
+	uint64_t *w = buf, last;
+	size_t n = len / 8, i;
+
+	for (i = 0; i < n; i++)
+		w[i] = pattern_word(seed, i);
+	if (len % 8) {
+		last = pattern_word(seed, n);
+		memcpy(w + n, &last, len % 8);
+	}
+}
+
+/* Returns true if @buf holds the pattern of @seed; else false and the first bad offset. */
+static bool pattern_check(const void *buf, size_t len, uint64_t seed, size_t *bad)
+{
+	const uint64_t *w = buf;
+	size_t n = len / 8, i;
+	uint64_t last;
+
+	for (i = 0; i < n; i++) {
+		if (w[i] != pattern_word(seed, i)) {
+			*bad = i * 8;
+			return false;
+		}
+	}
+	last = pattern_word(seed, n);
+	if (len % 8 && memcmp(w + n, &last, len % 8)) {
+		*bad = n * 8;
+		return false;
+	}
+	return true;
+}
+
+static int fail(struct xfer_client *c, const char *what, int err)
+{
+	const char *why = c ? xfer_last_error(c) : "";
+
+	fprintf(stderr, "xferbench_net: %s: %s%s%s\n", what, xfer_strerror(err), *why ? ": " : "",
+		why);
+	return err;
+}
+
+static int reg_buf_create(struct xfer_client *c, size_t len, const char *name, struct reg_buf *rb)
+{
+	int err;
+
+	memset(rb, 0, sizeof(*rb));
+	rb->buf.fd = -1;
+	err = xfer_buf_alloc(len, &rb->buf);
+	if (err)
+		return fail(NULL, "xfer_buf_alloc", err);
+	memset(rb->buf.addr, 0, len); /* fault every page in now, not in a timed copy */
+	err = xfer_region_register(c, rb->buf.fd, 0, 0, name, &rb->region);
+	if (err) {
+		xfer_buf_free(&rb->buf);
+		return fail(c, "xfer_region_register", err);
+	}
+	return 0;
+}
+
+static void reg_buf_destroy(struct xfer_client *c, struct reg_buf *rb)
+{
+	if (!rb->buf.addr)
+		return;
+	if (c)
+		xfer_region_deregister(c, rb->region, 1);
+	xfer_buf_free(&rb->buf);
+	memset(rb, 0, sizeof(*rb));
+}
+
+/* Waits for @op; 0 only if it ended COMPLETE with @len bytes moved (and over @transport). */
+static int wait_complete(struct xfer_client *c, uint64_t op, uint64_t len, const char *who,
+			 const char *transport)
+{
+	struct xfer_op_info info;
+	int err = xfer_wait(c, op, 120000, &info);
+
+	if (err)
+		return fail(c, who, err);
+	if (info.state != XFER_COMPLETE || info.bytes != len) {
+		fprintf(stderr,
+			"xferbench_net: %s: op %" PRIu64 " ended %s after %" PRIu64 " of %" PRIu64
+			" bytes: %s (%s)\n",
+			who, op, xfer_state_name(info.state), info.bytes, len, info.cause,
+			xfer_strerror(info.error));
+		return info.error ? info.error : -EIO;
+	}
+	if (transport && strcmp(info.transport, transport) != 0) {
+		fprintf(stderr, "xferbench_net: %s: op %" PRIu64 " used transport '%s', not '%s'\n",
+			who, op, info.transport, transport);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static uint64_t percentile(uint64_t *v, size_t n, unsigned int pct)
+{
+	size_t i;
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	i = (n * pct + 99) / 100;
+	return v[i ? i - 1 : 0];
+}
+
+/* The two clients and their buffers. */
+struct bench {
+	const struct opts *o;
+	struct xfer_client *pc, *ac; /* passive (owner) and active clients */
+	struct reg_buf pb, ab;	     /* one buffer on each */
+	char pnode[64], anode[64];
+};
+
+/*
+ * One transfer of @n descriptor lists: passive ops on the owner, active ops on the other side,
+ * @count of them in flight at once (operation k uses pd[k], ad[k]). Returns 0 when every op on
+ * both sides ended COMPLETE; *ns is the time from the first passive call to the last active
+ * COMPLETE.
+ */
+static int transfer(struct bench *b, bool write, int count, struct xfer_desc *const *pd,
+		    const size_t *pn, struct xfer_desc *const *ad, const size_t *an, uint64_t len,
+		    const char *transport, uint64_t *ns)
+{
+	uint64_t pop[MAX_INFLIGHT], aop[MAX_INFLIGHT], t0;
+	char *md[MAX_INFLIGHT] = { 0 };
+	int err = 0, k, np = 0, na = 0;
+
+	t0 = now_ns();
+	for (k = 0; k < count && !err; k++) {
+		err = write ? xfer_writable(b->pc, pd[k], pn[k], NULL, &pop[k], &md[k]) :
+			      xfer_readable(b->pc, pd[k], pn[k], NULL, &pop[k], &md[k]);
+		if (err)
+			fail(b->pc, write ? "xfer_writable" : "xfer_readable", err);
+		else
+			np++;
+	}
+	for (k = 0; k < count && !err; k++) {
+		err = write ? xfer_write(b->ac, md[k], ad[k], an[k], NULL, &aop[k]) :
+			      xfer_read(b->ac, md[k], ad[k], an[k], NULL, &aop[k]);
+		if (err)
+			fail(b->ac, write ? "xfer_write" : "xfer_read", err);
+		else
+			na++;
+	}
+	for (k = 0; k < na && !err; k++)
+		err = wait_complete(b->ac, aop[k], len, write ? "write" : "read", transport);
+	*ns = now_ns() - t0;
+	for (k = 0; k < np && !err; k++)
+		err = wait_complete(b->pc, pop[k], len, write ? "writable" : "readable", transport);
+	for (k = 0; k < na; k++)
+		xfer_release(b->ac, aop[k]);
+	for (k = 0; k < np; k++)
+		xfer_release(b->pc, pop[k]);
+	for (k = 0; k < count; k++)
+		free(md[k]);
+	return err;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* bench                                                                                    */
+
+struct result {
+	uint64_t size;
+	int iters, inflight;
+	double gbps_median, gbps_best; /* GB/s = 1e9 bytes/s, per transfer of inflight ops */
+	uint64_t ns_median;
+};
+
+static int bench_one(struct bench *b, bool write, uint64_t size, struct result *r)
+{
+	const struct opts *o = b->o;
+	int inflight = o->inflight, iters, i, k, err = 0;
+	struct xfer_desc pdv[MAX_INFLIGHT], adv[MAX_INFLIGHT], *pd[MAX_INFLIGHT], *ad[MAX_INFLIGHT];
+	size_t pn[MAX_INFLIGHT], an[MAX_INFLIGHT], bad;
+	uint64_t *ns, total_ns = 0, seed = size * 2 + (write ? 1 : 0);
+	struct reg_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
+
+	while (inflight > 1 && size * (uint64_t)inflight > b->pb.buf.length)
+		inflight--;
+	iters = o->iters;
+	if (!iters) {
+		/* About 2 GiB moved per size and kind, at least 3 and at most 2000 transfers. */
+		uint64_t want = (2 * GIB) / (size * (uint64_t)inflight);
+
+		iters = want < 3 ? 3 : want > 2000 ? 2000 : (int)want;
+	}
+	ns = calloc((size_t)iters, sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	for (k = 0; k < inflight; k++) {
+		pdv[k] = (struct xfer_desc){ b->pb.region, (uint64_t)k * size, size };
+		adv[k] = (struct xfer_desc){ b->ab.region, (uint64_t)k * size, size };
+		pd[k] = &pdv[k];
+		ad[k] = &adv[k];
+		pn[k] = an[k] = 1;
+		pattern_fill((char *)src->buf.addr + k * size, size, seed + (uint64_t)k * 7919);
+		memset((char *)dst->buf.addr + k * size, 0, size);
+	}
+	for (i = 0; i < iters && !err; i++) {
+		err = transfer(b, write, inflight, pd, pn, ad, an, size, NULL, &ns[i]);
+		total_ns += ns[i];
+		/* Within the time budget, but at least 3 transfers. */
+		if (!o->iters && i >= 2 && (double)total_ns / 1e9 > o->seconds) {
+			iters = i + 1;
+			break;
+		}
+	}
+	if (!err) {
+		for (k = 0; k < inflight; k++) {
+			if (!pattern_check((char *)dst->buf.addr + k * size, size,
+					   seed + (uint64_t)k * 7919, &bad)) {
+				fprintf(stderr,
+					"xferbench_net: %s %" PRIu64
+					" bytes: mismatch at byte %zu of "
+					"op %d\n",
+					write ? "write" : "read", size, bad, k);
+				err = -EIO;
+			}
+		}
+	}
+	if (!err) {
+		uint64_t med = percentile(ns, (size_t)iters, 50), best = ns[0];
+		uint64_t bytes = size * (uint64_t)inflight;
+
+		r->size = size;
+		r->iters = iters;
+		r->inflight = inflight;
+		r->ns_median = med;
+		r->gbps_median = med ? (double)bytes / (double)med : 0;
+		r->gbps_best = best ? (double)bytes / (double)best : 0;
+	}
+	free(ns);
+	return err;
+}
+
+static int latency(struct bench *b, bool write, uint64_t *med, uint64_t *p99, uint64_t *claim_med)
+{
+	const struct opts *o = b->o;
+	uint64_t *ns = calloc((size_t)o->lat_iters, sizeof(*ns));
+	uint64_t *cl = calloc((size_t)o->lat_iters, sizeof(*cl));
+	struct xfer_desc pd = { b->pb.region, 0, o->lat_size },
+			 ad = { b->ab.region, 0, o->lat_size };
+	uint64_t pop, aop, t0, t1, t2;
+	char *md = NULL;
+	int i, err = 0;
+
+	if (!ns || !cl) {
+		free(ns);
+		free(cl);
+		return -ENOMEM;
+	}
+	for (i = 0; i < o->lat_iters && !err; i++) {
+		t0 = now_ns();
+		err = write ? xfer_writable(b->pc, &pd, 1, NULL, &pop, &md) :
+			      xfer_readable(b->pc, &pd, 1, NULL, &pop, &md);
+		if (err) {
+			fail(b->pc, "passive", err);
+			break;
+		}
+		err = write ? xfer_write(b->ac, md, &ad, 1, NULL, &aop) :
+			      xfer_read(b->ac, md, &ad, 1, NULL, &aop);
+		free(md);
+		md = NULL;
+		if (err) {
+			fail(b->ac, "active", err);
+			xfer_release(b->pc, pop);
+			break;
+		}
+		t1 = now_ns();
+		err = wait_complete(b->ac, aop, o->lat_size, "active", NULL);
+		t2 = now_ns();
+		if (!err)
+			err = wait_complete(b->pc, pop, o->lat_size, "passive", NULL);
+		xfer_release(b->ac, aop);
+		xfer_release(b->pc, pop);
+		ns[i] = t2 - t0;
+		cl[i] = t1 - t0;
+	}
+	if (!err) {
+		*med = percentile(ns, (size_t)o->lat_iters, 50);
+		*p99 = percentile(ns, (size_t)o->lat_iters, 99);
+		*claim_med = percentile(cl, (size_t)o->lat_iters, 50);
+	}
+	free(ns);
+	free(cl);
+	return err;
+}
+
+static int run_lat(struct bench *b)
+{
+	const struct opts *o = b->o;
+	uint64_t med[2], p99[2], claim[2];
+	char sz[32];
+	int err = 0;
+
+	for (int w = 0; w < 2 && !err; w++)
+		err = latency(b, w, &med[w], &p99[w], &claim[w]);
+	if (err)
+		return err;
+	fmt_size(o->lat_size, sz, sizeof(sz));
+	if (o->json) {
+		for (int w = 0; w < 2; w++)
+			printf("{\"kind\":\"%s\",\"latency\":true,\"size\":%" PRIu64
+			       ",\"iters\":%d,"
+			       "\"us_median\":%.1f,\"us_p99\":%.1f,\"us_claim_median\":%.1f}\n",
+			       w ? "write" : "read", o->lat_size, o->lat_iters, med[w] / 1e3,
+			       p99[w] / 1e3, claim[w] / 1e3);
+	} else {
+		printf("\nsmall-op latency, %s, %d round trips each (passive call to active COMPLETE):\n",
+		       sz, o->lat_iters);
+		for (int w = 0; w < 2; w++)
+			printf("  %-5s median %7.1f us   p99 %7.1f us   (claim accepted after %.1f us)\n",
+			       w ? "write" : "read", med[w] / 1e3, p99[w] / 1e3, claim[w] / 1e3);
+	}
+	fflush(stdout);
+	return 0;
+}
+
+static int run_bench(struct bench *b)
+{
+	const struct opts *o = b->o;
+	struct result rr, rw;
+	char sz[32];
+	int err = 0;
+
+	if (!o->json) {
+		printf("%-10s %6s %9s %12s %12s %12s %12s\n", "size", "iters", "inflight",
+		       "read GB/s", "(best)", "write GB/s", "(best)");
+	}
+	for (uint64_t s = o->min; s <= o->max && !err; s *= 4) {
+		err = bench_one(b, false, s, &rr);
+		if (!err)
+			err = bench_one(b, true, s, &rw);
+		if (err)
+			break;
+		if (o->json) {
+			printf("{\"kind\":\"read\",\"size\":%" PRIu64
+			       ",\"iters\":%d,\"inflight\":%d,"
+			       "\"gbps_median\":%.4f,\"gbps_best\":%.4f,\"us_median\":%.1f}\n",
+			       s, rr.iters, rr.inflight, rr.gbps_median, rr.gbps_best,
+			       rr.ns_median / 1e3);
+			printf("{\"kind\":\"write\",\"size\":%" PRIu64
+			       ",\"iters\":%d,\"inflight\":%d,"
+			       "\"gbps_median\":%.4f,\"gbps_best\":%.4f,\"us_median\":%.1f}\n",
+			       s, rw.iters, rw.inflight, rw.gbps_median, rw.gbps_best,
+			       rw.ns_median / 1e3);
+		} else {
+			printf("%-10s %6d %9d %12.3f %12.3f %12.3f %12.3f\n",
+			       fmt_size(s, sz, sizeof(sz)), rr.iters, rr.inflight, rr.gbps_median,
+			       rr.gbps_best, rw.gbps_median, rw.gbps_best);
+		}
+		fflush(stdout);
+		if (s > UINT64_MAX / 4)
+			break;
+	}
+	if (!err && o->lat_iters > 0)
+		err = run_lat(b);
+	return err;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* check: scatter/gather with different boundaries on the two sides                          */
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
+
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+/*
+ * Cuts @total bytes into @n pieces (each >= 1 byte, random lengths) placed in order in a
+ * buffer of @cap bytes with random gaps between them. Returns 0, or -ENOSPC if they do not fit.
+ */
+static int make_descs(uint64_t region, uint64_t total, size_t n, uint64_t cap, struct xfer_desc *d)
+{
+	uint64_t left = total, off = 0, slack;
+	size_t i;
+
+	if (n > total)
+		return -EINVAL;
+	slack = cap > total ? cap - total : 0;
+	for (i = 0; i < n; i++) {
+		uint64_t remain_pieces = n - i - 1, len, gap;
+
+		if (i == n - 1) {
+			len = left;
+		} else {
+			uint64_t span = 2 * (left - remain_pieces) / (n - i);
+
+			len = 1 + rnd() % (span ? span : 1);
+		}
+		if (len > left - remain_pieces)
+			len = left - remain_pieces;
+		if (len == 0)
+			len = 1;
+		gap = slack ? rnd() % (slack / (n + 1) + 1) : 0;
+		slack -= gap;
+		off += gap;
+		d[i] = (struct xfer_desc){ region, off, len };
+		off += len;
+		left -= len;
+	}
+	return off <= cap ? 0 : -ENOSPC;
+}
+
+/* Copies the bytes of @d[0..n) of @base, in order, into @out. */
+static void gather(const char *base, const struct xfer_desc *d, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		memcpy(out, base + d[i].offset, d[i].length);
+		out += d[i].length;
+	}
+}
+
+/* True if every byte of @buf outside @d[0..n) is GAP_BYTE. */
+static bool gaps_intact(const char *buf, uint64_t cap, const struct xfer_desc *d, size_t n,
+			uint64_t *bad)
+{
+	uint64_t off = 0;
+
+	for (size_t i = 0; i <= n; i++) {
+		uint64_t end = i < n ? d[i].offset : cap;
+
+		for (; off < end; off++) {
+			if ((unsigned char)buf[off] != GAP_BYTE) {
+				*bad = off;
+				return false;
+			}
+		}
+		if (i < n)
+			off = d[i].offset + d[i].length;
+	}
+	return true;
+}
+
+struct check_case {
+	uint64_t total;
+	size_t pn, an;
+};
+
+static int check_one(struct bench *b, bool write, const struct check_case *cc, uint64_t cap)
+{
+	static struct xfer_desc pd[MAX_DESCS], ad[MAX_DESCS];
+	const struct opts *o = b->o;
+	struct reg_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
+	struct xfer_desc *sd = write ? ad : pd, *dd = write ? pd : ad;
+	size_t sn = write ? cc->an : cc->pn, dn = write ? cc->pn : cc->an;
+	struct xfer_desc *pdp = pd, *adp = ad;
+	char *want = NULL, *got = NULL, sz[32];
+	uint64_t ns, bad = 0;
+	int err;
+
+	err = make_descs(b->pb.region, cc->total, cc->pn, cap, pd);
+	if (!err)
+		err = make_descs(b->ab.region, cc->total, cc->an, cap, ad);
+	if (err) {
+		fprintf(stderr, "xferbench_net: check: cannot lay out %zu/%zu descriptors\n",
+			cc->pn, cc->an);
+		return err;
+	}
+	want = malloc(cc->total);
+	got = malloc(cc->total);
+	if (!want || !got) {
+		free(want);
+		free(got);
+		return -ENOMEM;
+	}
+	pattern_fill(src->buf.addr, cap, rnd());
+	memset(dst->buf.addr, GAP_BYTE, cap);
+	gather(src->buf.addr, sd, sn, want);
+	err = transfer(b, write, 1, &pdp, &cc->pn, &adp, &cc->an, cc->total, o->expect_transport,
+		       &ns);
+	if (!err) {
+		gather(dst->buf.addr, dd, dn, got);
+		if (memcmp(want, got, cc->total)) {
+			for (bad = 0; bad < cc->total && want[bad] == got[bad]; bad++)
+				;
+			fprintf(stderr,
+				"xferbench_net: check %s %s, %zu passive / %zu active descriptors: "
+				"byte %" PRIu64 " of the stream differs\n",
+				write ? "write" : "read", fmt_size(cc->total, sz, sizeof(sz)),
+				cc->pn, cc->an, bad);
+			err = -EIO;
+		} else if (!gaps_intact(dst->buf.addr, cap, dd, dn, &bad)) {
+			fprintf(stderr,
+				"xferbench_net: check %s %s, %zu/%zu descriptors: byte %" PRIu64
+				" outside the destination's descriptors was written\n",
+				write ? "write" : "read", fmt_size(cc->total, sz, sizeof(sz)),
+				cc->pn, cc->an, bad);
+			err = -EIO;
+		}
+	}
+	printf("%s %s %-5s %10s  %4zu passive / %4zu active descriptors\n", err ? "FAIL" : "ok  ",
+	       "check", write ? "write" : "read", fmt_size(cc->total, sz, sizeof(sz)), cc->pn,
+	       cc->an);
+	fflush(stdout);
+	free(want);
+	free(got);
+	return err;
+}
+
+static int run_check(struct bench *b)
+{
+	uint64_t cap = b->pb.buf.length < b->ab.buf.length ? b->pb.buf.length : b->ab.buf.length;
+	uint64_t big = cap / 2;
+	const struct check_case cases[] = {
+		{ 1, 1, 1 },
+		{ 4096, 1, 1 },
+		{ 4096, 3, 7 },
+		{ 65537, 13, 2 },
+		{ MIB + 1, 1024, 1 },
+		{ MIB + 1, 1, 1024 },
+		{ 3 * MIB + 5, 1024, 1000 },
+		{ big, 5, 3 },
+		{ big, 1024, 17 },
+		{ big, 1, 1 },
+	};
+	int failed = 0, err = 0;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		for (int w = 0; w < 2; w++) {
+			err = check_one(b, w, &cases[i], cap);
+			if (err)
+				failed++;
+			if (err && err != -EIO)
+				return err; /* the daemon refused or failed: no point going on */
+		}
+	}
+	return failed ? -EIO : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static int node_of(struct xfer_client *c, char *out, size_t len)
+{
+	char *res = NULL, *p, *q;
+	int err = xfer_call(c, "stats", NULL, &res);
+
+	snprintf(out, len, "?");
+	if (err)
+		return err;
+	p = strstr(res, "\"node\":\"");
+	if (p) {
+		p += 8;
+		q = strchr(p, '"');
+		if (q && (size_t)(q - p) < len)
+			snprintf(out, len, "%.*s", (int)(q - p), p);
+	}
+	free(res);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: xferbench_net bench|lat|check --passive SOCKET --active SOCKET [options]\n"
+		"  --passive SOCKET  the owner's daemon: readable/writable are made there\n"
+		"  --active SOCKET   the other daemon: read/write are issued there\n"
+		"  --min SIZE        bench: smallest size (default 4K); sizes grow x4\n"
+		"  --max SIZE        bench: largest size (default 1G); check: buffer size (64M)\n"
+		"  --iters N         bench: transfers per size (default: ~2 GiB per size, 3..2000)\n"
+		"  --seconds S       bench: time budget per size and kind when --iters is not set (2)\n"
+		"  --inflight N      bench: operations in flight at once (default 1, max %d)\n"
+		"  --lat-iters N     latency round trips (default 1000; 0 skips latency)\n"
+		"  --lat-size SIZE   latency operation size (default 64)\n"
+		"  --transport NAME  check: transport every op must report (default tcp)\n"
+		"  --json            bench/lat: one JSON object per line\n",
+		MAX_INFLIGHT);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "passive", required_argument, NULL, 'p' },
+		{ "active", required_argument, NULL, 'a' },
+		{ "min", required_argument, NULL, 'm' },
+		{ "max", required_argument, NULL, 'M' },
+		{ "iters", required_argument, NULL, 'i' },
+		{ "seconds", required_argument, NULL, 's' },
+		{ "inflight", required_argument, NULL, 'f' },
+		{ "lat-iters", required_argument, NULL, 'l' },
+		{ "lat-size", required_argument, NULL, 'L' },
+		{ "transport", required_argument, NULL, 't' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { .min = 4 * KIB,
+			  .max = 0,
+			  .inflight = 1,
+			  .lat_iters = 1000,
+			  .lat_size = 64,
+			  .seconds = 2.0,
+			  .expect_transport = "tcp" };
+	struct bench b = { .o = &o };
+	const char *mode;
+	uint64_t bufsize;
+	int ch, err;
+
+	while ((ch = getopt_long(argc, argv, "p:a:h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'p':
+			o.passive = optarg;
+			break;
+		case 'a':
+			o.active = optarg;
+			break;
+		case 'm':
+		case 'M':
+		case 'L':
+			if (parse_size(optarg, ch == 'm' ? &o.min :
+					       ch == 'M' ? &o.max :
+							   &o.lat_size)) {
+				fprintf(stderr, "xferbench_net: bad size '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'i':
+			o.iters = atoi(optarg);
+			break;
+		case 's':
+			o.seconds = atof(optarg);
+			break;
+		case 'f':
+			o.inflight = atoi(optarg);
+			break;
+		case 'l':
+			o.lat_iters = atoi(optarg);
+			break;
+		case 't':
+			o.expect_transport = optarg;
+			break;
+		case 'j':
+			o.json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc - 1 || !o.passive || !o.active || o.iters < 0 || o.lat_iters < 0 ||
+	    o.inflight < 1 || o.inflight > MAX_INFLIGHT || o.seconds <= 0) {
+		usage(stderr);
+		return 2;
+	}
+	mode = argv[optind];
+	if (strcmp(mode, "bench") && strcmp(mode, "lat") && strcmp(mode, "check")) {
+		usage(stderr);
+		return 2;
+	}
+	if (!o.max)
+		o.max = strcmp(mode, "check") ? GIB : 64 * MIB;
+	if (o.min > o.max)
+		o.min = o.max;
+
+	err = xfer_connect(o.passive, "xferbench_net-passive", &b.pc);
+	if (err) {
+		fprintf(stderr, "xferbench_net: cannot reach xferd at %s: %s\n", o.passive,
+			xfer_strerror(err));
+		return 1;
+	}
+	err = xfer_connect(o.active, "xferbench_net-active", &b.ac);
+	if (err) {
+		fprintf(stderr, "xferbench_net: cannot reach xferd at %s: %s\n", o.active,
+			xfer_strerror(err));
+		xfer_close(b.pc);
+		return 1;
+	}
+	node_of(b.pc, b.pnode, sizeof(b.pnode));
+	node_of(b.ac, b.anode, sizeof(b.anode));
+	bufsize = !strcmp(mode, "lat")	 ? (o.lat_size > 4096 ? o.lat_size : 4096) :
+		  !strcmp(mode, "check") ? o.max :
+					   o.max * (uint64_t)o.inflight;
+	if (!strcmp(mode, "bench") && bufsize > 2 * GIB)
+		bufsize = o.max > 2 * GIB ? o.max : 2 * GIB; /* bench_one lowers inflight to fit */
+	if (o.lat_size > bufsize)
+		bufsize = o.lat_size;
+	err = reg_buf_create(b.pc, bufsize, "xferbench_net-passive", &b.pb);
+	if (!err)
+		err = reg_buf_create(b.ac, bufsize, "xferbench_net-active", &b.ab);
+	if (!err) {
+		if (!o.json)
+			printf("# passive node %s (%s), active node %s (%s)\n", b.pnode, o.passive,
+			       b.anode, o.active);
+		if (!strcmp(mode, "bench"))
+			err = run_bench(&b);
+		else if (!strcmp(mode, "lat"))
+			err = run_lat(&b);
+		else
+			err = run_check(&b);
+	}
+	reg_buf_destroy(b.ac, &b.ab);
+	reg_buf_destroy(b.pc, &b.pb);
+	xfer_close(b.ac);
+	xfer_close(b.pc);
+	if (err)
+		fprintf(stderr, "xferbench_net: %s failed: %s\n", mode, xfer_strerror(err));
+	return err ? 1 : 0;
+}

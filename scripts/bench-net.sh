@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# bench-net.sh: cross-node throughput and latency of xferd between two daemons in two network
+# namespaces joined by veths (scripts/netns.sh), beside iperf3 on the same veths in the same run.
+#
+#   1. iperf3, node 0 -> node 1: one stream, and -P N with N = the daemons' peer_connections
+#      (each with iperf3's default 128 KiB writes and with -l 1M; the better one is the
+#      reference), before and after the xferd runs (the mean is used: the machine is shared)
+#   2. xferd, $BUILD/xferbench_net: readable on node 0 / read on node 1 (bytes flow 0 -> 1), and
+#      writable on node 0 / write on node 1 (bytes flow 1 -> 0), sizes --min..--max (x4), median
+#      of repeated transfers per size, each timed from the passive call to the active COMPLETE
+#   3. small-operation latency (64 B) for both kinds
+# and prints one table with the ratios to iperf3. Target (issue 3): large transfers >= 0.9x
+# iperf3 single-stream; with several connections per peer, above single-stream.
+#
+# Options: --max SIZE (default 1G), --min SIZE (4K), --connections N (peer_connections, 2),
+# --seconds S (iperf3 duration, 5), --lat-iters N (1000), --mtu M (veth MTU, default 1500),
+# --json FILE (also write the numbers as JSON). Environment: BUILD (default build).
+#
+# MTU: 1500 is the default. Measured here (2 vCPU guest, same run, medians; see the report in
+# the commit that added this script): MTU 9000 raises both iperf3 and xferd by a similar factor,
+# so the ratio this script reports hardly moves; 1500 is what a node without jumbo frames has.
+#
+# Needs root (namespaces) and iperf3 (Debian package iperf3, installed by
+# scripts/install-deps.sh); installs nothing itself. Without namespaces it falls back to
+# loopback ports (and says so): the numbers then are loopback numbers.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BUILD=${BUILD:-build}
+export BUILD
+
+MAX=1G
+MIN=4K
+CONNS=2
+SECS=5
+LAT_ITERS=1000
+JSON_OUT=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--max) MAX=$2; shift 2 ;;
+	--min) MIN=$2; shift 2 ;;
+	--connections) CONNS=$2; shift 2 ;;
+	--seconds) SECS=$2; shift 2 ;;
+	--lat-iters) LAT_ITERS=$2; shift 2 ;;
+	--mtu) export XN_MTU=$2; shift 2 ;;
+	--json) JSON_OUT=$2; shift 2 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
+		exit 0
+		;;
+	*)
+		echo "bench-net.sh: unknown option '$1' (try --help)" >&2
+		exit 2
+		;;
+	esac
+done
+
+missing=
+for b in xferd xferctl xferbench_net; do
+	[ -x "$BUILD/$b" ] || missing+=" $BUILD/$b"
+done
+if [ -n "$missing" ]; then
+	echo "bench-net.sh: missing:$missing; run 'make' (xferbench_net is built from" \
+		"client/xferbench_net.c)" >&2
+	exit 1
+fi
+if ! command -v iperf3 >/dev/null 2>&1; then
+	echo "bench-net.sh: iperf3 is not installed (Debian package iperf3; scripts/install-deps.sh" \
+		"installs it)" >&2
+	exit 1
+fi
+
+# shellcheck source=scripts/cluster.sh
+. scripts/cluster.sh
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/bench-net.XXXXXX")
+cleanup()
+{
+	xc_stop_all >/dev/null 2>&1 || true
+	xn_down
+	rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+xn_up 2 || exit 1
+xn_check || {
+	echo "bench-net.sh: the two nodes cannot reach each other" >&2
+	exit 1
+}
+A0=$(xn_addr 0)
+A1=$(xn_addr 1)
+echo "bench-net: mode $(xn_mode), node 0 $A0, node 1 $A1$([ "$(xn_mode)" = netns ] && echo ", veth MTU $(cat "$XN_DIR/mtu")")"
+echo "           $(nproc) CPUs, $(uname -r); peer_connections $CONNS"
+[ "$(xn_mode)" = netns ] || echo "           (no network namespaces here: these are loopback numbers)"
+
+# iperf3 server on node 1, for the whole run; it is in this run's namespace and killed with it.
+IPORT=$(($(xn_port 1) + 2000))
+[ "$(xn_mode)" = loopback ] && IPORT=$(xn__free_port "$IPORT")
+xn_spawn 1 "$RUN/iperf3-server.log" iperf3 -s -B "$A1" -p "$IPORT"
+xn_wait_tcp 0 "$A1" "$IPORT" 10 || {
+	echo "bench-net.sh: iperf3 server did not come up" >&2
+	cat "$RUN/iperf3-server.log" >&2
+	exit 1
+}
+
+# iperf3_gbps STREAMS LEN: Gbit/s received over $SECS s (1 s omitted), node 0 -> node 1.
+iperf3_gbps()
+{
+	local p=$1 len=$2 out
+	out=$(xn_exec 0 timeout $((SECS + 30)) iperf3 -c "$A1" -p "$IPORT" -t "$SECS" -O 1 -P "$p" \
+		${len:+-l "$len"} -J) || {
+		echo "bench-net.sh: iperf3 -P $p ${len:+-l $len} failed" >&2
+		echo 0
+		return 0
+	}
+	"$XN_PY" -c 'import json,sys; d=json.load(sys.stdin); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$out"
+}
+
+declare -A IP
+# iperf3_round TAG: every variant once.
+iperf3_round()
+{
+	local tag=$1 p len
+	for p in 1 "$CONNS"; do
+		for len in "" 1M; do
+			IP["$tag,$p,${len:-def}"]=$(iperf3_gbps "$p" "$len")
+		done
+		if [ "$CONNS" = 1 ]; then
+			break
+		fi
+	done
+	return 0
+}
+
+echo
+echo "iperf3 (before), node 0 -> node 1, ${SECS} s each ..."
+iperf3_round before
+
+XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
+echo "xferd: $BUILD/xferd on both nodes; xferbench_net $MIN..$MAX ..."
+if ! timeout 1800 "$BUILD/xferbench_net" bench --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+	--min "$MIN" --max "$MAX" --lat-iters "$LAT_ITERS" --json >"$RUN/xferd.json" 2>"$RUN/xferd.err"; then
+	echo "bench-net.sh: xferbench_net failed:" >&2
+	cat "$RUN/xferd.err" >&2
+	xc_log_tail 0
+	xc_log_tail 1
+	exit 1
+fi
+peers=$(xc_ctl 1 --json peers)
+if ! xc_stop_all; then
+	echo "bench-net.sh: a daemon did not exit 0 on SIGTERM" >&2
+	exit 1
+fi
+
+echo "iperf3 (after) ..."
+iperf3_round after
+
+# The report.
+"$XN_PY" - "$RUN/xferd.json" "$CONNS" "$JSON_OUT" "$peers" \
+	"$(for k in "${!IP[@]}"; do echo "$k=${IP[$k]}"; done)" <<'PY'
+import json, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+conns = int(sys.argv[2])
+json_out = sys.argv[3]
+peers = json.loads(sys.argv[4]).get("peers", [])
+ip = {}
+for line in sys.argv[5].split("\n"):
+    if "=" in line:
+        k, v = line.split("=", 1)
+        ip[k] = float(v)
+
+def mean(tag_p, ln):
+    vals = [ip.get(f"{t},{tag_p},{ln}", 0.0) for t in ("before", "after")]
+    vals = [v for v in vals if v > 0]
+    return sum(vals) / len(vals) if vals else 0.0
+
+i1 = {ln: mean(1, ln) for ln in ("def", "1M")}
+iN = {ln: mean(conns, ln) for ln in ("def", "1M")}
+ref1 = max(i1.values())
+refN = max(iN.values())
+
+print()
+print("iperf3, node 0 -> node 1 (Gbit/s; mean of before and after):")
+print(f"  1 stream:   default writes {i1['def']:7.2f}   -l 1M {i1['1M']:7.2f}")
+if conns > 1:
+    print(f"  -P {conns}:       default writes {iN['def']:7.2f}   -l 1M {iN['1M']:7.2f}")
+for t in ("before", "after"):
+    print(f"  ({t}: 1 stream {ip.get(f'{t},1,def', 0):.2f} / {ip.get(f'{t},1,1M', 0):.2f}"
+          + (f", -P {conns} {ip.get(f'{t},{conns},def', 0):.2f} / {ip.get(f'{t},{conns},1M', 0):.2f})" if conns > 1 else ")"))
+print(f"  reference: 1 stream {ref1:.2f} Gbit/s, -P {conns} {refN:.2f} Gbit/s (the better of the two write sizes)")
+
+def fmt(n):
+    for u in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or u == "GiB":
+            return f"{n:g} {u}" if n == int(n) else f"{n:.1f} {u}"
+        n /= 1024
+
+tp = {}
+for r in rows:
+    if not r.get("latency"):
+        tp.setdefault(r["size"], {})[r["kind"]] = r
+print()
+print(f"xferd over tcp, node 0 <-> node 1, peer_connections {conns} (median of repeated transfers):")
+hdr = (f"{'size':>9} {'read GB/s':>10} {'write GB/s':>11} {'read Gb/s':>10} {'write Gb/s':>11}"
+       f" {'read/ip1':>9} {'write/ip1':>10}")
+if conns > 1:
+    hdr += f" {'read/ipN':>9} {'write/ipN':>10}"
+print(hdr)
+result = {"iperf3": {"one_stream_gbit": ref1, "parallel_gbit": refN, "parallel": conns,
+                     "raw": ip}, "xferd": [], "latency": []}
+for size in sorted(tp):
+    rd, wr = tp[size].get("read", {}), tp[size].get("write", {})
+    rg, wg = rd.get("gbps_median", 0) * 8, wr.get("gbps_median", 0) * 8
+    line = (f"{fmt(size):>9} {rd.get('gbps_median', 0):10.3f} {wr.get('gbps_median', 0):11.3f}"
+            f" {rg:10.2f} {wg:11.2f} {rg / ref1 if ref1 else 0:9.2f} {wg / ref1 if ref1 else 0:10.2f}")
+    if conns > 1:
+        line += f" {rg / refN if refN else 0:9.2f} {wg / refN if refN else 0:10.2f}"
+    print(line)
+    result["xferd"].append({"size": size, "read_GBps": rd.get("gbps_median", 0),
+                            "write_GBps": wr.get("gbps_median", 0),
+                            "read_ratio_1stream": rg / ref1 if ref1 else 0,
+                            "write_ratio_1stream": wg / ref1 if ref1 else 0,
+                            "read_ratio_parallel": rg / refN if refN else 0,
+                            "write_ratio_parallel": wg / refN if refN else 0})
+print("  (GB/s = 1e9 bytes/s; Gb/s = 1e9 bits/s; ip1 = iperf3 single stream, ipN = iperf3 -P N)")
+lat = [r for r in rows if r.get("latency")]
+if lat:
+    print()
+    print(f"small-operation latency ({lat[0]['size']} B, {lat[0]['iters']} round trips; passive call"
+          " to active COMPLETE, clients and daemons on 2 shared vCPUs):")
+    for r in lat:
+        print(f"  {r['kind']:5} median {r['us_median']:8.1f} us   p99 {r['us_p99']:8.1f} us"
+              f"   (claim accepted after {r['us_claim_median']:.1f} us)")
+        result["latency"].append(r)
+if tp:
+    big = max(tp)
+    rg = tp[big].get("read", {}).get("gbps_median", 0) * 8
+    wg = tp[big].get("write", {}).get("gbps_median", 0) * 8
+    print()
+    print(f"largest size {fmt(big)}: read {rg:.2f} Gbit/s = {rg / ref1 if ref1 else 0:.2f}x, write"
+          f" {wg:.2f} Gbit/s = {wg / ref1 if ref1 else 0:.2f}x iperf3 single-stream (target >= 0.90x)")
+for p in peers:
+    print(f"peer set on node 1: {p.get('connections')} connections, {p.get('bytes_sent', 0)} bytes sent,"
+          f" {p.get('bytes_received', 0)} received")
+if json_out:
+    with open(json_out, "w") as f:
+        json.dump(result, f, indent=1)
+PY
