@@ -18,9 +18,12 @@
 # --seconds S (iperf3 duration, 5), --lat-iters N (1000), --mtu M (veth MTU, default 1500),
 # --json FILE (also write the numbers as JSON). Environment: BUILD (default build).
 #
-# MTU: 1500 is the default. Measured here (2 vCPU guest, same run, medians; see the report in
-# the commit that added this script): MTU 9000 raises both iperf3 and xferd by a similar factor,
-# so the ratio this script reports hardly moves; 1500 is what a node without jumbo frames has.
+# MTU: the veths keep 1500 (--mtu changes it). Measured here on 2026-11-21 (2 vCPU guest with a
+# busy neighbour, two alternating runs each, 1 GiB, peer_connections 2):
+#   MTU 1500: iperf3 1 stream 10.7 / 11.9 Gbit/s; xferd read 0.85x / 0.75x, write 0.93x / 0.87x
+#   MTU 9000: iperf3 1 stream 13.4 / 10.5 Gbit/s; xferd read 0.97x / 0.85x, write 1.04x / 1.13x
+# 9000 helps both a little, within the run-to-run noise, and not clearly equally; 1500 is what a
+# node without jumbo frames has, so it stays the default and the ratio is what is compared.
 #
 # Needs root (namespaces) and iperf3 (Debian package iperf3, installed by
 # scripts/install-deps.sh); installs nothing itself. Without namespaces it falls back to
