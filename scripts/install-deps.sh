@@ -17,6 +17,19 @@ PKGS=(
 	python3
 	procps
 	iperf3
+	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
+	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
+	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.
+	qemu-system-x86
+	busybox-static
+	cpio
+	xz-utils
+	binutils
+	rdma-core
+	ibverbs-providers
+	ibverbs-utils
+	rdmacm-utils
+	perftest
 )
 
 missing=()

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# bench-rdma.sh: xferd's RDMA throughput beside perftest's, between the same two Soft-RoCE
+# devices, in one boot. Runs INSIDE the VM of scripts/rxe-vm.sh (`make bench-rdma`):
+#
+#   1. ib_read_bw and ib_write_bw, client on rxe0 (10.77.0.1), server on rxe1 (10.77.0.2),
+#      -x <RoCE v2 GID index> -F, DUR seconds per size;
+#   2. two xferd (node 0: rxe0, node 1: rxe1, --transport rdma, "require_rdma": true) and
+#      $BUILD/tests/rdma_bench: readable/writable on node 1, read/write from node 0, so that
+#      node 0 issues the RDMA READs and WRITEs exactly as perftest's client does; one transfer
+#      at a time, buffers registered once, each timed transfer the full API round
+#      (create, claim, move, both COMPLETE, release);
+#   3. a table: MiB/s of each and the ratio xferd / perftest.
+#
+# Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
+# with host load by 2x; only the ratios measured in one boot mean anything.
+# perftest runs with -e (sleep on completion events), as xferd does: busy-polling perftest
+# processes on the guest's 2 vCPUs starve rdma_rxe's own tasklets and measure lower.
+# Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
+# measurement, default 3), PERFTEST_ARGS (default -e; "" for perftest's busy polling).
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+BUILD=${BUILD:-build}
+SIZES=${SIZES:-65536 262144 1048576 4194304 16777216}
+DUR=${DUR:-3}
+PERFTEST_ARGS=${PERFTEST_ARGS--e}
+: "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
+for b in xferd xferctl tests/rdma_bench; do
+	[ -x "$BUILD/$b" ] || { echo "bench-rdma: $BUILD/$b is missing: build first" >&2; exit 1; }
+done
+command -v ib_write_bw >/dev/null || { echo "bench-rdma: perftest is not installed" >&2; exit 1; }
+
+D=$(mktemp -d /dev/shm/xfbench.XXXXXX)
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$D"
+}
+trap cleanup EXIT
+
+# wait_tcp PORT: until something listens on TCP PORT (perftest's out-of-band exchange).
+wait_tcp() {
+	local hex l i
+	printf -v hex ':%04X' "$1"
+	for ((i = 0; i < 300; i++)); do
+		while read -r l; do
+			# shellcheck disable=SC2086
+			set -- $l
+			[[ $2 == *"$hex" && $4 == 0A ]] && return 0
+		done </proc/net/tcp
+		sleep 0.1
+	done
+	return 1
+}
+
+declare -A PERF XF
+echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
+echo "# perftest $PERFTEST_ARGS: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1), ${DUR} s per size"
+for tool in ib_read_bw ib_write_bw; do
+	for s in $SIZES; do
+		# shellcheck disable=SC2086
+		"$tool" -d "$RXE_DEV1" -x "$RXE_GID1" -F $PERFTEST_ARGS -s "$s" -D "$DUR" >"$D/srv" 2>&1 &
+		sp=$!
+		if ! wait_tcp 18515; then
+			echo "bench-rdma: $tool server did not start: $(tail -n 3 "$D/srv")" >&2
+			kill "$sp"
+			continue
+		fi
+		# shellcheck disable=SC2086
+		timeout 120 "$tool" -d "$RXE_DEV0" -x "$RXE_GID0" -F $PERFTEST_ARGS -s "$s" -D "$DUR" "$RXE_IP1" >"$D/cli" 2>&1
+		rc=$?
+		wait "$sp"
+		# the line after "#bytes ...": bytes iterations peak average msgrate (MB/sec = 2^20 B/s)
+		v=$(awk 'f { print $4; exit } /^ *#bytes/ { f = 1 }' "$D/cli")
+		if [ "$rc" = 0 ] && [ -n "$v" ]; then
+			PERF[$tool.$s]=$v
+			echo "# $tool $s: $v MiB/s"
+		else
+			echo "bench-rdma: $tool -s $s failed (exit $rc): $(tail -n 3 "$D/cli" | tr '\n' ' ')" >&2
+		fi
+	done
+done
+
+echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true}' >"$D/c.json"
+for n in 0 1; do
+	dev=RXE_DEV$n ip=RXE_IP$n
+	"$BUILD/xferd" --socket "$D/n$n.sock" --foreground --log-level warn --config "$D/c.json" \
+		--transport rdma --rdma-device "${!dev}" --listen "${!ip}:7700" 2>"$D/n$n.log" &
+	PIDS+=($!)
+done
+for n in 0 1; do
+	for ((i = 0; i < 300; i++)); do
+		"$BUILD/xferctl" --socket "$D/n$n.sock" status >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+done
+echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), one at a time, ~${DUR} s per size"
+# shellcheck disable=SC2086
+if ! timeout 900 "$BUILD/tests/rdma_bench" "$D/n1.sock" "$D/n0.sock" "$DUR" $SIZES >"$D/xf" 2>"$D/xf.err"; then
+	echo "bench-rdma: rdma_bench failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
+	for n in 0 1; do sed "s/^/# node $n log: /" "$D/n$n.log"; done
+fi
+while read -r _ kind size _ _ _ _ _ mibs _ tr; do
+	XF[$kind.$size]=$mibs
+	[ "$tr" = rdma ] || echo "bench-rdma: xferd $kind $size went over '$tr', not rdma" >&2
+done <"$D/xf"
+
+printf '\n%-10s %10s %14s %14s %8s\n' "" size "perftest MiB/s" "xferd MiB/s" ratio
+for kind in read write; do
+	for s in $SIZES; do
+		p=${PERF[ib_${kind}_bw.$s]:-} x=${XF[$kind.$s]:-}
+		r=-
+		[ -n "$p" ] && [ -n "$x" ] && r=$(awk -v p="$p" -v x="$x" 'BEGIN { if (p > 0) printf "%.2fx", x / p }')
+		printf '%-10s %10s %14s %14s %8s\n' "$kind" "$s" "${p:--}" "${x:--}" "$r"
+	done
+done
+echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"

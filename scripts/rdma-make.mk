@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: MIT
+# RDMA targets, included by the Makefile after its build rules (it uses B, BINS, CC,
+# FINAL_CFLAGS, FINAL_LDFLAGS, LIBNAME, RPATH, Q). Both boot a throw-away QEMU VM with two
+# Soft-RoCE devices (scripts/rxe-vm.sh; the first run downloads Debian's kernel package once
+# into $XFERD_RXE_CACHE, default /var/tmp/xferd-rxe-cache).
+#
+#   make test-rdma    build on the host, run tests/rdma/run.sh in the VM between two daemons on
+#                     rxe0 and rxe1 with transport rdma; last line "N passed, N failed"
+#   make test-rdma XFER_RDMA_TRANSPORT=tcp     the same cases over TCP inside the VM
+#   make bench-rdma   ib_read_bw/ib_write_bw and xferd read/write, 64 KiB .. 16 MiB, ratios
+#   make bench-rdma RXE_MTU=9000               ... with RoCE MTU 4096 instead of 1024
+
+RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench
+# The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
+# for test-rdma is ~15 minutes, build and boot included.
+RDMA_TEST_TIMEOUT ?= 780
+RXE_MTU ?= 1500
+
+.PHONY: test-rdma bench-rdma rdma-build
+
+rdma-build: $(BINS) $(RDMA_BINS)
+
+$(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c client/xferclient.h $(B)/$(LIBNAME)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CCLD    $@")
+	$(Q)$(CC) $(FINAL_CFLAGS) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH)
+
+# A VM that fails to boot or runs out of time prints no summary; say so in the summary's form,
+# so that the last line is always "N passed, N failed".
+test-rdma: deps
+	$(Q)$(MAKE) --no-print-directory rdma-build
+	$(Q)scripts/rxe-vm.sh -q -t $(RDMA_TEST_TIMEOUT) -M $(RXE_MTU) $(CURDIR) \
+		'BUILD=$(B) XFER_RDMA_TRANSPORT=$(XFER_RDMA_TRANSPORT) tests/rdma/run.sh'; \
+	rc=$$?; \
+	if [ $$rc -ge 124 ]; then \
+		echo "FAIL - test-rdma (scripts/rxe-vm.sh exit $$rc: the VM timed out or did not set up)"; \
+		echo "0 passed, 1 failed"; \
+	fi; \
+	exit $$rc
+
+bench-rdma: deps
+	$(Q)$(MAKE) --no-print-directory rdma-build
+	$(Q)scripts/rxe-vm.sh -t 1200 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) scripts/bench-rdma.sh'
