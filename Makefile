@@ -6,6 +6,8 @@
 #   make test SANITIZE=address,undefined
 #   make demo            move 256 MiB between two client processes through a real daemon
 #   make bench           local-transport throughput and latency beside memcpy
+#   make test-rdma       the cross-node tests over RDMA, in a VM with Soft-RoCE
+#   make bench-rdma      xferd over RDMA beside ib_read_bw/ib_write_bw, in the same VM
 #   make install PREFIX=/usr/local DESTDIR=
 
 VERSION := 0.1.0
@@ -158,5 +160,8 @@ uninstall:
 
 clean:
 	rm -rf build build-san
+
+# test-rdma and bench-rdma: the Soft-RoCE VM targets.
+include scripts/rdma-make.mk
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
