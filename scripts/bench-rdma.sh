@@ -15,10 +15,11 @@
 #
 # Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
 # with host load by 2x; only the ratios measured in one boot mean anything.
-# perftest runs with -e (sleep on completion events), as xferd does: busy-polling perftest
-# processes on the guest's 2 vCPUs starve rdma_rxe's own tasklets and measure lower.
+# perftest busy-polls its completion queue (its -e event mode works neither with -D nor for
+# WRITE); on the guest's 2 vCPUs the two polling processes compete with rdma_rxe's own
+# tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
-# measurement, default 3), PERFTEST_ARGS (default -e; "" for perftest's busy polling).
+# measurement, default 3), PERFTEST_ARGS (extra perftest options, default none).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +27,7 @@ cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 SIZES=${SIZES:-65536 262144 1048576 4194304 16777216}
 DUR=${DUR:-3}
-PERFTEST_ARGS=${PERFTEST_ARGS--e}
+PERFTEST_ARGS=${PERFTEST_ARGS:-}
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
 for b in xferd xferctl tests/rdma_bench; do
 	[ -x "$BUILD/$b" ] || { echo "bench-rdma: $BUILD/$b is missing: build first" >&2; exit 1; }
@@ -43,11 +44,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_tcp PORT: until something listens on TCP PORT (perftest's out-of-band exchange).
+# wait_tcp PORT PID: until something listens on TCP PORT (perftest's out-of-band exchange);
+# 1 if PID exits first or 30 s pass.
 wait_tcp() {
-	local hex l i
+	local hex l i pid=$2
 	printf -v hex ':%04X' "$1"
 	for ((i = 0; i < 300; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 1
 		while read -r l; do
 			# shellcheck disable=SC2086
 			set -- $l
@@ -58,17 +61,31 @@ wait_tcp() {
 	return 1
 }
 
+# counters: rdma_rxe's loss and retry counters of both devices (they explain slow runs: each
+# retry waits for a timer or a NAK round trip).
+counters() {
+	local d f v out=
+	for d in "$RXE_DEV0" "$RXE_DEV1"; do
+		for f in /sys/class/infiniband/"$d"/ports/1/hw_counters/{send_err,rcvd_seq_err,completer_retry_err,retry_exceeded_err,out_of_seq_request,duplicate_request}; do
+			read -r v <"$f" 2>/dev/null || continue
+			[ "$v" = 0 ] || out+=" $d.${f##*/}=$v"
+		done
+	done
+	echo "${out:- none}"
+}
+
 declare -A PERF XF
 echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
-echo "# perftest $PERFTEST_ARGS: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1), ${DUR} s per size"
+echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1), ${DUR} s per size"
 for tool in ib_read_bw ib_write_bw; do
 	for s in $SIZES; do
 		# shellcheck disable=SC2086
 		"$tool" -d "$RXE_DEV1" -x "$RXE_GID1" -F $PERFTEST_ARGS -s "$s" -D "$DUR" >"$D/srv" 2>&1 &
 		sp=$!
-		if ! wait_tcp 18515; then
-			echo "bench-rdma: $tool server did not start: $(tail -n 3 "$D/srv")" >&2
-			kill "$sp"
+		if ! wait_tcp 18515 "$sp"; then
+			echo "bench-rdma: $tool server did not start: $(tail -n 3 "$D/srv" | tr '\n' ' ')" >&2
+			kill "$sp" 2>/dev/null
+			wait "$sp"
 			continue
 		fi
 		# shellcheck disable=SC2086
@@ -86,6 +103,7 @@ for tool in ib_read_bw ib_write_bw; do
 	done
 done
 
+echo "# rdma_rxe loss/retry counters after perftest (cumulative):$(counters)"
 echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true}' >"$D/c.json"
 for n in 0 1; do
 	dev=RXE_DEV$n ip=RXE_IP$n
@@ -105,6 +123,7 @@ if ! timeout 900 "$BUILD/tests/rdma_bench" "$D/n1.sock" "$D/n0.sock" "$DUR" $SIZ
 	echo "bench-rdma: rdma_bench failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
 	for n in 0 1; do sed "s/^/# node $n log: /" "$D/n$n.log"; done
 fi
+echo "# rdma_rxe loss/retry counters after xferd (cumulative):$(counters)"
 while read -r _ kind size _ _ _ _ _ mibs _ tr; do
 	XF[$kind.$size]=$mibs
 	[ "$tr" = rdma ] || echo "bench-rdma: xferd $kind $size went over '$tr', not rdma" >&2
