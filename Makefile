@@ -72,7 +72,8 @@ LIB_REAL := $(B)/$(LIBNAME).$(SOVERSION).0.0
 LIB_SONAME := $(LIBNAME).$(SOVERSION)
 RPATH := -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../lib'
 
-BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/$(LIB_SONAME) $(B)/$(LIBNAME)
+BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/xferbench_net $(B)/$(LIB_SONAME) \
+	$(B)/$(LIBNAME)
 
 .PHONY: all test test-build demo bench install uninstall clean deps
 all: $(BINS) $(TEST_BINS) $(B)/xferclient.pc
@@ -110,6 +111,10 @@ $(B)/xferctl: $(B)/client/xferctl.o $(B)/libxferproto.a $(B)/$(LIBNAME)
 $(B)/xferbench: $(B)/client/xferbench.o $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) -lpthread
+
+$(B)/xferbench_net: $(B)/client/xferbench_net.o $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH)
 
 # Every tests/test_X.c is one program, linked with the harness, the proto code and the library.
 $(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNAME)

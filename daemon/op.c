@@ -624,9 +624,9 @@ void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *
 
 void xd_op_complete(struct xd_op *op)
 {
+	/* Cross-node: each daemon counts what it sent or received for its own side. */
 	op->bytes = op->length;
-	if (!xp_kind_passive(op->kind))
-		op->d->stats.bytes_moved += op->length;
+	op->d->stats.bytes_moved += op->length;
 	op_finish(op, XP_ST_COMPLETE, 0, "");
 }
 

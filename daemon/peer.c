@@ -564,6 +564,7 @@ static ssize_t pconn_read_step(struct xd_pconn *pc)
 	return r;
 }
 
+/* PROTOCOL.md §10.4: whatever broke the connection, the transfers on it end ECONNRESET. */
 static void pconn_error(struct xd_pconn *pc, int err)
 {
 	if (!pc->peer) {
@@ -571,12 +572,13 @@ static void pconn_error(struct xd_pconn *pc, int err)
 		       strerror(-err));
 		pconn_kill(pc);
 	} else if (err == -EPROTO) {
-		peer_fail(pc->peer, EPROTO, "protocol error on a connection (message type %s)",
+		peer_fail(pc->peer, ECONNRESET, "protocol error on a connection (message type %s)",
 			  xp_peer_type_name(pc->rx.type));
 	} else if (err == -ECONNRESET) {
 		peer_fail(pc->peer, ECONNRESET, "peer daemon closed the connection");
 	} else {
-		peer_fail(pc->peer, -err, "connection failed: %s", strerror(-err));
+		peer_fail(pc->peer, ECONNRESET, "connection to %s failed: %s", pc->addr,
+			  strerror(-err));
 	}
 }
 

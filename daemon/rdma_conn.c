@@ -521,6 +521,7 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 	dp_log("conn %u: posted %s of %u bytes, sq %llu, signaled %d", rc->id,
 	       read ? "READ" : "WRITE", pc->len, (unsigned long long)idx, signaled);
 	xd_xfer_ref(x);
+	xd_xfer_rdma_wr_posted(x);
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len,
 						       .read = read };
 	rc->sq_head++;
@@ -591,6 +592,7 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 				xd_xfer_data_received(x, e->bytes);
 			else
 				xd_xfer_data_sent(x, e->bytes);
+			xd_xfer_rdma_wr_done(x);
 			xd_xfer_unref(x);
 		}
 		e->kind = SQ_FREE;

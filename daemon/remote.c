@@ -30,6 +30,16 @@ struct xd_xfer {
 	bool claim_sent, done_rx;
 	int refs;		/**< the list's own, plus frames being sent or received */
 	bool rdma;		/**< moved by one-sided RDMA from the active side */
+	/*
+	 * RDMA keys outlive an operation's end until the active side has no request left on
+	 * them: the owner keeps an ended transfer draining (its registrations held) until the
+	 * active side's CANCEL, which that side sends only once its last request completed.
+	 */
+	bool draining;		/**< owner: ended here, waiting for the active side's release */
+	unsigned wrs_out;	/**< active: RDMA requests posted and not yet completed */
+	bool release_pending, release_sent;
+	int release_err;
+	char release_msg[XD_CAUSE_MAX];
 	struct xd_rseg *rsegs;	/**< RDMA, active side: the owner's ranges from CLAIM_OK */
 	uint32_t nrsegs;
 };
@@ -339,13 +349,57 @@ void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause)
 			xfer_fail(x, XP_ST_ERRORED, err, msg);
 }
 
+/* Active RDMA side: tells the owner it may let go of its keys, once nothing uses them. */
+static void rdma_release(struct xd_xfer *x)
+{
+	if (!x->release_pending || x->release_sent || x->wrs_out > 0)
+		return;
+	x->release_sent = true;
+	send_ctrl(x, XP_PEER_CANCEL, error_json(x->release_err, x->release_msg));
+}
+
+static void defer_release(struct xd_xfer *x, int err, const char *msg)
+{
+	x->release_pending = true;
+	x->release_err = err;
+	snprintf(x->release_msg, sizeof(x->release_msg), "%s", msg);
+	rdma_release(x);
+}
+
+void xd_xfer_rdma_wr_posted(struct xd_xfer *x)
+{
+	x->wrs_out++;
+}
+
+void xd_xfer_rdma_wr_done(struct xd_xfer *x)
+{
+	x->wrs_out--;
+	rdma_release(x);
+}
+
 void xd_remote_op_ended(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
+	if (op->state == XP_ST_COMPLETE) {
+		xfer_close(x);
+		return;
+	}
+	if (x->rdma && x->active) {
+		if (x->claim_sent)
+			defer_release(x, op->err, op->cause);
+		xfer_close(x);
+		return;
+	}
 	/* The peer learns of the end unless it never heard of the transfer. */
-	if (op->state != XP_ST_COMPLETE && (!x->active || x->claim_sent))
+	if (!x->active || x->claim_sent)
 		send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
+	if (x->rdma) { /* owner: the peer may still be reading or writing with our keys */
+		x->draining = true;
+		x->op->xfer = NULL;
+		x->op = NULL;
+		return;
+	}
 	xfer_close(x);
 }
 
@@ -571,6 +625,12 @@ int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
 			xfer_fail(x, XP_ST_ERRORED, err, message);
 			return 0;
 		}
+		if (x->draining) { /* the active side released our keys */
+			xfer_close(x);
+			return 0;
+		}
+		if (x->rdma && x->active)
+			defer_release(x, ECANCELED, "transfer released after the owner ended it");
 		snprintf(cause, sizeof(cause), "peer: %s", message);
 		xfer_fail(x, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
 		return 0;

@@ -438,6 +438,9 @@ void xd_remote_op_ended(struct xd_op *op);
 uint64_t xd_xfer_bytes(const struct xd_xfer *x);
 /* Whether this daemon's buffer is the source of @x's bytes. */
 bool xd_xfer_is_source(const struct xd_xfer *x);
+/* rdma_conn.c counts the RDMA requests of @x in flight: the owner's keys stay until none is. */
+void xd_xfer_rdma_wr_posted(struct xd_xfer *x);
+void xd_xfer_rdma_wr_done(struct xd_xfer *x);
 /* One RDMA work request: a local piece and the remote piece it pairs with. */
 struct xd_rdma_piece {
 	uint64_t laddr, raddr;
