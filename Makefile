@@ -4,8 +4,9 @@
 #   make                 build daemon, library, CLI, tests
 #   make test            install missing deps, build, run every test; last line "N passed, N failed"
 #   make test SANITIZE=address,undefined
-#   make demo            move 256 MiB between two client processes through a real daemon
-#   make bench           local-transport throughput and latency beside memcpy
+#   make demo            256 MiB between two processes of one node, then a 1 GiB file between
+#                        two daemons in two network namespaces, verified
+#   make bench           same-node throughput beside memcpy, cross-node beside iperf3
 #   make test-rdma       the cross-node tests over RDMA, in a VM with Soft-RoCE
 #   make bench-rdma      xferd over RDMA beside ib_read_bw/ib_write_bw, in the same VM
 #   make install PREFIX=/usr/local DESTDIR=
@@ -135,13 +136,17 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory test-build
 	$(Q)BUILD=$(B) tests/run.sh
 
+# The main job as users run it: two daemons on two "nodes" (network namespaces) moving a 1 GiB
+# file with xferctl; first the same-node case, two processes of one node.
 demo: deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)BUILD=$(B) scripts/demo.sh
+	$(Q)BUILD=$(B) scripts/demo-net.sh
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)BUILD=$(B) scripts/bench.sh
+	$(Q)BUILD=$(B) scripts/bench-net.sh
 
 install: $(BINS) $(B)/xferclient.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \

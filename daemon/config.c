@@ -23,7 +23,7 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->peer_connections = 2;
 	cfg->keepalive_ms = 1000;
 	cfg->keepalive_timeout_ms = 5000;
-	cfg->connect_timeout_ms = 3000;
+	cfg->connect_timeout_ms = 10000;
 	cfg->rdma_ack_timeout = 16; /* about 270 ms */
 }
 
