@@ -109,13 +109,13 @@ $(B)/xferctl: $(B)/client/xferctl.o $(B)/libxferproto.a $(B)/$(LIBNAME)
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< $(B)/libxferproto.a -L$(B) -lxferclient $(RPATH) \
 		$(call PKG_LIBS,jansson)
 
-$(B)/xferbench: $(B)/client/xferbench.o $(B)/$(LIBNAME)
+$(B)/xferbench: $(B)/client/xferbench.o $(B)/client/benchutil.o $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) -lpthread
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(B) -lxferclient $(RPATH) -lpthread
 
-$(B)/xferbench_net: $(B)/client/xferbench_net.o $(B)/$(LIBNAME)
+$(B)/xferbench_net: $(B)/client/xferbench_net.o $(B)/client/benchutil.o $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH)
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(B) -lxferclient $(RPATH)
 
 # Every tests/test_X.c is one program, linked with the harness, the proto code and the library.
 $(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNAME)

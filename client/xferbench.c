@@ -5,10 +5,8 @@
  * and checks every byte. "bench" measures the local transport against single-thread memcpy of
  * the same sizes in the same run, and the latency of a small operation.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
@@ -19,17 +17,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "xferclient.h"
+#include "benchutil.h"
 
-#define KIB (1024ULL)
-#define MIB (1024ULL * KIB)
-#define GIB (1024ULL * MIB)
-
-#define DEMO_SIZE (256 * MIB)
-#define BENCH_MAX GIB
+#define DEMO_SIZE (256 * BENCH_MIB)
+#define BENCH_MAX BENCH_GIB
 #define LAT_SIZE 64
 #define LAT_ITERS 1000
 #define MD_LINE_MAX 20000 /* metadata is at most 16384 characters (PROTOCOL.md section 9) */
@@ -41,239 +34,28 @@ struct opts {
 	int iters;	    /* bench: 0 = chosen per size */
 };
 
-/* A registered buffer: the memfd mapping plus its region on one connection. */
-struct reg_buf {
-	struct xfer_buf buf;
-	uint64_t region;
-	uint64_t reg_ns; /* time xfer_region_register took */
-};
-
-/* One side of a pair of operations, with the timestamps of its steps. */
-struct xfer_times {
-	uint64_t start;	  /* before the passive call */
-	uint64_t offered; /* passive operation created, metadata in hand */
-	uint64_t claimed; /* active call returned: the claim was accepted */
-	uint64_t done;	  /* active operation seen COMPLETE */
-};
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static double gbps(uint64_t bytes, uint64_t ns)
-{
-	return ns ? (double)bytes / (double)ns : 0.0; /* bytes per ns == GB/s (1e9 B/s) */
-}
-
-static const char *socket_name(const struct opts *o)
-{
-	const char *env = getenv("XFERD_SOCKET");
-
-	if (o->socket)
-		return o->socket;
-	return env && *env ? env : "/run/xferd/xferd.sock";
-}
-
-/* Formats @n bytes as "4 KiB", "256 MiB", "1.5 GiB" into @buf; returns @buf. */
-static const char *fmt_size(uint64_t n, char *buf, size_t len)
-{
-	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	double v = (double)n;
-	unsigned int u = 0;
-
-	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024.0;
-		u++;
-	}
-	if (v == (double)(uint64_t)v)
-		snprintf(buf, len, "%" PRIu64 " %s", (uint64_t)v, units[u]);
-	else
-		snprintf(buf, len, "%.1f %s", v, units[u]);
-	return buf;
-}
-
-/* Parses "4096", "64K", "256M", "1G", "1GiB". Returns 0 and *out, or -EINVAL. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	static const char suffixes[] = "KMGT";
-	const char *sfx;
-	char *end;
-	unsigned long long v;
-	uint64_t mult = 1;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
-	if (sfx) {
-		mult = 1ULL << (10 * (sfx - suffixes + 1));
-		end++;
-		if (*end == 'i')
-			end++;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || v == 0 || __builtin_mul_overflow((uint64_t)v, mult, out))
-		return -EINVAL;
-	return 0;
-}
-
-/*
- * The test pattern: word i of a buffer is splitmix64(seed + i), so any range can be checked
- * without state and a misplaced or stale chunk is caught, not just a missing one.
- */
-static uint64_t pattern_word(uint64_t seed, uint64_t i)
-{
-	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static void pattern_fill(void *buf, size_t len, uint64_t seed)
-{
-	uint64_t *w = buf, last;
-	size_t n = len / 8, i;
-
-	for (i = 0; i < n; i++)
-		w[i] = pattern_word(seed, i);
-	if (len % 8) {
-		last = pattern_word(seed, n);
-		memcpy(w + n, &last, len % 8);
-	}
-}
-
-/* Returns true if @buf holds the pattern of @seed; else false and the first bad offset. */
-static bool pattern_check(const void *buf, size_t len, uint64_t seed, size_t *bad)
-{
-	const uint64_t *w = buf;
-	size_t n = len / 8, i;
-	uint64_t last;
-
-	for (i = 0; i < n; i++) {
-		if (w[i] != pattern_word(seed, i)) {
-			*bad = i * 8;
-			return false;
-		}
-	}
-	last = pattern_word(seed, n);
-	if (len % 8 && memcmp(w + n, &last, len % 8)) {
-		*bad = n * 8;
-		return false;
-	}
-	return true;
-}
-
-static bool verify(const char *who, const void *buf, size_t len, uint64_t seed)
-{
-	size_t bad = 0;
-
-	if (pattern_check(buf, len, seed, &bad))
-		return true;
-	fprintf(stderr, "xferbench: %s: byte mismatch at offset %zu of %zu\n", who, bad, len);
-	return false;
-}
-
-/* Prints what failed, with the daemon's own sentence when it refused. Returns @err. */
-static int fail(struct xfer_client *c, const char *what, int err)
-{
-	const char *why = c ? xfer_last_error(c) : "";
-
-	fprintf(stderr, "xferbench: %s: %s%s%s\n", what, xfer_strerror(err), *why ? ": " : "", why);
-	return err;
-}
-
 static int client_open(const struct opts *o, const char *name, struct xfer_client **c)
 {
-	int err = xfer_connect(o->socket, name, c);
+	static const char hint[] = "  start one (xferd --foreground --socket PATH) and pass "
+				   "--socket PATH or set XFERD_SOCKET\n";
 
-	if (err)
-		fprintf(stderr,
-			"xferbench: cannot reach xferd at %s: %s\n"
-			"  start one (xferd --foreground --socket PATH) and pass --socket PATH or set "
-			"XFERD_SOCKET\n",
-			socket_name(o), xfer_strerror(err));
-	return err;
+	return bench_connect(o->socket, name, hint, c);
 }
 
-/*
- * Allocates a sealed memfd buffer of @len bytes, touches every page (so no timed copy pays the
- * client's page faults) and registers it on @c. Returns 0 or -errno; on failure @rb is freed.
- */
-static int reg_buf_create(struct xfer_client *c, size_t len, const char *name, struct reg_buf *rb)
+/* Deregisters and frees @rb, saying so if the daemon refused; a zeroed @rb is fine. */
+static void reg_buf_destroy(struct xfer_client *c, struct bench_buf *rb)
 {
-	int err;
+	int err = bench_buf_destroy(c, rb, 0);
 
-	memset(rb, 0, sizeof(*rb));
-	rb->buf.fd = -1;
-	err = xfer_buf_alloc(len, &rb->buf);
 	if (err)
-		return fail(NULL, "xfer_buf_alloc", err);
-	memset(rb->buf.addr, 0, len);
-	rb->reg_ns = now_ns();
-	err = xfer_region_register(c, rb->buf.fd, 0, 0, name, &rb->region);
-	rb->reg_ns = now_ns() - rb->reg_ns;
-	if (err) {
-		xfer_buf_free(&rb->buf);
-		return fail(c, "xfer_region_register", err);
-	}
-	return 0;
+		bench_fail(c, "xfer_region_deregister", err);
 }
 
-/* Deregisters and frees @rb; a zeroed @rb is fine. */
-static void reg_buf_destroy(struct xfer_client *c, struct reg_buf *rb)
-{
-	int err;
-
-	if (!rb->buf.addr)
-		return;
-	err = xfer_region_deregister(c, rb->region, 0);
-	if (err)
-		fail(c, "xfer_region_deregister", err);
-	xfer_buf_free(&rb->buf);
-	memset(rb, 0, sizeof(*rb));
-}
-
-/* Waits for @op to end; returns 0 only if it ended COMPLETE with all @len bytes moved. */
+/* Waits without a deadline for @op; 0 only if it ended COMPLETE with all @len bytes moved. */
 static int wait_complete(struct xfer_client *c, uint64_t op, uint64_t len, const char *who,
 			 struct xfer_op_info *info)
 {
-	int err = xfer_wait(c, op, -1, info);
-
-	if (err)
-		return fail(c, who, err);
-	if (info->state != XFER_COMPLETE || info->bytes != len) {
-		fprintf(stderr,
-			"xferbench: %s: op %" PRIu64 " ended %s after %" PRIu64 " of %" PRIu64
-			" bytes: %s (%s)\n",
-			who, op, xfer_state_name(info->state), info->bytes, len, info->cause,
-			xfer_strerror(info->error));
-		return info->error ? info->error : -EIO;
-	}
-	return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Sorts @v and returns its @pct-th percentile (50 = median). */
-static uint64_t percentile(uint64_t *v, size_t n, unsigned int pct)
-{
-	size_t i;
-
-	qsort(v, n, sizeof(*v), cmp_u64);
-	i = (n * pct + 99) / 100;
-	return v[i ? i - 1 : 0];
+	return bench_wait_complete(c, op, len, who, -1, NULL, info);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -363,7 +145,7 @@ static void say(const char *role, const char *fmt, ...)
 }
 
 /* Passive side: offer the buffer with op.readable/op.writable and hand out the metadata. */
-static int demo_offer(struct xfer_client *c, struct reg_buf *rb, bool writable,
+static int demo_offer(struct xfer_client *c, struct bench_buf *rb, bool writable,
 		      const struct demo_pipes *p, uint64_t *op)
 {
 	struct xfer_desc d = { rb->region, 0, rb->buf.length };
@@ -373,7 +155,7 @@ static int demo_offer(struct xfer_client *c, struct reg_buf *rb, bool writable,
 	err = writable ? xfer_writable(c, &d, 1, NULL, op, &md) :
 			 xfer_readable(c, &d, 1, NULL, op, &md);
 	if (err)
-		return fail(c, writable ? "xfer_writable" : "xfer_readable", err);
+		return bench_fail(c, writable ? "xfer_writable" : "xfer_readable", err);
 	say("passive",
 	    "op.%s -> op %" PRIu64 "; metadata (%zu chars, %.24s...) goes to the "
 	    "active process through a pipe",
@@ -387,7 +169,7 @@ static int demo_offer(struct xfer_client *c, struct reg_buf *rb, bool writable,
 	return err;
 }
 
-static int demo_passive_run(struct xfer_client *c, struct reg_buf *rb, const struct demo_pipes *p)
+static int demo_passive_run(struct xfer_client *c, struct bench_buf *rb, const struct demo_pipes *p)
 {
 	struct xfer_op_info info;
 	char line[16];
@@ -412,7 +194,7 @@ static int demo_passive_run(struct xfer_client *c, struct reg_buf *rb, const str
 		err = wait_complete(c, op, rb->buf.length, "passive: writable", &info);
 	if (err)
 		return err;
-	ok = verify("passive: after write", rb->buf.addr, rb->buf.length, 2);
+	ok = bench_verify("passive: after write", rb->buf.addr, rb->buf.length, 2);
 	say("passive", "writable op %" PRIu64 " COMPLETE; every byte written into it %s", op,
 	    ok ? "matches the pattern" : "does NOT match");
 	demo_report(p, DEMO_WRITE, ok, 0, info.transport);
@@ -423,21 +205,21 @@ static int demo_passive_run(struct xfer_client *c, struct reg_buf *rb, const str
 static int demo_passive(const struct opts *o, const struct demo_pipes *p)
 {
 	struct xfer_client *c = NULL;
-	struct reg_buf rb;
+	struct bench_buf rb;
 	char sz[32];
 	int err;
 
 	err = client_open(o, "xferbench-passive", &c);
 	if (err)
 		return err;
-	err = reg_buf_create(c, o->size, "demo-passive", &rb);
+	err = bench_buf_create(c, o->size, "demo-passive", &rb);
 	if (err)
 		goto out_close;
-	pattern_fill(rb.buf.addr, rb.buf.length, 1);
+	bench_pattern_fill(rb.buf.addr, rb.buf.length, 1);
 	say("passive",
 	    "client %" PRIu64 ": %s sealed memfd registered as region %" PRIu64
 	    " in %.1f ms, filled with a PRNG pattern",
-	    xfer_client_id(c), fmt_size(o->size, sz, sizeof(sz)), rb.region,
+	    xfer_client_id(c), bench_fmt_size(o->size, sz, sizeof(sz)), rb.region,
 	    (double)rb.reg_ns / 1e6);
 	err = demo_passive_run(c, &rb, p);
 	reg_buf_destroy(c, &rb);
@@ -447,23 +229,23 @@ out_close:
 }
 
 /* Active side of one phase: claim @md with op.read or op.write and time it to completion. */
-static int demo_claim(struct xfer_client *c, struct reg_buf *rb, const char *md, bool write,
+static int demo_claim(struct xfer_client *c, struct bench_buf *rb, const char *md, bool write,
 		      uint64_t *ns, struct xfer_op_info *info)
 {
 	struct xfer_desc d = { rb->region, 0, rb->buf.length };
-	uint64_t op, t0 = now_ns();
+	uint64_t op, t0 = bench_now_ns();
 	int err;
 
 	err = write ? xfer_write(c, md, &d, 1, NULL, &op) : xfer_read(c, md, &d, 1, NULL, &op);
 	if (err)
-		return fail(c, write ? "xfer_write" : "xfer_read", err);
+		return bench_fail(c, write ? "xfer_write" : "xfer_read", err);
 	err = wait_complete(c, op, rb->buf.length, write ? "active: write" : "active: read", info);
-	*ns = now_ns() - t0;
+	*ns = bench_now_ns() - t0;
 	xfer_release(c, op);
 	return err;
 }
 
-static int demo_active_run(struct xfer_client *c, struct reg_buf *rb, const struct demo_pipes *p)
+static int demo_active_run(struct xfer_client *c, struct bench_buf *rb, const struct demo_pipes *p)
 {
 	static char md[MD_LINE_MAX];
 	struct xfer_op_info info;
@@ -476,14 +258,15 @@ static int demo_active_run(struct xfer_client *c, struct reg_buf *rb, const stru
 		err = demo_claim(c, rb, md, false, &ns, &info);
 	if (err)
 		return err;
-	ok = verify("active: after read", rb->buf.addr, rb->buf.length, 1);
+	ok = bench_verify("active: after read", rb->buf.addr, rb->buf.length, 1);
 	say("active ", "op.read COMPLETE over the '%s' transport in %.2f ms (%.2f GB/s); bytes %s",
-	    info.transport, (double)ns / 1e6, gbps(rb->buf.length, ns), ok ? "verified" : "WRONG");
+	    info.transport, (double)ns / 1e6, bench_gbps(rb->buf.length, ns),
+	    ok ? "verified" : "WRONG");
 	demo_report(p, DEMO_READ, ok, ns, info.transport);
 	if (!ok)
 		return -EIO;
 
-	pattern_fill(rb->buf.addr, rb->buf.length, 2);
+	bench_pattern_fill(rb->buf.addr, rb->buf.length, 2);
 	say("active ", "filled its buffer with a second pattern, asks for a writable buffer");
 	err = write_all(p->ack[1], "next\n", 5);
 	if (!err)
@@ -493,7 +276,7 @@ static int demo_active_run(struct xfer_client *c, struct reg_buf *rb, const stru
 	if (err)
 		return err;
 	say("active ", "op.write COMPLETE over the '%s' transport in %.2f ms (%.2f GB/s)",
-	    info.transport, (double)ns / 1e6, gbps(rb->buf.length, ns));
+	    info.transport, (double)ns / 1e6, bench_gbps(rb->buf.length, ns));
 	demo_report(p, DEMO_WRITE, false, ns, info.transport);
 	return 0;
 }
@@ -501,18 +284,18 @@ static int demo_active_run(struct xfer_client *c, struct reg_buf *rb, const stru
 static int demo_active(const struct opts *o, const struct demo_pipes *p)
 {
 	struct xfer_client *c = NULL;
-	struct reg_buf rb;
+	struct bench_buf rb;
 	char sz[32];
 	int err;
 
 	err = client_open(o, "xferbench-active", &c);
 	if (err)
 		return err;
-	err = reg_buf_create(c, o->size, "demo-active", &rb);
+	err = bench_buf_create(c, o->size, "demo-active", &rb);
 	if (err)
 		goto out_close;
 	say("active ", "client %" PRIu64 ": %s zeroed memfd registered as region %" PRIu64,
-	    xfer_client_id(c), fmt_size(o->size, sz, sizeof(sz)), rb.region);
+	    xfer_client_id(c), bench_fmt_size(o->size, sz, sizeof(sz)), rb.region);
 	err = demo_active_run(c, &rb, p);
 	reg_buf_destroy(c, &rb);
 out_close:
@@ -593,8 +376,8 @@ static void demo_print(const struct demo_rec *recs, size_t n, uint64_t size)
 	       "verified");
 	for (i = 0; i < DEMO_PHASES; i++)
 		printf("%-16s %10s %8.2f ms %10.2f %-9s %s\n", names[i],
-		       fmt_size(size, sz, sizeof(sz)), (double)ns[i] / 1e6, gbps(size, ns[i]),
-		       tr[i], ok[i] ? "yes" : "NO");
+		       bench_fmt_size(size, sz, sizeof(sz)), (double)ns[i] / 1e6,
+		       bench_gbps(size, ns[i]), tr[i], ok[i] ? "yes" : "NO");
 }
 
 static int run_demo(const struct opts *o)
@@ -641,54 +424,35 @@ static int run_demo(const struct opts *o)
 
 struct bench {
 	struct xfer_client *pas, *act;
-	struct reg_buf pbuf, abuf; /* passive's and active's buffers of the current size */
+	struct bench_buf pbuf, abuf; /* passive's and active's buffers of the current size */
 };
 
 /*
  * One pair of operations of @len bytes: the passive connection offers pbuf (readable, or
  * writable when @write), the active one claims it with abuf. Fills @t. Returns 0 or -errno.
- * Every operation is single-use, so each call creates and releases a new pair.
  */
-static int bench_pair(struct bench *b, uint64_t len, bool write, struct xfer_times *t)
+static int run_pair(struct bench *b, uint64_t len, bool write, struct bench_times *t)
 {
-	struct xfer_desc pd = { b->pbuf.region, 0, len }, ad = { b->abuf.region, 0, len };
-	struct xfer_op_info info;
-	uint64_t pop, aop;
-	char *md = NULL;
-	int err;
+	const struct bench_pair p = {
+		.pas = b->pas,
+		.act = b->act,
+		.pd = { b->pbuf.region, 0, len },
+		.ad = { b->abuf.region, 0, len },
+		.write = write,
+		.timeout_ms = -1,
+	};
 
-	t->start = now_ns();
-	err = write ? xfer_writable(b->pas, &pd, 1, NULL, &pop, &md) :
-		      xfer_readable(b->pas, &pd, 1, NULL, &pop, &md);
-	if (err)
-		return fail(b->pas, write ? "xfer_writable" : "xfer_readable", err);
-	t->offered = now_ns();
-	err = write ? xfer_write(b->act, md, &ad, 1, NULL, &aop) :
-		      xfer_read(b->act, md, &ad, 1, NULL, &aop);
-	free(md);
-	if (err) {
-		fail(b->act, write ? "xfer_write" : "xfer_read", err);
-		xfer_release(b->pas, pop);
-		return err;
-	}
-	t->claimed = now_ns();
-	err = wait_complete(b->act, aop, len, "active", &info);
-	t->done = now_ns();
-	if (!err)
-		err = wait_complete(b->pas, pop, len, "passive", &info);
-	xfer_release(b->act, aop);
-	xfer_release(b->pas, pop);
-	return err;
+	return bench_pair_run(&p, t);
 }
 
 /* Timed memcpy from the passive buffer into the active one; returns ns. */
 static uint64_t bench_memcpy(struct bench *b, size_t len)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = bench_now_ns();
 
 	memcpy(b->abuf.buf.addr, b->pbuf.buf.addr, len);
 	__asm__ __volatile__("" ::: "memory");
-	return now_ns() - t0;
+	return bench_now_ns() - t0;
 }
 
 /*
@@ -699,23 +463,23 @@ static uint64_t bench_memcpy(struct bench *b, size_t len)
 static int bench_round(struct bench *b, size_t len, unsigned int round, uint64_t ns[3])
 {
 	uint64_t seed = 1000 + 2ULL * round;
-	struct xfer_times t;
+	struct bench_times t;
 	int err;
 
-	pattern_fill(b->pbuf.buf.addr, len, seed);
-	err = bench_pair(b, len, false, &t);
+	bench_pattern_fill(b->pbuf.buf.addr, len, seed);
+	err = run_pair(b, len, false, &t);
 	if (err)
 		return err;
 	ns[0] = t.done - t.offered;
-	if (!verify("bench read", b->abuf.buf.addr, len, seed))
+	if (!bench_verify("bench read", b->abuf.buf.addr, len, seed))
 		return -EIO;
 
-	pattern_fill(b->abuf.buf.addr, len, seed + 1);
-	err = bench_pair(b, len, true, &t);
+	bench_pattern_fill(b->abuf.buf.addr, len, seed + 1);
+	err = run_pair(b, len, true, &t);
 	if (err)
 		return err;
 	ns[1] = t.done - t.offered;
-	if (!verify("bench write", b->pbuf.buf.addr, len, seed + 1))
+	if (!bench_verify("bench write", b->pbuf.buf.addr, len, seed + 1))
 		return -EIO;
 
 	ns[2] = bench_memcpy(b, len);
@@ -724,7 +488,7 @@ static int bench_round(struct bench *b, size_t len, unsigned int round, uint64_t
 
 static int bench_iters(const struct opts *o, uint64_t size)
 {
-	uint64_t n = GIB / size;
+	uint64_t n = BENCH_GIB / size;
 
 	if (o->iters > 0)
 		return o->iters;
@@ -743,10 +507,10 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 		return -ENOMEM;
 	ns[1] = ns[0] + iters;
 	ns[2] = ns[1] + iters;
-	err = reg_buf_create(b->pas, size, "bench-passive", &b->pbuf);
+	err = bench_buf_create(b->pas, size, "bench-passive", &b->pbuf);
 	reg_ns = b->pbuf.reg_ns;
 	if (!err)
-		err = reg_buf_create(b->act, size, "bench-active", &b->abuf);
+		err = bench_buf_create(b->act, size, "bench-active", &b->abuf);
 	for (i = -1; !err && i < iters; i++) {
 		uint64_t r[3];
 
@@ -758,12 +522,12 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 	reg_buf_destroy(b->pas, &b->pbuf);
 	if (!err) {
 		for (k = 0; k < 3; k++)
-			med[k] = percentile(ns[k], (size_t)iters, 50);
+			med[k] = bench_percentile(ns[k], (size_t)iters, 50);
 		printf("%9s %5d %9.2f %8.2f %8.2f %6.2fx %8.2f %6.2fx %9.1f %9.1f  yes\n",
-		       fmt_size(size, sz, sizeof(sz)), iters, (double)reg_ns / 1e6,
-		       gbps(size, med[2]), gbps(size, med[0]), (double)med[2] / (double)med[0],
-		       gbps(size, med[1]), (double)med[2] / (double)med[1], (double)med[0] / 1e3,
-		       (double)med[1] / 1e3);
+		       bench_fmt_size(size, sz, sizeof(sz)), iters, (double)reg_ns / 1e6,
+		       bench_gbps(size, med[2]), bench_gbps(size, med[0]),
+		       (double)med[2] / (double)med[0], bench_gbps(size, med[1]),
+		       (double)med[2] / (double)med[1], (double)med[0] / 1e3, (double)med[1] / 1e3);
 		fflush(stdout);
 	}
 	free(ns[0]);
@@ -772,7 +536,7 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 
 static void lat_row(const char *what, uint64_t *v, size_t n)
 {
-	uint64_t med = percentile(v, n, 50), p99 = percentile(v, n, 99);
+	uint64_t med = bench_percentile(v, n, 50), p99 = bench_percentile(v, n, 99);
 
 	printf("  %-52s %8.1f us %8.1f us\n", what, (double)med / 1e3, (double)p99 / 1e3);
 }
@@ -815,12 +579,12 @@ static int unix_rtt(uint64_t *v, int iters, int cpu_self, int cpu_echo)
 	close(sv[1]);
 	err = pid < 0 ? -errno : pin_cpu(cpu_self);
 	for (i = 0; !err && i < iters; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 
 		if (write(sv[0], buf, sizeof(buf)) != sizeof(buf) ||
 		    read(sv[0], buf, sizeof(buf)) != sizeof(buf))
 			err = -EIO;
-		v[i] = now_ns() - t0;
+		v[i] = bench_now_ns() - t0;
 	}
 	close(sv[0]);
 	if (pid > 0)
@@ -857,13 +621,13 @@ static int bench_latency(struct bench *b)
 		return -ENOMEM;
 	for (i = 0; i < 4; i++)
 		p[i] = v + i * LAT_ITERS;
-	err = reg_buf_create(b->pas, 4096, "lat-passive", &b->pbuf);
+	err = bench_buf_create(b->pas, 4096, "lat-passive", &b->pbuf);
 	if (!err)
-		err = reg_buf_create(b->act, 4096, "lat-active", &b->abuf);
+		err = bench_buf_create(b->act, 4096, "lat-active", &b->abuf);
 	for (i = -10; !err && i < LAT_ITERS; i++) {
-		struct xfer_times t;
+		struct bench_times t;
 
-		err = bench_pair(b, LAT_SIZE, false, &t);
+		err = run_pair(b, LAT_SIZE, false, &t);
 		if (err || i < 0)
 			continue;
 		p[0][i] = t.done - t.start;
@@ -891,7 +655,8 @@ static void bench_header(const struct opts *o)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-	printf("xferbench: local transport of xferd at %s, %ld CPUs\n", socket_name(o), cpus);
+	printf("xferbench: local transport of xferd at %s, %ld CPUs\n",
+	       bench_socket_name(o->socket), cpus);
 	printf("time per op = claim (op.read/op.write) to active-side COMPLETE, median of the "
 	       "iterations after one warm-up;\nmemcpy = single-thread memcpy of the same size "
 	       "between the same two pre-faulted memfd mappings, same run;\nratio = memcpy time / "
@@ -905,7 +670,8 @@ static void bench_header(const struct opts *o)
 static int run_bench(const struct opts *o)
 {
 	static const uint64_t sizes[] = {
-		4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB
+		4 * BENCH_KIB,	64 * BENCH_KIB,	 BENCH_MIB, 16 * BENCH_MIB,
+		64 * BENCH_MIB, 256 * BENCH_MIB, BENCH_GIB,
 	};
 	struct bench b = { 0 };
 	size_t i;
@@ -943,6 +709,38 @@ static void usage(FILE *f)
 		"SIZE takes K, M, G suffixes (powers of 1024).\n");
 }
 
+/* bench_getopt() callback: stores option @c of @ctx, a struct opts. */
+static int set_opt(void *ctx, int c, const char *arg)
+{
+	struct opts *o = ctx;
+
+	switch (c) {
+	case 's':
+		o->socket = arg;
+		return 0;
+	case 'z':
+		if (!bench_parse_size(arg, &o->size))
+			return 0;
+		break;
+	case 'm':
+		if (!bench_parse_size(arg, &o->max))
+			return 0;
+		break;
+	case 'i':
+		o->iters = atoi(arg);
+		if (o->iters > 0)
+			return 0;
+		break;
+	default:
+		return -EINVAL;
+	}
+	fprintf(stderr, "xferbench: bad value '%s' for --%s\n", arg,
+		c == 'z' ? "size" :
+		c == 'm' ? "max" :
+			   "iters");
+	return 2;
+}
+
 /* Parses the options after the mode. Returns 0, or 2 for a usage error. */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
@@ -954,43 +752,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *name = "";
-	int c;
+	int rc = bench_getopt(argc, argv, "s:z:m:i:h", lopts, set_opt, o, usage);
 
-	while ((c = getopt_long(argc, argv, "s:z:m:i:h", lopts, NULL)) != -1) {
-		name = c == 'z' ? "size" : c == 'm' ? "max" : "iters";
-		switch (c) {
-		case 's':
-			o->socket = optarg;
-			break;
-		case 'z':
-			if (parse_size(optarg, &o->size))
-				goto bad;
-			break;
-		case 'm':
-			if (parse_size(optarg, &o->max))
-				goto bad;
-			break;
-		case 'i':
-			o->iters = atoi(optarg);
-			if (o->iters <= 0)
-				goto bad;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind == argc)
-		return 0;
+	if (rc || optind == argc)
+		return rc;
 	fprintf(stderr, "xferbench: unexpected argument '%s'\n", argv[optind]);
 	usage(stderr);
-	return 2;
-bad:
-	fprintf(stderr, "xferbench: bad value '%s' for --%s\n", optarg, name);
 	return 2;
 }
 
@@ -1004,6 +771,7 @@ int main(int argc, char **argv)
 	size_t i;
 	int rc;
 
+	bench_prog = "xferbench";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);

@@ -17,22 +17,14 @@
  * registered once, before timing; sources are filled with a per-size pattern and destinations
  * checked after the timed iterations, so a stale or misplaced chunk is caught.
  */
-#include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "xferclient.h"
-
-#define KIB (1024ULL)
-#define MIB (1024ULL * KIB)
-#define GIB (1024ULL * MIB)
+#include "benchutil.h"
 
 #define MAX_DESCS 1024 /* PROTOCOL.md section 9 */
 #define MAX_INFLIGHT 64
@@ -51,191 +43,18 @@ struct opts {
 	const char *expect_transport; /* check: "tcp" unless told */
 };
 
-/* A registered buffer: the memfd mapping plus its region on one client. */
-struct reg_buf {
-	struct xfer_buf buf;
-	uint64_t region;
-};
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static const char *fmt_size(uint64_t n, char *buf, size_t len)
-{
-	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	double v = (double)n;
-	unsigned int u = 0;
-
-	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024.0;
-		u++;
-	}
-	if (v == (double)(uint64_t)v)
-		snprintf(buf, len, "%" PRIu64 " %s", (uint64_t)v, units[u]);
-	else
-		snprintf(buf, len, "%.1f %s", v, units[u]);
-	return buf;
-}
-
-/* Parses "4096", "64K", "256M", "1G", "1GiB". Returns 0 and *out, or -EINVAL. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	static const char suffixes[] = "KMGT";
-	const char *sfx;
-	char *end;
-	unsigned long long v;
-	uint64_t mult = 1;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	sfx = *end ? strchr(suffixes, toupper((unsigned char)*end)) : NULL;
-	if (sfx) {
-		mult = 1ULL << (10 * (sfx - suffixes + 1));
-		end++;
-		if (*end == 'i')
-			end++;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || v == 0 || __builtin_mul_overflow((uint64_t)v, mult, out))
-		return -EINVAL;
-	return 0;
-}
-
-/* splitmix64 of (seed, i): word i of the pattern of @seed. */
-static uint64_t pattern_word(uint64_t seed, uint64_t i)
-{
-	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static void pattern_fill(void *buf, size_t len, uint64_t seed)
-{
-	uint64_t *w = buf, last;
-	size_t n = len / 8, i;
-
-	for (i = 0; i < n; i++)
-		w[i] = pattern_word(seed, i);
-	if (len % 8) {
-		last = pattern_word(seed, n);
-		memcpy(w + n, &last, len % 8);
-	}
-}
-
-/* Returns true if @buf holds the pattern of @seed; else false and the first bad offset. */
-static bool pattern_check(const void *buf, size_t len, uint64_t seed, size_t *bad)
-{
-	const uint64_t *w = buf;
-	size_t n = len / 8, i;
-	uint64_t last;
-
-	for (i = 0; i < n; i++) {
-		if (w[i] != pattern_word(seed, i)) {
-			*bad = i * 8;
-			return false;
-		}
-	}
-	last = pattern_word(seed, n);
-	if (len % 8 && memcmp(w + n, &last, len % 8)) {
-		*bad = n * 8;
-		return false;
-	}
-	return true;
-}
-
-static int fail(struct xfer_client *c, const char *what, int err)
-{
-	const char *why = c ? xfer_last_error(c) : "";
-
-	fprintf(stderr, "xferbench_net: %s: %s%s%s\n", what, xfer_strerror(err), *why ? ": " : "",
-		why);
-	return err;
-}
-
-static int reg_buf_create(struct xfer_client *c, size_t len, const char *name, struct reg_buf *rb)
-{
-	int err;
-
-	memset(rb, 0, sizeof(*rb));
-	rb->buf.fd = -1;
-	err = xfer_buf_alloc(len, &rb->buf);
-	if (err)
-		return fail(NULL, "xfer_buf_alloc", err);
-	memset(rb->buf.addr, 0, len); /* fault every page in now, not in a timed copy */
-	err = xfer_region_register(c, rb->buf.fd, 0, 0, name, &rb->region);
-	if (err) {
-		xfer_buf_free(&rb->buf);
-		return fail(c, "xfer_region_register", err);
-	}
-	return 0;
-}
-
-static void reg_buf_destroy(struct xfer_client *c, struct reg_buf *rb)
-{
-	if (!rb->buf.addr)
-		return;
-	if (c)
-		xfer_region_deregister(c, rb->region, 1);
-	xfer_buf_free(&rb->buf);
-	memset(rb, 0, sizeof(*rb));
-}
-
 /* Waits for @op; 0 only if it ended COMPLETE with @len bytes moved (and over @transport). */
 static int wait_complete(struct xfer_client *c, uint64_t op, uint64_t len, const char *who,
 			 const char *transport)
 {
-	struct xfer_op_info info;
-	int err = xfer_wait(c, op, 120000, &info);
-
-	if (err)
-		return fail(c, who, err);
-	if (info.state != XFER_COMPLETE || info.bytes != len) {
-		fprintf(stderr,
-			"xferbench_net: %s: op %" PRIu64 " ended %s after %" PRIu64 " of %" PRIu64
-			" bytes: %s (%s)\n",
-			who, op, xfer_state_name(info.state), info.bytes, len, info.cause,
-			xfer_strerror(info.error));
-		return info.error ? info.error : -EIO;
-	}
-	if (transport && strcmp(info.transport, transport) != 0) {
-		fprintf(stderr, "xferbench_net: %s: op %" PRIu64 " used transport '%s', not '%s'\n",
-			who, op, info.transport, transport);
-		return -EPROTO;
-	}
-	return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-static uint64_t percentile(uint64_t *v, size_t n, unsigned int pct)
-{
-	size_t i;
-
-	qsort(v, n, sizeof(*v), cmp_u64);
-	i = (n * pct + 99) / 100;
-	return v[i ? i - 1 : 0];
+	return bench_wait_complete(c, op, len, who, 120000, transport, NULL);
 }
 
 /* The two clients and their buffers. */
 struct bench {
 	const struct opts *o;
 	struct xfer_client *pc, *ac; /* passive (owner) and active clients */
-	struct reg_buf pb, ab;	     /* one buffer on each */
+	struct bench_buf pb, ab;     /* one buffer on each */
 	char pnode[64], anode[64];
 };
 
@@ -253,12 +72,12 @@ static int transfer(struct bench *b, bool write, int count, struct xfer_desc *co
 	char *md[MAX_INFLIGHT] = { 0 };
 	int err = 0, k, np = 0, na = 0;
 
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	for (k = 0; k < count && !err; k++) {
 		err = write ? xfer_writable(b->pc, pd[k], pn[k], NULL, &pop[k], &md[k]) :
 			      xfer_readable(b->pc, pd[k], pn[k], NULL, &pop[k], &md[k]);
 		if (err)
-			fail(b->pc, write ? "xfer_writable" : "xfer_readable", err);
+			bench_fail(b->pc, write ? "xfer_writable" : "xfer_readable", err);
 		else
 			np++;
 	}
@@ -266,13 +85,13 @@ static int transfer(struct bench *b, bool write, int count, struct xfer_desc *co
 		err = write ? xfer_write(b->ac, md[k], ad[k], an[k], NULL, &aop[k]) :
 			      xfer_read(b->ac, md[k], ad[k], an[k], NULL, &aop[k]);
 		if (err)
-			fail(b->ac, write ? "xfer_write" : "xfer_read", err);
+			bench_fail(b->ac, write ? "xfer_write" : "xfer_read", err);
 		else
 			na++;
 	}
 	for (k = 0; k < na && !err; k++)
 		err = wait_complete(b->ac, aop[k], len, write ? "write" : "read", transport);
-	*ns = now_ns() - t0;
+	*ns = bench_now_ns() - t0;
 	for (k = 0; k < np && !err; k++)
 		err = wait_complete(b->pc, pop[k], len, write ? "writable" : "readable", transport);
 	for (k = 0; k < na; k++)
@@ -301,14 +120,14 @@ static int bench_one(struct bench *b, bool write, uint64_t size, struct result *
 	struct xfer_desc pdv[MAX_INFLIGHT], adv[MAX_INFLIGHT], *pd[MAX_INFLIGHT], *ad[MAX_INFLIGHT];
 	size_t pn[MAX_INFLIGHT], an[MAX_INFLIGHT], bad;
 	uint64_t *ns, total_ns = 0, seed = size * 2 + (write ? 1 : 0);
-	struct reg_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
+	struct bench_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
 
 	while (inflight > 1 && size * (uint64_t)inflight > b->pb.buf.length)
 		inflight--;
 	iters = o->iters;
 	if (!iters) {
 		/* About 2 GiB moved per size and kind, at least 3 and at most 2000 transfers. */
-		uint64_t want = (2 * GIB) / (size * (uint64_t)inflight);
+		uint64_t want = (2 * BENCH_GIB) / (size * (uint64_t)inflight);
 
 		iters = want < 3 ? 3 : want > 2000 ? 2000 : (int)want;
 	}
@@ -321,7 +140,8 @@ static int bench_one(struct bench *b, bool write, uint64_t size, struct result *
 		pd[k] = &pdv[k];
 		ad[k] = &adv[k];
 		pn[k] = an[k] = 1;
-		pattern_fill((char *)src->buf.addr + k * size, size, seed + (uint64_t)k * 7919);
+		bench_pattern_fill((char *)src->buf.addr + k * size, size,
+				   seed + (uint64_t)k * 7919);
 		memset((char *)dst->buf.addr + k * size, 0, size);
 	}
 	for (i = 0; i < iters && !err; i++) {
@@ -335,8 +155,8 @@ static int bench_one(struct bench *b, bool write, uint64_t size, struct result *
 	}
 	if (!err) {
 		for (k = 0; k < inflight; k++) {
-			if (!pattern_check((char *)dst->buf.addr + k * size, size,
-					   seed + (uint64_t)k * 7919, &bad)) {
+			if (!bench_pattern_check((char *)dst->buf.addr + k * size, size,
+						 seed + (uint64_t)k * 7919, &bad)) {
 				fprintf(stderr,
 					"xferbench_net: %s %" PRIu64
 					" bytes: mismatch at byte %zu of "
@@ -347,15 +167,15 @@ static int bench_one(struct bench *b, bool write, uint64_t size, struct result *
 		}
 	}
 	if (!err) {
-		uint64_t med = percentile(ns, (size_t)iters, 50), best = ns[0];
+		uint64_t med = bench_percentile(ns, (size_t)iters, 50), best = ns[0];
 		uint64_t bytes = size * (uint64_t)inflight;
 
 		r->size = size;
 		r->iters = iters;
 		r->inflight = inflight;
 		r->ns_median = med;
-		r->gbps_median = med ? (double)bytes / (double)med : 0;
-		r->gbps_best = best ? (double)bytes / (double)best : 0;
+		r->gbps_median = bench_gbps(bytes, med);
+		r->gbps_best = bench_gbps(bytes, best);
 	}
 	free(ns);
 	return err;
@@ -366,10 +186,17 @@ static int latency(struct bench *b, bool write, uint64_t *med, uint64_t *p99, ui
 	const struct opts *o = b->o;
 	uint64_t *ns = calloc((size_t)o->lat_iters, sizeof(*ns));
 	uint64_t *cl = calloc((size_t)o->lat_iters, sizeof(*cl));
-	struct xfer_desc pd = { b->pb.region, 0, o->lat_size },
-			 ad = { b->ab.region, 0, o->lat_size };
-	uint64_t pop, aop, t0, t1, t2;
-	char *md = NULL;
+	const struct bench_pair p = {
+		.pas = b->pc,
+		.act = b->ac,
+		.pd = { b->pb.region, 0, o->lat_size },
+		.ad = { b->ab.region, 0, o->lat_size },
+		.write = write,
+		.timeout_ms = 120000,
+		.pas_what = "passive",
+		.act_what = "active",
+	};
+	struct bench_times t;
 	int i, err = 0;
 
 	if (!ns || !cl) {
@@ -378,36 +205,16 @@ static int latency(struct bench *b, bool write, uint64_t *med, uint64_t *p99, ui
 		return -ENOMEM;
 	}
 	for (i = 0; i < o->lat_iters && !err; i++) {
-		t0 = now_ns();
-		err = write ? xfer_writable(b->pc, &pd, 1, NULL, &pop, &md) :
-			      xfer_readable(b->pc, &pd, 1, NULL, &pop, &md);
-		if (err) {
-			fail(b->pc, "passive", err);
+		err = bench_pair_run(&p, &t);
+		if (err)
 			break;
-		}
-		err = write ? xfer_write(b->ac, md, &ad, 1, NULL, &aop) :
-			      xfer_read(b->ac, md, &ad, 1, NULL, &aop);
-		free(md);
-		md = NULL;
-		if (err) {
-			fail(b->ac, "active", err);
-			xfer_release(b->pc, pop);
-			break;
-		}
-		t1 = now_ns();
-		err = wait_complete(b->ac, aop, o->lat_size, "active", NULL);
-		t2 = now_ns();
-		if (!err)
-			err = wait_complete(b->pc, pop, o->lat_size, "passive", NULL);
-		xfer_release(b->ac, aop);
-		xfer_release(b->pc, pop);
-		ns[i] = t2 - t0;
-		cl[i] = t1 - t0;
+		ns[i] = t.done - t.start;
+		cl[i] = t.claimed - t.start;
 	}
 	if (!err) {
-		*med = percentile(ns, (size_t)o->lat_iters, 50);
-		*p99 = percentile(ns, (size_t)o->lat_iters, 99);
-		*claim_med = percentile(cl, (size_t)o->lat_iters, 50);
+		*med = bench_percentile(ns, (size_t)o->lat_iters, 50);
+		*p99 = bench_percentile(ns, (size_t)o->lat_iters, 99);
+		*claim_med = bench_percentile(cl, (size_t)o->lat_iters, 50);
 	}
 	free(ns);
 	free(cl);
@@ -425,7 +232,7 @@ static int run_lat(struct bench *b)
 		err = latency(b, w, &med[w], &p99[w], &claim[w]);
 	if (err)
 		return err;
-	fmt_size(o->lat_size, sz, sizeof(sz));
+	bench_fmt_size(o->lat_size, sz, sizeof(sz));
 	if (o->json) {
 		for (int w = 0; w < 2; w++)
 			printf("{\"kind\":\"%s\",\"latency\":true,\"size\":%" PRIu64
@@ -474,8 +281,8 @@ static int run_bench(struct bench *b)
 			       rw.ns_median / 1e3);
 		} else {
 			printf("%-10s %6d %9d %12.3f %12.3f %12.3f %12.3f\n",
-			       fmt_size(s, sz, sizeof(sz)), rr.iters, rr.inflight, rr.gbps_median,
-			       rr.gbps_best, rw.gbps_median, rw.gbps_best);
+			       bench_fmt_size(s, sz, sizeof(sz)), rr.iters, rr.inflight,
+			       rr.gbps_median, rr.gbps_best, rw.gbps_median, rw.gbps_best);
 		}
 		fflush(stdout);
 		if (s > UINT64_MAX / 4)
@@ -574,7 +381,7 @@ static int check_one(struct bench *b, bool write, const struct check_case *cc, u
 {
 	static struct xfer_desc pd[MAX_DESCS], ad[MAX_DESCS];
 	const struct opts *o = b->o;
-	struct reg_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
+	struct bench_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
 	struct xfer_desc *sd = write ? ad : pd, *dd = write ? pd : ad;
 	size_t sn = write ? cc->an : cc->pn, dn = write ? cc->pn : cc->an;
 	struct xfer_desc *pdp = pd, *adp = ad;
@@ -597,7 +404,7 @@ static int check_one(struct bench *b, bool write, const struct check_case *cc, u
 		free(got);
 		return -ENOMEM;
 	}
-	pattern_fill(src->buf.addr, cap, rnd());
+	bench_pattern_fill(src->buf.addr, cap, rnd());
 	memset(dst->buf.addr, GAP_BYTE, cap);
 	gather(src->buf.addr, sd, sn, want);
 	err = transfer(b, write, 1, &pdp, &cc->pn, &adp, &cc->an, cc->total, o->expect_transport,
@@ -610,20 +417,20 @@ static int check_one(struct bench *b, bool write, const struct check_case *cc, u
 			fprintf(stderr,
 				"xferbench_net: check %s %s, %zu passive / %zu active descriptors: "
 				"byte %" PRIu64 " of the stream differs\n",
-				write ? "write" : "read", fmt_size(cc->total, sz, sizeof(sz)),
+				write ? "write" : "read", bench_fmt_size(cc->total, sz, sizeof(sz)),
 				cc->pn, cc->an, bad);
 			err = -EIO;
 		} else if (!gaps_intact(dst->buf.addr, cap, dd, dn, &bad)) {
 			fprintf(stderr,
 				"xferbench_net: check %s %s, %zu/%zu descriptors: byte %" PRIu64
 				" outside the destination's descriptors was written\n",
-				write ? "write" : "read", fmt_size(cc->total, sz, sizeof(sz)),
+				write ? "write" : "read", bench_fmt_size(cc->total, sz, sizeof(sz)),
 				cc->pn, cc->an, bad);
 			err = -EIO;
 		}
 	}
 	printf("%s %s %-5s %10s  %4zu passive / %4zu active descriptors\n", err ? "FAIL" : "ok  ",
-	       "check", write ? "write" : "read", fmt_size(cc->total, sz, sizeof(sz)), cc->pn,
+	       "check", write ? "write" : "read", bench_fmt_size(cc->total, sz, sizeof(sz)), cc->pn,
 	       cc->an);
 	fflush(stdout);
 	free(want);
@@ -640,9 +447,9 @@ static int run_check(struct bench *b)
 		{ 4096, 1, 1 },
 		{ 4096, 3, 7 },
 		{ 65537, 13, 2 },
-		{ MIB + 1, 1024, 1 },
-		{ MIB + 1, 1, 1024 },
-		{ 3 * MIB + 5, 1024, 1000 },
+		{ BENCH_MIB + 1, 1024, 1 },
+		{ BENCH_MIB + 1, 1, 1024 },
+		{ 3 * BENCH_MIB + 5, 1024, 1000 },
 		{ big, 5, 3 },
 		{ big, 1024, 17 },
 		{ big, 1, 1 },
@@ -700,7 +507,65 @@ static void usage(FILE *f)
 		MAX_INFLIGHT);
 }
 
-int main(int argc, char **argv)
+/* The modes, each with its default --max. */
+static const struct mode {
+	const char *name;
+	int (*run)(struct bench *b);
+	uint64_t max;
+} modes[] = {
+	{ "bench", run_bench, BENCH_GIB },
+	{ "lat", run_lat, BENCH_GIB },
+	{ "check", run_check, 64 * BENCH_MIB },
+};
+
+/* bench_getopt() callback: stores option @ch of @ctx, a struct opts. */
+static int set_opt(void *ctx, int ch, const char *arg)
+{
+	struct opts *o = ctx;
+
+	switch (ch) {
+	case 'p':
+		o->passive = arg;
+		break;
+	case 'a':
+		o->active = arg;
+		break;
+	case 'm':
+	case 'M':
+	case 'L':
+		if (bench_parse_size(arg, ch == 'm' ? &o->min :
+					  ch == 'M' ? &o->max :
+						      &o->lat_size)) {
+			fprintf(stderr, "xferbench_net: bad size '%s'\n", arg);
+			return 2;
+		}
+		break;
+	case 'i':
+		o->iters = atoi(arg);
+		break;
+	case 's':
+		o->seconds = atof(arg);
+		break;
+	case 'f':
+		o->inflight = atoi(arg);
+		break;
+	case 'l':
+		o->lat_iters = atoi(arg);
+		break;
+	case 't':
+		o->expect_transport = arg;
+		break;
+	case 'j':
+		o->json = true;
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Parses the command line into @o and *mode. Returns 0, or 2 for a usage error. */
+static int parse_opts(int argc, char **argv, struct opts *o, const struct mode **mode)
 {
 	static const struct option lo[] = {
 		{ "passive", required_argument, NULL, 'p' },
@@ -717,7 +582,48 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct opts o = { .min = 4 * KIB,
+	int rc = bench_getopt(argc, argv, "p:a:h", lo, set_opt, o, usage);
+
+	if (rc)
+		return rc;
+	if (optind != argc - 1 || !o->passive || !o->active || o->iters < 0 || o->lat_iters < 0 ||
+	    o->inflight < 1 || o->inflight > MAX_INFLIGHT || o->seconds <= 0)
+		goto bad;
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (!strcmp(argv[optind], modes[i].name))
+			*mode = &modes[i];
+	if (!*mode)
+		goto bad;
+	if (!o->max)
+		o->max = (*mode)->max;
+	if (o->min > o->max)
+		o->min = o->max;
+	return 0;
+bad:
+	usage(stderr);
+	return 2;
+}
+
+/* The size of the buffer registered on each side for @mode. */
+static uint64_t buf_size(const struct opts *o, const struct mode *mode)
+{
+	uint64_t bufsize;
+
+	if (mode->run == run_lat)
+		bufsize = o->lat_size > 4096 ? o->lat_size : 4096;
+	else if (mode->run == run_check)
+		bufsize = o->max;
+	else
+		bufsize = o->max * (uint64_t)o->inflight;
+	/* Past 2 GiB, bench_one() lowers inflight to fit. */
+	if (mode->run == run_bench && bufsize > 2 * BENCH_GIB)
+		bufsize = o->max > 2 * BENCH_GIB ? o->max : 2 * BENCH_GIB;
+	return o->lat_size > bufsize ? o->lat_size : bufsize;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .min = 4 * BENCH_KIB,
 			  .max = 0,
 			  .inflight = 1,
 			  .lat_iters = 1000,
@@ -725,110 +631,37 @@ int main(int argc, char **argv)
 			  .seconds = 2.0,
 			  .expect_transport = "tcp" };
 	struct bench b = { .o = &o };
-	const char *mode;
+	const struct mode *mode = NULL;
 	uint64_t bufsize;
-	int ch, err;
+	int err;
 
-	while ((ch = getopt_long(argc, argv, "p:a:h", lo, NULL)) != -1) {
-		switch (ch) {
-		case 'p':
-			o.passive = optarg;
-			break;
-		case 'a':
-			o.active = optarg;
-			break;
-		case 'm':
-		case 'M':
-		case 'L':
-			if (parse_size(optarg, ch == 'm' ? &o.min :
-					       ch == 'M' ? &o.max :
-							   &o.lat_size)) {
-				fprintf(stderr, "xferbench_net: bad size '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case 'i':
-			o.iters = atoi(optarg);
-			break;
-		case 's':
-			o.seconds = atof(optarg);
-			break;
-		case 'f':
-			o.inflight = atoi(optarg);
-			break;
-		case 'l':
-			o.lat_iters = atoi(optarg);
-			break;
-		case 't':
-			o.expect_transport = optarg;
-			break;
-		case 'j':
-			o.json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc - 1 || !o.passive || !o.active || o.iters < 0 || o.lat_iters < 0 ||
-	    o.inflight < 1 || o.inflight > MAX_INFLIGHT || o.seconds <= 0) {
-		usage(stderr);
-		return 2;
-	}
-	mode = argv[optind];
-	if (strcmp(mode, "bench") && strcmp(mode, "lat") && strcmp(mode, "check")) {
-		usage(stderr);
-		return 2;
-	}
-	if (!o.max)
-		o.max = strcmp(mode, "check") ? GIB : 64 * MIB;
-	if (o.min > o.max)
-		o.min = o.max;
-
-	err = xfer_connect(o.passive, "xferbench_net-passive", &b.pc);
-	if (err) {
-		fprintf(stderr, "xferbench_net: cannot reach xferd at %s: %s\n", o.passive,
-			xfer_strerror(err));
+	bench_prog = "xferbench_net";
+	err = parse_opts(argc, argv, &o, &mode);
+	if (err)
+		return err;
+	if (bench_connect(o.passive, "xferbench_net-passive", NULL, &b.pc))
 		return 1;
-	}
-	err = xfer_connect(o.active, "xferbench_net-active", &b.ac);
-	if (err) {
-		fprintf(stderr, "xferbench_net: cannot reach xferd at %s: %s\n", o.active,
-			xfer_strerror(err));
+	if (bench_connect(o.active, "xferbench_net-active", NULL, &b.ac)) {
 		xfer_close(b.pc);
 		return 1;
 	}
 	node_of(b.pc, b.pnode, sizeof(b.pnode));
 	node_of(b.ac, b.anode, sizeof(b.anode));
-	bufsize = !strcmp(mode, "lat")	 ? (o.lat_size > 4096 ? o.lat_size : 4096) :
-		  !strcmp(mode, "check") ? o.max :
-					   o.max * (uint64_t)o.inflight;
-	if (!strcmp(mode, "bench") && bufsize > 2 * GIB)
-		bufsize = o.max > 2 * GIB ? o.max : 2 * GIB; /* bench_one lowers inflight to fit */
-	if (o.lat_size > bufsize)
-		bufsize = o.lat_size;
-	err = reg_buf_create(b.pc, bufsize, "xferbench_net-passive", &b.pb);
+	bufsize = buf_size(&o, mode);
+	err = bench_buf_create(b.pc, bufsize, "xferbench_net-passive", &b.pb);
 	if (!err)
-		err = reg_buf_create(b.ac, bufsize, "xferbench_net-active", &b.ab);
+		err = bench_buf_create(b.ac, bufsize, "xferbench_net-active", &b.ab);
 	if (!err) {
 		if (!o.json)
 			printf("# passive node %s (%s), active node %s (%s)\n", b.pnode, o.passive,
 			       b.anode, o.active);
-		if (!strcmp(mode, "bench"))
-			err = run_bench(&b);
-		else if (!strcmp(mode, "lat"))
-			err = run_lat(&b);
-		else
-			err = run_check(&b);
+		err = mode->run(&b);
 	}
-	reg_buf_destroy(b.ac, &b.ab);
-	reg_buf_destroy(b.pc, &b.pb);
+	bench_buf_destroy(b.ac, &b.ab, 1);
+	bench_buf_destroy(b.pc, &b.pb, 1);
 	xfer_close(b.ac);
 	xfer_close(b.pc);
 	if (err)
-		fprintf(stderr, "xferbench_net: %s failed: %s\n", mode, xfer_strerror(err));
+		fprintf(stderr, "xferbench_net: %s failed: %s\n", mode->name, xfer_strerror(err));
 	return err ? 1 : 0;
 }
