@@ -40,12 +40,6 @@ enum peer_state {
 	PEER_DEAD,	 /**< failed; waiting for the reaper */
 };
 
-struct xd_pframe {
-	STAILQ_ENTRY(xd_pframe) link;
-	uint32_t len;
-	uint8_t data[]; /* header + payload */
-};
-
 struct xd_pconn {
 	TAILQ_ENTRY(xd_pconn) link; /**< in peer->conns, or d->pconns_hello */
 	struct xd_daemon *d;
@@ -62,7 +56,7 @@ struct xd_pconn {
 	char *rx_ctrl;		    /**< control payload being read */
 	struct xd_xfer *rx_xfer;    /**< DATA target (a reference), NULL to drop */
 	/* send state: control frames first, then one DATA frame at a time */
-	STAILQ_HEAD(, xd_pframe) ctrlq;
+	STAILQ_HEAD(, xd_frame) ctrlq;
 	uint32_t ctrl_sent;	    /**< bytes of the head control frame already sent */
 	struct xd_xfer *tx_xfer;    /**< DATA frame being sent (a reference) */
 	uint8_t tx_hdr[XP_PEER_HDR_LEN];
@@ -144,7 +138,7 @@ const char *xd_peer_node_hex(const struct xd_peer *p)
 
 static void pconn_free(struct xd_pconn *pc)
 {
-	struct xd_pframe *f;
+	struct xd_frame *f;
 
 	while ((f = STAILQ_FIRST(&pc->ctrlq))) {
 		STAILQ_REMOVE_HEAD(&pc->ctrlq, link);
@@ -274,35 +268,39 @@ static struct xd_peer *peer_find(struct xd_daemon *d, const uint8_t node[XP_ID_B
 
 /* ---- sending ---- */
 
-static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
-		       const char *payload, uint32_t len)
+struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const json_t *json,
+			      int *err)
 {
-	struct xd_pframe *f = malloc(sizeof(*f) + XP_PEER_HDR_LEN + len);
-	struct xp_peer_hdr h = { .type = type, .flags = flags, .length = len, .xfer = xfer };
+	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
+	size_t len = text ? strlen(text) : 0;
+	struct xp_peer_hdr h = { .type = type, .flags = flags, .length = (uint32_t)len,
+				 .xfer = xfer };
+	struct xd_frame *f = NULL;
+
+	*err = (json && !text) ? -ENOMEM : len > XP_PEER_MAX_CTRL ? -EMSGSIZE : 0;
+	if (*err == 0 && !(f = malloc(sizeof(*f) + XP_PEER_HDR_LEN + len)))
+		*err = -ENOMEM;
+	if (f) {
+		f->len = XP_PEER_HDR_LEN + (uint32_t)len;
+		xp_peer_hdr_pack(&h, f->data);
+		memcpy(f->data + XP_PEER_HDR_LEN, text ? text : "", len);
+	}
+	free(text);
+	return f;
+}
+
+/* Queues a control message on @pc (@json borrowed, may be NULL). Returns 0 or -errno. */
+static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
+		       const json_t *json)
+{
+	int err;
+	struct xd_frame *f = xd_frame_new(type, flags, xfer, json, &err);
 
 	if (!f)
-		return -ENOMEM;
-	f->len = XP_PEER_HDR_LEN + len;
-	xp_peer_hdr_pack(&h, f->data);
-	if (len)
-		memcpy(f->data + XP_PEER_HDR_LEN, payload, len);
+		return err;
 	STAILQ_INSERT_TAIL(&pc->ctrlq, f, link);
 	pconn_update_write(pc);
 	return 0;
-}
-
-static int pconn_queue_json(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
-			    const json_t *json)
-{
-	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
-
-	if (json && !text)
-		return -ENOMEM;
-	size_t len = text ? strlen(text) : 0;
-	int rc = len > XP_PEER_MAX_CTRL ? -EMSGSIZE
-					: pconn_queue(pc, type, flags, xfer, text, (uint32_t)len);
-	free(text);
-	return rc;
 }
 
 int xd_peer_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
@@ -315,7 +313,7 @@ int xd_peer_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t x
 	/* Control messages go on the first connection that has said HELLO. */
 	TAILQ_FOREACH(pc, &p->conns, link)
 		if (pc->hello_rx)
-			return pconn_queue_json(pc, type, flags, xfer, json);
+			return pconn_queue(pc, type, flags, xfer, json);
 	return -ENOTCONN;
 }
 
@@ -406,7 +404,7 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 /* Writes what it can of the head control frame. Returns bytes written, or -errno. */
 static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
 {
-	struct xd_pframe *f = STAILQ_FIRST(&pc->ctrlq);
+	struct xd_frame *f = STAILQ_FIRST(&pc->ctrlq);
 	ssize_t w = send(pc->fd, f->data + pc->ctrl_sent, f->len - pc->ctrl_sent, MSG_NOSIGNAL);
 
 	if (w < 0)
@@ -468,7 +466,7 @@ static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 	else if (!pc->hello_rx)
 		rc = -EPROTO; /* HELLO must come first */
 	else if (pc->rx.type == XP_PEER_PING)
-		rc = pconn_queue(pc, XP_PEER_PONG, 0, 0, NULL, 0);
+		rc = pconn_queue(pc, XP_PEER_PONG, 0, 0, NULL);
 	else if (pc->rx.type == XP_PEER_PONG)
 		rc = 0;
 	else
@@ -649,7 +647,7 @@ static json_t *hello_json(struct xd_daemon *d)
 static int pconn_send_hello(struct xd_pconn *pc)
 {
 	json_t *hello = hello_json(pc->d);
-	int rc = hello ? pconn_queue_json(pc, XP_PEER_HELLO, 0, 0, hello) : -ENOMEM;
+	int rc = hello ? pconn_queue(pc, XP_PEER_HELLO, 0, 0, hello) : -ENOMEM;
 
 	json_decref(hello);
 	return rc;
@@ -932,7 +930,7 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 		}
 		if ((now - pc->last_tx_us) / 1000 >= d->cfg.keepalive_ms &&
 		    STAILQ_EMPTY(&pc->ctrlq) && !pc->tx_xfer)
-			pconn_queue(pc, XP_PEER_PING, 0, 0, NULL, 0);
+			pconn_queue(pc, XP_PEER_PING, 0, 0, NULL);
 	}
 }
 

@@ -61,12 +61,6 @@ struct sq_entry {
 	bool read;
 };
 
-struct pending {
-	STAILQ_ENTRY(pending) link;
-	uint32_t len;
-	uint8_t data[]; /* header + payload; the credits field is filled when sent */
-};
-
 struct xd_rconn {
 	TAILQ_ENTRY(xd_rconn) link;	 /**< in the live table, then the dying list */
 	TAILQ_ENTRY(xd_rconn) peer_link;
@@ -82,7 +76,7 @@ struct xd_rconn {
 	bool send_busy[RC_SEND_BUFS];
 	int credits;			 /**< messages the peer has receive buffers for */
 	int to_return;			 /**< receive buffers re-posted, not yet told */
-	STAILQ_HEAD(, pending) pendq;
+	STAILQ_HEAD(, xd_frame) pendq; /**< the credits field is filled in when sent */
 	struct sq_entry sq[RC_SQ_DEPTH];
 	uint64_t sq_head, sq_tail;	 /**< posted and retired work requests, ever */
 	unsigned chunks;		 /**< data chunks in flight */
@@ -134,7 +128,7 @@ static uint8_t *send_buf(struct xd_rconn *rc, int slot)
 
 static void rconn_free(struct xd_rconn *rc)
 {
-	struct pending *pm;
+	struct xd_frame *pm;
 
 	if (rc->cm && rc->cm->qp)
 		rdma_destroy_qp(rc->cm);
@@ -371,7 +365,7 @@ static bool sq_full(const struct xd_rconn *rc, unsigned need)
 	return rc->sq_head - rc->sq_tail + need > RC_SQ_DEPTH;
 }
 
-static int post_send(struct xd_rconn *rc, struct pending *pm, int slot)
+static int post_send(struct xd_rconn *rc, struct xd_frame *pm, int slot)
 {
 	uint64_t idx = rc->sq_head;
 	uint8_t *buf = send_buf(rc, slot);
@@ -402,7 +396,7 @@ static int post_send(struct xd_rconn *rc, struct pending *pm, int slot)
 /* Sends queued control messages while credits, send buffers and queue room last. */
 static void rconn_flush(struct xd_rconn *rc)
 {
-	struct pending *pm;
+	struct xd_frame *pm;
 
 	while (!rc->dead && rc->established && (pm = STAILQ_FIRST(&rc->pendq)) && may_send(rc) &&
 	       !sq_full(rc, 1)) {
@@ -419,18 +413,16 @@ static void rconn_flush(struct xd_rconn *rc)
 	}
 }
 
+/* Queues a control message (@json borrowed, may be NULL). Returns 0 or -errno. */
 static int rconn_queue(struct xd_rconn *rc, uint8_t type, uint8_t flags, uint64_t xfer,
-		       const char *payload, uint32_t len)
+		       const json_t *json)
 {
-	struct pending *pm = malloc(sizeof(*pm) + XP_PEER_HDR_LEN + len);
-	struct xp_peer_hdr h = { .type = type, .flags = flags, .length = len, .xfer = xfer };
+	int err;
+	struct xd_frame *f = xd_frame_new(type, flags, xfer, json, &err);
 
-	if (!pm)
-		return -ENOMEM;
-	pm->len = XP_PEER_HDR_LEN + len;
-	xp_peer_hdr_pack(&h, pm->data);
-	memcpy(pm->data + XP_PEER_HDR_LEN, payload, len);
-	STAILQ_INSERT_TAIL(&rc->pendq, pm, link);
+	if (!f)
+		return err;
+	STAILQ_INSERT_TAIL(&rc->pendq, f, link);
 	rconn_flush(rc);
 	return 0;
 }
@@ -441,17 +433,7 @@ int xd_rdma_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t x
 	struct rpeer *rp = rpeer_of(p, false);
 	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
 
-	if (!rc)
-		return -ENOTCONN;
-	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
-	if (json && !text)
-		return -ENOMEM;
-	size_t len = text ? strlen(text) : 0;
-	int rc_q = len > XP_PEER_MAX_CTRL ? -EMSGSIZE
-					  : rconn_queue(rc, type, flags, xfer, text ? text : "",
-							(uint32_t)len);
-	free(text);
-	return rc_q;
+	return rc ? rconn_queue(rc, type, flags, xfer, json) : -ENOTCONN;
 }
 
 /* Re-posts receive buffer @slot; returns credits by themselves when half are owed. */
@@ -465,7 +447,7 @@ static void recv_done(struct xd_rconn *rc, int slot)
 	}
 	rc->to_return++;
 	if (rc->to_return >= RC_RECV_BUFS / 2 && STAILQ_EMPTY(&rc->pendq))
-		rconn_queue(rc, XP_PEER_CREDIT, 0, 0, NULL, 0);
+		rconn_queue(rc, XP_PEER_CREDIT, 0, 0, NULL);
 }
 
 static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
@@ -481,7 +463,7 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 		return -EPROTO;
 	rc->credits += h.credits;
 	if (h.type == XP_PEER_PING)
-		return rconn_queue(rc, XP_PEER_PONG, 0, 0, NULL, 0);
+		return rconn_queue(rc, XP_PEER_PONG, 0, 0, NULL);
 	if (h.type == XP_PEER_PONG || h.type == XP_PEER_CREDIT)
 		return 0;
 	if (h.length) {
@@ -673,7 +655,7 @@ void xd_rdma_keepalive(struct xd_peer *p)
 			return;
 		}
 		if ((now - rc->last_tx_us) / 1000 >= d->cfg.keepalive_ms)
-			rconn_queue(rc, XP_PEER_PING, 0, 0, NULL, 0);
+			rconn_queue(rc, XP_PEER_PING, 0, 0, NULL);
 	}
 }
 

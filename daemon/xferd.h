@@ -366,6 +366,18 @@ void xd_op_copy_done(struct xd_op *op, int err, uint64_t bytes);
 /* peer.c: connection sets to other daemons, peer-protocol framing, keepalive */
 struct xd_peer;
 struct xd_pconn;
+/* A peer-protocol message ready to send: the 24-byte header, then the payload. */
+struct xd_frame {
+	STAILQ_ENTRY(xd_frame) link;
+	uint32_t len;
+	uint8_t data[];
+};
+/*
+ * Builds a control message with @json (borrowed; NULL: no payload) as its payload. Returns it
+ * (free() it), or NULL with -ENOMEM or -EMSGSIZE (over 64 KiB) in *err.
+ */
+struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const json_t *json,
+			      int *err);
 /* Starts listening on cfg.listen and fills d->endpoints. Returns 0 or -errno. */
 int xd_peer_start(struct xd_daemon *d);
 /* Whether a control message (a CANCEL at shutdown, say) still waits to be sent. */
