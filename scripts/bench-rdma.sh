@@ -11,6 +11,8 @@
 #      node 0 issues the RDMA READs and WRITEs exactly as perftest's client does; one transfer
 #      at a time, buffers registered once, each timed transfer the full API round
 #      (create, claim, move, both COMPLETE, release);
+#   the two alternate per size (perftest read, xferd read, next size, ...), so that a drift in
+#   host load hits both alike;
 #   3. a table: MiB/s of each and the ratio xferd / perftest.
 #
 # Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
@@ -74,36 +76,52 @@ counters() {
 	echo "${out:- none}"
 }
 
+# perf TOOL SIZE: one perftest run; sets PERF[TOOL.SIZE] (MiB/s).
+perf() {
+	local tool=$1 s=$2 sp rc v
+	# shellcheck disable=SC2086
+	"$tool" -d "$RXE_DEV1" -x "$RXE_GID1" -F $PERFTEST_ARGS -s "$s" -D "$DUR" >"$D/srv" 2>&1 &
+	sp=$!
+	if ! wait_tcp 18515 "$sp"; then
+		echo "bench-rdma: $tool server did not start: $(tail -n 3 "$D/srv" | tr '\n' ' ')" >&2
+		kill "$sp" 2>/dev/null
+		wait "$sp"
+		return
+	fi
+	# shellcheck disable=SC2086
+	timeout 120 "$tool" -d "$RXE_DEV0" -x "$RXE_GID0" -F $PERFTEST_ARGS -s "$s" -D "$DUR" "$RXE_IP1" >"$D/cli" 2>&1
+	rc=$?
+	wait "$sp"
+	# the line after "#bytes ...": bytes iterations peak average msgrate (MB/sec = 2^20 B/s)
+	v=$(awk 'f { print $4; exit } /^ *#bytes/ { f = 1 }' "$D/cli")
+	if [ "$rc" = 0 ] && [ -n "$v" ]; then
+		PERF[$tool.$s]=$v
+		echo "# $tool $s: $v MiB/s"
+	else
+		echo "bench-rdma: $tool -s $s failed (exit $rc): $(tail -n 3 "$D/cli" | tr '\n' ' ')" >&2
+	fi
+}
+
+# xf KIND SIZE: one rdma_bench run; sets XF[KIND.SIZE] (MiB/s).
+xf() {
+	local l
+	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
+		echo "bench-rdma: rdma_bench $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
+		return
+	fi
+	# xferd KIND SIZE iters N seconds S MiB/s X transport T
+	set -- $l
+	XF[$2.$3]=$9
+	echo "# xferd $2 $3: $9 MiB/s ($5 transfers in $7 s, transport ${11})"
+	[ "${11}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${11}', not rdma" >&2
+}
+
 declare -A PERF XF
 echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
-echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1), ${DUR} s per size"
-for tool in ib_read_bw ib_write_bw; do
-	for s in $SIZES; do
-		# shellcheck disable=SC2086
-		"$tool" -d "$RXE_DEV1" -x "$RXE_GID1" -F $PERFTEST_ARGS -s "$s" -D "$DUR" >"$D/srv" 2>&1 &
-		sp=$!
-		if ! wait_tcp 18515 "$sp"; then
-			echo "bench-rdma: $tool server did not start: $(tail -n 3 "$D/srv" | tr '\n' ' ')" >&2
-			kill "$sp" 2>/dev/null
-			wait "$sp"
-			continue
-		fi
-		# shellcheck disable=SC2086
-		timeout 120 "$tool" -d "$RXE_DEV0" -x "$RXE_GID0" -F $PERFTEST_ARGS -s "$s" -D "$DUR" "$RXE_IP1" >"$D/cli" 2>&1
-		rc=$?
-		wait "$sp"
-		# the line after "#bytes ...": bytes iterations peak average msgrate (MB/sec = 2^20 B/s)
-		v=$(awk 'f { print $4; exit } /^ *#bytes/ { f = 1 }' "$D/cli")
-		if [ "$rc" = 0 ] && [ -n "$v" ]; then
-			PERF[$tool.$s]=$v
-			echo "# $tool $s: $v MiB/s"
-		else
-			echo "bench-rdma: $tool -s $s failed (exit $rc): $(tail -n 3 "$D/cli" | tr '\n' ' ')" >&2
-		fi
-	done
-done
+echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1)"
+echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), one at a time"
+echo "# each measurement ~${DUR} s; perftest and xferd alternate per size, so that host load drifts hit both alike"
 
-echo "# rdma_rxe loss/retry counters after perftest (cumulative):$(counters)"
 echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true}' >"$D/c.json"
 for n in 0 1; do
 	dev=RXE_DEV$n ip=RXE_IP$n
@@ -117,17 +135,16 @@ for n in 0 1; do
 		sleep 0.1
 	done
 done
-echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), one at a time, ~${DUR} s per size"
-# shellcheck disable=SC2086
-if ! timeout 900 "$BUILD/tests/rdma_bench" "$D/n1.sock" "$D/n0.sock" "$DUR" $SIZES >"$D/xf" 2>"$D/xf.err"; then
-	echo "bench-rdma: rdma_bench failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
-	for n in 0 1; do sed "s/^/# node $n log: /" "$D/n$n.log"; done
-fi
-echo "# rdma_rxe loss/retry counters after xferd (cumulative):$(counters)"
-while read -r _ kind size _ _ _ _ _ mibs _ tr; do
-	XF[$kind.$size]=$mibs
-	[ "$tr" = rdma ] || echo "bench-rdma: xferd $kind $size went over '$tr', not rdma" >&2
-done <"$D/xf"
+for kind in read write; do
+	for s in $SIZES; do
+		perf "ib_${kind}_bw" "$s"
+		xf "$kind" "$s"
+	done
+done
+echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
+for n in 0 1; do
+	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
+done
 
 printf '\n%-10s %10s %14s %14s %8s\n' "" size "perftest MiB/s" "xferd MiB/s" ratio
 for kind in read write; do

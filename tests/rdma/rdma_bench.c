@@ -6,10 +6,10 @@
  * write) on ACTIVE_SOCKET's daemon, wait until both are COMPLETE, release both: the full cost of
  * a transfer through the public API, one at a time.
  *
- *   rdma_bench PASSIVE_SOCKET ACTIVE_SOCKET SECONDS SIZE...
+ *   rdma_bench PASSIVE_SOCKET ACTIVE_SOCKET SECONDS read|write|both SIZE...
  *
- * For each kind (read, then write) and SIZE (bytes), runs transfers for about SECONDS (at least
- * 3) and prints one line:
+ * For each kind (read, then write, or the one named) and SIZE (bytes), runs transfers for about
+ * SECONDS (at least 3) and prints one line:
  *   xferd read SIZE iters N seconds S MiB/s X transport T
  * MiB/s = bytes moved / wall time / 2^20 (perftest's MB/sec counts the same way). The
  * destination is compared with the source after each size. Exit 0 when everything completed.
@@ -102,12 +102,14 @@ int main(int argc, char **argv)
 	double secs;
 	int err = 0;
 
-	if (argc < 5) {
-		fprintf(stderr, "usage: rdma_bench PASSIVE_SOCKET ACTIVE_SOCKET SECONDS SIZE...\n");
+	if (argc < 6 || (strcmp(argv[4], "read") && strcmp(argv[4], "write") &&
+			  strcmp(argv[4], "both"))) {
+		fprintf(stderr, "usage: rdma_bench PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
+				"read|write|both SIZE...\n");
 		return 2;
 	}
 	secs = atof(argv[3]);
-	for (int i = 4; i < argc; i++) {
+	for (int i = 5; i < argc; i++) {
 		size_t s = strtoull(argv[i], NULL, 0);
 		if (s == 0) {
 			fprintf(stderr, "rdma_bench: bad size '%s'\n", argv[i]);
@@ -119,11 +121,13 @@ int main(int argc, char **argv)
 	    side_open(argv[2], "rdma_bench-active", max, &a))
 		return 1;
 	for (int read = 1; read >= 0 && !err; read--) {
+		if (strcmp(argv[4], "both") && strcmp(argv[4], read ? "read" : "write"))
+			continue;
 		struct side *src = read ? &p : &a, *dst = read ? &a : &p;
 
 		for (size_t i = 0; i < max; i++)
 			((uint8_t *)src->buf.addr)[i] = (uint8_t)(i * 131 + (size_t)read * 7 + 1);
-		for (int k = 4; k < argc && !err; k++) {
+		for (int k = 5; k < argc && !err; k++) {
 			size_t len = strtoull(argv[k], NULL, 0);
 			char tr[16] = "";
 			int iters = 0;
