@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "xferd.h"
 
@@ -22,7 +23,11 @@
 
 struct xd_copy_job {
 	STAILQ_ENTRY(xd_copy_job) link;
-	struct xd_op *op;
+	struct xd_op *op;		/**< a copy: the op to tell */
+	uint8_t *populate;		/**< a populate job: the range to fault in (pieces unused) */
+	uint64_t populate_len;
+	xd_populate_cb populated;	/**< a populate job: whom to tell */
+	void *arg;
 	struct xd_copy_piece *pieces;
 	uint32_t npieces;
 	uint64_t total;
@@ -47,8 +52,36 @@ struct xd_copier {
 	unsigned outstanding;	     /* submitted, not yet reported to the loop */
 };
 
+/*
+ * Faults in every page of a new region, so that no transfer ever takes a page fault, without
+ * stalling the event loop for the second a gigabyte of fresh memory can take.
+ */
+static void run_populate(struct xd_copy_job *job)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	for (uint64_t off = 0; off < job->populate_len; off += XD_COPY_CHUNK) {
+		uint64_t n = job->populate_len - off < XD_COPY_CHUNK ? job->populate_len - off
+								      : XD_COPY_CHUNK;
+		if (madvise(job->populate + off, n, MADV_POPULATE_WRITE) < 0) {
+			if (errno != EINVAL) {
+				job->err = errno;
+				return;
+			}
+			/* Kernels before 5.14: touch a byte of every page instead. */
+			for (uint64_t p = 0; p < n; p += (uint64_t)page)
+				(void)*(volatile uint8_t *)(job->populate + off + p);
+		}
+		atomic_fetch_add_explicit(&job->done, n, memory_order_relaxed);
+	}
+}
+
 static void run_job(struct xd_copy_job *job)
 {
+	if (job->populate) {
+		run_populate(job);
+		return;
+	}
 	for (uint32_t i = 0; i < job->npieces; i++) {
 		const struct xd_copy_piece *p = &job->pieces[i];
 		for (uint64_t off = 0; off < p->len; off += XD_COPY_CHUNK) {
@@ -110,11 +143,16 @@ static void deliver_finished(struct xd_copier *cp)
 		STAILQ_REMOVE_HEAD(&done, link);
 		cp->outstanding--;
 		struct xd_op *op = job->op;
+		xd_populate_cb populated = job->populated;
+		void *arg = job->arg;
 		int err = job->err;
 		uint64_t bytes = atomic_load(&job->done);
 		free(job->pieces);
 		free(job);
-		xd_op_copy_done(op, err, bytes);
+		if (populated)
+			populated(arg, err);
+		else
+			xd_op_copy_done(op, err, bytes);
 	}
 }
 
@@ -182,6 +220,36 @@ void xd_copier_destroy(struct xd_copier *cp)
 	free(cp);
 }
 
+/* Runs small jobs at once (still reported through the queue), large ones on a worker. */
+static void job_start(struct xd_copier *cp, struct xd_copy_job *job, uint64_t size)
+{
+	cp->outstanding++;
+	if (size <= XD_COPY_INLINE) {
+		run_job(job);
+		job_finished(cp, job);
+		return;
+	}
+	pthread_mutex_lock(&cp->lock);
+	STAILQ_INSERT_TAIL(&cp->queue, job, link);
+	pthread_cond_signal(&cp->cond);
+	pthread_mutex_unlock(&cp->lock);
+}
+
+int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_populate_cb done,
+		       void *arg)
+{
+	struct xd_copy_job *job = calloc(1, sizeof(*job));
+
+	if (!job)
+		return -ENOMEM;
+	job->populate = addr;
+	job->populate_len = len;
+	job->populated = done;
+	job->arg = arg;
+	job_start(cp, job, len);
+	return 0;
+}
+
 int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces,
 		   uint32_t n)
 {
@@ -199,17 +267,8 @@ int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece 
 	op->job = job;
 	if (op->pair)
 		op->pair->job = job;
-	cp->outstanding++;
-	if (job->total <= XD_COPY_INLINE) {
-		/* Still reported through the queue, so the op.read reply goes out first. */
-		run_job(job);
-		job_finished(cp, job);
-		return 0;
-	}
-	pthread_mutex_lock(&cp->lock);
-	STAILQ_INSERT_TAIL(&cp->queue, job, link);
-	pthread_cond_signal(&cp->cond);
-	pthread_mutex_unlock(&cp->lock);
+	/* Small copies run now but report through the queue, so the op.read reply goes first. */
+	job_start(cp, job, job->total);
 	return 0;
 }
 

@@ -73,6 +73,16 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+struct xd_conn *xd_conn_find(struct xd_daemon *d, uint64_t id)
+{
+	struct xd_conn *c;
+
+	TAILQ_FOREACH(c, &d->conns, link)
+		if (c->id == id)
+			return c->closing ? NULL : c;
+	return NULL;
+}
+
 void xd_conn_close(struct xd_conn *c, const char *why)
 {
 	if (c->closing)

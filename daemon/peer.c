@@ -27,6 +27,7 @@
 #define XD_PEER_CHUNK (1u << 20)      /* bytes of one DATA frame */
 #define XD_MAX_PCONNS 16
 #define XD_PEER_READ_BUDGET (16u << 20) /* bytes read per wakeup before yielding */
+#define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_IOV_MAX 64
 
 struct xd_listener {
@@ -418,10 +419,16 @@ static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
 	return w;
 }
 
-/* Sends until the socket is full or nothing is left. Returns 0 or -errno. */
+/*
+ * Sends until the socket is full, nothing is left, or the budget is spent. The budget matters:
+ * a fast reader can keep a socket writable for a whole gigabyte, and a loop that never yields
+ * would starve this daemon's reads and timers, keepalive among them.
+ */
 static int pconn_flush(struct xd_pconn *pc)
 {
-	for (;;) {
+	uint64_t budget = XD_PEER_WRITE_BUDGET;
+
+	while (budget > 0) {
 		ssize_t w;
 		/* A control frame may not cut into a DATA frame already begun, nor the reverse. */
 		if (pc->tx_xfer)
@@ -439,8 +446,9 @@ static int pconn_flush(struct xd_pconn *pc)
 		pc->last_tx_us = xd_now_us();
 		if (pc->peer)
 			pc->peer->bytes_sent += (uint64_t)w;
+		budget = (uint64_t)w < budget ? budget - (uint64_t)w : 0;
 	}
-	pconn_update_write(pc);
+	pconn_update_write(pc); /* still armed if anything is left: the loop comes back */
 	return 0;
 }
 

@@ -93,14 +93,14 @@ static int check_limits(struct xd_call *call, uint64_t length)
 	return 0;
 }
 
-/* Maps the page-aligned cover of the range, populated so transfers never fault. */
+/* Maps the page-aligned cover of the range; a worker populates it (register_populated()). */
 static int map_region(struct xd_call *call, struct xd_region *r, int fd, uint64_t offset)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t start = offset & ~(page - 1);
 
 	r->map_len = (size_t)(offset - start + r->length);
-	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		      (off_t)start);
 	if (r->map == MAP_FAILED) {
 		r->map = NULL;
@@ -134,11 +134,62 @@ static json_t *region_result(struct xd_region *r)
 			 (json_int_t)r->length);
 }
 
+/* A registration whose pages a worker is faulting in; the client's reply waits for it. */
+struct pending_reg {
+	struct xd_region *r;
+	uint64_t client; /**< the connection's id: it may close meanwhile */
+	int64_t request;
+	uint64_t t0;
+};
+
+static void reg_undo(struct xd_conn *c, struct xd_region *r)
+{
+	if (c) {
+		c->nregions--;
+		c->nbytes -= r->length;
+	}
+	munmap(r->map, r->map_len);
+	free(r);
+}
+
+static void register_populated(void *arg, int err)
+{
+	struct pending_reg *pr = arg;
+	struct xd_region *r = pr->r;
+	struct xd_daemon *d = r->d;
+	struct xd_conn *c = xd_conn_find(d, pr->client);
+	char msg[256];
+
+	if (!c) { /* the client went away meanwhile: nobody to tell */
+		reg_undo(NULL, r);
+	} else if (err) {
+		snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s", strerror(err));
+		xd_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT, msg);
+		reg_undo(c, r);
+	} else if ((err = xd_rdma_register_region(d, r, msg, sizeof(msg))) < 0) {
+		xd_reply_error(c, pr->request, XP_E_FAILED, -err, msg);
+		reg_undo(c, r);
+	} else {
+		r->id = ++d->next_region;
+		r->owner = c;
+		r->refs = 1;
+		r->register_us = xd_now_us() - pr->t0;
+		TAILQ_INSERT_TAIL(&d->regions, r, link);
+		xd_reply_result(c, pr->request, region_result(r));
+	}
+	free(pr);
+}
+
+/*
+ * Validates and maps now; the pages are faulted in by a worker (a gigabyte of fresh memory
+ * takes long enough to stall every other client and peer), and the reply comes after that.
+ */
 int xd_handle_region_register(struct xd_call *call)
 {
 	struct xd_conn *c = call->conn;
 	struct register_args a;
-	uint64_t t0 = xd_now_us();
+	struct pending_reg *pr = NULL;
+	struct xd_region *r = NULL;
 	int fd = xp_fdset_take(call->fds, 0);
 	int rc = parse_register_args(call, &a);
 	int64_t size = rc ? rc : check_memfd(call, fd);
@@ -146,39 +197,38 @@ int xd_handle_region_register(struct xd_call *call)
 	if (size < 0 || (rc = check_range(call, &a, (uint64_t)size)) ||
 	    (rc = check_limits(call, a.length)))
 		goto out;
-	struct xd_region *r = calloc(1, sizeof(*r));
-	if (!r) {
+	r = calloc(1, sizeof(*r));
+	pr = calloc(1, sizeof(*pr));
+	if (!r || !pr) {
 		rc = xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 		goto out;
 	}
 	r->length = a.length;
-	if ((rc = map_region(call, r, fd, a.offset))) {
-		free(r);
+	if ((rc = map_region(call, r, fd, a.offset)))
 		goto out;
-	}
-	rc = xd_rdma_register_region(c->d, r, call->message, sizeof(call->message));
-	if (rc) {
-		call->code = XP_E_FAILED;
-		call->err = -rc;
-		munmap(r->map, r->map_len);
-		free(r);
-		goto out;
-	}
 	r->d = c->d;
-	r->id = ++c->d->next_region;
-	r->owner = c;
-	r->refs = 1;
 	r->pid = c->pid;
 	r->uid = c->uid;
 	snprintf(r->name, sizeof(r->name), "%s", a.name);
-	r->register_us = xd_now_us() - t0;
-	TAILQ_INSERT_TAIL(&c->d->regions, r, link);
+	*pr = (struct pending_reg){ r, c->id, call->id, xd_now_us() };
+	/* Counted now, so that registrations in flight cannot get past the limits. */
 	c->nregions++;
 	c->nbytes += r->length;
-	call->result = region_result(r);
-	rc = 0;
+	rc = xd_populate_submit(c->d->copier, r->map, r->map_len, register_populated, pr);
+	if (rc) {
+		c->nregions--;
+		c->nbytes -= r->length;
+		munmap(r->map, r->map_len);
+		rc = xd_fail(call, XP_E_INTERNAL, -rc, "could not start faulting in the pages");
+		goto out;
+	}
+	call->deferred = true;
+	r = NULL;
+	pr = NULL;
 out:
 	close(fd); /* kept or not, the mapping is what the daemon holds on to */
+	free(r);
+	free(pr);
 	return size < 0 ? (int)size : rc;
 }
 

@@ -185,6 +185,8 @@ int xd_ctl_start(struct xd_daemon *d);
 void xd_ctl_stop_listening(struct xd_daemon *d);
 /* Queues @msg (borrowed) to @c. Returns 0 or -errno; on overflow the connection is closed. */
 int xd_conn_send(struct xd_conn *c, const json_t *msg);
+/* The open connection with id @id, or NULL (closed, or never). */
+struct xd_conn *xd_conn_find(struct xd_daemon *d, uint64_t id);
 /* Ends @c: its operations end, its regions are released, it is freed at a safe point. */
 void xd_conn_close(struct xd_conn *c, const char *why);
 /* Frees every connection (shutdown). */
@@ -355,6 +357,11 @@ void xd_copier_destroy(struct xd_copier *cp);
  */
 int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces,
 		   uint32_t n);
+/* Called on the loop thread when a populate job is done (err: 0 or a positive errno). */
+typedef void (*xd_populate_cb)(void *arg, int err);
+/* Faults in [@addr, +@len) on a worker, then calls @done. Returns 0 or -errno. */
+int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_populate_cb done,
+		       void *arg);
 /* Asks the job to stop at its next chunk boundary; its completion still arrives. */
 void xd_copy_cancel(struct xd_copy_job *job);
 /* Bytes the job has copied so far (may be read from the loop thread at any time). */
