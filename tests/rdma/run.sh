@@ -29,7 +29,8 @@
 # tc for the failure cases, or they end before they are caught under way); XFER_RDMA_FAIL_SIZE (bytes moved in
 # the failure cases, default 64 MiB); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
-# tmpfs, e.g. under the repository).
+# tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
+# sizes, regions, multi, concurrency, refusals, failures (setup and shutdown always run).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -229,6 +230,8 @@ new_peer_failures() {
 	{ grep peer_fail "$D/n0.log" | tail -n +$((c0 + 1)) | sed 's/^/node 0: /'
 	  grep peer_fail "$D/n1.log" | tail -n +$((c1 + 1)) | sed 's/^/node 1: /'; } | tr '\n' '|'
 }
+# want GROUP: GROUP runs (all do unless XFER_RDMA_ONLY, a regex, names some).
+want() { [ -z "${XFER_RDMA_ONLY:-}" ] || [[ $1 =~ $XFER_RDMA_ONLY ]]; }
 # logtail N: the last lines of node N's log, on one line, for a FAIL reason.
 logtail() { tail -n "${2:-3}" "$D/n$1.log" 2>/dev/null | tr '\n' '|'; }
 
@@ -407,54 +410,56 @@ take_baseline || {
 # The four operations, byte-exact. 4 KiB and 1 MiB (+1: a tail that fits no page or segment)
 # both ways round; 32 MiB one way round for each kind.
 
-sizes_t0=$SECONDS
-for s in 4096 $MIB $((MIB + 1)) $((32 * MIB)); do
-	src=$(mkdata "size.$s" "$s")
-	pairs="0:1 1:0"
-	[ "$s" -gt $((2 * MIB)) ] && pairs="0:1"
-	for p in $pairs; do
-		o=${p%:*} a=${p#*:}
-		t0=$(now_s)
-		if xfer read "$o" "$a" "$src" "$DATA/out"; then
-			ok "readable on node $o, read on node $a: $s bytes identical in $(elapsed "$t0") s ($SEEN)"
-		else
-			fail "readable on node $o, read on node $a: $s bytes" "$WHY"
-		fi
-		t0=$(now_s)
-		if xfer write "$a" "$o" "$src" "$DATA/out"; then
-			ok "writable on node $a, write from node $o: $s bytes identical in $(elapsed "$t0") s ($SEEN)"
-		else
-			fail "writable on node $a, write from node $o: $s bytes" "$WHY"
-		fi
-		rm -f "$DATA/out"
+if want sizes; then
+	sizes_t0=$SECONDS
+	for s in 4096 $MIB $((MIB + 1)) $((32 * MIB)); do
+		src=$(mkdata "size.$s" "$s")
+		pairs="0:1 1:0"
+		[ "$s" -gt $((2 * MIB)) ] && pairs="0:1"
+		for p in $pairs; do
+			o=${p%:*} a=${p#*:}
+			t0=$(now_s)
+			if xfer read "$o" "$a" "$src" "$DATA/out"; then
+				ok "readable on node $o, read on node $a: $s bytes identical in $(elapsed "$t0") s ($SEEN)"
+			else
+				fail "readable on node $o, read on node $a: $s bytes" "$WHY"
+			fi
+			t0=$(now_s)
+			if xfer write "$a" "$o" "$src" "$DATA/out"; then
+				ok "writable on node $a, write from node $o: $s bytes identical in $(elapsed "$t0") s ($SEEN)"
+			else
+				fail "writable on node $a, write from node $o: $s bytes" "$WHY"
+			fi
+			rm -f "$DATA/out"
+		done
+		[ "$s" -gt $((2 * MIB)) ] && rm -f "$src"
 	done
-	[ "$s" -gt $((2 * MIB)) ] && rm -f "$src"
-done
-note "sizes took $((SECONDS - sizes_t0)) s"
+	note "sizes took $((SECONDS - sizes_t0)) s"
 
-# The data really went by RDMA: the devices counted READ and WRITE bytes, the connection sets
-# say rdma. (Reads pull with RDMA READ, writes push with RDMA WRITE, both ways round above.)
-for n in 0 1; do
-	if [ "$TRANSPORT" = rdma ]; then
-		j=$(ctl "$n" --json devices 2>&1)
-		rb=$(jfield "$j" rdma_read_bytes) wb=$(jfield "$j" rdma_write_bytes) ce=$(jfield "$j" completion_errors)
-		if [ "${rb:-0}" -ge $MIB ] && [ "${wb:-0}" -ge $MIB ] && [ "${ce:-1}" = 0 ]; then
-			ok "node $n ${DEV[$n]} counters: $rb bytes by RDMA READ, $wb by RDMA WRITE, 0 completion errors"
-		else
-			fail "node $n ${DEV[$n]} counters" "rdma_read_bytes '$rb' rdma_write_bytes '$wb' completion_errors '$ce': $j"
+	# The data really went by RDMA: the devices counted READ and WRITE bytes, the connection sets
+	# say rdma. (Reads pull with RDMA READ, writes push with RDMA WRITE, both ways round above.)
+	for n in 0 1; do
+		if [ "$TRANSPORT" = rdma ]; then
+			j=$(ctl "$n" --json devices 2>&1)
+			rb=$(jfield "$j" rdma_read_bytes) wb=$(jfield "$j" rdma_write_bytes) ce=$(jfield "$j" completion_errors)
+			if [ "${rb:-0}" -ge $MIB ] && [ "${wb:-0}" -ge $MIB ] && [ "${ce:-1}" = 0 ]; then
+				ok "node $n ${DEV[$n]} counters: $rb bytes by RDMA READ, $wb by RDMA WRITE, 0 completion errors"
+			else
+				fail "node $n ${DEV[$n]} counters" "rdma_read_bytes '$rb' rdma_write_bytes '$wb' completion_errors '$ce': $j"
+			fi
 		fi
-	fi
-	j=$(ctl "$n" --json peers 2>&1)
-	if [[ $j == *\"transport\":\"$TRANSPORT\"* && $j == *\"state\":\"connected\"* ]]; then
-		ok "node $n's peer listing: connected, transport $TRANSPORT"
-	else
-		fail "node $n's peer listing: connected, transport $TRANSPORT" "$j"
-	fi
-done
-check_baseline "sizes"
+		j=$(ctl "$n" --json peers 2>&1)
+		if [[ $j == *\"transport\":\"$TRANSPORT\"* && $j == *\"state\":\"connected\"* ]]; then
+			ok "node $n's peer listing: connected, transport $TRANSPORT"
+		else
+			fail "node $n's peer listing: connected, transport $TRANSPORT" "$j"
+		fi
+	done
+	check_baseline "sizes"
+fi
 
 # Registrations: while an operation holds a region, `xferctl regions` shows its keys per device.
-if [ "$TRANSPORT" = rdma ]; then
+if [ "$TRANSPORT" = rdma ] && want regions; then
 	src=$(mkdata size.4096 4096)
 	bg "$DATA/r.out" "$DATA/r.err" 0 readable "$src"
 	rp=$BG
@@ -475,23 +480,25 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Multi-descriptor operations (xferctl makes one descriptor per operation).
 
-if [ -x "$BUILD/tests/rdma_sg" ]; then
-	for p in "0 1" "1 0"; do
-		set -- $p
-		out=$(timeout -k 2 300 "$BUILD/tests/rdma_sg" "$(sock "$1")" "$(sock "$2")" "$TRANSPORT" 2>&1)
-		rc=$?
-		while IFS= read -r l; do
-			case $l in
-			"ok - "*) ok "passive node $1, active node $2: ${l#ok - }" ;;
-			"FAIL - "*) fail "passive node $1, active node $2: ${l#FAIL - }" "see above" ;;
-			*) echo "# $l" ;;
-			esac
-		done <<<"$out"
-		[[ $out == *"ok - "* || $out == *"FAIL - "* ]] || fail "rdma_sg passive $1 active $2" "exit $rc, no result: $out"
-	done
-	check_baseline "multi-descriptor"
-else
-	fail "multi-descriptor operations" "$BUILD/tests/rdma_sg is not built (make test-rdma builds it)"
+if want multi; then
+	if [ -x "$BUILD/tests/rdma_sg" ]; then
+		for p in "0 1" "1 0"; do
+			set -- $p
+			out=$(timeout -k 2 300 "$BUILD/tests/rdma_sg" "$(sock "$1")" "$(sock "$2")" "$TRANSPORT" 2>&1)
+			rc=$?
+			while IFS= read -r l; do
+				case $l in
+				"ok - "*) ok "passive node $1, active node $2: ${l#ok - }" ;;
+				"FAIL - "*) fail "passive node $1, active node $2: ${l#FAIL - }" "see above" ;;
+				*) echo "# $l" ;;
+				esac
+			done <<<"$out"
+			[[ $out == *"ok - "* || $out == *"FAIL - "* ]] || fail "rdma_sg passive $1 active $2" "exit $rc, no result: $out"
+		done
+		check_baseline "multi-descriptor"
+	else
+		fail "multi-descriptor operations" "$BUILD/tests/rdma_sg is not built (make test-rdma builds it)"
+	fi
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -499,75 +506,88 @@ fi
 # all 24 at once. Passive clients are stopped after their metadata so that the owners'
 # listings show every passive op's final state and transport.
 
-conc_t0=$(now_s)
-k=0 good=1
-for o in 0 1; do
-	for i in $(seq 0 11); do
-		s=$((256 * 1024 + k * 4097))
-		head -c "$s" /dev/urandom >"$DATA/c$k.src"
-		if [ "$i" -lt 8 ]; then
-			bg "$DATA/c$k.p.out" "$DATA/c$k.p.err" "$o" readable "$DATA/c$k.src"
-		else
-			bg "$DATA/c$k.p.out" "$DATA/c$k.p.err" "$o" writable "$s" "$DATA/c$k.dst"
-		fi
-		CP[$k]=$BG CO[$k]=$o CK[$k]=$([ "$i" -lt 8 ] && echo read || echo write)
-		k=$((k + 1))
-	done
-done
-for ((k = 0; k < 24; k++)); do
-	if wait_line "$DATA/c$k.p.out" 60 >/dev/null; then
-		kill -STOP "${CP[$k]}"
-	else
-		good=0
-	fi
-done
-if [ "$good" = 1 ]; then
+if want concurrency; then
 	conc_t0=$(now_s)
-	for ((k = 0; k < 24; k++)); do
-		a=$((1 - CO[k]))
-		meta=$(firstline "$DATA/c$k.p.out")
-		if [ "${CK[$k]}" = read ]; then
-			bg "$DATA/c$k.a.out" "$DATA/c$k.a.err" "$a" read "$meta" "$DATA/c$k.dst"
-		else
-			bg "$DATA/c$k.a.out" "$DATA/c$k.a.err" "$a" write "$meta" "$DATA/c$k.src"
-		fi
-		CA[$k]=$BG
-	done
-	bad=
-	for ((k = 0; k < 24; k++)); do
-		rc=0
-		wait_bg "${CA[$k]}" $T || rc=$?
-		[ "$rc" -eq 0 ] || bad+="${CK[$k]} $k on node $((1 - CO[k])) exited $rc: $(firstline "$DATA/c$k.a.err"); "
-	done
-	secs=$(elapsed "$conc_t0")
-	# every passive op: COMPLETE with the transport
+	k=0 good=1
 	for o in 0 1; do
-		l=$(ctl "$o" --json ops 2>&1)
-		n_ok=0
-		while [[ $l =~ \{\"op\":[^{}]*\} ]]; do
-			l=${l#*"${BASH_REMATCH[0]}"}
-			[[ ${BASH_REMATCH[0]} == *\"state\":\"COMPLETE\"* && ${BASH_REMATCH[0]} == *\"transport\":\"$TRANSPORT\"* ]] && n_ok=$((n_ok + 1))
+		for i in $(seq 0 11); do
+			s=$((256 * 1024 + k * 4097))
+			head -c "$s" /dev/urandom >"$DATA/c$k.src"
+			if [ "$i" -lt 8 ]; then
+				bg "$DATA/c$k.p.out" "$DATA/c$k.p.err" "$o" readable "$DATA/c$k.src"
+			else
+				bg "$DATA/c$k.p.out" "$DATA/c$k.p.err" "$o" writable "$s" "$DATA/c$k.dst"
+			fi
+			CP[$k]=$BG CO[$k]=$o CK[$k]=$([ "$i" -lt 8 ] && echo read || echo write)
+			k=$((k + 1))
 		done
-		[ "$n_ok" -eq 12 ] || bad+="node $o lists $n_ok of 12 passive ops COMPLETE with transport $TRANSPORT; "
 	done
 	for ((k = 0; k < 24; k++)); do
-		kill -CONT "${CP[$k]}"
-		rc=0
-		wait_bg "${CP[$k]}" 60 || rc=$?
-		[ "$rc" -eq 0 ] || bad+="passive $k on node ${CO[$k]} exited $rc: $(firstline "$DATA/c$k.p.err"); "
-		cmp -s "$DATA/c$k.src" "$DATA/c$k.dst" || bad+="pair $k (${CK[$k]}): bytes differ; "
+		if wait_line "$DATA/c$k.p.out" 60 >/dev/null; then
+			kill -STOP "${CP[$k]}"
+		else
+			good=0
+		fi
 	done
-	if [ -z "$bad" ]; then
-		ok "24 transfers at once (8 reads + 4 writes each direction, 256 KiB+): identical, every passive op COMPLETE over $TRANSPORT (${secs} s)"
+	if [ "$good" = 1 ]; then
+		conc_t0=$(now_s)
+		for ((k = 0; k < 24; k++)); do
+			a=$((1 - CO[k]))
+			meta=$(firstline "$DATA/c$k.p.out")
+			if [ "${CK[$k]}" = read ]; then
+				bg "$DATA/c$k.a.out" "$DATA/c$k.a.err" "$a" read "$meta" "$DATA/c$k.dst"
+			else
+				bg "$DATA/c$k.a.out" "$DATA/c$k.a.err" "$a" write "$meta" "$DATA/c$k.src"
+			fi
+			CA[$k]=$BG
+		done
+		bad=
+		for ((k = 0; k < 24; k++)); do
+			rc=0
+			wait_bg "${CA[$k]}" $T || rc=$?
+			[ "$rc" -eq 0 ] || bad+="${CK[$k]} $k on node $((1 - CO[k])) exited $rc: $(firstline "$DATA/c$k.a.err"); "
+		done
+		secs=$(elapsed "$conc_t0")
+		# every passive op: COMPLETE with the transport
+		for o in 0 1; do
+			l=$(ctl "$o" --json ops 2>&1)
+			n_ok=0
+			while [[ $l =~ \{\"op\":[^{}]*\} ]]; do
+				l=${l#*"${BASH_REMATCH[0]}"}
+				[[ ${BASH_REMATCH[0]} == *\"state\":\"COMPLETE\"* && ${BASH_REMATCH[0]} == *\"transport\":\"$TRANSPORT\"* ]] && n_ok=$((n_ok + 1))
+			done
+			[ "$n_ok" -eq 12 ] || bad+="node $o lists $n_ok of 12 passive ops COMPLETE with transport $TRANSPORT; "
+		done
+		for ((k = 0; k < 24; k++)); do
+			kill -CONT "${CP[$k]}"
+			rc=0
+			wait_bg "${CP[$k]}" 60 || rc=$?
+			[ "$rc" -eq 0 ] || bad+="passive $k on node ${CO[$k]} exited $rc: $(firstline "$DATA/c$k.p.err"); "
+			cmp -s "$DATA/c$k.src" "$DATA/c$k.dst" || bad+="pair $k (${CK[$k]}): bytes differ; "
+		done
+		if [ -z "$bad" ]; then
+			ok "24 transfers at once (8 reads + 4 writes each direction, 256 KiB+): identical, every passive op COMPLETE over $TRANSPORT (${secs} s)"
+		else
+			fail "24 transfers at once" "${bad%; }"
+		fi
 	else
-		fail "24 transfers at once" "${bad%; }"
+		for ((k = 0; k < 24; k++)); do kill9 "${CP[$k]}"; done
+		fail "24 transfers at once" "not every passive client printed metadata: $(cat "$DATA"/c*.p.err | head -n 1)"
 	fi
-else
-	for ((k = 0; k < 24; k++)); do kill9 "${CP[$k]}"; done
-	fail "24 transfers at once" "not every passive client printed metadata: $(cat "$DATA"/c*.p.err | head -n 1)"
+	rm -f "$DATA"/c*
+	check_baseline "concurrency"
 fi
-rm -f "$DATA"/c*
-check_baseline "concurrency"
+
+FAILSRC=$(mkdata failsrc "$FAIL_SIZE")
+# Over TCP the veth moves hundreds of MB/s even under TCG: slow both directions down so that a
+# FAIL_SIZE transfer lasts seconds and can be caught under way. (RDMA is slow enough as it is,
+# and RoCE over a shaped link would only see drops and retransmissions.)
+if [ "$TRANSPORT" = tcp ]; then
+	for v in veth0 veth1; do
+		tc qdisc replace dev $v root tbf rate 100mbit burst 256kb latency 200ms 2>/dev/null ||
+			note "tc tbf on $v failed: TCP transfers may end before they are caught under way"
+	done
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Refusals across nodes, decided before any byte moves; the passive op stays claimable.
@@ -583,119 +603,110 @@ refused() {
 	fi
 }
 
-FAILSRC=$(mkdata failsrc "$FAIL_SIZE")
-# Over TCP the veth moves hundreds of MB/s even under TCG: slow both directions down so that a
-# FAIL_SIZE transfer lasts seconds and can be caught under way. (RDMA is slow enough as it is,
-# and RoCE over a shaped link would only see drops and retransmissions.)
-if [ "$TRANSPORT" = tcp ]; then
-	for v in veth0 veth1; do
-		tc qdisc replace dev $v root tbf rate 100mbit burst 256kb latency 200ms 2>/dev/null ||
-			note "tc tbf on $v failed: TCP transfers may end before they are caught under way"
-	done
-fi
+if want refusals; then
+	src=$(mkdata ref 65536)
+	other=$(mkdata ref2 65537)
+	bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$src"
+	rp=$BG
+	bg "$DATA/rw.out" "$DATA/rw.err" 0 writable 65536 "$DATA/ref.writable"
+	wp=$BG
+	if rmeta=$(wait_line "$DATA/rr.out" 60) && wmeta=$(wait_line "$DATA/rw.out" 60); then
+		refused "read with writable metadata (node 1)" 1 read "$wmeta" "$DATA/ref.o1" EINVAL
+		refused "write with readable metadata (node 1)" 1 write "$rmeta" "$src" EINVAL
+		refused "write of 65537 bytes into a 65536-byte writable (node 1)" 1 write "$wmeta" "$other" EMSGSIZE
+		l=$(ctl 0 --json ops 2>&1)
+		if [ "$(jfield "$(op_of "$l" readable)" state)" = INITIALIZED ] &&
+			[ "$(jfield "$(op_of "$l" writable)" state)" = INITIALIZED ]; then
+			ok "the refused claims left both passive ops INITIALIZED"
+		else
+			fail "the refused claims left both passive ops INITIALIZED" "$l"
+		fi
+		rc=0
+		ctl 1 write "$wmeta" "$src" >/dev/null 2>"$DATA/ref.err" || rc=$?
+		prc=0
+		wait_bg "$wp" 60 || prc=$?
+		if [ "$rc" -eq 0 ] && [ "$prc" -eq 0 ] && cmp -s "$src" "$DATA/ref.writable"; then
+			ok "write from node 1 after the refusals: bytes identical"
+		else
+			fail "write from node 1 after the refusals" "write $rc ($(firstline "$DATA/ref.err")), writable $prc ($(firstline "$DATA/rw.err"))"
+		fi
+		rc=0
+		ctl 1 read "$rmeta" "$DATA/ref.o1" >/dev/null 2>"$DATA/ref.err" || rc=$?
+		prc=0
+		wait_bg "$rp" 60 || prc=$?
+		if [ "$rc" -eq 0 ] && [ "$prc" -eq 0 ] && cmp -s "$src" "$DATA/ref.o1"; then
+			ok "read from node 1 after the refusals: bytes identical"
+		else
+			fail "read from node 1 after the refusals" "read $rc ($(firstline "$DATA/ref.err")), readable $prc ($(firstline "$DATA/rr.err"))"
+		fi
+	else
+		kill9 "$rp"
+		kill9 "$wp"
+		fail "refusals" "readable/writable printed no metadata: $(firstline "$DATA/rr.err") $(firstline "$DATA/rw.err")"
+	fi
 
-src=$(mkdata ref 65536)
-other=$(mkdata ref2 65537)
-bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$src"
-rp=$BG
-bg "$DATA/rw.out" "$DATA/rw.err" 0 writable 65536 "$DATA/ref.writable"
-wp=$BG
-if rmeta=$(wait_line "$DATA/rr.out" 60) && wmeta=$(wait_line "$DATA/rw.out" 60); then
-	refused "read with writable metadata (node 1)" 1 read "$wmeta" "$DATA/ref.o1" EINVAL
-	refused "write with readable metadata (node 1)" 1 write "$rmeta" "$src" EINVAL
-	refused "write of 65537 bytes into a 65536-byte writable (node 1)" 1 write "$wmeta" "$other" EMSGSIZE
-	l=$(ctl 0 --json ops 2>&1)
-	if [ "$(jfield "$(op_of "$l" readable)" state)" = INITIALIZED ] &&
-		[ "$(jfield "$(op_of "$l" writable)" state)" = INITIALIZED ]; then
-		ok "the refused claims left both passive ops INITIALIZED"
+	# A second claim while the first one's bytes are moving: EALREADY; the first completes.
+	big=$FAILSRC
+	bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$big"
+	rp=$BG
+	if rmeta=$(wait_line "$DATA/rr.out" 60); then
+		kill -STOP "$rp"
+		bg "$DATA/ra.out" "$DATA/ra.err" 1 read "$rmeta" "$DATA/ref.o1"
+		ap=$BG
+		st=
+		while alive "$ap"; do
+			st=$(jfield "$(op_of "$(ctl 0 --json ops 2>/dev/null)" readable)" state)
+			[ "$st" = INITIALIZED ] || [ -z "$st" ] || break
+		done
+		if [ "$st" = IN_PROGRESS ]; then
+			refused "second read of a readable whose first read is under way (node 0, local)" 0 read "$rmeta" "$DATA/ref.o2" EALREADY
+			refused "second read of a readable whose first read is under way (node 1)" 1 read "$rmeta" "$DATA/ref.o2" EALREADY
+		else
+			fail "second read while the first is under way" "the first read was not seen IN_PROGRESS (last state '$st')"
+		fi
+		rc=0
+		wait_bg "$ap" $T || rc=$?
+		if [ "$rc" -eq 0 ] && cmp -s "$big" "$DATA/ref.o1"; then
+			ok "the first read completed, bytes identical"
+		else
+			fail "the first read completes" "exit $rc: $(firstline "$DATA/ra.err")"
+		fi
+		refused "read of a readable that already completed (node 1)" 1 read "$rmeta" "$DATA/ref.o2" "EALREADY|ECANCELED"
+		kill -CONT "$rp"
+		wait_bg "$rp" 60 || fail "readable of the EALREADY case" "exit $?: $(firstline "$DATA/rr.err")"
 	else
-		fail "the refused claims left both passive ops INITIALIZED" "$l"
+		kill9 "$rp"
+		fail "EALREADY" "readable printed no metadata: $(firstline "$DATA/rr.err")"
 	fi
-	rc=0
-	ctl 1 write "$wmeta" "$src" >/dev/null 2>"$DATA/ref.err" || rc=$?
-	prc=0
-	wait_bg "$wp" 60 || prc=$?
-	if [ "$rc" -eq 0 ] && [ "$prc" -eq 0 ] && cmp -s "$src" "$DATA/ref.writable"; then
-		ok "write from node 1 after the refusals: bytes identical"
-	else
-		fail "write from node 1 after the refusals" "write $rc ($(firstline "$DATA/ref.err")), writable $prc ($(firstline "$DATA/rw.err"))"
-	fi
-	rc=0
-	ctl 1 read "$rmeta" "$DATA/ref.o1" >/dev/null 2>"$DATA/ref.err" || rc=$?
-	prc=0
-	wait_bg "$rp" 60 || prc=$?
-	if [ "$rc" -eq 0 ] && [ "$prc" -eq 0 ] && cmp -s "$src" "$DATA/ref.o1"; then
-		ok "read from node 1 after the refusals: bytes identical"
-	else
-		fail "read from node 1 after the refusals" "read $rc ($(firstline "$DATA/ref.err")), readable $prc ($(firstline "$DATA/rr.err"))"
-	fi
-else
-	kill9 "$rp"
-	kill9 "$wp"
-	fail "refusals" "readable/writable printed no metadata: $(firstline "$DATA/rr.err") $(firstline "$DATA/rw.err")"
-fi
 
-# A second claim while the first one's bytes are moving: EALREADY; the first completes.
-big=$FAILSRC
-bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$big"
-rp=$BG
-if rmeta=$(wait_line "$DATA/rr.out" 60); then
-	kill -STOP "$rp"
-	bg "$DATA/ra.out" "$DATA/ra.err" 1 read "$rmeta" "$DATA/ref.o1"
-	ap=$BG
-	st=
-	while alive "$ap"; do
-		st=$(jfield "$(op_of "$(ctl 0 --json ops 2>/dev/null)" readable)" state)
-		[ "$st" = INITIALIZED ] || [ -z "$st" ] || break
-	done
-	if [ "$st" = IN_PROGRESS ]; then
-		refused "second read of a readable whose first read is under way (node 0, local)" 0 read "$rmeta" "$DATA/ref.o2" EALREADY
-		refused "second read of a readable whose first read is under way (node 1)" 1 read "$rmeta" "$DATA/ref.o2" EALREADY
+	# The owner restarts between making metadata and the read: ESTALE.
+	bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$src"
+	rp=$BG
+	if rmeta=$(wait_line "$DATA/rr.out" 60); then
+		if stop 0; then ok "node 0's xferd exited 0 on SIGTERM"; else fail "node 0's xferd exits 0 on SIGTERM" "$(logtail 0)"; fi
+		rc=0
+		wait_bg "$rp" 20 || rc=$?
+		if [ "$rc" -eq 1 ] && grep -q ESHUTDOWN "$DATA/rr.err"; then
+			ok "readable's client told of the shutdown: $(firstline "$DATA/rr.err")"
+		else
+			fail "readable's client told of the shutdown" "exit $rc: $(firstline "$DATA/rr.err")"
+		fi
+		if start 0; then
+			refused "read of metadata from before node 0 restarted (node 1)" 1 read "$rmeta" "$DATA/ref.o1" ESTALE
+		else
+			fail "node 0 starts again" "$(logtail 0)"
+		fi
 	else
-		fail "second read while the first is under way" "the first read was not seen IN_PROGRESS (last state '$st')"
+		kill9 "$rp"
+		fail "ESTALE" "readable printed no metadata: $(firstline "$DATA/rr.err")"
 	fi
-	rc=0
-	wait_bg "$ap" $T || rc=$?
-	if [ "$rc" -eq 0 ] && cmp -s "$big" "$DATA/ref.o1"; then
-		ok "the first read completed, bytes identical"
+	rm -f "$DATA"/ref* "$DATA"/r?.*
+	if warm; then
+		take_baseline # node 0 is a new process: new baseline for both
+		ok "after the refusals and the restart, both directions transfer again"
 	else
-		fail "the first read completes" "exit $rc: $(firstline "$DATA/ra.err")"
+		fail "transfers after node 0 restarted" "$WHY; node 0 log: $(logtail 0)"
 	fi
-	refused "read of a readable that already completed (node 1)" 1 read "$rmeta" "$DATA/ref.o2" "EALREADY|ECANCELED"
-	kill -CONT "$rp"
-	wait_bg "$rp" 60 || fail "readable of the EALREADY case" "exit $?: $(firstline "$DATA/rr.err")"
-else
-	kill9 "$rp"
-	fail "EALREADY" "readable printed no metadata: $(firstline "$DATA/rr.err")"
-fi
-
-# The owner restarts between making metadata and the read: ESTALE.
-bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$src"
-rp=$BG
-if rmeta=$(wait_line "$DATA/rr.out" 60); then
-	if stop 0; then ok "node 0's xferd exited 0 on SIGTERM"; else fail "node 0's xferd exits 0 on SIGTERM" "$(logtail 0)"; fi
-	rc=0
-	wait_bg "$rp" 20 || rc=$?
-	if [ "$rc" -eq 1 ] && grep -q ESHUTDOWN "$DATA/rr.err"; then
-		ok "readable's client told of the shutdown: $(firstline "$DATA/rr.err")"
-	else
-		fail "readable's client told of the shutdown" "exit $rc: $(firstline "$DATA/rr.err")"
-	fi
-	if start 0; then
-		refused "read of metadata from before node 0 restarted (node 1)" 1 read "$rmeta" "$DATA/ref.o1" ESTALE
-	else
-		fail "node 0 starts again" "$(logtail 0)"
-	fi
-else
-	kill9 "$rp"
-	fail "ESTALE" "readable printed no metadata: $(firstline "$DATA/rr.err")"
-fi
-rm -f "$DATA"/ref* "$DATA"/r?.*
-if warm; then
-	take_baseline # node 0 is a new process: new baseline for both
-	ok "after the refusals and the restart, both directions transfer again"
-else
-	fail "transfers after node 0 restarted" "$WHY; node 0 log: $(logtail 0)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -782,66 +793,68 @@ after() {
 	fi
 }
 
-for kind in read write; do
-	for victim in 1 0; do
-		[ "$victim" = 0 ] && role=owner || role=active
-		[ "$kind" = read ] && pk=readable || pk=writable
-		name="$role daemon (node $victim) SIGKILL mid-$kind"
+if want failures; then
+	for kind in read write; do
+		for victim in 1 0; do
+			[ "$victim" = 0 ] && role=owner || role=active
+			[ "$kind" = read ] && pk=readable || pk=writable
+			name="$role daemon (node $victim) SIGKILL mid-$kind"
+			if start_pair "$kind"; then
+				note "$name: $MID"
+				t0=$(now_s)
+				crash "$victim"
+				if [ "$victim" = 0 ]; then
+					expect_end "$name: the $kind on node 1 ends ERRORED" "$AP" "$FW.a.err" $BOUND ERRORED "ECONNRESET|ETIMEDOUT" "$t0"
+				else
+					expect_end "$name: the $pk on node 0 ends ERRORED" "$PP" "$FW.p.err" $BOUND ERRORED "ECONNRESET|ETIMEDOUT" "$t0"
+					[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$FW.dst"
+				fi
+			else
+				fail "$name" "$WHY"
+			fi
+			end_pair
+			after "$name" "$((1 - victim))"
+		done
+	done
+
+	for victim in reader owner-read writer owner-write; do
+		case $victim in
+		reader) kind=read name="reader client (xferctl read, node 1) SIGKILL mid-read" ;;
+		owner-read) kind=read name="owner client (xferctl readable, node 0) SIGKILL mid-read" ;;
+		writer) kind=write name="writer client (xferctl write, node 1) SIGKILL mid-write" ;;
+		owner-write) kind=write name="owner client (xferctl writable, node 0) SIGKILL mid-write" ;;
+		esac
 		if start_pair "$kind"; then
 			note "$name: $MID"
+			pf0=$(peer_failures)
 			t0=$(now_s)
-			crash "$victim"
-			if [ "$victim" = 0 ]; then
-				expect_end "$name: the $kind on node 1 ends ERRORED" "$AP" "$FW.a.err" $BOUND ERRORED "ECONNRESET|ETIMEDOUT" "$t0"
-			else
-				expect_end "$name: the $pk on node 0 ends ERRORED" "$PP" "$FW.p.err" $BOUND ERRORED "ECONNRESET|ETIMEDOUT" "$t0"
+			case $victim in
+			reader | writer)
+				kill9 "$AP"
+				expect_end "$name: the passive op on node 0 ends" "$PP" "$FW.p.err" $BOUND "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
 				[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$FW.dst"
+				;;
+			*)
+				kill9 "$PP"
+				expect_end "$name: the $kind on node 1 ends" "$AP" "$FW.a.err" $BOUND "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
+				;;
+			esac
+			# One client's death ends its own transfer only: the daemons' connection set (shared by
+			# every client) must survive it.
+			sleep 1
+			if [ "$(peer_failures)" = "$pf0" ]; then
+				ok "$name: the connection set between the daemons survived"
+			else
+				fail "$name: the connection set between the daemons survived" "$(new_peer_failures "$pf0")"
 			fi
 		else
 			fail "$name" "$WHY"
 		fi
 		end_pair
-		after "$name" "$((1 - victim))"
+		after "$name" "0 1"
 	done
-done
-
-for victim in reader owner-read writer owner-write; do
-	case $victim in
-	reader) kind=read name="reader client (xferctl read, node 1) SIGKILL mid-read" ;;
-	owner-read) kind=read name="owner client (xferctl readable, node 0) SIGKILL mid-read" ;;
-	writer) kind=write name="writer client (xferctl write, node 1) SIGKILL mid-write" ;;
-	owner-write) kind=write name="owner client (xferctl writable, node 0) SIGKILL mid-write" ;;
-	esac
-	if start_pair "$kind"; then
-		note "$name: $MID"
-		pf0=$(peer_failures)
-		t0=$(now_s)
-		case $victim in
-		reader | writer)
-			kill9 "$AP"
-			expect_end "$name: the passive op on node 0 ends" "$PP" "$FW.p.err" $BOUND "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-			[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$FW.dst"
-			;;
-		*)
-			kill9 "$PP"
-			expect_end "$name: the $kind on node 1 ends" "$AP" "$FW.a.err" $BOUND "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-			;;
-		esac
-		# One client's death ends its own transfer only: the daemons' connection set (shared by
-		# every client) must survive it.
-		sleep 1
-		if [ "$(peer_failures)" = "$pf0" ]; then
-			ok "$name: the connection set between the daemons survived"
-		else
-			fail "$name: the connection set between the daemons survived" "$(new_peer_failures "$pf0")"
-		fi
-	else
-		fail "$name" "$WHY"
-	fi
-	end_pair
-	after "$name" "0 1"
-done
-rm -f "$DATA"/f*
+	rm -f "$DATA"/f*
+fi
 
 # ---------------------------------------------------------------------------------------------
 for n in 0 1; do
