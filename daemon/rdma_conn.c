@@ -532,6 +532,8 @@ static bool pump_one(struct xd_rconn *rc)
 	}
 	rc->chunks++;
 	rc->last_tx_us = xd_now_us();
+	if (xd_xfer_is_source(x) && !xd_xfer_has_more(x))
+		xd_xfer_rdma_all_posted(x);
 	return true;
 }
 
@@ -583,21 +585,32 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 	}
 }
 
+/* What a work request was, from our own record: verbs leaves wc->opcode undefined on error. */
+static const char *request_kind(const struct xd_rconn *rc, uint32_t low)
+{
+	if (low & RC_RECV_FLAG)
+		return "RECV";
+	const struct sq_entry *e = &rc->sq[low % RC_SQ_DEPTH];
+	if (e->kind == SQ_SEND)
+		return "SEND";
+	if (e->kind == SQ_DATA)
+		return e->read ? "RDMA READ" : "RDMA WRITE";
+	return "work request";
+}
+
+/* PROTOCOL.md §10.5: an error completion fails the set like a broken TCP connection. */
 static void completion_error(struct xd_rconn *rc, const struct ibv_wc *wc)
 {
 	char what[XD_CAUSE_MAX];
-	const char *op = wc->opcode == IBV_WC_RDMA_READ	   ? "RDMA READ"
-			 : wc->opcode == IBV_WC_RDMA_WRITE ? "RDMA WRITE"
-			 : wc->opcode == IBV_WC_SEND	   ? "SEND"
-							   : "work request";
 
 	rc->dev->counters.errors++;
 	if (wc->status == IBV_WC_WR_FLUSH_ERR)
 		snprintf(what, sizeof(what), "work requests flushed: the connection failed");
 	else
 		snprintf(what, sizeof(what), "%s completed with %s (status %d, vendor error 0x%x)",
-			 op, ibv_wc_status_str(wc->status), wc->status, wc->vendor_err);
-	rconn_fail(rc, EIO, what);
+			 request_kind(rc, (uint32_t)wc->wr_id), ibv_wc_status_str(wc->status),
+			 wc->status, wc->vendor_err);
+	rconn_fail(rc, ECONNRESET, what);
 }
 
 void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)

@@ -137,6 +137,11 @@ bool xd_xfer_live(const struct xd_xfer *x)
 	return x->op != NULL;
 }
 
+bool xd_xfer_has_more(const struct xd_xfer *x)
+{
+	return x->next_off < x->length;
+}
+
 bool xd_xfer_is_source(const struct xd_xfer *x)
 {
 	return x->source;
@@ -557,8 +562,19 @@ static void send_done(struct xd_xfer *x)
 void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len)
 {
 	x->sent += len;
-	if (x->active && x->op && x->sent == x->length)
-		send_done(x); /* writer: every DATA frame is on the wire */
+	/* TCP writer: every DATA frame is on the wire (RDMA: see xd_xfer_rdma_all_posted()). */
+	if (x->active && !x->rdma && x->op && x->sent == x->length)
+		send_done(x);
+}
+
+void xd_xfer_rdma_all_posted(struct xd_xfer *x)
+{
+	/*
+	 * RDMA writer: DONE may follow the last WRITE at once. RC executes the SEND only after
+	 * every earlier WRITE on the queue pair was placed, and a failed WRITE flushes it.
+	 */
+	if (x->active && x->source && x->op)
+		send_done(x);
 }
 
 void xd_xfer_data_received(struct xd_xfer *x, uint32_t len)

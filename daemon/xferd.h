@@ -455,11 +455,15 @@ void xd_xfer_unref(struct xd_xfer *x);
 /* @op ended here: tell the peer (unless it already knows) and let go of the transfer. */
 void xd_remote_op_ended(struct xd_op *op);
 uint64_t xd_xfer_bytes(const struct xd_xfer *x);
+/* Whether @x has bytes not yet cut into chunks. */
+bool xd_xfer_has_more(const struct xd_xfer *x);
 /* Whether this daemon's buffer is the source of @x's bytes. */
 bool xd_xfer_is_source(const struct xd_xfer *x);
 /* rdma_conn.c counts the RDMA requests of @x in flight: the owner's keys stay until none is. */
 void xd_xfer_rdma_wr_posted(struct xd_xfer *x);
 void xd_xfer_rdma_wr_done(struct xd_xfer *x);
+/* Every RDMA request of @x is posted (its last chunk was taken). */
+void xd_xfer_rdma_all_posted(struct xd_xfer *x);
 /* One RDMA work request: a local piece and the remote piece it pairs with. */
 struct xd_rdma_piece {
 	uint64_t laddr, raddr;
