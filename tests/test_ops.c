@@ -58,6 +58,29 @@ static void tbuf_free(struct xfer_client *c, struct tbuf *t)
 	xfer_buf_free(&t->buf);
 }
 
+/* A daemon with two clients, @a (owner side) and @b, each with one registered buffer. */
+static void duo_start(struct td *d, struct xfer_client **a, const char *aname,
+		      struct xfer_client **b, const char *bname, size_t len, struct tbuf *pb,
+		      struct tbuf *ab)
+{
+	CHECK_OK(td_start(d, NULL));
+	*a = conn(d, aname);
+	*b = conn(d, bname);
+	tbuf_make(*a, len, pb);
+	tbuf_make(*b, len, ab);
+}
+
+/* Undoes duo_start(); the daemon must stop cleanly. */
+static void duo_stop(struct td *d, struct xfer_client *a, struct tbuf *pb, struct xfer_client *b,
+		     struct tbuf *ab)
+{
+	tbuf_free(a, pb);
+	tbuf_free(b, ab);
+	xfer_close(a);
+	xfer_close(b);
+	CHECK_EQ_INT(td_stop(d), 0);
+}
+
 static void check_info(const char *what, const struct xfer_op_info *info, enum xfer_state state,
 		       int err)
 {
@@ -177,19 +200,11 @@ static void run_pair(enum xfer_kind pkind, size_t len)
 	struct tbuf pb, ab;
 	struct td d;
 
-	CHECK_OK(td_start(&d, NULL));
-	a = conn(&d, "passive");
-	b = conn(&d, "active");
-	tbuf_make(a, len, &pb);
-	tbuf_make(b, len, &ab);
+	duo_start(&d, &a, "passive", &b, "active", len, &pb, &ab);
 	transfer(a, b, pkind, len, len * 31 + pkind, &pb, &ab);
 	/* and once more on the same regions, the other way round */
 	transfer(a, b, pkind, len, len * 37 + pkind + 1, &pb, &ab);
-	tbuf_free(a, &pb);
-	tbuf_free(b, &ab);
-	xfer_close(a);
-	xfer_close(b);
-	CHECK_EQ_INT(td_stop(&d), 0);
+	duo_stop(&d, a, &pb, b, &ab);
 }
 
 TEST(readable_read_4k)
@@ -672,11 +687,7 @@ TEST(deadline_unclaimed_readable_errors_etimedout)
 	char *meta;
 	struct td d;
 
-	CHECK_OK(td_start(&d, NULL));
-	a = conn(&d, "deadline");
-	b = conn(&d, "late");
-	tbuf_make(a, 4096, &pb);
-	tbuf_make(b, 4096, &ab);
+	duo_start(&d, &a, "deadline", &b, "late", 4096, &pb, &ab);
 	pd = (struct xfer_desc){ pb.region, 0, 4096 };
 	ad = (struct xfer_desc){ ab.region, 0, 4096 };
 	t0 = td_now_ms();
@@ -691,11 +702,7 @@ TEST(deadline_unclaimed_readable_errors_etimedout)
 	/* a late claim is refused: the operation has ended */
 	CHECK_ERR(xfer_read(b, meta, &ad, 1, NULL, &aop), -ECANCELED);
 	free(meta);
-	tbuf_free(a, &pb);
-	tbuf_free(b, &ab);
-	xfer_close(a);
-	xfer_close(b);
-	CHECK_EQ_INT(td_stop(&d), 0);
+	duo_stop(&d, a, &pb, b, &ab);
 }
 
 TEST(wait_timeout_leaves_op_running)
@@ -708,11 +715,7 @@ TEST(wait_timeout_leaves_op_running)
 	char *meta;
 	struct td d;
 
-	CHECK_OK(td_start(&d, NULL));
-	a = conn(&d, "waiter");
-	b = conn(&d, "claimer");
-	tbuf_make(a, 4096, &pb);
-	tbuf_make(b, 4096, &ab);
+	duo_start(&d, &a, "waiter", &b, "claimer", 4096, &pb, &ab);
 	td_fill(pb.buf.addr, 4096, 9);
 	pd = (struct xfer_desc){ pb.region, 0, 4096 };
 	ad = (struct xfer_desc){ ab.region, 0, 4096 };
@@ -722,11 +725,7 @@ TEST(wait_timeout_leaves_op_running)
 	wait_pair(a, op, b, active(b, XFER_READABLE, meta, &ad, 1), 4096);
 	CHECK_MEM_EQ(ab.buf.addr, pb.buf.addr, 4096);
 	free(meta);
-	tbuf_free(a, &pb);
-	tbuf_free(b, &ab);
-	xfer_close(a);
-	xfer_close(b);
-	CHECK_EQ_INT(td_stop(&d), 0);
+	duo_stop(&d, a, &pb, b, &ab);
 }
 
 /* ---- cancel ---- */
@@ -741,11 +740,7 @@ TEST(cancel_before_claim_refuses_later_read)
 	char *meta;
 	struct td d;
 
-	CHECK_OK(td_start(&d, NULL));
-	a = conn(&d, "canceller");
-	b = conn(&d, "reader");
-	tbuf_make(a, 4096, &pb);
-	tbuf_make(b, 4096, &ab);
+	duo_start(&d, &a, "canceller", &b, "reader", 4096, &pb, &ab);
 	pd = (struct xfer_desc){ pb.region, 0, 4096 };
 	ad = (struct xfer_desc){ ab.region, 0, 4096 };
 	op = passive(a, XFER_READABLE, &pd, 1, NULL, &meta);
@@ -759,11 +754,7 @@ TEST(cancel_before_claim_refuses_later_read)
 	CHECK_OK(xfer_status(a, op, &info));
 	check_info("cancelled twice", &info, XFER_CANCELLED, -ECANCELED);
 	free(meta);
-	tbuf_free(a, &pb);
-	tbuf_free(b, &ab);
-	xfer_close(a);
-	xfer_close(b);
-	CHECK_EQ_INT(td_stop(&d), 0);
+	duo_stop(&d, a, &pb, b, &ab);
 }
 
 static size_t big_len(void)
@@ -813,11 +804,7 @@ static void cancel_mid_transfer(bool by_passive)
 	struct td d;
 	int tries;
 
-	CHECK_OK(td_start(&d, NULL));
-	a = conn(&d, "owner");
-	b = conn(&d, "reader");
-	tbuf_make(a, len, &pb);
-	tbuf_make(b, len, &ab);
+	duo_start(&d, &a, "owner", &b, "reader", len, &pb, &ab);
 	td_fill(pb.buf.addr, len, 77);
 	for (tries = 1; tries <= 5; tries++) {
 		if (cancel_attempt(a, b, &pb, &ab, len, by_passive))
@@ -828,11 +815,7 @@ static void cancel_mid_transfer(bool by_passive)
 	if (tries > 5)
 		harness_fail(__FILE__, __LINE__, "cancel never landed mid-transfer in 5 tries");
 	/* every op has ended: both regions deregister, no copy still holds them */
-	tbuf_free(a, &pb);
-	tbuf_free(b, &ab);
-	xfer_close(a);
-	xfer_close(b);
-	CHECK_EQ_INT(td_stop(&d), 0);
+	duo_stop(&d, a, &pb, b, &ab);
 }
 
 TEST_TIMEOUT(cancel_mid_transfer_by_passive_side, 120)
@@ -1093,11 +1076,7 @@ TEST(event_callback_via_get_fd_and_dispatch)
 	CHECK_EQ_INT(ev.last.bytes, 256 * KiB);
 	CHECK_MEM_EQ(ab.buf.addr, pb.buf.addr, 256 * KiB);
 	free(meta);
-	tbuf_free(a, &pb);
-	tbuf_free(b, &ab);
-	xfer_close(a);
-	xfer_close(b);
-	CHECK_EQ_INT(td_stop(&d), 0);
+	duo_stop(&d, a, &pb, b, &ab);
 }
 
 /* ---- SIGTERM with an operation pending ---- */
