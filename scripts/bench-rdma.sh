@@ -8,9 +8,10 @@
 #      -x <RoCE v2 GID index> -F, DUR seconds per size;
 #   2. two xferd (node 0: rxe0, node 1: rxe1, --transport rdma, "require_rdma": true) and
 #      $BUILD/tests/rdma_bench: readable/writable on node 1, read/write from node 0, so that
-#      node 0 issues the RDMA READs and WRITEs exactly as perftest's client does; one transfer
-#      at a time, buffers registered once, each timed transfer the full API round
-#      (create, claim, move, both COMPLETE, release);
+#      node 0 issues the RDMA READs and WRITEs exactly as perftest's client does; buffers
+#      registered once, each transfer the full API round (create, claim, move, both COMPLETE
+#      pushed, release); once with one transfer at a time, once with DEPTH in flight (as an
+#      engine moves a batch of KV blocks; perftest itself keeps up to 128 requests in flight);
 #   the two alternate per size (perftest read, xferd read, next size, ...), so that a drift in
 #   host load hits both alike;
 #   3. a table: MiB/s of each and the ratio xferd / perftest.
@@ -21,7 +22,8 @@
 # WRITE); on the guest's 2 vCPUs the two polling processes compete with rdma_rxe's own
 # tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
-# measurement, default 3), PERFTEST_ARGS (extra perftest options, default none).
+# measurement, default 3), DEPTH (transfers in flight of the second xferd run, default 4),
+# PERFTEST_ARGS (extra perftest options, default none).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +31,7 @@ cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 SIZES=${SIZES:-65536 262144 1048576 4194304 16777216}
 DUR=${DUR:-3}
+DEPTH=${DEPTH:-4}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
 for b in xferd xferctl tests/rdma_bench; do
@@ -76,9 +79,25 @@ counters() {
 	echo "${out:- none}"
 }
 
+# retries: the sum of both devices' retry counters (completer retries and duplicate requests),
+# printed per measurement as the growth since the last call: a run that lost packets shows it.
+LAST_RETRIES=0
+retries() {
+	local d f v sum=0 delta
+	for d in "$RXE_DEV0" "$RXE_DEV1"; do
+		for f in /sys/class/infiniband/"$d"/ports/1/hw_counters/{completer_retry_err,duplicate_request}; do
+			read -r v <"$f" 2>/dev/null && sum=$((sum + v))
+		done
+	done
+	delta=$((sum - LAST_RETRIES))
+	LAST_RETRIES=$sum
+	echo "$delta retries"
+}
+
 # perf TOOL SIZE: one perftest run; sets PERF[TOOL.SIZE] (MiB/s).
 perf() {
 	local tool=$1 s=$2 sp rc v
+	retries >/dev/null
 	# shellcheck disable=SC2086
 	"$tool" -d "$RXE_DEV1" -x "$RXE_GID1" -F $PERFTEST_ARGS -s "$s" -D "$DUR" >"$D/srv" 2>&1 &
 	sp=$!
@@ -96,30 +115,32 @@ perf() {
 	v=$(awk 'f { print $4; exit } /^ *#bytes/ { f = 1 }' "$D/cli")
 	if [ "$rc" = 0 ] && [ -n "$v" ]; then
 		PERF[$tool.$s]=$v
-		echo "# $tool $s: $v MiB/s"
+		echo "# $tool $s: $v MiB/s ($(retries))"
 	else
 		echo "bench-rdma: $tool -s $s failed (exit $rc): $(tail -n 3 "$D/cli" | tr '\n' ' ')" >&2
 	fi
 }
 
-# xf KIND SIZE: one rdma_bench run; sets XF[KIND.SIZE] (MiB/s).
+# xf KIND SIZE DEPTH: one rdma_bench run; sets XF[KIND.SIZE.DEPTH] (MiB/s).
 xf() {
 	local l
-	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
-		echo "bench-rdma: rdma_bench $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
+	retries >/dev/null
+	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" -d "$3" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
+		echo "bench-rdma: rdma_bench -d $3 $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
 		return
 	fi
-	# xferd KIND SIZE iters N seconds S MiB/s X transport T
+	# xferd KIND SIZE depth D iters N seconds S MiB/s X transport T
+	# shellcheck disable=SC2086
 	set -- $l
-	XF[$2.$3]=$9
-	echo "# xferd $2 $3: $9 MiB/s ($5 transfers in $7 s, transport ${11})"
-	[ "${11}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${11}', not rdma" >&2
+	XF[$2.$3.$5]=${11}
+	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers in $9 s, transport ${13}, $(retries))"
+	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
 
 declare -A PERF XF
 echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
 echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1)"
-echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), one at a time"
+echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), 1 and $DEPTH in flight"
 echo "# each measurement ~${DUR} s; perftest and xferd alternate per size, so that host load drifts hit both alike"
 
 echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true}' >"$D/c.json"
@@ -138,7 +159,8 @@ done
 for kind in read write; do
 	for s in $SIZES; do
 		perf "ib_${kind}_bw" "$s"
-		xf "$kind" "$s"
+		xf "$kind" "$s" 1
+		xf "$kind" "$s" "$DEPTH"
 	done
 done
 echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
@@ -146,13 +168,19 @@ for n in 0 1; do
 	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
 done
 
-printf '\n%-10s %10s %14s %14s %8s\n' "" size "perftest MiB/s" "xferd MiB/s" ratio
+# ratio X P: X / P as "0.93x", or "-" when either is missing
+ratio() {
+	if [ -z "$1" ] || [ -z "$2" ]; then echo -; return; fi
+	awk -v x="$1" -v p="$2" 'BEGIN { if (p > 0) printf "%.2fx", x / p; else print "-" }'
+}
+
+printf '\n%-6s %9s %9s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio "xferd d$DEPTH" ratio
 for kind in read write; do
 	for s in $SIZES; do
-		p=${PERF[ib_${kind}_bw.$s]:-} x=${XF[$kind.$s]:-}
-		r=-
-		[ -n "$p" ] && [ -n "$x" ] && r=$(awk -v p="$p" -v x="$x" 'BEGIN { if (p > 0) printf "%.2fx", x / p }')
-		printf '%-10s %10s %14s %14s %8s\n' "$kind" "$s" "${p:--}" "${x:--}" "$r"
+		p=${PERF[ib_${kind}_bw.$s]:-} x1=${XF[$kind.$s.1]:-} xd=${XF[$kind.$s.$DEPTH]:-}
+		printf '%-6s %9s %9s %9s %7s %9s %7s\n' "$kind" "$s" "${p:--}" "${x1:--}" \
+			"$(ratio "$x1" "$p")" "${xd:--}" "$(ratio "$xd" "$p")"
 	done
 done
+echo "# MiB/s; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"
