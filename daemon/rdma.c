@@ -83,6 +83,24 @@ static void dev_close(struct xd_rdma_dev *dev)
 	dev->pd = NULL;
 }
 
+/*
+ * Whether @dev can give a claimer an rkey for only that operation's bytes: type 1 memory
+ * windows, bound onto the region's MR per claim. A device that lacks them (or refuses the trial
+ * allocation) hands out the region MR's own rkey, which covers the whole region.
+ */
+static bool dev_has_windows(struct xd_rdma_dev *dev)
+{
+	struct ibv_mw *mw;
+
+	if (!(dev->attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) || dev->attr.max_mw == 0)
+		return false;
+	mw = ibv_alloc_mw(dev->pd, IBV_MW_TYPE_1);
+	if (!mw)
+		return false;
+	ibv_dealloc_mw(mw);
+	return true;
+}
+
 static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_context *ctx)
 {
 	struct ibv_port_attr port;
@@ -96,6 +114,7 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	dev->pd = ibv_alloc_pd(ctx);
 	if (!dev->pd)
 		return errno ? -errno : -ENOMEM;
+	dev->windows = dev_has_windows(dev);
 	dev->channel = ibv_create_comp_channel(ctx);
 	if (!dev->channel)
 		return errno ? -errno : -ENOMEM;
@@ -114,6 +133,9 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	xd_log(XD_LOG_INFO, "using RDMA device %s port %u (%s, %s, active MTU %d)", dev->name,
 	       dev->port, ibv_port_state_str(port.state), link_layer_name(port.link_layer),
 	       128 << port.active_mtu);
+	if (!dev->windows)
+		xd_log(XD_LOG_WARN, "%s has no memory windows: a claimer's rkey covers the whole "
+		       "region, not only the operation's bytes", dev->name);
 	return 0;
 }
 
@@ -225,15 +247,25 @@ static void explain_reg_failure(const struct xd_rdma_dev *dev, int err, char *ms
 		snprintf(msg, len, "ibv_reg_mr on %s failed: %s", dev->name, strerror(err));
 }
 
+/*
+ * With memory windows the MR itself grants no remote access: peers reach a region only through
+ * the windows bound for their claims (rdma_conn.c).
+ */
+static int region_access(const struct xd_rdma_dev *dev)
+{
+	if (dev->windows)
+		return IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+	return IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+}
+
 int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len)
 {
-	const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-			   IBV_ACCESS_REMOTE_WRITE;
 	struct xd_rdma *rd = d->rdma;
 	uint64_t t0 = xd_now_us();
 
 	for (int i = 0; rd && i < rd->ndevs; i++) {
-		r->mrs[i] = ibv_reg_mr(rd->devs[i].pd, r->base, r->length, access);
+		r->mrs[i] = ibv_reg_mr(rd->devs[i].pd, r->base, r->length,
+				       region_access(&rd->devs[i]));
 		if (!r->mrs[i]) {
 			int err = errno ? errno : ENOMEM;
 			explain_reg_failure(&rd->devs[i], err, msg, len);
@@ -300,12 +332,15 @@ static json_t *dev_json(const struct xd_rdma_dev *dev)
 {
 	const struct xd_rdma_counters *c = &dev->counters;
 
-	return json_pack("{s:s, s:[o], s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", "name", dev->name,
-			 "ports", port_json(dev), "counters", "rdma_reads", (json_int_t)c->reads,
+	return json_pack("{s:s, s:b, s:[o], s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+			 "name", dev->name, "memory_windows", dev->windows, "ports",
+			 port_json(dev), "counters", "rdma_reads", (json_int_t)c->reads,
 			 "rdma_read_bytes", (json_int_t)c->read_bytes, "rdma_writes",
 			 (json_int_t)c->writes, "rdma_write_bytes", (json_int_t)c->write_bytes,
 			 "sends", (json_int_t)c->sends, "recvs", (json_int_t)c->recvs,
-			 "completion_errors", (json_int_t)c->errors);
+			 "completion_errors", (json_int_t)c->errors, "windows_bound",
+			 (json_int_t)c->windows_bound, "windows_open",
+			 (json_int_t)c->windows_open);
 }
 
 /* Devices the kernel has but this daemon does not use (transport tcp, or not selected). */

@@ -12,6 +12,8 @@
 
 struct xd_rdma_counters {
 	uint64_t reads, read_bytes, writes, write_bytes, sends, recvs, errors;
+	uint64_t windows_bound;	/**< memory windows bound for claims, ever */
+	uint64_t windows_open;	/**< of which not yet deallocated */
 };
 
 struct xd_rdma_dev {
@@ -26,6 +28,7 @@ struct xd_rdma_dev {
 	struct ibv_device_attr attr;
 	uint8_t port;
 	uint32_t max_msg;	  /**< the port's largest message */
+	bool windows;		  /**< binds type 1 memory windows: claims get per-op rkeys */
 	union ibv_gid gid;	  /**< the RoCE v2 GID of the listen address, if found */
 	int gid_index;		  /**< -1 when unknown */
 	struct xd_rdma_counters counters;

@@ -9,6 +9,12 @@
  * after its connection was torn down finds no connection and is dropped. Data work requests are
  * signalled once per chunk; RC completes in order, so one completion retires every request
  * posted before it on that QP.
+ *
+ * The owner answers an RDMA claim with rkeys of type 1 memory windows bound onto exactly the
+ * operation's ranges (read-only for a read, write-only for a write), posted on the same send
+ * queue before the CLAIM_OK that carries them; the region MRs themselves grant no remote access.
+ * A window is deallocated (revoked) when its transfer lets go of it, but never while its bind
+ * may still be in the send queue.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,7 +57,7 @@ struct rc_hello {
 	uint64_t epoch;
 } __attribute__((packed));
 
-enum sq_kind { SQ_FREE, SQ_SEND, SQ_DATA };
+enum sq_kind { SQ_FREE, SQ_SEND, SQ_DATA, SQ_BIND };
 
 struct sq_entry {
 	enum sq_kind kind;
@@ -59,6 +65,21 @@ struct sq_entry {
 	struct xd_xfer *x;	/**< SQ_DATA: a reference */
 	uint32_t bytes;		/**< SQ_DATA: bytes this request moves */
 	bool read;
+};
+
+/* One window of a grant, and the region it looks into (referenced: its MR outlives the window). */
+struct grant_window {
+	struct ibv_mw *mw;
+	struct xd_region *region;
+};
+
+struct xd_rdma_grant {
+	TAILQ_ENTRY(xd_rdma_grant) link; /**< in its connection's binds_pending once closed */
+	struct xd_rdma_dev *dev;
+	uint32_t conn;			 /**< the connection whose send queue took the binds */
+	uint64_t bound_at;		 /**< that queue's sq_head after the last bind */
+	uint32_t n;
+	struct grant_window w[];
 };
 
 struct xd_rconn {
@@ -81,6 +102,7 @@ struct xd_rconn {
 	uint64_t sq_head, sq_tail;	 /**< posted and retired work requests, ever */
 	unsigned chunks;		 /**< data chunks in flight */
 	uint64_t last_rx_us, last_tx_us;
+	TAILQ_HEAD(, xd_rdma_grant) binds_pending; /**< closed grants, binds not yet retired */
 };
 
 struct rpeer {
@@ -114,6 +136,18 @@ static struct xd_rconn *rconn_find(uint32_t id)
 	return NULL;
 }
 
+/* Like rconn_find(), but also a connection that is dying: its QP exists until the reaper runs. */
+static struct xd_rconn *rconn_find_with_qp(uint32_t id)
+{
+	struct xd_rconn *rc = rconn_find(id);
+
+	if (!rc)
+		TAILQ_FOREACH(rc, &dying, link)
+			if (rc->id == id)
+				return rc;
+	return rc;
+}
+
 static uint8_t *recv_buf(struct xd_rconn *rc, int slot)
 {
 	return rc->bufs + (size_t)slot * RC_BUF_SIZE;
@@ -122,6 +156,47 @@ static uint8_t *recv_buf(struct xd_rconn *rc, int slot)
 static uint8_t *send_buf(struct xd_rconn *rc, int slot)
 {
 	return rc->bufs + (size_t)(RC_RECV_BUFS + slot) * RC_BUF_SIZE;
+}
+
+/* ---- memory windows ---- */
+
+static void grant_free(struct xd_rdma_grant *g)
+{
+	for (uint32_t i = 0; i < g->n; i++) {
+		if (ibv_dealloc_mw(g->w[i].mw))
+			xd_log(XD_LOG_ERR, "%s: ibv_dealloc_mw failed", g->dev->name);
+		g->dev->counters.windows_open--;
+		xd_region_unref(g->w[i].region);
+	}
+	free(g);
+}
+
+/* Frees the closed grants of @rc whose binds the device has executed (all, once the QP is gone). */
+static void free_retired_grants(struct xd_rconn *rc, bool qp_gone)
+{
+	struct xd_rdma_grant *g, *tmp;
+
+	TAILQ_FOREACH_SAFE(g, &rc->binds_pending, link, tmp) {
+		if (!qp_gone && g->bound_at > rc->sq_tail)
+			continue;
+		TAILQ_REMOVE(&rc->binds_pending, g, link);
+		grant_free(g);
+	}
+}
+
+void xd_rdma_grant_close(struct xd_rdma_grant *g)
+{
+	struct xd_rconn *rc;
+
+	if (!g)
+		return;
+	/* Deallocating a window whose bind is still queued would fail that bind and the QP. */
+	rc = rconn_find_with_qp(g->conn);
+	if (rc && g->bound_at > rc->sq_tail) {
+		TAILQ_INSERT_TAIL(&rc->binds_pending, g, link);
+		return;
+	}
+	grant_free(g);
 }
 
 /* ---- teardown ---- */
@@ -134,6 +209,7 @@ static void rconn_free(struct xd_rconn *rc)
 		rdma_destroy_qp(rc->cm);
 	if (rc->cm)
 		rdma_destroy_id(rc->cm);
+	free_retired_grants(rc, true);
 	/* The QP is gone: no device can touch these buffers or the transfers' pages now. */
 	for (uint64_t i = rc->sq_tail; i < rc->sq_head; i++)
 		if (rc->sq[i % RC_SQ_DEPTH].kind == SQ_DATA)
@@ -217,6 +293,7 @@ static struct xd_rconn *rconn_new(struct xd_daemon *d, struct xd_peer *p, bool o
 	rc->credits = RC_RECV_BUFS; /* the peer posts as many before it connects or accepts */
 	rc->last_rx_us = rc->last_tx_us = xd_now_us();
 	STAILQ_INIT(&rc->pendq);
+	TAILQ_INIT(&rc->binds_pending);
 	TAILQ_INSERT_TAIL(&live, rc, link);
 	TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
 	return rc;
@@ -436,6 +513,89 @@ int xd_rdma_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t x
 	return rc ? rconn_queue(rc, type, flags, xfer, json) : -ENOTCONN;
 }
 
+/* Binds window @i of @g onto @s; the bind goes on @rc's send queue, unsignalled. */
+static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
+		       const struct xd_seg *s, bool writable)
+{
+	uint64_t idx = rc->sq_head;
+	struct ibv_mw_bind bind = {
+		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
+		.bind_info = { .mr = s->region->mrs[rc->dev->index],
+			       .addr = (uintptr_t)(s->region->base + s->offset),
+			       .length = s->length,
+			       .mw_access_flags = writable ? IBV_ACCESS_REMOTE_WRITE
+							   : IBV_ACCESS_REMOTE_READ },
+	};
+	int err = ibv_bind_mw(rc->cm->qp, g->w[i].mw, &bind);
+
+	if (err)
+		return -err;
+	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_BIND };
+	rc->sq_head++;
+	g->bound_at = rc->sq_head;
+	rc->dev->counters.windows_bound++;
+	return 0;
+}
+
+/* Allocates window @i of @g (the region reference comes with it). */
+static int alloc_window(struct xd_rdma_grant *g, uint32_t i, struct xd_region *region)
+{
+	g->w[i].mw = ibv_alloc_mw(g->dev->pd, IBV_MW_TYPE_1);
+	if (!g->w[i].mw)
+		return errno ? -errno : -ENOMEM;
+	g->w[i].region = region;
+	xd_region_ref(region);
+	g->n = i + 1;
+	g->dev->counters.windows_open++;
+	return 0;
+}
+
+int xd_rdma_grant_open(struct xd_peer *p, const struct xd_seg *segs, uint32_t n, bool writable,
+		       uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg, size_t len)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
+	struct xd_rdma_grant *g;
+	int err = 0;
+
+	*grant = NULL;
+	if (!rc || rc->dead || !rc->qp_ready) {
+		snprintf(msg, len, "no RDMA connection to the claimer");
+		return -ENOTCONN;
+	}
+	if (!rc->dev->windows) {
+		for (uint32_t i = 0; i < n; i++)
+			rkeys[i] = xd_rdma_rkey(segs[i].region, rc->dev->index);
+		return 0;
+	}
+	if (sq_full(rc, n)) {
+		snprintf(msg, len, "the RDMA send queue has no room for %u memory window binds", n);
+		return -EBUSY;
+	}
+	g = calloc(1, sizeof(*g) + n * sizeof(g->w[0]));
+	if (!g) {
+		snprintf(msg, len, "out of memory");
+		return -ENOMEM;
+	}
+	g->dev = rc->dev;
+	g->conn = rc->id;
+	for (uint32_t i = 0; i < n && !err; i++) {
+		err = alloc_window(g, i, segs[i].region);
+		if (!err)
+			err = bind_window(rc, g, i, &segs[i], writable);
+		if (!err)
+			rkeys[i] = g->w[i].mw->rkey;
+	}
+	if (err) {
+		snprintf(msg, len, "could not open a memory window on %s: %s", rc->dev->name,
+			 strerror(-err));
+		xd_rdma_grant_close(g);
+		return err;
+	}
+	*grant = g;
+	return 0;
+}
+
 /* Re-posts receive buffer @slot; returns credits by themselves when half are owed. */
 static void recv_done(struct xd_rconn *rc, int slot)
 {
@@ -583,6 +743,7 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 		if (last)
 			break;
 	}
+	free_retired_grants(rc, false);
 }
 
 /* What a work request was, from our own record: verbs leaves wc->opcode undefined on error. */
@@ -595,6 +756,8 @@ static const char *request_kind(const struct xd_rconn *rc, uint32_t low)
 		return "SEND";
 	if (e->kind == SQ_DATA)
 		return e->read ? "RDMA READ" : "RDMA WRITE";
+	if (e->kind == SQ_BIND)
+		return "memory window BIND";
 	return "work request";
 }
 
@@ -695,14 +858,6 @@ uint64_t xd_rdma_peer_last_rx(struct xd_peer *p)
 			if (rc->last_rx_us > last)
 				last = rc->last_rx_us;
 	return last;
-}
-
-int xd_rdma_peer_dev(struct xd_peer *p)
-{
-	struct rpeer *rp = rpeer_of(p, false);
-	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
-
-	return rc && rc->dev ? rc->dev->index : -1;
 }
 
 /* ---- rdma_cm events ---- */

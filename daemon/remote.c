@@ -42,6 +42,7 @@ struct xd_xfer {
 	char release_msg[XD_CAUSE_MAX];
 	struct xd_rseg *rsegs;	/**< RDMA, active side: the owner's ranges from CLAIM_OK */
 	uint32_t nrsegs;
+	struct xd_rdma_grant *grant; /**< RDMA, owner: the claimer's windows onto our ranges */
 };
 
 /* One range of the owner's buffer, as CLAIM_OK gives it to an RDMA claimer. */
@@ -106,6 +107,8 @@ static void xfer_close(struct xd_xfer *x)
 		x->op->xfer = NULL;
 		x->op = NULL;
 	}
+	xd_rdma_grant_close(x->grant); /* the claimer's keys die with the transfer */
+	x->grant = NULL;
 	xd_peer_stream_remove(x->peer, x);
 	TAILQ_REMOVE(&xfers, x, link);
 	xd_peer_count_transfer(x->peer, -1);
@@ -433,29 +436,55 @@ static int parse_claim(json_t *json, struct xd_claim *cl)
 	return 0;
 }
 
-/*
- * CLAIM_OK for an RDMA claimer: the address, length and rkey of each of this operation's
- * ranges, and nothing else of the region (PROTOCOL.md §10.5).
- */
-static json_t *claim_ok_segs(struct xd_xfer *x)
+/* {"segs": [{addr, len, rkey}]} of @x's ranges, with @rkeys[i] for range i. */
+static json_t *segs_json(const struct xd_xfer *x, const uint32_t *rkeys)
 {
-	int dev = xd_rdma_peer_dev(x->peer);
 	json_t *segs = json_array();
 
-	if (dev < 0 || !segs) {
-		json_decref(segs);
-		return NULL;
-	}
-	for (uint32_t i = 0; i < x->nsegs; i++) {
+	for (uint32_t i = 0; segs && i < x->nsegs; i++) {
 		const struct xd_seg *s = &x->segs[i];
 		if (json_array_append_new(segs, json_pack("{s:I, s:I, s:I}", "addr",
 			(json_int_t)(uintptr_t)(s->region->base + s->offset), "len",
-			(json_int_t)s->length, "rkey", (json_int_t)xd_rdma_rkey(s->region, dev)))) {
+			(json_int_t)s->length, "rkey", (json_int_t)rkeys[i]))) {
 			json_decref(segs);
 			return NULL;
 		}
 	}
-	return json_pack("{s:o}", "segs", segs);
+	return segs ? json_pack("{s:o}", "segs", segs) : NULL;
+}
+
+/*
+ * CLAIM_OK for an RDMA claimer (PROTOCOL.md §10.5): the address, length and rkey of each of
+ * this operation's ranges. The rkeys are memory windows onto those ranges alone, readable for a
+ * read, writable for a write, revoked when the transfer ends. NULL when they could not be
+ * opened: @err and @msg then say why (the caller presets them to out of memory).
+ */
+static json_t *claim_ok_segs(struct xd_xfer *x, int *err, char *msg, size_t len)
+{
+	uint32_t *rkeys = calloc(x->nsegs, sizeof(*rkeys));
+	json_t *ok = NULL;
+	int rc;
+
+	if (!rkeys)
+		return NULL;
+	rc = xd_rdma_grant_open(x->peer, x->segs, x->nsegs, !x->source, rkeys, &x->grant, msg,
+				len);
+	if (rc < 0)
+		*err = rc;
+	else
+		ok = segs_json(x, rkeys);
+	free(rkeys);
+	return ok;
+}
+
+/*
+ * The claim was valid but could not be answered (no memory, no window): the claimer's
+ * operation fails with the cause, and ours stays as it was, claimable again (§10.3).
+ */
+static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
+{
+	send_ctrl(x, XP_PEER_CLAIM_ERR, error_json(err, msg));
+	xfer_close(x);
 }
 
 static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
@@ -482,9 +511,11 @@ static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *
 	struct xd_xfer *x = xfer_new(p, h->xfer, false, passive);
 	if (!x)
 		return -ENOMEM;
-	json_t *ok = x->rdma ? claim_ok_segs(x) : json_object();
+	err = -ENOMEM;
+	snprintf(msg, sizeof(msg), "out of memory answering a claim");
+	json_t *ok = x->rdma ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
 	if (!ok) {
-		xfer_fail(x, XP_ST_ERRORED, ENOMEM, "out of memory answering a claim");
+		refuse_claim(x, -err, msg);
 		return 0;
 	}
 	send_ctrl(x, XP_PEER_CLAIM_OK, ok);

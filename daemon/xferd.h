@@ -503,7 +503,17 @@ void xd_rdma_keepalive(struct xd_peer *p);
 int xd_rdma_peer_conns(struct xd_peer *p);
 /* When the peer's connections last received anything (monotonic us), 0 if never. */
 uint64_t xd_rdma_peer_last_rx(struct xd_peer *p);
-/* The device index of the peer's connection (for keys), or -1. */
-int xd_rdma_peer_dev(struct xd_peer *p);
+/* Memory windows onto one operation's ranges, for a claimer over RDMA (PROTOCOL.md §10.5). */
+struct xd_rdma_grant;
+/*
+ * Opens remote access to @n ranges, reads only or writes only, on the device of the peer's
+ * connection, and fills @rkeys (one per range). Where the device has memory windows, *grant
+ * owns them and the rkeys reach those bytes and nothing else; where it has none, *grant is NULL
+ * and the rkeys are the regions' own. Returns 0 or -errno with the cause in @msg.
+ */
+int xd_rdma_grant_open(struct xd_peer *p, const struct xd_seg *segs, uint32_t n, bool writable,
+		       uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg, size_t len);
+/* Revokes @g's windows: at once, or as soon as their binds have left the send queue. */
+void xd_rdma_grant_close(struct xd_rdma_grant *g);
 
 #endif /* XFERD_H */
