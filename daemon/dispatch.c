@@ -108,7 +108,20 @@ void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result)
 void xd_reply_error(struct xd_conn *c, int64_t id, int code, int err, const char *message)
 {
 	json_t *msg = xp_build_error(id, code, err, message);
+	char ascii[512];
 
+	if (!msg) {
+		/*
+		 * Messages quote client text cut to a length ("unknown method \"%.64s\""), which
+		 * can split a UTF-8 sequence. jansson refuses such a string, and the request would
+		 * get no reply at all: send it with every byte outside ASCII replaced instead.
+		 */
+		snprintf(ascii, sizeof(ascii), "%s", message);
+		for (char *p = ascii; *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		msg = xp_build_error(id, code, err, ascii);
+	}
 	if (msg)
 		xd_conn_send(c, msg);
 	json_decref(msg);
