@@ -9,6 +9,7 @@
 #   make bench           same-node throughput beside memcpy, cross-node beside iperf3
 #   make test-rdma       the cross-node tests over RDMA, in a VM with Soft-RoCE
 #   make bench-rdma      xferd over RDMA beside ib_read_bw/ib_write_bw, in the same VM
+#   make fuzz FUZZ_SECONDS=60   libFuzzer over one control packet (clang, ASan+UBSan)
 #   make install PREFIX=/usr/local DESTDIR=
 
 VERSION := 0.1.0
@@ -32,7 +33,14 @@ else
 SD_CPPFLAGS := -DXD_NO_SYSTEMD
 endif
 
-ifneq ($(SANITIZE),)
+ifneq ($(FUZZ),)
+# make fuzz: everything with clang's coverage instrumentation; libFuzzer joins at the link.
+B := build/fuzz
+CC := clang
+SAN_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+OPT := -O1 -g
+else ifneq ($(SANITIZE),)
 B := build-san
 SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 OPT := -O1 -g
@@ -76,7 +84,7 @@ RPATH := -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../
 BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/xferbench_net $(B)/$(LIB_SONAME) \
 	$(B)/$(LIBNAME)
 
-.PHONY: all test test-build demo bench install uninstall clean deps
+.PHONY: all test test-build demo bench install uninstall clean deps fuzz
 all: $(BINS) $(TEST_BINS) $(B)/xferclient.pc
 
 $(B)/%.o: %.c
@@ -122,6 +130,39 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNA
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< $(TEST_HELPER_OBJ) $(B)/libxferproto.a \
 		-L$(B) -lxferclient $(RPATH) $(call PKG_LIBS,jansson) -lpthread
+
+# The control-packet fuzz target (tests/fuzz/) links the real daemon objects. main.c also holds
+# xd_now_us(), so its main() is made local instead of leaving the file out.
+FUZZ_DAEMON_OBJ := $(filter-out $(B)/daemon/main.o,$(DAEMON_OBJ)) $(B)/tests/fuzz/xferd_main.o
+FUZZ_LIBS = $(B)/libxferproto.a $(call PKG_LIBS,$(PKGS)) -lpthread
+FUZZ_REPLAY := $(B)/tests/test_fuzz_replay
+FUZZ_SECONDS ?= 60
+
+$(B)/tests/fuzz/xferd_main.o: $(B)/daemon/main.o
+	@mkdir -p $(dir $@)
+	$(Q)objcopy --localize-symbol=main $< $@
+
+# Named test_* so that tests/run.sh runs it: it replays tests/fuzz/corpus without libFuzzer.
+$(FUZZ_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) \
+		$(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
+
+$(B)/fuzz_ctl: $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) $(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
+
+all test-build: $(FUZZ_REPLAY)
+
+# New inputs go to build/fuzz/corpus (the seeds in tests/fuzz/corpus stay as they are), crash
+# and leak reproducers to build/fuzz/; replay one with build/tests/test_fuzz_replay FILE.
+# FUZZ_ARGS passes more libFuzzer options (-jobs=2, -max_len=70000, ...).
+fuzz:
+	$(Q)$(MAKE) --no-print-directory FUZZ=1 build/fuzz/fuzz_ctl
+	$(Q)mkdir -p build/fuzz/corpus
+	build/fuzz/fuzz_ctl -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+		-dict=tests/fuzz/ctl.dict -artifact_prefix=build/fuzz/ $(FUZZ_ARGS) \
+		build/fuzz/corpus tests/fuzz/corpus
 
 $(B)/xferclient.pc: client/xferclient.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
