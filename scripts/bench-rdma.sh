@@ -9,9 +9,10 @@
 #   2. two xferd (node 0: rxe0, node 1: rxe1, --transport rdma, "require_rdma": true) and
 #      $BUILD/tests/rdma_bench: readable/writable on node 1, read/write from node 0, so that
 #      node 0 issues the RDMA READs and WRITEs exactly as perftest's client does; buffers
-#      registered once, each transfer the full API round (create, claim, move, both COMPLETE
-#      pushed, release); once with one transfer at a time, once with DEPTH in flight (as an
-#      engine moves a batch of KV blocks; perftest itself keeps up to 128 requests in flight);
+#      registered once, each transfer the full API round (create, claim, move, both COMPLETE,
+#      release); once with one transfer at a time, once with DEPTH workers each running its own
+#      transfers, so that DEPTH are in flight (as several requests of an engine move KV blocks
+#      at once; perftest itself keeps up to 128 requests in flight);
 #   the two alternate per size (perftest read, xferd read, next size, ...), so that a drift in
 #   host load hits both alike;
 #   3. a table: MiB/s of each and the ratio xferd / perftest.
@@ -22,7 +23,7 @@
 # WRITE); on the guest's 2 vCPUs the two polling processes compete with rdma_rxe's own
 # tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
-# measurement, default 3), DEPTH (transfers in flight of the second xferd run, default 4),
+# measurement, default 3), DEPTH (concurrent transfers of the second xferd run, default 4),
 # PERFTEST_ARGS (extra perftest options, default none).
 set -u
 
