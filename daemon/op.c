@@ -212,12 +212,33 @@ static void refuse_pending_claim(struct xd_op *op)
 		event_active(op->reap, EV_TIMEOUT, 0);
 }
 
+/*
+ * Cuts an incomplete UTF-8 sequence off the end of @s: a cause cut to length (a peer's message
+ * quoted in ours) may end inside a character, and jansson refuses such a string, which would
+ * leave the operation unreportable.
+ */
+static void utf8_trim_tail(char *s)
+{
+	size_t n = strlen(s), i = n;
+
+	while (i > 0 && n - i < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+		i--; /* s[i..n) are continuation bytes */
+	unsigned char lead = i > 0 ? (unsigned char)s[i - 1] : 0;
+	size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+
+	if (lead < 0xC0)
+		s[i] = '\0'; /* no lead byte before them: stray bytes (or nothing to cut) */
+	else if (need != n - i)
+		s[i - 1] = '\0';
+}
+
 /* Applies a terminal state now: no copy is running on @op. */
 static void op_finish(struct xd_op *op, enum xp_state state, int err, const char *cause)
 {
 	op->state = state;
 	op->err = err;
 	snprintf(op->cause, sizeof(op->cause), "%s", cause);
+	utf8_trim_tail(op->cause);
 	if (op->xfer)
 		xd_remote_op_ended(op);
 	event_del(op->deadline);
