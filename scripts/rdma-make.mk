@@ -10,7 +10,7 @@
 #   make bench-rdma   ib_read_bw/ib_write_bw and xferd read/write, 64 KiB .. 16 MiB, ratios
 #   make bench-rdma RXE_MTU=9000               ... with RoCE MTU 4096 instead of 1024
 
-RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench
+RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue
 # The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
 # for test-rdma is ~15 minutes, build and boot included.
 RDMA_TEST_TIMEOUT ?= 780
@@ -23,7 +23,12 @@ rdma-build: $(BINS) $(RDMA_BINS)
 $(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c client/xferclient.h $(B)/$(LIBNAME)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CCLD    $@")
-	$(Q)$(CC) $(FINAL_CFLAGS) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH)
+	$(Q)$(CC) $(FINAL_CFLAGS) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) $(RDMA_LIBS)
+
+# rdma_rogue plays a peer daemon by hand: the proto/ code (metadata, peer header), jansson,
+# verbs and rdma_cm besides the client library. Empty for the others.
+$(B)/tests/rdma_rogue: $(B)/libxferproto.a
+$(B)/tests/rdma_rogue: RDMA_LIBS = $(B)/libxferproto.a $(call PKG_LIBS,jansson libibverbs librdmacm)
 
 # A VM that fails to boot or runs out of time prints no summary; say so in the summary's form,
 # so that the last line is always "N passed, N failed".

@@ -1,0 +1,1809 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdma_rogue: a hostile peer daemon against one real xferd. It proves from the outside what
+ * PROTOCOL.md §10.5 promises an RDMA claimer: the rkeys of CLAIM_OK reach exactly the claimed
+ * operation's range, only in the operation's direction, only while the transfer lasts, and the
+ * region's own MR grants no remote access at all.
+ *
+ *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR]
+ *
+ * It is two things at once:
+ *   - the owner's client (libxferclient): a buffer of three 64 KiB slices filled with a known
+ *     pattern, registered, and passive operations over the middle slice only; it watches the
+ *     owner's buffer through its own mapping;
+ *   - a peer daemon that speaks the peer protocol by hand over rdma_cm: HELLO in the private
+ *     data, CLAIM, one-sided READ and WRITE with the rkeys of CLAIM_OK, DONE, CANCEL, PONG.
+ * SOURCE_ADDR (default $RXE_IP0) is where the rogue's connections leave from, as a daemon
+ * resolves from its own listen address so that it leaves through its own device.
+ *
+ * A request the owner refuses moves the rogue's QP to error, so each negative probe is a fresh
+ * connection (as a fresh random node) and a fresh claim of a fresh operation: probe_open().
+ * Every wait has a deadline and the whole run an alarm. Prints "ok - ..." or "FAIL - ... (why)"
+ * per check, "# ..." notes, and "N passed, N failed" last; exits 0 when every check passed.
+ *
+ * Notes, not checks: what a hostile peer gets within the protocol as designed ("FINDING:": a
+ * type 1 window used from another connection; a window kept after the owner's CANCEL by never
+ * releasing it), and the bounds probes (b, c) on a device that does not confine a window to its
+ * range at all, which the rogue asks its own device first (check_device_bounds(): Soft-RoCE).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <jansson.h>
+#include <rdma/rdma_cma.h>
+
+#include "xfer_proto.h"
+#include "xferclient.h"
+#include "xp_meta.h"
+#include "xp_peer.h"
+
+#define KIB 1024u
+#define SLICE (64 * KIB)	/* the claimed range: the middle of three slices */
+#define BUF_LEN (3 * SLICE)
+#define PROBE_LEN (4 * KIB)
+#define WAIT_MS 10000		/* every single wait */
+#define RESOLVE_MS 2000
+#define OP_TIMEOUT_MS 300000	/* the owner's ops must not expire on their own mid-test */
+#define RUN_LIMIT_S 300		/* the whole run: a hung daemon must not hang the suite */
+#define LINGER_MS 6000		/* longer than the owner's keepalive_timeout_ms (5000) */
+
+/* PROTOCOL.md §10.5: HELLO in the private data, 16 receive buffers of header + 64 KiB. */
+#define HELLO_LEN 32
+#define HELLO_MAGIC 0x78666572u
+#define RECV_BUFS 16
+#define RECV_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
+#define SEND_SLOTS 16
+#define SEND_SIZE 4096
+#define ACK_TIMEOUT 16		/* as the daemon's default: a lost packet costs ~270 ms, not 2 s */
+#define MAX_MSGS 32
+#define MAX_NODES 64
+
+/* wr_id: what a completion is for, and which buffer slot. */
+#define WR_RECV (1ull << 32)
+#define WR_SEND (2ull << 32)
+#define WR_DATA (3ull << 32)
+
+/* The pattern's seeds: the owner's bytes, a legitimate write, a rogue's unwanted write. */
+#define SEED_OWNER 1
+#define SEED_WRITE 2
+#define SEED_ROGUE 3
+
+struct target {
+	struct sockaddr_storage dst, src;
+	bool has_src;
+	const char *dst_text, *src_text;
+};
+
+/* The owner's side as its client sees it. */
+struct ctx {
+	struct target tg;
+	const char *sock;
+	struct xfer_client *c;
+	struct xfer_buf buf;
+	uint64_t region;
+	uint64_t xfer_seq;			/* the rogue's transfer ids (its own op ids) */
+	uint8_t nodes[MAX_NODES][XP_ID_BYTES];	/* every node id the rogue used */
+	int nnodes;
+	int ended[XFER_ERRORED + 1];		/* final states of the claimed ops */
+	int stuck;				/* claimed ops that did not end */
+	bool hello_noted;
+	int bounds;		/* 1: the device confines a window to its range; 0: not; -1: unknown */
+	char bounds_why[320];
+};
+
+/* A passive operation over the middle slice and its decoded metadata. */
+struct offer {
+	uint64_t op;
+	char *metadata;
+	struct xp_meta m;
+	bool decoded;
+};
+
+/* A control message from the owner, kept until someone waits for it. */
+struct msg {
+	uint8_t type;
+	uint64_t xfer;
+	json_t *json;
+};
+
+/* One rogue connection: an RC QP set up by rdma_cm, and the grant of its one claim. */
+struct rogue {
+	struct rdma_event_channel *ech;
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cch;
+	struct ibv_cq *cq;
+	uint8_t *ctl, *data;	/* ctl: RECV_BUFS receive slots, then SEND_SLOTS send slots */
+	struct ibv_mr *ctl_mr, *data_mr;
+	bool send_busy[SEND_SLOTS];
+	int credits;		/* messages the owner has receive buffers for */
+	int to_return;		/* our receive buffers re-posted and not yet told */
+	bool established, disconnected, qp_error;
+	uint8_t owner_node[XP_ID_BYTES];
+	uint64_t owner_epoch;
+	uint64_t xfer;
+	struct msg q[MAX_MSGS];
+	int nq;
+	unsigned pongs;
+	bool data_done;
+	enum ibv_wc_status data_status;
+	uint64_t addr, len;	/* the grant of CLAIM_OK */
+	uint32_t rkey;
+	char why[320];
+};
+
+struct probe {
+	struct offer o;
+	struct rogue r;
+};
+
+static volatile sig_atomic_t passed, failed;
+
+/* ---- output ---- */
+
+static void ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void ok(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("ok - ", stdout);
+	vprintf(fmt, ap);
+	putchar('\n');
+	va_end(ap);
+	fflush(stdout);
+	passed++;
+}
+
+static void fail(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	printf("FAIL - %s (", name);
+	vprintf(fmt, ap);
+	puts(")");
+	va_end(ap);
+	fflush(stdout);
+	failed++;
+}
+
+static void note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("# ", stdout);
+	vprintf(fmt, ap);
+	putchar('\n');
+	va_end(ap);
+	fflush(stdout);
+}
+
+static void put_num(char **p, long v)
+{
+	char tmp[24];
+	int n = 0;
+
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10) > 0);
+	while (n > 0)
+		*(*p)++ = tmp[--n];
+}
+
+/* The last word of a run that hung somewhere (a daemon that stops answering): async-safe. */
+static void on_alarm(int sig)
+{
+	static const char line[] = "FAIL - rdma_rogue did not finish within its time limit\n";
+	char buf[64], *p = buf;
+
+	(void)!write(STDOUT_FILENO, line, sizeof(line) - 1);
+	put_num(&p, passed);
+	memcpy(p, " passed, ", 9);
+	p += 9;
+	put_num(&p, failed + 1);
+	memcpy(p, " failed\n", 8);
+	p += 8;
+	(void)!write(STDOUT_FILENO, buf, (size_t)(p - buf));
+	_exit(1);
+}
+
+/* ---- small helpers ---- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint8_t pattern(size_t i, uint32_t seed)
+{
+	uint32_t x = (uint32_t)i * 2654435761u ^ seed * 0x9e3779b9u;
+
+	x ^= x >> 15;
+	x *= 0x2c1b3c6du;
+	x ^= x >> 12;
+	return (uint8_t)x;
+}
+
+/* @n bytes at @p as the pattern of @seed at positions @off.. of the owner's buffer. */
+static void fill(uint8_t *p, size_t off, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = pattern(off + i, seed);
+}
+
+/* The first byte of @p that is not the pattern of @seed at positions @off.., or -1. */
+static long mismatch(const uint8_t *p, size_t off, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != pattern(off + i, seed))
+			return (long)i;
+	return -1;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
+}
+
+static int resolve(const char *addr, const char *port, struct sockaddr_storage *ss)
+{
+	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV };
+	struct addrinfo *ai;
+
+	if (getaddrinfo(addr, port, &hints, &ai))
+		return -EINVAL;
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* "ADDR:PORT" of the owner's listener, and the source address the rogue leaves from. */
+static int parse_target(const char *arg, const char *src, struct target *tg)
+{
+	char host[128];
+	const char *colon = strrchr(arg, ':');
+
+	if (!colon || colon == arg || (size_t)(colon - arg) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, arg, (size_t)(colon - arg));
+	host[colon - arg] = '\0';
+	if (resolve(host, colon + 1, &tg->dst))
+		return -EINVAL;
+	tg->dst_text = arg;
+	tg->src_text = src && *src ? src : "(routing)";
+	tg->has_src = src && *src;
+	return tg->has_src ? resolve(src, "0", &tg->src) : 0;
+}
+
+static const char *state_name(const struct xfer_op_info *info)
+{
+	return xfer_state_name(info->state);
+}
+
+/* ---- the owner's client ---- */
+
+static void reset_buffer(struct ctx *t)
+{
+	fill(t->buf.addr, 0, BUF_LEN, SEED_OWNER);
+}
+
+/* Whether the owner's buffer holds the owner's pattern, with @mid_seed in the middle slice. */
+static int buffer_is(struct ctx *t, uint32_t mid_seed, char *why, size_t len)
+{
+	const uint8_t *p = t->buf.addr;
+	long at;
+
+	if ((at = mismatch(p, 0, SLICE, SEED_OWNER)) >= 0) {
+		snprintf(why, len, "the owner's buffer changed before the range, at byte %ld", at);
+		return -1;
+	}
+	if ((at = mismatch(p + 2 * SLICE, 2 * SLICE, SLICE, SEED_OWNER)) >= 0) {
+		snprintf(why, len, "the owner's buffer changed after the range, at byte %ld",
+			 2 * (long)SLICE + at);
+		return -1;
+	}
+	if ((at = mismatch(p + SLICE, SLICE, SLICE, mid_seed)) >= 0) {
+		snprintf(why, len, "the owner's range holds %s at byte %ld",
+			 mid_seed == SEED_OWNER ? "bytes it did not have" : "not the bytes written",
+			 at);
+		return -1;
+	}
+	return 0;
+}
+
+static json_t *owner_call(struct ctx *t, const char *method, char *why, size_t len)
+{
+	char *res = NULL;
+	json_t *j;
+	int rc = xfer_call(t->c, method, NULL, &res);
+
+	if (rc < 0) {
+		snprintf(why, len, "%s: %s (%s)", method, xfer_strerror(rc), xfer_last_error(t->c));
+		return NULL;
+	}
+	j = json_loads(res, 0, NULL);
+	free(res);
+	if (!j)
+		snprintf(why, len, "%s: the result is not JSON", method);
+	return j;
+}
+
+/* Sums windows_open over the owner's devices; *all_mw: every device has memory windows. */
+static int owner_windows(struct ctx *t, long long *open, bool *all_mw, char *names, size_t nlen,
+			 char *why, size_t len)
+{
+	json_t *j = owner_call(t, "list.devices", why, len), *dev;
+	size_t i;
+
+	if (!j)
+		return -1;
+	*open = 0;
+	*all_mw = true;
+	if (names)
+		names[0] = '\0';
+	json_array_foreach(json_object_get(j, "devices"), i, dev) {
+		json_t *c = json_object_get(dev, "counters");
+		*open += json_integer_value(json_object_get(c, "windows_open"));
+		*all_mw = *all_mw && json_is_true(json_object_get(dev, "memory_windows"));
+		if (names)
+			snprintf(names + strlen(names), nlen - strlen(names), "%s%s", i ? " " : "",
+				 json_string_value(json_object_get(dev, "name")) ?: "?");
+	}
+	if (i == 0) {
+		snprintf(why, len, "list.devices lists no RDMA device: %s",
+			 json_string_value(json_object_get(j, "rdma")) ?: "?");
+		json_decref(j);
+		return -1;
+	}
+	json_decref(j);
+	return 0;
+}
+
+/* The owner's windows_open now, for the evidence of a failed check; -1 if unknown. */
+static long long windows_now(struct ctx *t)
+{
+	long long open;
+	bool all_mw;
+	char why[256];
+
+	return owner_windows(t, &open, &all_mw, NULL, 0, why, sizeof(why)) ? -1 : open;
+}
+
+/* The region MR's own rkey, as list.regions shows it (the first device's). */
+static int region_rkey(struct ctx *t, uint32_t *rkey, int *ndevs, char *why, size_t len)
+{
+	json_t *j = owner_call(t, "list.regions", why, len), *r, *devs;
+	size_t i;
+
+	if (!j)
+		return -1;
+	json_array_foreach(json_object_get(j, "regions"), i, r) {
+		if ((uint64_t)json_integer_value(json_object_get(r, "region")) != t->region)
+			continue;
+		devs = json_object_get(r, "devices");
+		if (json_array_size(devs) > 0) {
+			*rkey = (uint32_t)json_integer_value(
+				json_object_get(json_array_get(devs, 0), "rkey"));
+			*ndevs = (int)json_array_size(devs);
+			json_decref(j);
+			return 0;
+		}
+	}
+	snprintf(why, len, "list.regions shows no device keys for region %" PRIu64, t->region);
+	json_decref(j);
+	return -1;
+}
+
+/* How many of the rogue's node ids the owner still lists as peers. */
+static int rogue_peers_listed(struct ctx *t, char *why, size_t len)
+{
+	json_t *j = owner_call(t, "list.peers", why, len), *p;
+	char hex[2 * XP_ID_BYTES + 1];
+	int n = 0;
+	size_t i;
+
+	if (!j)
+		return -1;
+	json_array_foreach(json_object_get(j, "peers"), i, p) {
+		const char *node = json_string_value(json_object_get(p, "node")) ?: "";
+		for (int k = 0; k < t->nnodes; k++) {
+			xp_hex_encode(t->nodes[k], XP_ID_BYTES, hex);
+			if (strcmp(hex, node) == 0)
+				n++;
+		}
+	}
+	json_decref(j);
+	return n;
+}
+
+/* A passive operation over the middle slice, and its metadata decoded as a daemon would. */
+static int offer_new(struct ctx *t, bool writable, struct offer *o, char *why, size_t len)
+{
+	struct xfer_desc d = { t->region, SLICE, SLICE };
+	struct xfer_op_opts opts = { .timeout_ms = OP_TIMEOUT_MS };
+	char err[256];
+	int rc = writable ? xfer_writable(t->c, &d, 1, &opts, &o->op, &o->metadata)
+			  : xfer_readable(t->c, &d, 1, &opts, &o->op, &o->metadata);
+
+	if (rc < 0) {
+		snprintf(why, len, "op.%s: %s (%s)", writable ? "writable" : "readable",
+			 xfer_strerror(rc), xfer_last_error(t->c));
+		return -1;
+	}
+	if (xp_meta_decode(o->metadata, &o->m, err, sizeof(err)) < 0) {
+		snprintf(why, len, "the owner's metadata does not decode: %s", err);
+		return -1;
+	}
+	o->decoded = true;
+	if (o->m.op != o->op || o->m.total != SLICE) {
+		snprintf(why, len, "metadata names op %" PRIu64 " of %" PRIu64 " bytes, the client "
+			 "made op %" PRIu64 " of %u", o->m.op, o->m.total, o->op, SLICE);
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits for the op to end (the rogue is gone by now), counts how it ended, forgets it. */
+static void offer_end(struct ctx *t, struct offer *o)
+{
+	struct xfer_op_info info;
+
+	if (o->metadata) {
+		int rc = xfer_wait(t->c, o->op, WAIT_MS, &info);
+		if (rc == 0)
+			t->ended[info.state]++;
+		else
+			t->stuck++;
+		xfer_release(t->c, o->op);
+	}
+	free(o->metadata);
+	if (o->decoded)
+		xp_meta_fini(&o->m);
+	memset(o, 0, sizeof(*o));
+}
+
+/* Waits until the owner's client sees @op COMPLETE. */
+static int owner_complete(struct ctx *t, uint64_t op, char *why, size_t len)
+{
+	struct xfer_op_info info;
+	int rc = xfer_wait(t->c, op, WAIT_MS, &info);
+
+	if (rc < 0) {
+		snprintf(why, len, "op.wait on the owner: %s", xfer_strerror(rc));
+		return -1;
+	}
+	if (info.state != XFER_COMPLETE || strcmp(info.transport, "rdma") != 0) {
+		snprintf(why, len, "the owner's op ended %s over '%s': %s", state_name(&info),
+			 info.transport, info.cause);
+		return -1;
+	}
+	return 0;
+}
+
+static int ctx_open(struct ctx *t, char *why, size_t len)
+{
+	int rc = xfer_connect(t->sock, "rdma_rogue", &t->c);
+
+	if (rc == 0)
+		rc = xfer_buf_alloc(BUF_LEN, &t->buf);
+	if (rc == 0)
+		rc = xfer_region_register(t->c, t->buf.fd, 0, 0, "rdma_rogue", &t->region);
+	if (rc < 0) {
+		snprintf(why, len, "owner client setup on %s: %s (%s)", t->sock, xfer_strerror(rc),
+			 t->c ? xfer_last_error(t->c) : "");
+		return -1;
+	}
+	reset_buffer(t);
+	return 0;
+}
+
+/* ---- the rogue: control messages ---- */
+
+static uint8_t *recv_slot(struct rogue *r, int slot)
+{
+	return r->ctl + (size_t)slot * RECV_SIZE;
+}
+
+static uint8_t *send_slot(struct rogue *r, int slot)
+{
+	return r->ctl + (size_t)RECV_BUFS * RECV_SIZE + (size_t)slot * SEND_SIZE;
+}
+
+static int rogue_err(struct rogue *r, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int rogue_err(struct rogue *r, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->why, sizeof(r->why), fmt, ap);
+	va_end(ap);
+	return -err;
+}
+
+static int post_recv(struct rogue *r, int slot)
+{
+	struct ibv_sge sge = { (uintptr_t)recv_slot(r, slot), RECV_SIZE, r->ctl_mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = WR_RECV | (uint32_t)slot, .sg_list = &sge,
+				  .num_sge = 1 };
+	struct ibv_recv_wr *bad;
+
+	return -ibv_post_recv(r->id->qp, &wr, &bad);
+}
+
+/*
+ * Sends one control message (@json may be NULL), by the owner's credit rule: the last credit
+ * is kept for a message that returns credits, or both sides could stall (§10.5).
+ */
+static int send_msg(struct rogue *r, uint8_t type, uint8_t flags, uint64_t xfer, json_t *json)
+{
+	char *body = json ? json_dumps(json, JSON_COMPACT) : NULL;
+	size_t blen = body ? strlen(body) : 0;
+	int slot = 0, err;
+
+	if (json && !body)
+		return rogue_err(r, ENOMEM, "out of memory");
+	if (blen > SEND_SIZE - XP_PEER_HDR_LEN) {
+		free(body);
+		return rogue_err(r, EMSGSIZE, "message too long");
+	}
+	while (slot < SEND_SLOTS && r->send_busy[slot])
+		slot++;
+	if (slot == SEND_SLOTS || !(r->credits >= 2 || (r->credits == 1 && r->to_return > 0))) {
+		free(body);
+		return rogue_err(r, EAGAIN, "no %s to send %s (credits %d)",
+				 slot == SEND_SLOTS ? "send buffer" : "credit",
+				 xp_peer_type_name(type), r->credits);
+	}
+	uint8_t *buf = send_slot(r, slot);
+	struct xp_peer_hdr h = { .type = type, .flags = flags, .credits = (uint16_t)r->to_return,
+				 .length = (uint32_t)blen, .xfer = xfer };
+	xp_peer_hdr_pack(&h, buf);
+	if (blen)
+		memcpy(buf + XP_PEER_HDR_LEN, body, blen);
+	free(body);
+	struct ibv_sge sge = { (uintptr_t)buf, (uint32_t)(XP_PEER_HDR_LEN + blen), r->ctl_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = WR_SEND | (uint32_t)slot, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad;
+	if ((err = ibv_post_send(r->id->qp, &wr, &bad)))
+		return rogue_err(r, err, "ibv_post_send of %s: %s", xp_peer_type_name(type),
+				 strerror(err));
+	r->send_busy[slot] = true;
+	r->credits--;
+	r->to_return = 0;
+	return 0;
+}
+
+static void keep_msg(struct rogue *r, const struct xp_peer_hdr *h, json_t *json)
+{
+	if (r->nq == MAX_MSGS) {	/* nobody waits for the oldest: make room */
+		json_decref(r->q[0].json);
+		memmove(r->q, r->q + 1, sizeof(r->q[0]) * (MAX_MSGS - 1));
+		r->nq--;
+	}
+	r->q[r->nq++] = (struct msg){ h->type, h->xfer, json };
+}
+
+/* A message from the owner in receive slot @slot: re-post the slot first, then act on it. */
+static void on_recv(struct rogue *r, int slot, uint32_t len)
+{
+	const uint8_t *b = recv_slot(r, slot);
+	struct xp_peer_hdr h;
+	json_t *json = NULL;
+	int err;
+
+	if (len < XP_PEER_HDR_LEN) {
+		rogue_err(r, EPROTO, "the owner sent a message of %u bytes", len);
+		r->qp_error = true;
+		return;
+	}
+	xp_peer_hdr_unpack(b, &h);
+	if (!xp_peer_hdr_valid(&h) || h.length != len - XP_PEER_HDR_LEN) {
+		rogue_err(r, EPROTO, "the owner sent a malformed %s", xp_peer_type_name(h.type));
+		r->qp_error = true;
+		return;
+	}
+	if (h.length)
+		json = json_loadb((const char *)b + XP_PEER_HDR_LEN, h.length, 0, NULL);
+	r->credits += h.credits;
+	if ((err = post_recv(r, slot))) {
+		json_decref(json);
+		rogue_err(r, -err, "ibv_post_recv: %s", strerror(-err));
+		r->qp_error = true;
+		return;
+	}
+	r->to_return++;
+	if (h.type == XP_PEER_PING)
+		send_msg(r, XP_PEER_PONG, 0, 0, NULL); /* the owner drops a silent peer after 5 s */
+	else if (h.type == XP_PEER_PONG)
+		r->pongs++;
+	if (h.type == XP_PEER_PING || h.type == XP_PEER_PONG || h.type == XP_PEER_CREDIT)
+		json_decref(json);
+	else
+		keep_msg(r, &h, json);
+	if (r->to_return >= RECV_BUFS / 2)
+		send_msg(r, XP_PEER_CREDIT, 0, 0, NULL);
+}
+
+static void on_completion(struct rogue *r, const struct ibv_wc *wc)
+{
+	uint32_t slot = (uint32_t)wc->wr_id;
+
+	if (wc->status != IBV_WC_SUCCESS)
+		r->qp_error = true;
+	switch (wc->wr_id & ~0xffffffffull) {
+	case WR_RECV:
+		if (wc->status == IBV_WC_SUCCESS)
+			on_recv(r, (int)slot, wc->byte_len);
+		break;
+	case WR_SEND:
+		r->send_busy[slot] = false;
+		break;
+	case WR_DATA:
+		r->data_done = true;
+		r->data_status = wc->status;
+		break;
+	}
+}
+
+static int drain_cq(struct rogue *r)
+{
+	struct ibv_wc wc[16];
+	int n, total = 0;
+
+	while ((n = ibv_poll_cq(r->cq, 16, wc)) > 0) {
+		for (int i = 0; i < n; i++)
+			on_completion(r, &wc[i]);
+		total += n;
+	}
+	return n < 0 ? rogue_err(r, EIO, "ibv_poll_cq failed") : total;
+}
+
+/* rdma_cm events after ESTABLISHED: only DISCONNECTED matters (the owner dropped us). */
+static void drain_cm(struct rogue *r)
+{
+	struct rdma_cm_event *ev;
+
+	while (r->ech && rdma_get_cm_event(r->ech, &ev) == 0) {
+		if (ev->event == RDMA_CM_EVENT_DISCONNECTED)
+			r->disconnected = true;
+		rdma_ack_cm_event(ev);
+	}
+}
+
+/* Handles whatever completes within @ms, sleeping on the completion channel, never spinning. */
+static int pump(struct rogue *r, int ms)
+{
+	struct pollfd pfd[2] = { { .fd = r->cch->fd, .events = POLLIN },
+				 { .fd = r->ech->fd, .events = POLLIN } };
+	int n = drain_cq(r);
+
+	if (n != 0)
+		return n < 0 ? n : 0;
+	if (ibv_req_notify_cq(r->cq, 0))
+		return rogue_err(r, EIO, "ibv_req_notify_cq failed");
+	if ((n = drain_cq(r)) != 0) /* completions that came before the arming */
+		return n < 0 ? n : 0;
+	n = poll(pfd, 2, ms);
+	if (n < 0)
+		return errno == EINTR ? 0 : rogue_err(r, errno, "poll: %s", strerror(errno));
+	if (n == 0)
+		return -ETIMEDOUT;
+	if (pfd[0].revents & POLLIN) {
+		struct ibv_cq *cq;
+		void *cq_ctx;
+		if (ibv_get_cq_event(r->cch, &cq, &cq_ctx) == 0)
+			ibv_ack_cq_events(cq, 1);
+	}
+	if (pfd[1].revents & POLLIN)
+		drain_cm(r);
+	return 0;
+}
+
+/* One turn of waiting that ends by @deadline: -ETIMEDOUT once it has passed. */
+static int step(struct rogue *r, uint64_t deadline)
+{
+	uint64_t now = now_ms();
+	int rc;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	rc = pump(r, (int)(deadline - now));
+	return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+static int take_msg(struct rogue *r, uint8_t type, json_t **json)
+{
+	for (int i = 0; i < r->nq; i++) {
+		if (r->q[i].type != type || r->q[i].xfer != r->xfer)
+			continue;
+		*json = r->q[i].json;
+		memmove(r->q + i, r->q + i + 1, sizeof(r->q[0]) * (size_t)(r->nq - i - 1));
+		r->nq--;
+		return 1;
+	}
+	return 0;
+}
+
+/* Why the owner ended our transfer, if it did (a CLAIM_ERR or CANCEL we were not waiting for). */
+static int owner_refused(struct rogue *r, uint8_t wanted)
+{
+	for (int i = 0; i < r->nq; i++) {
+		const struct msg *m = &r->q[i];
+		if (m->xfer != r->xfer || m->type == wanted ||
+		    (m->type != XP_PEER_CLAIM_ERR && m->type != XP_PEER_CANCEL))
+			continue;
+		return rogue_err(r, ECONNABORTED, "the owner sent %s instead of %s: %s: %s",
+				 xp_peer_type_name(m->type), xp_peer_type_name(wanted),
+				 json_string_value(json_object_get(m->json, "errno")) ?: "?",
+				 json_string_value(json_object_get(m->json, "message")) ?: "?");
+	}
+	return 0;
+}
+
+/* Waits for the owner's message @type about our transfer; *json is the caller's. */
+static int wait_msg(struct rogue *r, uint8_t type, json_t **json)
+{
+	uint64_t deadline = now_ms() + WAIT_MS;
+	int rc;
+
+	for (;;) {
+		if (take_msg(r, type, json))
+			return 0;
+		if ((rc = owner_refused(r, type)))
+			return rc;
+		if (r->disconnected || r->qp_error)
+			return rogue_err(r, ECONNRESET, "the connection failed while waiting for %s%s%s",
+					 xp_peer_type_name(type), r->why[0] ? ": " : "", r->why);
+		if ((rc = step(r, deadline)) == -ETIMEDOUT)
+			return rogue_err(r, ETIMEDOUT, "no %s from the owner within %d ms",
+					 xp_peer_type_name(type), WAIT_MS);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+/* Keeps the connection alive (answering PINGs) for @ms, as a patient attacker would. */
+static int linger(struct rogue *r, int ms)
+{
+	uint64_t deadline = now_ms() + (uint64_t)ms;
+	int rc;
+
+	while ((rc = step(r, deadline)) == 0)
+		if (r->disconnected || r->qp_error)
+			return rogue_err(r, ECONNRESET, "the owner dropped the connection");
+	return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+/* ---- the rogue: one-sided requests ---- */
+
+/*
+ * One RDMA READ (into our buffer) or WRITE (from it) of @len bytes at the owner's @raddr with
+ * @rkey. Returns 0 and *st (the completion's status), or -errno when it did not complete.
+ */
+static int rdma_op(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey, uint32_t len,
+		   enum ibv_wc_status *st)
+{
+	struct ibv_sge sge = { (uintptr_t)r->data, len, r->data_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = WR_DATA, .sg_list = &sge, .num_sge = 1,
+				  .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { .remote_addr = raddr, .rkey = rkey } };
+	struct ibv_send_wr *bad;
+	uint64_t deadline = now_ms() + WAIT_MS;
+	int rc;
+
+	r->data_done = false;
+	if ((rc = ibv_post_send(r->id->qp, &wr, &bad)))
+		return rogue_err(r, rc, "ibv_post_send of the RDMA %s: %s", write ? "WRITE" : "READ",
+				 strerror(rc));
+	while (!r->data_done) {
+		if ((rc = step(r, deadline)) == -ETIMEDOUT)
+			return rogue_err(r, ETIMEDOUT, "the RDMA %s did not complete within %d ms",
+					 write ? "WRITE" : "READ", WAIT_MS);
+		if (rc < 0)
+			return rc;
+	}
+	*st = r->data_status;
+	return 0;
+}
+
+/* 0 when the request completed with IBV_WC_REM_ACCESS_ERR: the owner's HCA refused it. */
+static int expect_refused(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey,
+			  uint32_t len, char *why, size_t wlen)
+{
+	enum ibv_wc_status st;
+
+	if (rdma_op(r, write, raddr, rkey, len, &st) < 0) {
+		snprintf(why, wlen, "%s", r->why);
+		return -1;
+	}
+	if (st == IBV_WC_REM_ACCESS_ERR)
+		return 0;
+	if (st == IBV_WC_SUCCESS)
+		snprintf(why, wlen, "the owner let the %s of %u bytes at 0x%" PRIx64 " rkey 0x%x "
+			 "through", write ? "WRITE" : "READ", len, raddr, rkey);
+	else
+		snprintf(why, wlen, "completed with %s, not %s", ibv_wc_status_str(st),
+			 ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	return -1;
+}
+
+/* 0 when the request succeeded; a READ's bytes must be the owner's pattern at @off. */
+static int expect_success(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey,
+			  uint32_t len, size_t off, char *why, size_t wlen)
+{
+	enum ibv_wc_status st;
+	long at;
+
+	if (rdma_op(r, write, raddr, rkey, len, &st) < 0) {
+		snprintf(why, wlen, "%s", r->why);
+		return -1;
+	}
+	if (st != IBV_WC_SUCCESS) {
+		snprintf(why, wlen, "the %s completed with %s", write ? "WRITE" : "READ",
+			 ibv_wc_status_str(st));
+		return -1;
+	}
+	if (!write && (at = mismatch(r->data, off, len, SEED_OWNER)) >= 0) {
+		snprintf(why, wlen, "byte %ld of the READ is not the owner's", at);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the rogue: connection ---- */
+
+static int wait_cm(struct rogue *r, enum rdma_cm_event_type want, uint8_t *pdata, size_t *plen)
+{
+	uint64_t deadline = now_ms() + WAIT_MS;
+	struct rdma_cm_event *ev;
+
+	for (;;) {
+		if (rdma_get_cm_event(r->ech, &ev) == 0) {
+			enum rdma_cm_event_type got = ev->event;
+			int status = ev->status;
+			if (got == want && pdata) {
+				*plen = ev->param.conn.private_data_len < 64
+						? ev->param.conn.private_data_len : 64;
+				if (ev->param.conn.private_data)
+					memcpy(pdata, ev->param.conn.private_data, *plen);
+				else
+					*plen = 0;
+			}
+			rdma_ack_cm_event(ev);
+			if (got == want)
+				return 0;
+			return rogue_err(r, ECONNREFUSED, "rdma_cm %s (status %d) while waiting for %s",
+					 rdma_event_str(got), status, rdma_event_str(want));
+		}
+		if (errno != EAGAIN)
+			return rogue_err(r, errno, "rdma_get_cm_event: %s", strerror(errno));
+		uint64_t now = now_ms();
+		if (now >= deadline)
+			return rogue_err(r, ETIMEDOUT, "no %s within %d ms", rdma_event_str(want),
+					 WAIT_MS);
+		struct pollfd pfd = { .fd = r->ech->fd, .events = POLLIN };
+		poll(&pfd, 1, (int)(deadline - now));
+	}
+}
+
+/* PD, CQ on a completion channel, RC QP, buffers, and every receive posted (§10.5). */
+static int setup_qp(struct rogue *r)
+{
+	struct ibv_qp_init_attr attr = {
+		.cap = { .max_send_wr = SEND_SLOTS + 8, .max_recv_wr = RECV_BUFS,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	size_t ctl_len = (size_t)RECV_BUFS * RECV_SIZE + (size_t)SEND_SLOTS * SEND_SIZE;
+	int err;
+
+	if (!(r->pd = ibv_alloc_pd(r->id->verbs)) ||
+	    !(r->cch = ibv_create_comp_channel(r->id->verbs)) || set_nonblock(r->cch->fd) ||
+	    !(r->cq = ibv_create_cq(r->id->verbs, 2 * (RECV_BUFS + SEND_SLOTS) + 8, NULL, r->cch,
+				    0)))
+		return rogue_err(r, EIO, "PD/CQ setup failed: %s", strerror(errno));
+	attr.send_cq = attr.recv_cq = r->cq;
+	if (rdma_create_qp(r->id, r->pd, &attr))
+		return rogue_err(r, errno, "rdma_create_qp: %s", strerror(errno));
+	r->ctl = malloc(ctl_len);
+	r->data = malloc(BUF_LEN + 1);
+	if (!r->ctl || !r->data ||
+	    !(r->ctl_mr = ibv_reg_mr(r->pd, r->ctl, ctl_len, IBV_ACCESS_LOCAL_WRITE)) ||
+	    !(r->data_mr = ibv_reg_mr(r->pd, r->data, BUF_LEN + 1, IBV_ACCESS_LOCAL_WRITE)))
+		return rogue_err(r, ENOMEM, "buffers: %s", strerror(errno));
+	for (int i = 0; i < RECV_BUFS; i++)
+		if ((err = post_recv(r, i)))
+			return rogue_err(r, -err, "ibv_post_recv: %s", strerror(-err));
+	r->credits = RECV_BUFS; /* the owner posts as many before it accepts */
+	return 0;
+}
+
+static void conn_param(struct rogue *r, struct rdma_conn_param *p, const uint8_t *hello)
+{
+	struct ibv_device_attr da;
+	int rd = 1;
+
+	if (ibv_query_device(r->id->verbs, &da) == 0) {
+		rd = da.max_qp_init_rd_atom < da.max_qp_rd_atom ? da.max_qp_init_rd_atom
+								: da.max_qp_rd_atom;
+		rd = rd > 16 ? 16 : rd < 1 ? 1 : rd;
+	}
+	*p = (struct rdma_conn_param){ .private_data = hello, .private_data_len = HELLO_LEN,
+				       .responder_resources = (uint8_t)rd,
+				       .initiator_depth = (uint8_t)rd, .retry_count = 7,
+				       .rnr_retry_count = 7 };
+}
+
+/* A fresh random node id for this connection, remembered for the peers check. */
+static void new_node(struct ctx *t, uint8_t node[XP_ID_BYTES])
+{
+	if (getrandom(node, XP_ID_BYTES, 0) != XP_ID_BYTES)
+		for (int i = 0; i < XP_ID_BYTES; i++)
+			node[i] = (uint8_t)(rand() ^ i);
+	if (t->nnodes < MAX_NODES)
+		memcpy(t->nodes[t->nnodes++], node, XP_ID_BYTES);
+}
+
+/* The acceptor's HELLO (accept private data) must name the daemon the metadata names. */
+static int check_hello(struct rogue *r, const uint8_t *p, size_t len, const struct xp_meta *m)
+{
+	if (len < HELLO_LEN || get_le(p, 4) != HELLO_MAGIC || p[4] != XP_PEER_VERSION)
+		return rogue_err(r, EPROTO, "the owner's HELLO (%zu bytes of accept private data) is "
+				 "not valid", len);
+	memcpy(r->owner_node, p + 8, XP_ID_BYTES);
+	r->owner_epoch = get_le(p + 24, 8);
+	if (memcmp(r->owner_node, m->node, XP_ID_BYTES) || r->owner_epoch != m->epoch)
+		return rogue_err(r, EPROTO, "the owner's HELLO names another node or epoch than its "
+				 "metadata");
+	return 0;
+}
+
+/* An rdma_cm id whose address is resolved towards the owner: it knows the rogue's device. */
+static int resolve_local(struct ctx *t, struct rogue *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (!(r->ech = rdma_create_event_channel()) || set_nonblock(r->ech->fd) ||
+	    rdma_create_id(r->ech, &r->id, r, RDMA_PS_TCP))
+		return rogue_err(r, EIO, "rdma_cm setup: %s", strerror(errno));
+	if (rdma_resolve_addr(r->id, t->tg.has_src ? (struct sockaddr *)&t->tg.src : NULL,
+			      (struct sockaddr *)&t->tg.dst, RESOLVE_MS))
+		return rogue_err(r, errno, "rdma_resolve_addr: %s", strerror(errno));
+	return wait_cm(r, RDMA_CM_EVENT_ADDR_RESOLVED, NULL, NULL);
+}
+
+/* Connects to the owner as a peer daemon, with a HELLO of a fresh node: ready for CLAIM. */
+static int rogue_connect(struct ctx *t, struct rogue *r, const struct xp_meta *m)
+{
+	uint8_t hello[HELLO_LEN] = { 0 }, pdata[64], node[XP_ID_BYTES];
+	struct rdma_conn_param param;
+	struct timespec ts;
+	uint8_t ack = ACK_TIMEOUT;
+	size_t plen = 0;
+	int err;
+
+	if ((err = resolve_local(t, r)))
+		return err;
+	if (rdma_resolve_route(r->id, RESOLVE_MS))
+		return rogue_err(r, errno, "rdma_resolve_route: %s", strerror(errno));
+	if ((err = wait_cm(r, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, NULL)) || (err = setup_qp(r)))
+		return err;
+	rdma_set_option(r->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, sizeof(ack));
+	new_node(t, node);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	put_le(hello, HELLO_MAGIC, 4);
+	hello[4] = XP_PEER_VERSION;
+	memcpy(hello + 8, node, XP_ID_BYTES);
+	put_le(hello + 24, (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000, 8);
+	conn_param(r, &param, hello);
+	if (rdma_connect(r->id, &param))
+		return rogue_err(r, errno, "rdma_connect: %s", strerror(errno));
+	if ((err = wait_cm(r, RDMA_CM_EVENT_ESTABLISHED, pdata, &plen)))
+		return err;
+	r->established = true;
+	return check_hello(r, pdata, plen, m);
+}
+
+static void rogue_close(struct rogue *r)
+{
+	if (r->id && r->established && !r->disconnected)
+		rdma_disconnect(r->id);
+	if (r->id && r->id->qp)
+		rdma_destroy_qp(r->id);
+	if (r->ctl_mr)
+		ibv_dereg_mr(r->ctl_mr);
+	if (r->data_mr)
+		ibv_dereg_mr(r->data_mr);
+	free(r->ctl);
+	free(r->data);
+	if (r->cq)
+		ibv_destroy_cq(r->cq);
+	if (r->cch)
+		ibv_destroy_comp_channel(r->cch);
+	if (r->pd)
+		ibv_dealloc_pd(r->pd);
+	if (r->id) {
+		drain_cm(r); /* rdma_destroy_id waits for every event it handed out to be acked */
+		rdma_destroy_id(r->id);
+	}
+	if (r->ech)
+		rdma_destroy_event_channel(r->ech);
+	for (int i = 0; i < r->nq; i++)
+		json_decref(r->q[i].json);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The grant of CLAIM_OK: one range (the op has one descriptor) of the op's length. */
+static int parse_grant(struct rogue *r, json_t *ok)
+{
+	json_t *segs = json_object_get(ok, "segs");
+	json_int_t addr, len, rkey;
+
+	if (json_array_size(segs) != 1 ||
+	    json_unpack(json_array_get(segs, 0), "{s:I, s:I, s:I}", "addr", &addr, "len", &len,
+			"rkey", &rkey) || len != SLICE || rkey < 0 || rkey > UINT32_MAX) {
+		char *text = json_dumps(ok, JSON_COMPACT);
+		rogue_err(r, EPROTO, "CLAIM_OK does not grant one range of %u bytes: %s", SLICE,
+			  text ?: "?");
+		free(text);
+		return -EPROTO;
+	}
+	r->addr = (uint64_t)addr;
+	r->len = (uint64_t)len;
+	r->rkey = (uint32_t)rkey;
+	return 0;
+}
+
+/* CLAIM as daemon/remote.c send_claim() builds it, then CLAIM_OK and its grant. */
+static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
+{
+	char token[2 * XP_ID_BYTES + 1], node[2 * XP_ID_BYTES + 1];
+	bool read = o->m.kind == XP_KIND_READABLE;
+	json_t *claim, *ok = NULL;
+	int err;
+
+	xp_hex_encode(o->m.token, XP_ID_BYTES, token);
+	xp_hex_encode(o->m.node, XP_ID_BYTES, node);
+	r->xfer = ++t->xfer_seq;
+	claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op,
+			  "token", token, "kind", xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE),
+			  "node", node, "epoch", (json_int_t)o->m.epoch, "length",
+			  (json_int_t)o->m.total, "metadata_kind", xp_kind_name(o->m.kind));
+	err = claim ? send_msg(r, XP_PEER_CLAIM, XP_PEER_FROM_ACTIVE, r->xfer, claim)
+		    : rogue_err(r, ENOMEM, "out of memory");
+	json_decref(claim);
+	if (!err)
+		err = wait_msg(r, XP_PEER_CLAIM_OK, &ok);
+	if (!err)
+		err = parse_grant(r, ok);
+	json_decref(ok);
+	return err;
+}
+
+/* DONE, then DONE_ACK (§10.3): the owner's op is COMPLETE and the transfer over. */
+static int rogue_done(struct rogue *r)
+{
+	json_t *done = json_pack("{s:I}", "bytes", (json_int_t)r->len), *ack = NULL;
+	int err = send_msg(r, XP_PEER_DONE, XP_PEER_FROM_ACTIVE, r->xfer, done);
+
+	json_decref(done);
+	if (!err)
+		err = wait_msg(r, XP_PEER_DONE_ACK, &ack);
+	json_decref(ack);
+	return err;
+}
+
+/*
+ * The active side's release after the owner's CANCEL (§10.5: CANCEL back), then PING: the
+ * owner handles messages in order, so its PONG says the release was handled.
+ */
+static int rogue_release(struct rogue *r)
+{
+	json_t *c = json_pack("{s:s, s:s}", "errno", "ECANCELED", "message", "rogue releases");
+	unsigned pongs = r->pongs;
+	uint64_t deadline = now_ms() + WAIT_MS;
+	int err = send_msg(r, XP_PEER_CANCEL, XP_PEER_FROM_ACTIVE, r->xfer, c);
+
+	json_decref(c);
+	if (!err)
+		err = send_msg(r, XP_PEER_PING, 0, 0, NULL);
+	while (!err && r->pongs == pongs)
+		if ((err = step(r, deadline)) == -ETIMEDOUT)
+			return rogue_err(r, ETIMEDOUT, "no PONG within %d ms", WAIT_MS);
+	return err;
+}
+
+/* ---- does the device itself confine a window to its range? ---- */
+
+/*
+ * Checks b and c can fail for two reasons: the owner bound a window wider than the operation,
+ * or the device does not check a window's bounds at all. Soft-RoCE (rxe) up to at least Linux
+ * 6.1 is the latter: its responder checks a window's rkey, state and access flags, then the
+ * range against the underlying MR only. So the rogue first asks its own device, on a loopback
+ * QP pair: a window bound read-only onto the middle of an MR, and a READ just before it.
+ */
+struct loop {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *a, *b;	/* a reads from b's memory */
+	struct ibv_mr *mr, *lmr;
+	struct ibv_mw *mw;
+	uint8_t *buf, *lbuf;
+};
+
+/* The index of the RoCE v2 GID of IPv4 address @sin on @port, or -1. */
+static int roce_gid(struct ibv_context *verbs, uint8_t port, const struct sockaddr *sa,
+		    union ibv_gid *gid)
+{
+	static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+	const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
+	struct ibv_port_attr pa;
+	struct ibv_gid_entry e;
+
+	if (sa->sa_family != AF_INET || ibv_query_port(verbs, port, &pa))
+		return -1;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		if (ibv_query_gid_ex(verbs, port, (uint32_t)i, &e, 0) == 0 &&
+		    e.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(e.gid.raw, v4mapped, 12) == 0 &&
+		    memcmp(e.gid.raw + 12, &sin->sin_addr, 4) == 0) {
+			*gid = e.gid;
+			return i;
+		}
+	}
+	return -1;
+}
+
+/* Moves @q to RTS, connected to @peer on the same port (loopback through GID @gidx). */
+static int loop_connect(struct ibv_qp *q, const struct ibv_qp *peer, uint8_t port, int gidx,
+			const union ibv_gid *gid)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = port,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_READ };
+
+	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			  IBV_QP_ACCESS_FLAGS))
+		return -1;
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+				  .dest_qp_num = peer->qp_num, .max_dest_rd_atomic = 1,
+				  .min_rnr_timer = 12,
+				  .ah_attr = { .is_global = 1, .port_num = port,
+					       .grh = { .dgid = *gid, .sgid_index = (uint8_t)gidx,
+							.hop_limit = 1 } } };
+	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = ACK_TIMEOUT, .retry_cnt = 3,
+				  .rnr_retry = 3, .max_rd_atomic = 1 };
+	return ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) ? -1 : 0;
+}
+
+/* One completion within WAIT_MS, polled with short sleeps: this runs once, before any probe. */
+static int loop_wait(struct loop *l, enum ibv_wc_status *st)
+{
+	uint64_t deadline = now_ms() + WAIT_MS;
+	struct ibv_wc wc;
+	int n;
+
+	while ((n = ibv_poll_cq(l->cq, 1, &wc)) == 0 && now_ms() < deadline)
+		usleep(1000);
+	if (n <= 0)
+		return -1;
+	*st = wc.status;
+	return 0;
+}
+
+static void loop_free(struct loop *l)
+{
+	if (l->mw)
+		ibv_dealloc_mw(l->mw);
+	if (l->a)
+		ibv_destroy_qp(l->a);
+	if (l->b)
+		ibv_destroy_qp(l->b);
+	if (l->mr)
+		ibv_dereg_mr(l->mr);
+	if (l->lmr)
+		ibv_dereg_mr(l->lmr);
+	if (l->cq)
+		ibv_destroy_cq(l->cq);
+	if (l->pd)
+		ibv_dealloc_pd(l->pd);
+	free(l->buf);
+	free(l->lbuf);
+}
+
+static int loop_setup(struct loop *l, struct rdma_cm_id *id, char *why, size_t len)
+{
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC, .sq_sig_all = 1 };
+	union ibv_gid gid;
+	int gidx = roce_gid(id->verbs, id->port_num, rdma_get_local_addr(id), &gid);
+
+	if (gidx < 0) {
+		snprintf(why, len, "no RoCE v2 GID of the rogue's address on its device");
+		return -1;
+	}
+	l->buf = calloc(1, BUF_LEN);
+	l->lbuf = calloc(1, BUF_LEN);
+	if (!l->buf || !l->lbuf || !(l->pd = ibv_alloc_pd(id->verbs)) ||
+	    !(l->cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0)) ||
+	    !(l->mr = ibv_reg_mr(l->pd, l->buf, BUF_LEN,
+				 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)) ||
+	    !(l->lmr = ibv_reg_mr(l->pd, l->lbuf, BUF_LEN, IBV_ACCESS_LOCAL_WRITE))) {
+		snprintf(why, len, "loopback resources: %s", strerror(errno));
+		return -1;
+	}
+	qa.send_cq = qa.recv_cq = l->cq;
+	if (!(l->a = ibv_create_qp(l->pd, &qa)) || !(l->b = ibv_create_qp(l->pd, &qa)) ||
+	    loop_connect(l->a, l->b, id->port_num, gidx, &gid) ||
+	    loop_connect(l->b, l->a, id->port_num, gidx, &gid)) {
+		snprintf(why, len, "loopback QP pair: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Binds a read-only window onto the middle slice of @l's MR, on QP b. */
+static int loop_bind(struct loop *l, char *why, size_t len)
+{
+	struct ibv_mw_bind bind = { .send_flags = IBV_SEND_SIGNALED,
+				    .bind_info = { .mr = l->mr, .addr = (uintptr_t)l->buf + SLICE,
+						   .length = SLICE,
+						   .mw_access_flags = IBV_ACCESS_REMOTE_READ } };
+	enum ibv_wc_status st;
+
+	if (!(l->mw = ibv_alloc_mw(l->pd, IBV_MW_TYPE_1)) || ibv_bind_mw(l->b, l->mw, &bind) ||
+	    loop_wait(l, &st) || st != IBV_WC_SUCCESS) {
+		snprintf(why, len, "binding a type 1 window on the rogue's device failed");
+		return -1;
+	}
+	return 0;
+}
+
+/* Sets t->bounds from a READ of the 4 KiB just before a window, on the rogue's own device. */
+static void check_device_bounds(struct ctx *t)
+{
+	struct loop l = { 0 };
+	struct rogue r;
+	enum ibv_wc_status st;
+	const char *dev = "?";
+
+	t->bounds = -1;
+	if (resolve_local(t, &r)) {
+		snprintf(t->bounds_why, sizeof(t->bounds_why), "%s", r.why);
+		rogue_close(&r);
+		return;
+	}
+	dev = ibv_get_device_name(r.id->verbs->device);
+	if (loop_setup(&l, r.id, t->bounds_why, sizeof(t->bounds_why)) == 0 &&
+	    loop_bind(&l, t->bounds_why, sizeof(t->bounds_why)) == 0) {
+		struct ibv_sge sge = { (uintptr_t)l.lbuf, PROBE_LEN, l.lmr->lkey };
+		struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_READ,
+					  .wr.rdma = { (uintptr_t)l.buf + SLICE - PROBE_LEN,
+						       l.mw->rkey } }, *bad;
+		if (ibv_post_send(l.a, &wr, &bad) || loop_wait(&l, &st))
+			snprintf(t->bounds_why, sizeof(t->bounds_why), "the loopback READ did not "
+				 "complete");
+		else if (st == IBV_WC_SUCCESS)
+			t->bounds = 0;
+		else
+			t->bounds = 1;
+		if (t->bounds >= 0)
+			snprintf(t->bounds_why, sizeof(t->bounds_why), "the rogue's own %s, loopback: "
+				 "a READ of the 4 KiB just before a type 1 window, with its rkey -> %s",
+				 dev, ibv_wc_status_str(st));
+	}
+	loop_free(&l);
+	rogue_close(&r);
+}
+
+/* ---- probes: a fresh op, a fresh connection, a fresh claim ---- */
+
+static void probe_close(struct ctx *t, struct probe *p)
+{
+	rogue_close(&p->r);
+	offer_end(t, &p->o);
+}
+
+static int probe_open(struct ctx *t, bool writable, struct probe *p, char *why, size_t len)
+{
+	memset(p, 0, sizeof(*p));
+	reset_buffer(t);
+	if (offer_new(t, writable, &p->o, why, len)) {
+		probe_close(t, p);
+		return -1;
+	}
+	if (rogue_connect(t, &p->r, &p->o.m) || rogue_claim(t, &p->r, &p->o)) {
+		snprintf(why, len, "connect+claim: %s", p->r.why);
+		probe_close(t, p);
+		return -1;
+	}
+	if (!t->hello_noted) {
+		char node[2 * XP_ID_BYTES + 1];
+		xp_hex_encode(p->r.owner_node, XP_ID_BYTES, node);
+		note("rogue connects from %s to %s; the owner's HELLO names node %s epoch %" PRIu64
+		     " as its metadata does", t->tg.src_text, t->tg.dst_text, node, p->r.owner_epoch);
+		t->hello_noted = true;
+	}
+	return 0;
+}
+
+/*
+ * A request the owner must refuse: on a fresh claim of a readable (or @writable) op, @write or
+ * read @len bytes at the granted address + @delta, with the window's rkey (or *@rkey: rxe gives
+ * an MR without remote access rkey 0, so 0 is no "unset"); the owner's buffer must be as it was.
+ */
+static void probe_refused(struct ctx *t, const char *name, bool writable, bool write,
+			  long delta, uint32_t len, const uint32_t *rkey, bool bounds)
+{
+	struct probe p;
+	char why[512];
+
+	if (probe_open(t, writable, &p, why, sizeof(why))) {
+		fail(name, "%s", why);
+		return;
+	}
+	uint64_t raddr = p.r.addr + (uint64_t)delta;
+	uint32_t key = rkey ? *rkey : p.r.rkey;
+	if (write)
+		fill(p.r.data, SLICE + (size_t)delta, len, SEED_ROGUE);
+	bool refused = expect_refused(&p.r, write, raddr, key, len, why, sizeof(why)) == 0 &&
+		       buffer_is(t, SEED_OWNER, why, sizeof(why)) == 0;
+	if (refused)
+		ok("%s: %s of %u bytes at 0x%" PRIx64 " rkey 0x%x -> %s, owner's buffer unchanged",
+		   name, write ? "WRITE" : "READ", len, raddr, key,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	else if (bounds && t->bounds == 0)
+		note("NOT PROVABLE HERE: %s: %s; the device ignores window bounds (see above), so "
+		     "this says nothing about the owner", name, why);
+	else
+		fail(name, "%s", why);
+	probe_close(t, &p);
+}
+
+/* ---- the checks ---- */
+
+/*
+ * Type 1 windows hang off the PD, not the claimer's QP: can a second connection (another node
+ * that claimed nothing) use @p's rkey while @p's transfer is open? A note: §10.5 chose type 1.
+ */
+static void note_other_connection(struct ctx *t, struct probe *p)
+{
+	struct rogue other;
+	char why[512];
+
+	if (rogue_connect(t, &other, &p->o.m)) {
+		note("a second connection could not be made: %s", other.why);
+	} else if (expect_success(&other, false, p->r.addr, p->r.rkey, PROBE_LEN, SLICE, why,
+				  sizeof(why)) == 0) {
+		note("FINDING: a second connection, as another node that claimed nothing, READ "
+		     "%u bytes of the open grant with the first connection's rkey 0x%x: type 1 "
+		     "windows are not tied to the claimer's QP, so any peer that learns or guesses "
+		     "an rkey reaches that range while it is open", PROBE_LEN, p->r.rkey);
+	} else {
+		note("a second connection could not use the first one's rkey: %s", why);
+	}
+	rogue_close(&other);
+}
+
+/* a, and f by DONE: the window reads exactly the owner's bytes, then dies with the transfer. */
+static void test_read_then_done(struct ctx *t)
+{
+	const char *a = "a. RDMA READ of a readable's granted range with the granted rkey";
+	const char *f = "f. after DONE/DONE_ACK the readable's rkey no longer works";
+	struct probe p;
+	char why[512];
+
+	if (probe_open(t, false, &p, why, sizeof(why))) {
+		fail(a, "%s", why);
+		fail(f, "no grant to test");
+		return;
+	}
+	if (expect_success(&p.r, false, p.r.addr, p.r.rkey, SLICE, SLICE, why, sizeof(why)) == 0)
+		ok("%s: %u bytes at 0x%" PRIx64 " rkey 0x%x equal the owner's", a, SLICE, p.r.addr,
+		   p.r.rkey);
+	else
+		fail(a, "%s", why);
+	note_other_connection(t, &p);
+	if (rogue_done(&p.r)) {
+		fail(f, "DONE: %s", p.r.why);
+	} else if (owner_complete(t, p.o.op, why, sizeof(why)) == 0 &&
+		   expect_refused(&p.r, false, p.r.addr, p.r.rkey, PROBE_LEN, why,
+				  sizeof(why)) == 0) {
+		ok("%s: the owner's op is COMPLETE, READ with rkey 0x%x -> %s", f, p.r.rkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	} else {
+		fail(f, "%s; the owner's windows_open is %lld", why, windows_now(t));
+	}
+	probe_close(t, &p);
+}
+
+/* e, and f by DONE for a writable: its window takes exactly the written bytes, then dies. */
+static void test_write_then_done(struct ctx *t)
+{
+	const char *e = "e. RDMA WRITE into a writable's granted range";
+	const char *f = "f. after DONE/DONE_ACK the writable's rkey no longer works";
+	struct probe p;
+	char why[512];
+
+	if (probe_open(t, true, &p, why, sizeof(why))) {
+		fail(e, "%s", why);
+		fail(f, "no grant to test");
+		return;
+	}
+	fill(p.r.data, SLICE, SLICE, SEED_WRITE);
+	if (expect_success(&p.r, true, p.r.addr, p.r.rkey, SLICE, SLICE, why, sizeof(why)) == 0 &&
+	    buffer_is(t, SEED_WRITE, why, sizeof(why)) == 0)
+		ok("%s: %u bytes at 0x%" PRIx64 " rkey 0x%x landed in the owner's range and nowhere "
+		   "else", e, SLICE, p.r.addr, p.r.rkey);
+	else
+		fail(e, "%s", why);
+	fill(p.r.data, SLICE, PROBE_LEN, SEED_ROGUE);
+	if (rogue_done(&p.r)) {
+		fail(f, "DONE: %s", p.r.why);
+	} else if (owner_complete(t, p.o.op, why, sizeof(why)) == 0 &&
+		   expect_refused(&p.r, true, p.r.addr, p.r.rkey, PROBE_LEN, why,
+				  sizeof(why)) == 0 &&
+		   buffer_is(t, SEED_WRITE, why, sizeof(why)) == 0) {
+		ok("%s: the owner's op is COMPLETE, WRITE with rkey 0x%x -> %s, buffer unchanged", f,
+		   p.r.rkey, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	} else {
+		fail(f, "%s; the owner's windows_open is %lld", why, windows_now(t));
+	}
+	probe_close(t, &p);
+}
+
+/* The owner's client cancels; the owner's CANCEL reaches the rogue. */
+static int owner_cancels(struct ctx *t, struct probe *p, char *why, size_t len)
+{
+	json_t *c = NULL;
+	int rc = xfer_cancel(t->c, p->o.op);
+
+	if (rc < 0) {
+		snprintf(why, len, "op.cancel: %s (%s)", xfer_strerror(rc), xfer_last_error(t->c));
+		return -1;
+	}
+	if (wait_msg(&p->r, XP_PEER_CANCEL, &c)) {
+		snprintf(why, len, "%s", p->r.why);
+		return -1;
+	}
+	json_decref(c);
+	return 0;
+}
+
+/*
+ * f by cancel, for a readable. §10.5 keeps the window until the active side releases it (so
+ * that its READs in flight do not fail the whole connection set); a rogue that never releases
+ * is what this probes first (a note), then the release must revoke it (a check).
+ */
+static void test_read_cancelled(struct ctx *t)
+{
+	const char *f = "f. after the owner's CANCEL and the claimer's release the readable's rkey "
+			"no longer works";
+	struct probe p;
+	char why[512];
+
+	if (probe_open(t, false, &p, why, sizeof(why))) {
+		fail(f, "%s", why);
+		return;
+	}
+	if (expect_success(&p.r, false, p.r.addr, p.r.rkey, PROBE_LEN, SLICE, why, sizeof(why)) ||
+	    owner_cancels(t, &p, why, sizeof(why))) {
+		fail(f, "%s", why);
+		probe_close(t, &p);
+		return;
+	}
+	if (expect_refused(&p.r, false, p.r.addr, p.r.rkey, PROBE_LEN, why, sizeof(why)) == 0) {
+		ok("f. the owner's CANCEL revoked the readable's rkey at once: READ -> %s",
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+		probe_close(t, &p);
+		return;
+	}
+	if (linger(&p.r, LINGER_MS) == 0 &&
+	    expect_success(&p.r, false, p.r.addr, p.r.rkey, SLICE, SLICE, why, sizeof(why)) == 0)
+		note("FINDING: after the owner's client cancelled the readable and the owner sent "
+		     "CANCEL, a claimer that does not release still READs the whole range with rkey "
+		     "0x%x, %d ms later (answering PINGs keeps it open without bound)", p.r.rkey,
+		     LINGER_MS);
+	else
+		note("after the owner's CANCEL the unreleased rkey worked at first; later: %s", why);
+	if (rogue_release(&p.r))
+		fail(f, "release: %s", p.r.why);
+	else if (expect_refused(&p.r, false, p.r.addr, p.r.rkey, PROBE_LEN, why, sizeof(why)))
+		fail(f, "%s; the owner's windows_open is %lld", why, windows_now(t));
+	else
+		ok("%s: READ with rkey 0x%x -> %s", f, p.r.rkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	probe_close(t, &p);
+}
+
+/* The same for a writable: an unreleased window would let a rogue write into a cancelled buffer. */
+static void test_write_cancelled(struct ctx *t)
+{
+	const char *f = "f. after the owner's CANCEL and the claimer's release the writable's rkey "
+			"no longer works";
+	struct probe p;
+	char why[512];
+	uint32_t seed = SEED_OWNER;
+
+	if (probe_open(t, true, &p, why, sizeof(why))) {
+		fail(f, "%s", why);
+		return;
+	}
+	if (owner_cancels(t, &p, why, sizeof(why))) {
+		fail(f, "%s", why);
+		probe_close(t, &p);
+		return;
+	}
+	fill(p.r.data, SLICE, SLICE, SEED_WRITE);
+	if (expect_refused(&p.r, true, p.r.addr, p.r.rkey, SLICE, why, sizeof(why)) == 0) {
+		if (buffer_is(t, SEED_OWNER, why, sizeof(why)) == 0)
+			ok("f. the owner's CANCEL revoked the writable's rkey at once: WRITE -> %s",
+			   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+		else
+			fail(f, "%s", why);
+		probe_close(t, &p);
+		return;
+	}
+	if (buffer_is(t, SEED_WRITE, why, sizeof(why)) == 0) {
+		note("FINDING: after the owner's client cancelled the writable and the owner sent "
+		     "CANCEL, a claimer that does not release still WROTE %u bytes into the owner's "
+		     "buffer with rkey 0x%x (they are in the client's mapping now)", SLICE, p.r.rkey);
+		seed = SEED_WRITE;
+	} else {
+		note("after the owner's CANCEL the unreleased writable rkey: %s", why);
+	}
+	fill(p.r.data, SLICE, PROBE_LEN, SEED_ROGUE);
+	if (rogue_release(&p.r))
+		fail(f, "release: %s", p.r.why);
+	else if (expect_refused(&p.r, true, p.r.addr, p.r.rkey, PROBE_LEN, why, sizeof(why)) ||
+		 buffer_is(t, seed, why, sizeof(why)))
+		fail(f, "%s; the owner's windows_open is %lld", why, windows_now(t));
+	else
+		ok("%s: WRITE with rkey 0x%x -> %s, buffer unchanged", f, p.r.rkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	probe_close(t, &p);
+}
+
+/* g: the region MR's own rkey reaches nothing, not even where a window allows access. */
+static void test_mr_rkey(struct ctx *t)
+{
+	const char *g = "g. the region MR's own rkey";
+	uint32_t rkey = 0;
+	int ndevs = 0;
+	char why[512];
+
+	if (region_rkey(t, &rkey, &ndevs, why, sizeof(why))) {
+		fail(g, "%s", why);
+		return;
+	}
+	note("list.regions: the region's MR rkey is 0x%x (%d device%s; the first is probed)", rkey,
+	     ndevs, ndevs == 1 ? "" : "s");
+	probe_refused(t, "g. READ with the region MR's rkey at the region's start", false, false,
+		      -(long)SLICE, PROBE_LEN, &rkey, false);
+	probe_refused(t, "g. READ with the region MR's rkey of a claimed readable's own range",
+		      false, false, 0, PROBE_LEN, &rkey, false);
+	probe_refused(t, "g. WRITE with the region MR's rkey into a claimed writable's own range",
+		      true, true, 0, PROBE_LEN, &rkey, false);
+	probe_refused(t, "g. WRITE with the region MR's rkey at the region's end", false, true,
+		      (long)(2 * SLICE - PROBE_LEN), PROBE_LEN, &rkey, false);
+}
+
+/* h, 1: a well-behaved peer still gets through after all that. */
+static void health_rdma(struct ctx *t)
+{
+	const char *h = "h. the owner still serves an RDMA peer: connect, claim, READ, DONE";
+	struct probe p;
+	char why[512];
+
+	if (probe_open(t, false, &p, why, sizeof(why))) {
+		fail(h, "%s", why);
+		return;
+	}
+	if (expect_success(&p.r, false, p.r.addr, p.r.rkey, SLICE, SLICE, why, sizeof(why)))
+		fail(h, "%s", why);
+	else if (rogue_done(&p.r))
+		fail(h, "DONE: %s", p.r.why);
+	else if (owner_complete(t, p.o.op, why, sizeof(why)))
+		fail(h, "%s", why);
+	else
+		ok("%s: %u bytes equal, the owner's op COMPLETE", h, SLICE);
+	probe_close(t, &p);
+}
+
+/* h, 2: a normal op.readable, read on the same node by a second client. */
+static void health_local(struct ctx *t)
+{
+	const char *h = "h. a normal op.readable on the owner works";
+	struct xfer_client *c2 = NULL;
+	struct xfer_buf b2 = { 0 };
+	struct xfer_op_info pi, ai;
+	struct offer o = { 0 };
+	uint64_t region2, aop;
+	char why[512] = "";
+	int rc;
+
+	reset_buffer(t);
+	if (offer_new(t, false, &o, why, sizeof(why)))
+		goto out;
+	rc = xfer_connect(t->sock, "rdma_rogue-reader", &c2);
+	if (rc == 0 && (rc = xfer_buf_alloc(SLICE, &b2)) == 0 &&
+	    (rc = xfer_region_register(c2, b2.fd, 0, 0, "reader", &region2)) == 0) {
+		struct xfer_desc d = { region2, 0, SLICE };
+		rc = xfer_read(c2, o.metadata, &d, 1, NULL, &aop);
+	}
+	if (rc == 0 && (rc = xfer_wait(c2, aop, WAIT_MS, &ai)) == 0)
+		rc = xfer_wait(t->c, o.op, WAIT_MS, &pi);
+	if (rc < 0)
+		snprintf(why, sizeof(why), "second client: %s (%s)", xfer_strerror(rc),
+			 c2 ? xfer_last_error(c2) : "");
+	else if (ai.state != XFER_COMPLETE || pi.state != XFER_COMPLETE)
+		snprintf(why, sizeof(why), "read %s (%.200s), readable %s (%.200s)", state_name(&ai),
+			 ai.cause, state_name(&pi), pi.cause);
+	else if (mismatch(b2.addr, SLICE, SLICE, SEED_OWNER) >= 0)
+		snprintf(why, sizeof(why), "the bytes read differ from the owner's");
+out:
+	if (why[0])
+		fail(h, "%s", why);
+	else
+		ok("%s: read by a second client over '%s', both ops COMPLETE, %u bytes equal", h,
+		   ai.transport, SLICE);
+	xfer_close(c2);
+	xfer_buf_free(&b2);
+	offer_end(t, &o);
+}
+
+/* h, 3: every window and every rogue peer is gone once the rogue's connections are. */
+static void health_cleanup(struct ctx *t)
+{
+	const char *hw = "h. the owner's windows_open is back to 0";
+	const char *hp = "h. the owner lists none of the rogue's nodes as peers";
+	const char *ho = "h. every operation the rogue claimed ended";
+	uint64_t deadline = now_ms() + WAIT_MS;
+	long long open = -1;
+	bool all_mw;
+	int peers = -1;
+	char why[512] = "";
+
+	while (now_ms() < deadline) {
+		if (owner_windows(t, &open, &all_mw, NULL, 0, why, sizeof(why)) == 0 && open == 0 &&
+		    (peers = rogue_peers_listed(t, why, sizeof(why))) == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	if (open == 0)
+		ok("%s", hw);
+	else
+		fail(hw, "%s", why[0] ? why : "windows_open stayed above 0");
+	if (open != 0 && owner_windows(t, &open, &all_mw, NULL, 0, why, sizeof(why)) == 0)
+		note("windows_open is %lld %d s after the last rogue connection closed", open,
+		     WAIT_MS / 1000);
+	if ((peers = rogue_peers_listed(t, why, sizeof(why))) == 0)
+		ok("%s (%d nodes used)", hp, t->nnodes);
+	else if (peers > 0)
+		fail(hp, "%d of the rogue's %d nodes still listed", peers, t->nnodes);
+	else
+		fail(hp, "%s", why);
+	if (t->stuck == 0)
+		ok("%s once its connection went (%d COMPLETE, %d ERRORED, %d CANCELLED)", ho,
+		   t->ended[XFER_COMPLETE], t->ended[XFER_ERRORED], t->ended[XFER_CANCELLED]);
+	else
+		fail(ho, "%d did not end within %d ms of the rogue's connection closing", t->stuck,
+		     WAIT_MS);
+}
+
+static int setup(struct ctx *t)
+{
+	long long open;
+	bool all_mw;
+	char why[512], names[128];
+
+	if (ctx_open(t, why, sizeof(why)) ||
+	    owner_windows(t, &open, &all_mw, names, sizeof(names), why, sizeof(why))) {
+		fail("setup", "%s", why);
+		return -1;
+	}
+	if (!all_mw) {
+		fail("setup", "the owner's device %s has no memory windows: its claimers get the "
+		     "region MR's rkey by design (§10.5), nothing here would hold", names);
+		return -1;
+	}
+	ok("setup: owner client with a %u-byte region; the owner's device %s has memory windows "
+	   "(%lld open)", BUF_LEN, names, open);
+	check_device_bounds(t);
+	if (t->bounds == 0)
+		note("the device ignores memory window bounds (%s): b and c cannot be proven against "
+		     "an owner on such a device and are reported as notes", t->bounds_why);
+	else if (t->bounds < 0)
+		note("whether the device enforces memory window bounds is unknown (%s): b and c are "
+		     "checks", t->bounds_why);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ctx t = { 0 };
+
+	if (argc < 3 || argc > 4) {
+		fprintf(stderr, "usage: rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR]\n"
+				"  SOURCE_ADDR defaults to $RXE_IP0\n");
+		return 2;
+	}
+	t.sock = argv[1];
+	if (parse_target(argv[2], argc == 4 ? argv[3] : getenv("RXE_IP0"), &t.tg)) {
+		fprintf(stderr, "rdma_rogue: bad address '%s' or source address\n", argv[2]);
+		return 2;
+	}
+	signal(SIGALRM, on_alarm);
+	alarm(RUN_LIMIT_S);
+	if (setup(&t) == 0) {
+		test_read_then_done(&t);
+		probe_refused(&t, "b. READ of the 4 KiB just before a readable's range", false, false,
+			      -(long)PROBE_LEN, PROBE_LEN, NULL, true);
+		probe_refused(&t, "c. READ of the 4 KiB just after a readable's range", false, false,
+			      (long)SLICE, PROBE_LEN, NULL, true);
+		probe_refused(&t, "c. READ of a readable's whole range plus one byte", false, false,
+			      0, SLICE + 1, NULL, true);
+		probe_refused(&t, "c. WRITE of the 4 KiB just after a writable's range", true, true,
+			      (long)SLICE, PROBE_LEN, NULL, true);
+		probe_refused(&t, "d. WRITE into a readable's granted range (read-only window)",
+			      false, true, 0, PROBE_LEN, NULL, false);
+		test_write_then_done(&t);
+		probe_refused(&t, "e. READ of a writable's granted range (write-only window)", true,
+			      false, 0, PROBE_LEN, NULL, false);
+		test_read_cancelled(&t);
+		test_write_cancelled(&t);
+		test_mr_rkey(&t);
+		health_rdma(&t);
+		health_local(&t);
+		health_cleanup(&t);
+	}
+	xfer_close(t.c);
+	xfer_buf_free(&t.buf);
+	printf("%d passed, %d failed\n", (int)passed, (int)failed);
+	return failed ? 1 : 0;
+}
