@@ -30,10 +30,16 @@ BUILD=${BUILD:-build}
 export BUILD
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
 
 KA_TIMEOUT=1.5 # keepalive_timeout_ms of scripts/cluster.sh's config, in seconds
 SLACK=2.0      # scheduling slack on top of a bound (2 cores, sanitizers)
 T=60           # seconds: "it ended at all" for one client
+WAIT=30        # seconds for metadata, and for a passive client to end after its transfer
+POLL=0.02      # seconds between polls
+NODES="0 1 2"
+ONLY=${XFER_CROSS_ONLY:-}
 
 SMALL=0
 if [ -n "${SANITIZE:-}" ] || [[ $BUILD == *san* ]] || [ "${XFER_TEST_LARGE:-1}" = 0 ]; then
@@ -52,154 +58,27 @@ else
 
 fi
 
-passed=0
-failed=0
-skipped=0
 DATA=
 NODE_IDS=()
-declare -A BASE
-
-ok()
-{
-	echo "ok - $1"
-	passed=$((passed + 1))
-}
-fail()
-{
-	echo "FAIL - $1 ($2)"
-	failed=$((failed + 1))
-}
-skip()
-{
-	echo "SKIP - $1 ($2)"
-	skipped=$((skipped + 1))
-}
-note()
-{
-	echo "# $*"
-}
-
-summary()
-{
-	if [ "$skipped" -gt 0 ]; then
-		echo "$passed passed, $failed failed, $skipped skipped"
-	else
-		echo "$passed passed, $failed failed"
-	fi
-}
 
 cleanup()
 {
-	local p
 	if [ "$failed" -gt 0 ] && [ "${XFER_CROSS_KEEP:-0}" = 1 ] && [ -n "$XN_DIR" ]; then
 		cp -a "$XN_DIR" "$XN_DIR.kept" 2>/dev/null && note "logs kept in $XN_DIR.kept"
 	fi
 	xn_down # the daemons, by pid, and the namespaces
-	# Clients still running: only live children of this shell (pids are not reused before they
-	# are reaped, and `jobs -pr` lists exactly the unreaped ones).
-	for p in $(jobs -pr); do
-		kill -CONT "$p" 2>/dev/null
-		kill -KILL "$p" 2>/dev/null
-	done
-	{ wait; } 2>/dev/null
+	kill_children # clients still running
 	[ -n "$DATA" ] && rm -rf "$DATA"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-now() { date +%s.%N; }
-# elapsed T0: seconds since T0, 2 decimals.
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-# le A B: A <= B (decimals).
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
-
-# ctl NODE ARGS...: xferctl against NODE's daemon, bounded.
-ctl() {
-	local node=$1
-	shift
-	timeout -k 2 $T "$BUILD/xferctl" --socket "$(xc_sock "$node")" "$@"
-}
-
-# bg OUT ERR NODE ARGS...: xferctl in the background (no wrapper: BG is xferctl's own pid, so
-# kill -9 hits the client itself). Every bg process is waited for with a deadline by wait_bg.
-bg()
-{
-	local out=$1 err=$2 node=$3
-	shift 3
-	"$BUILD/xferctl" --socket "$(xc_sock "$node")" "$@" >"$out" 2>"$err" &
-	BG=$!
-}
-
-# ours PID: PID is a live (or stopped, not yet reaped) child of this shell, so signalling it
-# cannot hit anybody else's process.
-ours()
-{
-	jobs -pr | grep -qx "$1"
-}
-
-# wait_bg PID [SECONDS]: its exit status, or 124 after killing it when it outlived SECONDS.
-wait_bg()
-{
-	local pid=$1 secs=${2:-$T} i rc
-	for ((i = 0; i < secs * 50; i++)); do
-		if ! ours "$pid"; then
-			rc=0
-			{ wait "$pid"; } 2>/dev/null || rc=$?
-			return $rc
-		fi
-		sleep 0.02
-	done
-	kill9 "$pid"
-	return 124
-}
-
-# kill9 PID: SIGKILL a background client (if it still runs) without bash's "Killed" report;
-# reaps it.
-kill9()
-{
-	[ -n "$1" ] || return 0
-	{
-		if ours "$1"; then
-			kill -CONT "$1"
-			kill -KILL "$1"
-		fi
-		wait "$1"
-	} 2>/dev/null
-	return 0
-}
-
-# wait_line FILE [SECONDS]: waits for FILE to hold one complete line and prints it.
-wait_line()
-{
-	local f=$1 secs=${2:-$T} i
-	for ((i = 0; i < secs * 50; i++)); do
-		if [ -s "$f" ] && [ "$(tail -c 1 "$f" | od -An -c | tr -d ' ')" = '\n' ]; then
-			head -n 1 "$f"
-			return 0
-		fi
-		sleep 0.02
-	done
-	return 1
-}
-
-# firstline FILE: the first line of FILE, or "(empty)".
-firstline()
-{
-	local l
-	l=$(head -n 1 "$1" 2>/dev/null)
-	echo "${l:-(empty)}"
-}
-
-# mkdata NAME SIZE: a file of SIZE random bytes in $DATA; prints its path.
-mkdata()
-{
-	local f="$DATA/$1"
-	if [ ! -f "$f" ]; then
-		head -c "$2" /dev/urandom >"$f.tmp" && mv "$f.tmp" "$f"
-	fi
-	echo "$f"
-}
+# The nodes, for tests/lib.sh: scripts/cluster.sh's daemons.
+node_sock() { xc_sock "$1"; }
+node_pid() { xc_pid "$1"; }
+node_start() { xc_start "$1"; }
+node_log() { xc_log "$1"; }
 
 # pyj PYTHON < JSON: evaluates PYTHON with the parsed input as d; prints the result.
 pyj()
@@ -238,167 +117,17 @@ print(json.dumps(m[sys.argv[2]]))
 ' "$1" "$2"
 }
 
-# ---------------------------------------------------------------------------------------------
-# One transfer between two nodes with xferctl. Sets R_PASSIVE, R_ACTIVE (exit statuses), the
-# files $W/p.out $W/p.err $W/a.out $W/a.err, and R_WHY (what went wrong, for the FAIL line).
-
-# xfer_read OWNER READER SRCFILE DSTFILE: readable on OWNER, read on READER.
-xfer_read()
+# xfer KIND OWNER ACTIVE SRC DST: one transfer between two nodes with xferctl (lib.sh's offer and
+# claim); 1 with WHY when the clients' exits or the bytes say it went wrong.
+xfer()
 {
-	local owner=$1 reader=$2 src=$3 dst=$4 meta ppid
-	W=$(mktemp -d "$DATA/x.XXXXXX")
-	R_WHY=
-	R_PASSIVE=
-	R_ACTIVE=
-	rm -f "$dst"
-	bg "$W/p.out" "$W/p.err" "$owner" readable "$src"
-	ppid=$BG
-	if ! meta=$(wait_line "$W/p.out" 30); then
-		kill9 "$ppid"
-		R_WHY="readable printed no metadata: $(firstline "$W/p.err")"
-		return 1
-	fi
-	R_ACTIVE=0
-	ctl "$reader" read "$meta" "$dst" >"$W/a.out" 2>"$W/a.err" || R_ACTIVE=$?
-	R_PASSIVE=0
-	wait_bg "$ppid" 30 || R_PASSIVE=$?
-	if [ "$R_ACTIVE" -ne 0 ]; then
-		R_WHY="read exited $R_ACTIVE: $(firstline "$W/a.err")"
-	elif [ "$R_PASSIVE" -ne 0 ]; then
-		R_WHY="readable exited $R_PASSIVE: $(firstline "$W/p.err")"
-	elif ! cmp -s "$src" "$dst"; then
-		R_WHY="bytes differ: $(cmp "$src" "$dst" 2>&1 | head -n 1)"
-	fi
-	[ -z "$R_WHY" ]
-}
-
-# xfer_write OWNER WRITER SRCFILE DSTFILE: writable on OWNER (saved to DSTFILE), write from
-# WRITER.
-xfer_write()
-{
-	local owner=$1 writer=$2 src=$3 dst=$4 meta ppid size
-	W=$(mktemp -d "$DATA/x.XXXXXX")
-	R_WHY=
-	R_PASSIVE=
-	R_ACTIVE=
-	rm -f "$dst"
-	size=$(stat -c %s "$src")
-	bg "$W/p.out" "$W/p.err" "$owner" writable "$size" "$dst"
-	ppid=$BG
-	if ! meta=$(wait_line "$W/p.out" 30); then
-		kill9 "$ppid"
-		R_WHY="writable printed no metadata: $(firstline "$W/p.err")"
-		return 1
-	fi
-	R_ACTIVE=0
-	ctl "$writer" write "$meta" "$src" >"$W/a.out" 2>"$W/a.err" || R_ACTIVE=$?
-	R_PASSIVE=0
-	wait_bg "$ppid" 30 || R_PASSIVE=$?
-	if [ "$R_ACTIVE" -ne 0 ]; then
-		R_WHY="write exited $R_ACTIVE: $(firstline "$W/a.err")"
-	elif [ "$R_PASSIVE" -ne 0 ]; then
-		R_WHY="writable exited $R_PASSIVE: $(firstline "$W/p.err")"
-	elif ! cmp -s "$src" "$dst"; then
-		R_WHY="bytes differ: $(cmp "$src" "$dst" 2>&1 | head -n 1)"
-	fi
-	[ -z "$R_WHY" ]
-}
-
-# ---------------------------------------------------------------------------------------------
-# Baselines: what an idle daemon holds. fds are counted without the peer connections (the
-# `connections` of `xferctl peers`), which come and go with peers and are not leaks.
-
-# snapshot NODE: "regions ops ops_active fds-minus-peer-connections clients"
-snapshot()
-{
-	local s p
-	s=$(ctl "$1" --json stats) || return 1
-	p=$(ctl "$1" --json peers) || return 1
-	"$XN_PY" -c '
-import json, sys
-s = json.loads(sys.argv[1]); p = json.loads(sys.argv[2])
-conns = sum(int(x.get("connections", 0)) for x in p.get("peers", []))
-print(s["regions"], s["ops"], s["ops_active"], s["fds"] - conns, s["clients"])
-' "$s" "$p"
-}
-
-take_baseline()
-{
-	local i n
-	n=$(xn_count)
-	for ((i = 0; i < n; i++)); do
-		BASE[$i]=$(snapshot "$i") || return 1
-		note "baseline node $i (regions ops ops_active fds clients): ${BASE[$i]}"
-	done
-}
-
-# check_baseline NAME: every daemon back to its baseline within 5 s; one ok/FAIL line.
-check_baseline()
-{
-	local name=$1 i n t cur bad=
-	n=$(xn_count)
-	for ((i = 0; i < n; i++)); do
-		cur=
-		for ((t = 0; t < 100; t++)); do
-			cur=$(snapshot "$i") || cur="(stats failed)"
-			[ "$cur" = "${BASE[$i]}" ] && break
-			sleep 0.05
-		done
-		[ "$cur" = "${BASE[$i]}" ] ||
-			bad+="node $i: '$cur' (regions ops ops_active fds clients), baseline '${BASE[$i]}'; "
-	done
-	if [ -z "$bad" ]; then
-		ok "$name: every daemon back to baseline (regions, ops, fds)"
-	else
-		fail "$name: every daemon back to baseline (regions, ops, fds)" "${bad%; }"
-	fi
-}
-
-# warm: a 4 KiB read between every ordered pair of nodes, so that every connection set exists.
-warm()
-{
-	local i j n f
-	n=$(xn_count)
-	f=$(mkdata warm 4096)
-	for ((i = 0; i < n; i++)); do
-		for ((j = 0; j < n; j++)); do
-			[ "$i" -ne "$j" ] || continue
-			xfer_read "$i" "$j" "$f" "$DATA/warm.out" || {
-				note "warm-up $i -> $j: $R_WHY"
-				return 1
-			}
-		done
-	done
-	return 0
-}
-
-# revive NODE...: starts the named daemons again if they are not running.
-revive()
-{
-	local i
-	for i in "$@"; do
-		if [ -z "$(xc_pid "$i")" ] || ! kill -0 "$(xc_pid "$i")" 2>/dev/null; then
-			xc_start "$i" || return 1
-		fi
-	done
-}
-
-# after_failure NAME: revive every daemon, re-warm, compare with the baseline.
-after_failure()
-{
-	local i n
-	n=$(xn_count)
-	for ((i = 0; i < n; i++)); do
-		revive "$i" || {
-			fail "$1: every daemon back to baseline (regions, ops, fds)" "node $i's xferd did not start again"
-			return
-		}
-	done
-	if ! warm; then
-		fail "$1: the nodes transfer again afterwards" "$R_WHY"
-		return
-	fi
-	check_baseline "$1"
+	local kind=$1 src=$4 dst=$5 w arc=0 prc=0
+	next_prefix w x
+	xfer_begin "$kind" "$2" "$src" "$dst" "$w.p" || return 1
+	claim "$kind" "$3" "$META" "$src" "$dst" "$w.a"
+	wait_bg "$AP" || arc=$?
+	wait_bg "$PP" "$WAIT" || prc=$?
+	xfer_outcome "$kind" "$src" "$dst" "$w" "$arc" "$prc"
 }
 
 # op_json NODE KIND: the first operation of KIND on NODE's daemon as JSON, or nothing.
@@ -428,7 +157,7 @@ wait_mid()
 	t_end=$((SECONDS + secs))
 	while [ "$SECONDS" -lt "$t_end" ]; do
 		for p in "$@"; do
-			if ! ours "$p"; then
+			if ! alive "$p"; then
 				MID_LAST="${MID_LAST:-nothing}; client $p exited first"
 				return 1
 			fi
@@ -465,30 +194,15 @@ unshape_all()
 	done
 }
 
-# want GROUP: true if GROUP is to run (XFER_CROSS_ONLY); notes the time the suite has taken.
-want()
-{
-	[ -z "${XFER_CROSS_ONLY:-}" ] || [[ $1 =~ $XFER_CROSS_ONLY ]] || return 1
-	note "--- $1 (at ${SECONDS} s)"
-}
 
 # =============================================================================================
 # Setup
 
 DATA=$(mktemp -d /dev/shm/xfcross.XXXXXX 2>/dev/null || mktemp -d "${TMPDIR:-/tmp}/xfcross.XXXXXX")
 
-for b in xferd xferctl; do
-	if [ ! -x "$BUILD/$b" ]; then
-		fail setup "$BUILD/$b is missing: build first"
-		summary
-		exit 1
-	fi
-done
-if ! "$BUILD/xferd" --help 2>&1 | grep -q -- --listen; then
-	fail setup "$BUILD/xferd has no --listen option: the TCP transport is not built in"
-	summary
-	exit 1
-fi
+require_built
+"$BUILD/xferd" --help 2>&1 | grep -q -- --listen ||
+	abort_setup "$BUILD/xferd has no --listen option: the TCP transport is not built in"
 
 if ! xn_up 3; then
 	if [ "${XN_MODE:-auto}" != loopback ] && XN_MODE=loopback xn_up 3; then
@@ -520,28 +234,15 @@ fi
 note "mode $(xn_mode): $(for ((i = 0; i < 3; i++)); do printf '%s ' "$(xn_endpoint $i)"; done)"
 note "sizes: largest $BIG bytes, failure transfers $FAIL_SIZE bytes$([ "$(xn_mode)" = netns ] && echo " at $SHAPE_RATE")"
 
-if ! xc_start_all; then
-	fail setup "the daemons did not start (see above)"
-	summary
-	exit 1
-fi
+xc_start_all || abort_setup "the daemons did not start (see above)"
 for i in 0 1 2; do
 	NODE_IDS[$i]=$(xc_node_id "$i") || NODE_IDS[$i]=
 done
 note "node ids: ${NODE_IDS[*]}"
 
-if warm; then
-	ok "setup: 3 daemons up, every pair of nodes has transferred 4 KiB"
-else
-	fail setup "warm-up transfers between the nodes failed: $R_WHY"
-	summary
-	exit 1
-fi
-take_baseline || {
-	fail setup "xferctl stats failed"
-	summary
-	exit 1
-}
+warm || abort_setup "warm-up transfers between the nodes failed: $WHY"
+ok "setup: 3 daemons up, every pair of nodes has transferred 4 KiB"
+take_baseline || abort_setup "xferctl stats failed"
 
 # =============================================================================================
 # The four operations, byte-exact, across sizes
@@ -549,29 +250,8 @@ take_baseline || {
 if want sizes; then
 	sizes=(1 4095 4096 $((MIB + 1)) $((4 * MIB + 1)) $((64 * MIB)))
 	[ "$BIG" -gt $((64 * MIB)) ] && sizes+=("$BIG")
-	for s in "${sizes[@]}"; do
-		src=$(mkdata "size.$s" "$s")
-		# Both directions for the smaller sizes; the big ones once each way round.
-		pairs="0:1 1:0"
-		[ "$s" -gt $((4 * MIB + 1)) ] && pairs="0:1"
-		for p in $pairs; do
-			o=${p%:*}
-			a=${p#*:}
-			if xfer_read "$o" "$a" "$src" "$DATA/out"; then
-				ok "readable on node $o, read on node $a: $s bytes identical"
-			else
-				fail "readable on node $o, read on node $a: $s bytes" "$R_WHY"
-			fi
-			if xfer_write "$a" "$o" "$src" "$DATA/out"; then
-				ok "writable on node $a, write from node $o: $s bytes identical"
-			else
-				fail "writable on node $a, write from node $o: $s bytes" "$R_WHY"
-			fi
-			rm -f "$DATA/out"
-			rm -rf "$DATA"/x.*
-		done
-		[ "$s" -gt $((64 * MIB)) ] && rm -f "$src"
-	done
+	# Both directions for the smaller sizes; the big ones once each way round.
+	check_sizes $((4 * MIB + 1)) "${sizes[@]}"
 	check_baseline "sizes"
 fi
 
@@ -606,7 +286,7 @@ if want listings; then
 		# xferctl ops shows a non-root client only its own connection's operations.
 		skip "xferctl ops on both nodes: transport tcp, peer node id, bytes" \
 			"not root: xferctl ops lists only its own connection's operations"
-		xfer_read 0 1 "$src" "$DATA/listing.out" || fail "listing transfer" "$R_WHY"
+		xfer read 0 1 "$src" "$DATA/listing.out" || fail "listing transfer" "$WHY"
 	fi
 	# Both clients are stopped (SIGSTOP) while the daemons move the bytes, so both operations
 	# stay listed after the transfer. To stop the reader after it asked for the read but before
@@ -616,7 +296,7 @@ if want listings; then
 	if [ "$(id -u)" != 0 ]; then
 		: # done above
 	elif meta=$(wait_line "$W/p.out" 30); then
-		ours "$ppid" && kill -STOP "$ppid"
+		alive "$ppid" && kill -STOP "$ppid"
 		kill -STOP "$(xc_pid 0)"
 		bg "$W/a.out" "$W/a.err" 1 read "$meta" "$DATA/listing.out"
 		apid=$BG
@@ -624,11 +304,11 @@ if want listings; then
 		# At most ~1 s frozen: node 1's keepalive timeout is 1.5 s.
 		for ((i = 0; i < 35; i++)); do
 			if ctl 1 --json ops | grep -q '"kind":"read"'; then
-				ours "$apid" && kill -STOP "$apid"
+				alive "$apid" && kill -STOP "$apid"
 				seen=1
 				break
 			fi
-			ours "$apid" || break
+			alive "$apid" || break
 			sleep 0.01
 		done
 		kill -CONT "$(xc_pid 0)"
@@ -670,7 +350,7 @@ print("; ".join(bad))
 			fail "xferctl ops (table) shows transport tcp" "$(ctl 1 ops 2>&1 | head -n 3 | tr '\n' '|')"
 		fi
 		for p in "$apid" "$ppid"; do
-			ours "$p" && kill -CONT "$p"
+			alive "$p" && kill -CONT "$p"
 		done
 		ra=0
 		wait_bg "$apid" 30 || ra=$?
@@ -729,27 +409,14 @@ fi
 # =============================================================================================
 # Refusals across nodes, before any byte moves; the passive operation stays claimable.
 
-# refused NAME NODE VERB META FILE ERRNO: `xferctl VERB META FILE` on NODE must exit 1 naming
-# ERRNO (a |-separated list of accepted names).
-refused()
-{
-	local name=$1 node=$2 verb=$3 meta=$4 file=$5 want=$6 rc=0
-	ctl "$node" "$verb" "$meta" "$file" >"$DATA/ref.out" 2>"$DATA/ref.err" || rc=$?
-	if [ "$rc" -eq 1 ] && grep -Eq "\\(($want)\\)" "$DATA/ref.err"; then
-		ok "$name: refused with $(grep -Eo "\\(($want)\\)" "$DATA/ref.err" | head -n 1)"
-	else
-		fail "$name" "exit $rc, expected 1 and ($want): $(firstline "$DATA/ref.err")"
-	fi
-}
-
 if want refusals; then
 	src=$(mkdata ref 65536)
 	other=$(mkdata ref2 65537)
 	W=$(mktemp -d "$DATA/x.XXXXXX")
-	bg "$W/r.out" "$W/r.err" 0 readable "$src"
-	rpid=$BG
-	bg "$W/w.out" "$W/w.err" 0 writable 65536 "$DATA/ref.writable"
-	wpid=$BG
+	offer read 0 "$src" "" "$W/r"
+	rpid=$PP
+	offer write 0 "$src" "$DATA/ref.writable" "$W/w"
+	wpid=$PP
 	if rmeta=$(wait_line "$W/r.out" 30) && wmeta=$(wait_line "$W/w.out" 30); then
 		eps=$(meta_field "$rmeta" endpoints)
 		note "readable metadata endpoints: $eps"
@@ -762,9 +429,7 @@ sys.exit(0 if any(e.get("transport") == "tcp" and e.get("addr") == sys.argv[2] a
 		else
 			fail "metadata names node 0's listen address" "endpoints $eps"
 		fi
-		refused "read with writable metadata (node 1)" 1 read "$wmeta" "$DATA/ref.out1" EINVAL
-		refused "write with readable metadata (node 1)" 1 write "$rmeta" "$src" EINVAL
-		refused "write of 65537 bytes into a 65536-byte writable (node 1)" 1 write "$wmeta" "$other" EMSGSIZE
+		refuse_mismatches "$rmeta" "$wmeta" "$src" "$other"
 		refused "read with a wrong token (node 1)" 1 read "$(meta_edit "$rmeta" 'm["token"] = "0" * 32')" "$DATA/ref.out1" EACCES
 		refused "read of an unknown op id (node 1)" 1 read "$(meta_edit "$rmeta" 'm["op"] = m["op"] + 100000')" "$DATA/ref.out1" "ENOENT|EACCES"
 		refused "read with a wrong epoch (node 1)" 1 read "$(meta_edit "$rmeta" 'm["epoch"] = m["epoch"] - 1')" "$DATA/ref.out1" ESTALE
@@ -788,25 +453,11 @@ sys.exit(0 if any(e.get("transport") == "tcp" and e.get("addr") == sys.argv[2] a
 		else
 			fail "refused claims left both passive operations INITIALIZED" "node 0 ops: $st"
 		fi
-		ours "$rpid" && kill -STOP "$rpid" # keeps the completed readable listed for a second claim
-		rc=0
-		ctl 1 read "$rmeta" "$DATA/ref.out1" >/dev/null 2>"$W/a.err" || rc=$?
-		if [ "$rc" -eq 0 ] && cmp -s "$src" "$DATA/ref.out1"; then
-			ok "read from node 1 after the refusals: bytes identical"
-		else
-			fail "read from node 1 after the refusals" "exit $rc: $(firstline "$W/a.err")"
-		fi
+		alive "$rpid" && kill -STOP "$rpid" # keeps the completed readable listed for a second claim
+		claim_after_refusals read "$rmeta" "$src" "$DATA/ref.out1" "$W/a.err"
 		refused "second read of the same readable (node 2)" 2 read "$rmeta" "$DATA/ref.out2" "EALREADY|ECANCELED"
-		ours "$rpid" && kill -CONT "$rpid"
-		rc=0
-		ctl 1 write "$wmeta" "$src" >/dev/null 2>"$W/a.err" || rc=$?
-		rw=0
-		wait_bg "$wpid" 30 || rw=$?
-		if [ "$rc" -eq 0 ] && [ "$rw" -eq 0 ] && cmp -s "$src" "$DATA/ref.writable"; then
-			ok "write from node 1 after the refusals: bytes identical"
-		else
-			fail "write from node 1 after the refusals" "write $rc ($(firstline "$W/a.err")), writable $rw ($(firstline "$W/w.err"))"
-		fi
+		alive "$rpid" && kill -CONT "$rpid"
+		claim_after_refusals write "$wmeta" "$src" "$DATA/ref.writable" "$W/a.err" "$wpid" "$W/w.err"
 		refused "second write of the same writable (node 2, after it ended)" 2 write "$wmeta" "$src" "ENOENT|EALREADY|ECANCELED"
 		rr=0
 		wait_bg "$rpid" 30 || rr=$?
@@ -822,20 +473,12 @@ sys.exit(0 if any(e.get("transport") == "tcp" and e.get("addr") == sys.argv[2] a
 	bg "$W/r.out" "$W/r.err" 0 readable "$src"
 	rpid=$BG
 	if rmeta=$(wait_line "$W/r.out" 30); then
-		restart_ok=1
-		xc_restart 0 || restart_ok=0
-		rr=0
-		wait_bg "$rpid" 10 || rr=$?
-		if [ "$restart_ok" = 1 ]; then
+		if xc_restart 0; then
 			ok "node 0's xferd stopped with SIGTERM (exit 0) and started again"
 		else
 			fail "node 0's xferd stopped with SIGTERM (exit 0) and started again" "see above"
 		fi
-		if [ "$rr" -eq 1 ] && grep -q ESHUTDOWN "$W/r.err"; then
-			ok "readable's client told of the shutdown: $(firstline "$W/r.err")"
-		else
-			fail "readable's client told of the shutdown" "exit $rr: $(firstline "$W/r.err")"
-		fi
+		told_of_shutdown "$rpid" "$W/r.err" 10
 		refused "read of metadata from before node 0 restarted (node 1)" 1 read "$rmeta" "$DATA/ref.out1" ESTALE
 		# Same after a crash (SIGKILL) and restart.
 		bg "$W/r2.out" "$W/r2.err" 0 readable "$src"
@@ -858,73 +501,91 @@ sys.exit(0 if any(e.get("transport") == "tcp" and e.get("addr") == sys.argv[2] a
 fi
 
 # =============================================================================================
+# Groups of clients at once: track PID NAME records one; wait_tracked SECONDS waits for all of
+# them, adding "NAME exited RC; " to BAD for each that failed; group_verdict NAME OK_NAME gives
+# the group's one ok/FAIL line from GOOD (every offer printed its metadata) and BAD.
+
+track()
+{
+	PIDS+=("$1")
+	NAMES+=("$2")
+}
+wait_tracked()
+{
+	local k rc
+	BAD=
+	for k in "${!PIDS[@]}"; do
+		rc=0
+		wait_bg "${PIDS[$k]}" "$1" || rc=$?
+		[ "$rc" -eq 0 ] || BAD+="${NAMES[$k]} exited $rc; "
+	done
+}
+group_verdict()
+{
+	local first
+	first=$(cat "$W"/*.err 2>/dev/null | head -n 1)
+	if [ "$GOOD" != 1 ]; then
+		fail "$1" "not every offer printed metadata: $first"
+	elif [ -z "$BAD" ]; then
+		ok "$2"
+	else
+		fail "$1" "${BAD%; }; first error: $first"
+	fi
+}
+
 # 3 nodes, all-to-all at once: each node reads from both others and writes into both others.
 
 if want all-to-all; then
-	pids=()
-	names=()
+	PIDS=()
+	NAMES=()
 	W=$(mktemp -d "$DATA/a2a.XXXXXX")
 	for i in 0 1 2; do
 		mkdata "a2a.$i" "$A2A_SIZE" >/dev/null
 	done
 	# Offers: node i makes one readable and one writable for each other node j.
-	good=1
+	GOOD=1
 	for i in 0 1 2; do
 		for j in 0 1 2; do
 			[ "$i" -ne "$j" ] || continue
-			bg "$W/r$i$j.out" "$W/r$i$j.err" "$i" readable "$DATA/a2a.$i"
-			pids+=("$BG")
-			names+=("readable on $i for $j")
-			bg "$W/w$i$j.out" "$W/w$i$j.err" "$i" writable "$A2A_SIZE" "$W/w$i$j.data"
-			pids+=("$BG")
-			names+=("writable on $i for $j")
+			offer read "$i" "$DATA/a2a.$i" "" "$W/r$i$j"
+			track "$PP" "readable on $i for $j"
+			offer write "$i" "$DATA/a2a.$i" "$W/w$i$j.data" "$W/w$i$j"
+			track "$PP" "writable on $i for $j"
 		done
 	done
 	for i in 0 1 2; do
 		for j in 0 1 2; do
 			[ "$i" -ne "$j" ] || continue
-			wait_line "$W/r$i$j.out" 30 >/dev/null && wait_line "$W/w$i$j.out" 30 >/dev/null || good=0
+			wait_line "$W/r$i$j.out" 30 >/dev/null && wait_line "$W/w$i$j.out" 30 >/dev/null || GOOD=0
 		done
 	done
-	if [ "$good" = 1 ]; then
-		t0=$(now)
+	if [ "$GOOD" = 1 ]; then
+		t0=$(now_ms)
 		# Node j reads node i's readable and writes its own file into node i's writable, all
 		# twelve transfers at once.
 		for i in 0 1 2; do
 			for j in 0 1 2; do
 				[ "$i" -ne "$j" ] || continue
-				bg "$W/ra$i$j.out" "$W/ra$i$j.err" "$j" read "$(head -n 1 "$W/r$i$j.out")" "$W/ra$i$j.data"
-				pids+=("$BG")
-				names+=("read by $j from $i")
-				bg "$W/wa$i$j.out" "$W/wa$i$j.err" "$j" write "$(head -n 1 "$W/w$i$j.out")" "$DATA/a2a.$j"
-				pids+=("$BG")
-				names+=("write by $j into $i")
+				claim read "$j" "$(firstline "$W/r$i$j.out")" "" "$W/ra$i$j.data" "$W/ra$i$j"
+				track "$AP" "read by $j from $i"
+				claim write "$j" "$(firstline "$W/w$i$j.out")" "$DATA/a2a.$j" "" "$W/wa$i$j"
+				track "$AP" "write by $j into $i"
 			done
 		done
 	fi
-	bad=
-	for k in "${!pids[@]}"; do
-		rc=0
-		wait_bg "${pids[$k]}" 120 || rc=$?
-		[ "$rc" -eq 0 ] || bad+="${names[$k]} exited $rc; "
-	done
-	if [ "$good" = 1 ]; then
+	wait_tracked 120
+	if [ "$GOOD" = 1 ]; then
 		secs=$(elapsed "$t0")
 		for i in 0 1 2; do
 			for j in 0 1 2; do
 				[ "$i" -ne "$j" ] || continue
-				cmp -s "$DATA/a2a.$i" "$W/ra$i$j.data" || bad+="read by $j from $i: bytes differ; "
-				cmp -s "$DATA/a2a.$j" "$W/w$i$j.data" || bad+="write by $j into $i: bytes differ; "
+				cmp -s "$DATA/a2a.$i" "$W/ra$i$j.data" || BAD+="read by $j from $i: bytes differ; "
+				cmp -s "$DATA/a2a.$j" "$W/w$i$j.data" || BAD+="write by $j into $i: bytes differ; "
 			done
 		done
-		if [ -z "$bad" ]; then
-			ok "3 nodes all-to-all: 6 reads + 6 writes of $A2A_SIZE bytes at once, identical (${secs} s)"
-		else
-			fail "3 nodes all-to-all" "${bad%; }; first error: $(cat "$W"/*.err 2>/dev/null | head -n 1)"
-		fi
-	else
-		fail "3 nodes all-to-all" "not every offer printed metadata: $(cat "$W"/*.err 2>/dev/null | head -n 1)"
 	fi
+	group_verdict "3 nodes all-to-all" \
+		"3 nodes all-to-all: 6 reads + 6 writes of $A2A_SIZE bytes at once, identical (${secs:-} s)"
 	rm -rf "$W" "$DATA"/a2a.*
 	check_baseline "all-to-all"
 fi
@@ -933,56 +594,39 @@ fi
 # 20 concurrent clients per node: 20 pairs between node 0 and node 1 at once (10 reads, 10
 # writes, sizes differing per pair).
 
+# kind_of_pair K: pair K of the 20 is a read when K is even, a write when odd.
+kind_of_pair() { if [ $(($1 % 2)) -eq 0 ]; then echo read; else echo write; fi; }
+
 if want clients; then
 	W=$(mktemp -d "$DATA/c20.XXXXXX")
-	pids=()
-	names=()
-	good=1
+	PIDS=()
+	NAMES=()
+	GOOD=1
 	for k in $(seq 0 19); do
 		s=$((MIB / 2 + k * 4097))
 		head -c "$s" /dev/urandom >"$W/src$k"
-		if [ $((k % 2)) -eq 0 ]; then
-			bg "$W/p$k.out" "$W/p$k.err" 0 readable "$W/src$k"
-		else
-			bg "$W/p$k.out" "$W/p$k.err" 0 writable "$s" "$W/dst$k"
-		fi
-		pids+=("$BG")
-		names+=("passive $k")
+		offer "$(kind_of_pair "$k")" 0 "$W/src$k" "$W/dst$k" "$W/p$k"
+		track "$PP" "passive $k"
 	done
 	for k in $(seq 0 19); do
-		wait_line "$W/p$k.out" 30 >/dev/null || good=0
+		wait_line "$W/p$k.out" 30 >/dev/null || GOOD=0
 	done
-	if [ "$good" = 1 ]; then
-		t0=$(now)
+	if [ "$GOOD" = 1 ]; then
+		t0=$(now_ms)
 		for k in $(seq 0 19); do
-			if [ $((k % 2)) -eq 0 ]; then
-				bg "$W/a$k.out" "$W/a$k.err" 1 read "$(head -n 1 "$W/p$k.out")" "$W/dst$k"
-			else
-				bg "$W/a$k.out" "$W/a$k.err" 1 write "$(head -n 1 "$W/p$k.out")" "$W/src$k"
-			fi
-			pids+=("$BG")
-			names+=("active $k")
+			claim "$(kind_of_pair "$k")" 1 "$(firstline "$W/p$k.out")" "$W/src$k" "$W/dst$k" "$W/a$k"
+			track "$AP" "active $k"
 		done
 	fi
-	bad=
-	for k in "${!pids[@]}"; do
-		rc=0
-		wait_bg "${pids[$k]}" 60 || rc=$?
-		[ "$rc" -eq 0 ] || bad+="${names[$k]} exited $rc; "
-	done
-	if [ "$good" = 1 ]; then
+	wait_tracked 60
+	if [ "$GOOD" = 1 ]; then
 		secs=$(elapsed "$t0")
 		for k in $(seq 0 19); do
-			cmp -s "$W/src$k" "$W/dst$k" || bad+="pair $k: bytes differ; "
+			cmp -s "$W/src$k" "$W/dst$k" || BAD+="pair $k: bytes differ; "
 		done
-		if [ -z "$bad" ]; then
-			ok "20 concurrent clients per node: 10 reads + 10 writes between node 0 and node 1, identical (${secs} s)"
-		else
-			fail "20 concurrent clients per node" "${bad%; }; first error: $(cat "$W"/*.err 2>/dev/null | head -n 1)"
-		fi
-	else
-		fail "20 concurrent clients per node" "not every offer printed metadata: $(cat "$W"/*.err 2>/dev/null | head -n 1)"
 	fi
+	group_verdict "20 concurrent clients per node" \
+		"20 concurrent clients per node: 10 reads + 10 writes between node 0 and node 1, identical (${secs:-} s)"
 	rm -rf "$W"
 	check_baseline "20 clients"
 fi
@@ -994,108 +638,41 @@ fi
 # injects the failure, thaws the daemons that are left, and checks how each side ended, and how
 # fast. The freeze lasts milliseconds, far below the keepalive timeout.
 
-# freeze / thaw: SIGSTOP / SIGCONT the daemons of node 0 and node 1 (those running).
-freeze()
-{
-	local n pid
-	for n in 0 1; do
-		pid=$(xc_pid "$n")
-		[ -n "$pid" ] && ours "$pid" && kill -STOP "$pid"
-	done
-	return 0
-}
+# freeze / thaw [NODE...]: SIGSTOP / SIGCONT the daemons of node 0 and node 1 (or NODE...).
+freeze() { signal_daemons STOP 0 1; }
 thaw()
 {
-	local n pid
 	[ $# -gt 0 ] || set -- 0 1
-	for n in "$@"; do
-		pid=$(xc_pid "$n")
-		[ -n "$pid" ] && ours "$pid" && kill -CONT "$pid"
-	done
-	return 0
+	signal_daemons CONT "$@"
 }
 
 # start_pair KIND: KIND read or write. Starts the passive client on node 0 and the active one on
-# node 1, and waits until the transfer is under way. Sets PP (passive pid), AP (active pid), W.
-# Returns 1 (with FAIL_WHY) when the transfer never got under way.
+# node 1 (lib.sh's offer_pair, claim_pair), waits until the transfer is under way, and freezes
+# both daemons. Sets PP, AP, FW; 1 with WHY when the transfer never got under way.
 start_pair()
 {
-	local kind=$1 meta key base
-	W=$(mktemp -d "$DATA/f.XXXXXX")
-	FAIL_WHY=
-	PP=
-	AP=
-	if [ "$kind" = read ]; then
-		bg "$W/p.out" "$W/p.err" 0 readable "$FAILSRC"
-	else
-		bg "$W/p.out" "$W/p.err" 0 writable "$FAIL_SIZE" "$W/dst"
-	fi
-	PP=$BG
-	if ! meta=$(wait_line "$W/p.out" 30); then
-		FAIL_WHY="passive client printed no metadata: $(firstline "$W/p.err")"
-		return 1
-	fi
-	if [ "$kind" = read ]; then
-		key=bytes_received
-	else
-		key=bytes_sent
-	fi
+	local kind=$1 key=bytes_sent base
+	[ "$kind" = read ] && key=bytes_received
+	offer_pair "$kind" || return 1
 	base=$(peer_bytes 1 0 "$key")
-	if [ "$kind" = read ]; then
-		bg "$W/a.out" "$W/a.err" 1 read "$meta" "$W/dst"
-	else
-		bg "$W/a.out" "$W/a.err" 1 write "$meta" "$FAILSRC"
-	fi
-	AP=$BG
+	claim_pair "$kind"
 	if ! wait_mid 1 0 "$key" "$base" "$FAIL_SIZE" 30 "$PP" "$AP"; then
-		FAIL_WHY="the transfer was never seen under way on node 1 (last seen: ${MID_LAST:-nothing}; passive: $(firstline "$W/p.err"); active: $(firstline "$W/a.err"))"
+		WHY="the transfer was never seen under way on node 1 (last seen: ${MID_LAST:-nothing}; passive: $(firstline "$FW.p.err"); active: $(firstline "$FW.a.err"))"
 		return 1
 	fi
 	freeze
-	return 0
-}
-
-# end_pair: kills what is left of a pair (after a failed start or check).
-end_pair()
-{
-	local p
-	thaw
-	for p in $PP $AP; do
-		kill9 "$p"
-	done
-}
-
-# expect_end NAME PID ERRFILE SECONDS STATES ERRNOS T0: the client PID must exit 1 within SECONDS
-# of T0, its error line naming one of STATES (e.g. ERRORED|CANCELLED) and of ERRNOS.
-expect_end()
-{
-	local name=$1 pid=$2 err=$3 secs=$4 states=$5 errnos=$6 t0=$7 rc=0 took line
-	wait_bg "$pid" 30 || rc=$?
-	took=$(elapsed "$t0")
-	line=$(firstline "$err")
-	if [ "$rc" -ne 1 ]; then
-		fail "$name" "exit $rc after ${took} s, expected 1: $line"
-	elif ! le "$took" "$secs"; then
-		fail "$name" "ended after ${took} s, bound ${secs} s: $line"
-	elif ! grep -Eq "($states)" "$err" || ! grep -Eq "\\(($errnos)\\)" "$err"; then
-		fail "$name" "expected ($states) and ($errnos): $line"
-	else
-		ok "$name: ${took} s: $line"
-	fi
-}
-
-# no_file NAME FILE: a writable that did not get every byte must not have saved anything.
-no_file()
-{
-	if [ -e "$2" ]; then
-		fail "$1" "$2 exists ($(stat -c %s "$2") bytes): a partial writable was reported COMPLETE"
-	else
-		ok "$1"
-	fi
 }
 
 BOUND_RESET=$(awk -v a="$KA_TIMEOUT" -v b="$SLACK" 'BEGIN { print a + b }')
 BOUND_KA=$(awk -v a="$KA_TIMEOUT" -v b="$SLACK" 'BEGIN { print a + b }')
+
+# close_case NAME: ends what is left of the pair, checks the nodes, slows them down again.
+close_case()
+{
+	end_pair
+	after_failure "$1"
+	shape_all
+}
 
 if want failures; then
 	FAILSRC=$(mkdata failsrc "$FAIL_SIZE")
@@ -1107,46 +684,35 @@ if want failures; then
 			[ "$victim" = 0 ] && role=owner || role=active
 			name="$role daemon (node $victim) SIGKILL mid-$kind"
 			if start_pair "$kind"; then
-				t0=$(now)
+				t0=$(now_ms)
 				xc_kill "$victim"
 				thaw
-				if [ "$victim" = 0 ]; then
-					# The survivor is the active client on node 1; the owner's client lost its daemon.
-					expect_end "$name: $kind on node 1 ends" "$AP" "$W/a.err" "$BOUND_RESET" "ERRORED" "ECONNRESET" "$t0"
-					wait_bg "$PP" 10 >/dev/null
-				else
-					expect_end "$name: $( [ "$kind" = read ] && echo readable || echo writable) on node 0 ends" \
-						"$PP" "$W/p.err" "$BOUND_RESET" "ERRORED" "ECONNRESET" "$t0"
-					wait_bg "$AP" 10 >/dev/null
-				fi
-				[ "$kind" = write ] && [ "$victim" = 1 ] && no_file "$name: the writable saved nothing" "$W/dst"
+				survivor_ends "$name" "$kind" "$victim" "$BOUND_RESET" ECONNRESET "$t0"
+				# The dead daemon's client ends too.
+				{ wait_bg "$PP" 10; wait_bg "$AP" 10; } >/dev/null
 			else
-				fail "$name" "$FAIL_WHY"
+				fail "$name" "$WHY"
 			fi
-			end_pair
-			after_failure "$name"
-			shape_all
+			close_case "$name"
 		done
 	done
 
 	# --- owner daemon SIGTERM mid-read: it drains, tells the peer, exits 0 ---
 	name="owner daemon (node 0) SIGTERM mid-read"
 	if start_pair read; then
-		t0=$(now)
+		t0=$(now_ms)
 		thaw
 		if xc_stop 0; then
 			ok "$name: xferd exited 0 after SIGTERM ($(elapsed "$t0") s)"
 		else
 			fail "$name: xferd exits 0 after SIGTERM" "see above"
 		fi
-		expect_end "$name: read on node 1 ends" "$AP" "$W/a.err" "$BOUND_RESET" "ERRORED|CANCELLED" "ESHUTDOWN|ECONNRESET" "$t0"
-		expect_end "$name: readable's client on node 0 ends" "$PP" "$W/p.err" "$BOUND_RESET" "CANCELLED|ERRORED|xferd" "ESHUTDOWN|ECONNRESET" "$t0"
+		expect_end "$name: read on node 1 ends" "$AP" "$FW.a.err" "$BOUND_RESET" "ERRORED|CANCELLED" "ESHUTDOWN|ECONNRESET" "$t0"
+		expect_end "$name: readable's client on node 0 ends" "$PP" "$FW.p.err" "$BOUND_RESET" "CANCELLED|ERRORED|xferd" "ESHUTDOWN|ECONNRESET" "$t0"
 	else
-		fail "$name" "$FAIL_WHY"
+		fail "$name" "$WHY"
 	fi
-	end_pair
-	after_failure "$name"
-	shape_all
+	close_case "$name"
 
 	# --- link cut mid-transfer (netns only) ---
 	for kind in read write; do
@@ -1156,115 +722,68 @@ if want failures; then
 			continue
 		fi
 		if start_pair "$kind"; then
-			t0=$(now)
+			t0=$(now_ms)
 			xn_link_down 1
 			thaw
-			expect_end "$name: $kind on node 1 ends" "$AP" "$W/a.err" "$BOUND_KA" "ERRORED" "ETIMEDOUT|ECONNRESET" "$t0"
-			expect_end "$name: $( [ "$kind" = read ] && echo readable || echo writable) on node 0 ends" \
-				"$PP" "$W/p.err" "$BOUND_KA" "ERRORED" "ETIMEDOUT|ECONNRESET" "$t0"
-			[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$W/dst"
+			expect_end "$name: $kind on node 1 ends" "$AP" "$FW.a.err" "$BOUND_KA" "ERRORED" "ETIMEDOUT|ECONNRESET" "$t0"
+			expect_end "$name: $(passive_of "$kind") on node 0 ends" \
+				"$PP" "$FW.p.err" "$BOUND_KA" "ERRORED" "ETIMEDOUT|ECONNRESET" "$t0"
+			[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$FW.dst"
 		else
-			fail "$name" "$FAIL_WHY"
+			fail "$name" "$WHY"
 		fi
 		xn_link_up 1
-		end_pair
-		after_failure "$name"
-		shape_all
+		close_case "$name"
 	done
 
 	# --- frozen peer daemon (SIGSTOP longer than the keepalive timeout) ---
 	name="reader's daemon (node 1) frozen mid-read"
 	if start_pair read; then
-		t0=$(now)
+		t0=$(now_ms)
 		thaw 0 # node 1 stays frozen
-		expect_end "$name: readable on node 0 ends" "$PP" "$W/p.err" "$BOUND_KA" "ERRORED" "ETIMEDOUT" "$t0"
+		expect_end "$name: readable on node 0 ends" "$PP" "$FW.p.err" "$BOUND_KA" "ERRORED" "ETIMEDOUT" "$t0"
 		thaw 1
-		expect_end "$name: read on node 1 ends once thawed" "$AP" "$W/a.err" 10 "ERRORED|CANCELLED" "ETIMEDOUT|ECONNRESET|ECANCELED" "$t0"
+		expect_end "$name: read on node 1 ends once thawed" "$AP" "$FW.a.err" 10 "ERRORED|CANCELLED" "ETIMEDOUT|ECONNRESET|ECANCELED" "$t0"
 	else
-		fail "$name" "$FAIL_WHY"
+		fail "$name" "$WHY"
 	fi
-	end_pair
-	after_failure "$name"
-	shape_all
+	close_case "$name"
 
 	# --- an operation's deadline passes mid-transfer (needs a slowed link to be mid-transfer) ---
 	name="read's deadline (500 ms) passes mid-transfer"
 	if [ "$(xn_mode)" != netns ]; then
 		skip "$name" "loopback mode: transfers cannot be slowed down"
 	else
-		W=$(mktemp -d "$DATA/f.XXXXXX")
-		bg "$W/p.out" "$W/p.err" 0 readable "$FAILSRC"
-		PP=$BG
-		AP=
-		if meta=$(wait_line "$W/p.out" 30); then
-			t0=$(now)
-			bg "$W/a.out" "$W/a.err" 1 --timeout 500 read "$meta" "$W/dst"
+		if offer_pair read; then
+			t0=$(now_ms)
+			bg "$FW.a.out" "$FW.a.err" 1 --timeout 500 read "$META" "$FW.dst"
 			AP=$BG
-			expect_end "$name: read on node 1 ends" "$AP" "$W/a.err" 3 "ERRORED" "ETIMEDOUT" "$t0"
-			expect_end "$name: readable on node 0 is told" "$PP" "$W/p.err" 3.5 "ERRORED|CANCELLED" "ETIMEDOUT" "$t0"
+			expect_end "$name: read on node 1 ends" "$AP" "$FW.a.err" 3 "ERRORED" "ETIMEDOUT" "$t0"
+			expect_end "$name: readable on node 0 is told" "$PP" "$FW.p.err" 3.5 "ERRORED|CANCELLED" "ETIMEDOUT" "$t0"
 		else
-			fail "$name" "readable printed no metadata: $(firstline "$W/p.err")"
+			fail "$name" "$WHY"
 		fi
-		end_pair
-		after_failure "$name"
-		shape_all
+		close_case "$name"
 	fi
 
 	# --- clients killed -9 mid-transfer ---
 	for victim in owner-read reader writer owner-write; do
-		case $victim in
-		owner-read)
-			kind="read"
-			name="owner client (xferctl readable, node 0) killed -9 mid-read"
-			;;
-		reader)
-			kind="read"
-			name="reader client (xferctl read, node 1) killed -9 mid-read"
-			;;
-		writer)
-			kind="write"
-			name="writer client (xferctl write, node 1) killed -9 mid-write"
-			;;
-		owner-write)
-			kind="write"
-			name="owner client (xferctl writable, node 0) killed -9 mid-write"
-			;;
-		esac
-		if start_pair "$kind"; then
-			t0=$(now)
-			case $victim in
-			owner-read | owner-write)
-				kill9 "$PP"
-				thaw
-				expect_end "$name: $kind on node 1 ends" "$AP" "$W/a.err" "$BOUND_RESET" "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-				;;
-			reader)
-				kill9 "$AP"
-				thaw
-				expect_end "$name: readable on node 0 ends" "$PP" "$W/p.err" "$BOUND_RESET" "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-				;;
-			writer)
-				kill9 "$AP"
-				thaw
-				expect_end "$name: writable on node 0 ends, not COMPLETE" "$PP" "$W/p.err" "$BOUND_RESET" "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-				no_file "$name: the writable saved nothing" "$W/dst"
-				;;
-			esac
+		client_case "$victim"
+		if start_pair "$KIND"; then
+			kill_client "$victim" "$BOUND_RESET"
 		else
-			fail "$name" "$FAIL_WHY"
+			fail "$NAME" "$WHY"
 		fi
-		end_pair
-		after_failure "$name"
-		shape_all
+		close_case "$NAME"
 	done
 	unshape_all
 
 	# The nodes still move data correctly after all that.
 	src=$(mkdata after 3000001)
-	if xfer_read 1 0 "$src" "$DATA/out" && xfer_write 2 1 "$src" "$DATA/out"; then
+	if xfer read 1 0 "$src" "$DATA/out" && xfer write 2 1 "$src" "$DATA/out"; then
 		ok "after the failures: read 1 -> 0 and write 1 -> 2 still identical"
 	else
-		fail "after the failures: transfers still work" "$R_WHY"
+		fail "after the failures: transfers still work" "$WHY"
 	fi
 fi
 

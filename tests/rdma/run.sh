@@ -22,7 +22,8 @@
 #   - after each group: regions, ops, active ops, fds and clients back to their baseline
 #
 # Prints "ok - NAME" / "FAIL - NAME (why)" and a final "N passed, N failed". Every wait is
-# bounded; nothing asserts on speed (Soft-RoCE under TCG moves ~10-20 MB/s).
+# bounded; nothing asserts on speed (Soft-RoCE under TCG moves ~10-20 MB/s). The helpers shared
+# with tests/test_cross.sh are in tests/lib.sh.
 #
 # Environment: BUILD (default build); XFER_RDMA_TRANSPORT=tcp runs the same cases over TCP
 # between the two addresses (expects transport "tcp"; the veths are slowed to 100 Mbit/s with
@@ -35,6 +36,8 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
 BUILD=${BUILD:-build}
 TRANSPORT=${XFER_RDMA_TRANSPORT:-rdma}
 MIB=$((1024 * 1024))
@@ -43,30 +46,22 @@ PORT=7700
 KA_MS=3000     # keepalive_timeout_ms of the daemons
 BOUND=8        # seconds a survivor may take to see a failure: keepalive 3 s + TCG slack
 T=180          # seconds: "it ended at all" for one client
+WAIT=60        # seconds for metadata, and for a passive client to end after its transfer
+POLL=0.05      # seconds between polls
+NODES="0 1"
+ONLY=${XFER_RDMA_ONLY:-}
 DEV=("${RXE_DEV0:-}" "${RXE_DEV1:-}")
 IP=("${RXE_IP0:-}" "${RXE_IP1:-}")
 
-passed=0 failed=0
 PID=("" "")
-declare -A BASE
 START=$SECONDS
-
-ok() { echo "ok - $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL - $1 ($2)"; failed=$((failed + 1)); }
-note() { echo "# $*"; }
-summary() { echo "$passed passed, $failed failed"; }
 
 D=$(mktemp -d /dev/shm/xfrdma.XXXXXX) || exit 1
 DATA=$D/data
 mkdir -p "$DATA"
-sock() { echo "$D/n$1.sock"; }
 
 cleanup() {
-	local p
-	for p in "${PID[@]}" $(jobs -p); do
-		[ -n "$p" ] && kill -CONT "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
-	done
-	{ wait; } 2>/dev/null
+	kill_children
 	if [ -n "${XFER_RDMA_KEEP:-}" ]; then
 		mkdir -p "$XFER_RDMA_KEEP" && cp "$D"/n*.log "$XFER_RDMA_KEEP"/ 2>/dev/null
 	fi
@@ -77,14 +72,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---------------------------------------------------------------------------------------------
-# Small helpers. Process starts are what costs under TCG (0.1-0.5 s each), so JSON is read with
-# bash regexes where the object is flat, and nothing forks that need not.
-
-# jfield JSON KEY: the value of "KEY" (a string's contents or a number) in flat JSON.
-jfield() {
-	[[ $1 =~ \"$2\":(\"([^\"]*)\"|(-?[0-9]+)|(true|false)) ]] || return 1
-	echo "${BASH_REMATCH[2]}${BASH_REMATCH[3]}${BASH_REMATCH[4]}"
-}
+# Process starts are what costs under TCG (0.1-0.5 s each), so JSON is read with bash regexes
+# where the object is flat (lib.sh's jfield), and nothing forks that need not.
 
 # op_of LISTING KIND: the first operation object of KIND in an `xferctl --json ops` listing.
 op_of() {
@@ -99,73 +88,6 @@ op_of() {
 	return 1
 }
 
-# ctl NODE ARGS...: xferctl against NODE's daemon, bounded.
-ctl() {
-	local n=$1
-	shift
-	timeout -k 2 $T "$BUILD/xferctl" --socket "$(sock "$n")" "$@"
-}
-
-# bg OUT ERR NODE ARGS...: xferctl in the background; BG is its own pid (so kill -9 hits the
-# client itself). Every one is reaped by wait_bg or kill9.
-bg() {
-	local out=$1 err=$2 n=$3
-	shift 3
-	: >"$out"
-	: >"$err" # truncated here, before the fork, so that no one reads an earlier run's line
-	"$BUILD/xferctl" --socket "$(sock "$n")" "$@" >"$out" 2>"$err" &
-	BG=$!
-}
-# alive PID: PID is a live (or stopped) child of this shell that has not been reaped, so that
-# signalling it cannot hit anybody else's process.
-alive() {
-	local j
-	kill -0 "$1" 2>/dev/null || return 1
-	j=$(jobs -pr)
-	[[ $'\n'$j$'\n' == *$'\n'$1$'\n'* ]]
-}
-# wait_bg PID [SECONDS]: its exit status, or 124 after killing it when it outlived SECONDS.
-wait_bg() {
-	local pid=$1 end=$((SECONDS + ${2:-$T})) rc=0
-	while alive "$pid"; do
-		if [ $SECONDS -ge "$end" ]; then
-			kill9 "$pid"
-			return 124
-		fi
-		sleep 0.05
-	done
-	{ wait "$pid"; } 2>/dev/null || rc=$?
-	return $rc
-}
-kill9() {
-	[ -n "$1" ] || return 0
-	{ alive "$1" && kill -CONT "$1" && kill -KILL "$1"; wait "$1"; } 2>/dev/null
-	return 0
-}
-# wait_line FILE [SECONDS]: prints FILE's first line once it is complete (read fails on a line
-# that has no newline yet).
-wait_line() {
-	local f=$1 end=$((SECONDS + ${2:-60})) l
-	while [ $SECONDS -lt "$end" ]; do
-		if [ -s "$f" ] && IFS= read -r l <"$f"; then
-			echo "$l"
-			return 0
-		fi
-		sleep 0.05
-	done
-	return 1
-}
-firstline() { local l=; [ -f "$1" ] && IFS= read -r l <"$1"; echo "${l:-(empty)}"; }
-# mkdata NAME SIZE: a file of random bytes (made once); prints its path.
-mkdata() {
-	local f=$DATA/$1
-	[ -f "$f" ] || head -c "$2" /dev/urandom >"$f"
-	echo "$f"
-}
-# elapsed T0: seconds since T0 (from now_s), 1 decimal.
-now_s() { local t=${EPOCHREALTIME/./}; echo "${t:0:-3}"; }   # milliseconds
-elapsed() { local ms=$(($(now_s) - $1)); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
-
 # ---------------------------------------------------------------------------------------------
 # Daemons
 
@@ -179,10 +101,15 @@ write_config() {
 		"$KA_MS" "$extra" >"$D/n$1.json"
 }
 
-# start N: starts node N's daemon (log appended to $D/nN.log) and waits until it answers.
-start() {
+# The nodes, for tests/lib.sh.
+node_sock() { echo "$D/n$1.sock"; }
+node_pid() { echo "${PID[$1]}"; }
+node_log() { echo "$D/n$1.log"; }
+
+# node_start N: starts node N's daemon (log appended to $D/nN.log) and waits until it answers.
+node_start() {
 	local n=$1 args i
-	args=(--socket "$(sock "$n")" --foreground --log-level "${XFER_RDMA_LOG:-warn}"
+	args=(--socket "$(node_sock "$n")" --foreground --log-level "${XFER_RDMA_LOG:-warn}"
 		--config "$D/n$n.json" --listen "${IP[$n]}:$PORT")
 	if [ "$HAS_TRANSPORT" = 1 ]; then
 		args+=(--transport "$TRANSPORT")
@@ -192,7 +119,7 @@ start() {
 	"$BUILD/xferd" "${args[@]}" 2>>"$D/n$n.log" &
 	PID[$n]=$!
 	for ((i = 0; i < 300; i++)); do
-		[ -S "$(sock "$n")" ] && timeout 10 "$BUILD/xferctl" --socket "$(sock "$n")" status \
+		[ -S "$(node_sock "$n")" ] && timeout 10 "$BUILD/xferctl" --socket "$(node_sock "$n")" status \
 			>/dev/null 2>&1 && return 0
 		if ! kill -0 "${PID[$n]}" 2>/dev/null; then
 			note "node $n: xferd exited before it answered; its log:"
@@ -212,16 +139,15 @@ stop() {
 	kill -TERM "${PID[$n]}" 2>/dev/null
 	wait_bg "${PID[$n]}" 10 || rc=$?
 	PID[$n]=
-	rm -f "$(sock "$n")"
+	rm -f "$(node_sock "$n")"
 	return $rc
 }
 # crash N: SIGKILL.
 crash() {
 	kill9 "${PID[$1]}"
 	PID[$1]=
-	rm -f "$(sock "$1")"
+	rm -f "$(node_sock "$1")"
 }
-running() { [ -n "${PID[$1]}" ] && kill -0 "${PID[$1]}" 2>/dev/null; }
 # peer_failures: how many connection-set failures each daemon has logged so far ("N0 N1").
 peer_failures() { echo "$(grep -c peer_fail "$D/n0.log") $(grep -c peer_fail "$D/n1.log")"; }
 # new_peer_failures "N0 N1": the failures logged since peer_failures said "N0 N1".
@@ -230,10 +156,6 @@ new_peer_failures() {
 	{ grep peer_fail "$D/n0.log" | tail -n +$((c0 + 1)) | sed 's/^/node 0: /'
 	  grep peer_fail "$D/n1.log" | tail -n +$((c1 + 1)) | sed 's/^/node 1: /'; } | tr '\n' '|'
 }
-# want GROUP: GROUP runs (all do unless XFER_RDMA_ONLY, a regex, names some).
-want() { [ -z "${XFER_RDMA_ONLY:-}" ] || [[ $1 =~ $XFER_RDMA_ONLY ]]; }
-# logtail N: the last lines of node N's log, on one line, for a FAIL reason.
-logtail() { tail -n "${2:-3}" "$D/n$1.log" 2>/dev/null | tr '\n' '|'; }
 
 # ---------------------------------------------------------------------------------------------
 # Transfers with xferctl. xfer KIND OWNER ACTIVE SRC DST: KIND read (readable on OWNER, read on
@@ -241,137 +163,51 @@ logtail() { tail -n "${2:-3}" "$D/n$1.log" 2>/dev/null | tr '\n' '|'; }
 # The passive client is stopped once it printed its metadata, so that its operation is still
 # listed after the transfer; the active node's listing is polled while the active client runs.
 # Sets WHY (empty on success) and SEEN (what the listings said).
-XN=0
 xfer() {
-	local kind=$1 o=$2 a=$3 src=$4 dst=$5 w pk meta pp ap rc l op at="" pt="" ps="" pb="" size
-	XN=$((XN + 1))
-	w=$DATA/x$XN
-	WHY='' SEEN=''
+	local kind=$1 o=$2 a=$3 src=$4 dst=$5 w pk l op at='' pt='' ps='' pb='' size arc=0 prc=0
+	pk=$(passive_of "$kind")
 	size=$(stat -c %s "$src")
-	rm -f "$dst"
-	if [ "$kind" = read ]; then
-		pk=readable
-		bg "$w.p.out" "$w.p.err" "$o" readable "$src"
-	else
-		pk=writable
-		bg "$w.p.out" "$w.p.err" "$o" writable "$size" "$dst"
-	fi
-	pp=$BG
-	if ! meta=$(wait_line "$w.p.out" 60); then
-		kill9 "$pp"
-		WHY="$pk printed no metadata: $(firstline "$w.p.err")"
-		return 1
-	fi
-	kill -STOP "$pp"
-	if [ "$kind" = read ]; then
-		bg "$w.a.out" "$w.a.err" "$a" read "$meta" "$dst"
-	else
-		bg "$w.a.out" "$w.a.err" "$a" write "$meta" "$src"
-	fi
-	ap=$BG
-	while [ -z "$at" ] && alive "$ap"; do
+	next_prefix w x
+	xfer_begin "$kind" "$o" "$src" "$dst" "$w.p" || return 1
+	kill -STOP "$PP"
+	claim "$kind" "$a" "$META" "$src" "$dst" "$w.a"
+	while [ -z "$at" ] && alive "$AP"; do
 		l=$(ctl "$a" --json ops 2>/dev/null) && op=$(op_of "$l" "$kind") && at=$(jfield "$op" transport)
 	done
-	rc=0
-	wait_bg "$ap" $T || rc=$?
+	wait_bg "$AP" || arc=$?
 	l=$(ctl "$o" --json ops 2>/dev/null)
 	if op=$(op_of "$l" "$pk"); then
 		pt=$(jfield "$op" transport) ps=$(jfield "$op" state) pb=$(jfield "$op" bytes)
 	fi
-	kill -CONT "$pp"
-	local prc=0
-	wait_bg "$pp" 60 || prc=$?
+	kill -CONT "$PP"
+	wait_bg "$PP" "$WAIT" || prc=$?
 	SEEN="$pk: ${ps:-not listed} transport '${pt}'; $kind: transport '${at:-(ended before it was listed)}'"
-	if [ "$rc" -ne 0 ]; then
-		WHY="$kind exited $rc: $(firstline "$w.a.err")"
-	elif [ "$prc" -ne 0 ]; then
-		WHY="$pk exited $prc: $(firstline "$w.p.err")"
-	elif ! cmp -s "$src" "$dst"; then
-		WHY="bytes differ: $(cmp "$src" "$dst" 2>&1 | head -n 1)"
-	elif [ "$ps" != COMPLETE ] || [ "$pt" != "$TRANSPORT" ] || [ "$pb" != "$size" ]; then
+	xfer_outcome "$kind" "$src" "$dst" "$w" "$arc" "$prc" || return 1
+	if [ "$ps" != COMPLETE ] || [ "$pt" != "$TRANSPORT" ] || [ "$pb" != "$size" ]; then
 		WHY="owner's listing: $pk state '$ps' transport '$pt' bytes '$pb', expected COMPLETE $TRANSPORT $size"
 	elif [ -n "$at" ] && [ "$at" != "$TRANSPORT" ]; then
 		WHY="active node's listing: $kind transport '$at', expected $TRANSPORT"
 	fi
-	rm -f "$w".*
 	[ -z "$WHY" ]
-}
-
-# ---------------------------------------------------------------------------------------------
-# Baselines: what an idle daemon holds. fds are counted without the peer connections, which
-# come and go with peers and are not leaks.
-
-snapshot() {
-	local s p c=0
-	s=$(ctl "$1" --json stats) || return 1
-	p=$(ctl "$1" --json peers) || return 1
-	while [[ $p =~ \"connections\":([0-9]+) ]]; do
-		c=$((c + BASH_REMATCH[1]))
-		p=${p#*"${BASH_REMATCH[0]}"}
-	done
-	echo "regions=$(jfield "$s" regions) ops=$(jfield "$s" ops) ops_active=$(jfield "$s" ops_active) fds=$(($(jfield "$s" fds) - c)) clients=$(jfield "$s" clients)"
-}
-take_baseline() {
-	local n
-	for n in 0 1; do
-		BASE[$n]=$(snapshot "$n") || return 1
-		note "baseline node $n: ${BASE[$n]}"
-	done
-}
-# check_baseline NAME [NODES]: the (surviving) daemons back to baseline within 10 s.
-check_baseline() {
-	local name=$1 n cur bad='' end
-	for n in ${2:-0 1}; do
-		end=$((SECONDS + 10))
-		while :; do
-			cur=$(snapshot "$n") || cur="(stats failed)"
-			[ "$cur" = "${BASE[$n]}" ] || [ $SECONDS -ge "$end" ] && break
-			sleep 0.2
-		done
-		[ "$cur" = "${BASE[$n]}" ] || bad+="node $n: $cur, baseline ${BASE[$n]}; "
-	done
-	if [ -z "$bad" ]; then
-		ok "$name: back to baseline (regions, ops, active ops, fds, clients)"
-	else
-		fail "$name: back to baseline" "${bad%; }"
-	fi
-}
-# warm: a 4 KiB read each way, so that both connection sets exist.
-warm() {
-	local f
-	f=$(mkdata warm 4096)
-	xfer read 0 1 "$f" "$DATA/warm.out" && xfer read 1 0 "$f" "$DATA/warm.out"
 }
 
 # ---------------------------------------------------------------------------------------------
 # Setup
 
-for b in xferd xferctl; do
-	if [ ! -x "$BUILD/$b" ]; then
-		fail setup "$BUILD/$b is missing: build first"
-		summary
-		exit 1
-	fi
-done
+require_built
 if [ -z "${DEV[0]}" ] || [ -z "${DEV[1]}" ] || [ -z "${IP[0]}" ] || [ -z "${IP[1]}" ]; then
-	fail setup "RXE_DEV0/1 and RXE_IP0/1 are not set: run inside scripts/rxe-vm.sh (make test-rdma)"
-	summary
-	exit 1
+	abort_setup "RXE_DEV0/1 and RXE_IP0/1 are not set: run inside scripts/rxe-vm.sh (make test-rdma)"
 fi
 if [ "$HAS_TRANSPORT" = 0 ] && [ "$TRANSPORT" != tcp ]; then
-	fail setup "$BUILD/xferd has no --transport option: the RDMA transport is not built in"
-	summary
-	exit 1
+	abort_setup "$BUILD/xferd has no --transport option: the RDMA transport is not built in"
 fi
 read -r up _ </proc/uptime
 note "VM: kernel $(uname -r), $(nproc) vCPUs, up ${up} s when the tests started"
 note "transport $TRANSPORT; node 0 ${DEV[0]} ${IP[0]}:$PORT, node 1 ${DEV[1]} ${IP[1]}:$PORT; failure size $FAIL_SIZE"
 write_config 0
 write_config 1
-if ! start 0 || ! start 1; then
-	fail setup "the daemons did not start"
-	summary
-	exit 1
+if ! node_start 0 || ! node_start 1; then
+	abort_setup "the daemons did not start"
 fi
 
 # Devices: each daemon uses its own rxe device (RDMA mode), port ACTIVE, RoCE GID of its address.
@@ -393,18 +229,9 @@ if [ "$TRANSPORT" = rdma ]; then
 	done
 fi
 
-if warm; then
-	ok "setup: both daemons up, 4 KiB read each way ($SEEN)"
-else
-	fail setup "warm-up transfers failed: $WHY; node 0 log: $(logtail 0) node 1 log: $(logtail 1)"
-	summary
-	exit 1
-fi
-take_baseline || {
-	fail setup "xferctl stats failed"
-	summary
-	exit 1
-}
+warm || abort_setup "warm-up transfers failed: $WHY; node 0 log: $(logtail 0) node 1 log: $(logtail 1)"
+ok "setup: both daemons up, 4 KiB read each way ($SEEN)"
+take_baseline || abort_setup "xferctl stats failed"
 
 # ---------------------------------------------------------------------------------------------
 # The four operations, byte-exact. 4 KiB and 1 MiB (+1: a tail that fits no page or segment)
@@ -412,28 +239,7 @@ take_baseline || {
 
 if want sizes; then
 	sizes_t0=$SECONDS
-	for s in 4096 $MIB $((MIB + 1)) $((32 * MIB)); do
-		src=$(mkdata "size.$s" "$s")
-		pairs="0:1 1:0"
-		[ "$s" -gt $((2 * MIB)) ] && pairs="0:1"
-		for p in $pairs; do
-			o=${p%:*} a=${p#*:}
-			t0=$(now_s)
-			if xfer read "$o" "$a" "$src" "$DATA/out"; then
-				ok "readable on node $o, read on node $a: $s bytes identical in $(elapsed "$t0") s ($SEEN)"
-			else
-				fail "readable on node $o, read on node $a: $s bytes" "$WHY"
-			fi
-			t0=$(now_s)
-			if xfer write "$a" "$o" "$src" "$DATA/out"; then
-				ok "writable on node $a, write from node $o: $s bytes identical in $(elapsed "$t0") s ($SEEN)"
-			else
-				fail "writable on node $a, write from node $o: $s bytes" "$WHY"
-			fi
-			rm -f "$DATA/out"
-		done
-		[ "$s" -gt $((2 * MIB)) ] && rm -f "$src"
-	done
+	check_sizes $((2 * MIB)) 4096 $MIB $((MIB + 1)) $((32 * MIB))
 	note "sizes took $((SECONDS - sizes_t0)) s"
 
 	# The data really went by RDMA: the devices counted READ and WRITE bytes, the connection sets
@@ -484,7 +290,7 @@ if want multi; then
 	if [ -x "$BUILD/tests/rdma_sg" ]; then
 		for p in "0 1" "1 0"; do
 			set -- $p
-			out=$(timeout -k 2 300 "$BUILD/tests/rdma_sg" "$(sock "$1")" "$(sock "$2")" "$TRANSPORT" 2>&1)
+			out=$(timeout -k 2 300 "$BUILD/tests/rdma_sg" "$(node_sock "$1")" "$(node_sock "$2")" "$TRANSPORT" 2>&1)
 			rc=$?
 			while IFS= read -r l; do
 				case $l in
@@ -507,18 +313,15 @@ fi
 # listings show every passive op's final state and transport.
 
 if want concurrency; then
-	conc_t0=$(now_s)
 	k=0 good=1
 	for o in 0 1; do
 		for i in $(seq 0 11); do
 			s=$((256 * 1024 + k * 4097))
 			head -c "$s" /dev/urandom >"$DATA/c$k.src"
-			if [ "$i" -lt 8 ]; then
-				bg "$DATA/c$k.p.out" "$DATA/c$k.p.err" "$o" readable "$DATA/c$k.src"
-			else
-				bg "$DATA/c$k.p.out" "$DATA/c$k.p.err" "$o" writable "$s" "$DATA/c$k.dst"
-			fi
-			CP[$k]=$BG CO[$k]=$o CK[$k]=$([ "$i" -lt 8 ] && echo read || echo write)
+			kind="read"
+			[ "$i" -lt 8 ] || kind="write"
+			offer "$kind" "$o" "$DATA/c$k.src" "$DATA/c$k.dst" "$DATA/c$k.p"
+			CP[$k]=$PP CO[$k]=$o CK[$k]=$kind
 			k=$((k + 1))
 		done
 	done
@@ -530,16 +333,10 @@ if want concurrency; then
 		fi
 	done
 	if [ "$good" = 1 ]; then
-		conc_t0=$(now_s)
+		conc_t0=$(now_ms)
 		for ((k = 0; k < 24; k++)); do
-			a=$((1 - CO[k]))
-			meta=$(firstline "$DATA/c$k.p.out")
-			if [ "${CK[$k]}" = read ]; then
-				bg "$DATA/c$k.a.out" "$DATA/c$k.a.err" "$a" read "$meta" "$DATA/c$k.dst"
-			else
-				bg "$DATA/c$k.a.out" "$DATA/c$k.a.err" "$a" write "$meta" "$DATA/c$k.src"
-			fi
-			CA[$k]=$BG
+			claim "${CK[$k]}" $((1 - CO[k])) "$(firstline "$DATA/c$k.p.out")" "$DATA/c$k.src" "$DATA/c$k.dst" "$DATA/c$k.a"
+			CA[$k]=$AP
 		done
 		bad=
 		for ((k = 0; k < 24; k++)); do
@@ -592,28 +389,15 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Refusals across nodes, decided before any byte moves; the passive op stays claimable.
 
-# refused NAME NODE VERB META FILE ERRNO: `xferctl VERB META FILE` on NODE exits 1 naming ERRNO.
-refused() {
-	local name=$1 n=$2 verb=$3 meta=$4 file=$5 want=$6 rc=0
-	ctl "$n" "$verb" "$meta" "$file" >"$DATA/ref.out" 2>"$DATA/ref.err" || rc=$?
-	if [ "$rc" -eq 1 ] && grep -Eq "\\(($want)\\)" "$DATA/ref.err"; then
-		ok "$name: refused: $(firstline "$DATA/ref.err")"
-	else
-		fail "$name" "exit $rc, expected 1 and ($want): $(firstline "$DATA/ref.err")"
-	fi
-}
-
 if want refusals; then
 	src=$(mkdata ref 65536)
 	other=$(mkdata ref2 65537)
-	bg "$DATA/rr.out" "$DATA/rr.err" 0 readable "$src"
-	rp=$BG
-	bg "$DATA/rw.out" "$DATA/rw.err" 0 writable 65536 "$DATA/ref.writable"
-	wp=$BG
+	offer read 0 "$src" "" "$DATA/rr"
+	rp=$PP
+	offer write 0 "$src" "$DATA/ref.writable" "$DATA/rw"
+	wp=$PP
 	if rmeta=$(wait_line "$DATA/rr.out" 60) && wmeta=$(wait_line "$DATA/rw.out" 60); then
-		refused "read with writable metadata (node 1)" 1 read "$wmeta" "$DATA/ref.o1" EINVAL
-		refused "write with readable metadata (node 1)" 1 write "$rmeta" "$src" EINVAL
-		refused "write of 65537 bytes into a 65536-byte writable (node 1)" 1 write "$wmeta" "$other" EMSGSIZE
+		refuse_mismatches "$rmeta" "$wmeta" "$src" "$other"
 		l=$(ctl 0 --json ops 2>&1)
 		if [ "$(jfield "$(op_of "$l" readable)" state)" = INITIALIZED ] &&
 			[ "$(jfield "$(op_of "$l" writable)" state)" = INITIALIZED ]; then
@@ -621,24 +405,8 @@ if want refusals; then
 		else
 			fail "the refused claims left both passive ops INITIALIZED" "$l"
 		fi
-		rc=0
-		ctl 1 write "$wmeta" "$src" >/dev/null 2>"$DATA/ref.err" || rc=$?
-		prc=0
-		wait_bg "$wp" 60 || prc=$?
-		if [ "$rc" -eq 0 ] && [ "$prc" -eq 0 ] && cmp -s "$src" "$DATA/ref.writable"; then
-			ok "write from node 1 after the refusals: bytes identical"
-		else
-			fail "write from node 1 after the refusals" "write $rc ($(firstline "$DATA/ref.err")), writable $prc ($(firstline "$DATA/rw.err"))"
-		fi
-		rc=0
-		ctl 1 read "$rmeta" "$DATA/ref.o1" >/dev/null 2>"$DATA/ref.err" || rc=$?
-		prc=0
-		wait_bg "$rp" 60 || prc=$?
-		if [ "$rc" -eq 0 ] && [ "$prc" -eq 0 ] && cmp -s "$src" "$DATA/ref.o1"; then
-			ok "read from node 1 after the refusals: bytes identical"
-		else
-			fail "read from node 1 after the refusals" "read $rc ($(firstline "$DATA/ref.err")), readable $prc ($(firstline "$DATA/rr.err"))"
-		fi
+		claim_after_refusals write "$wmeta" "$src" "$DATA/ref.writable" "$DATA/ref.err" "$wp" "$DATA/rw.err"
+		claim_after_refusals read "$rmeta" "$src" "$DATA/ref.o1" "$DATA/ref.err" "$rp" "$DATA/rr.err"
 	else
 		kill9 "$rp"
 		kill9 "$wp"
@@ -684,14 +452,8 @@ if want refusals; then
 	rp=$BG
 	if rmeta=$(wait_line "$DATA/rr.out" 60); then
 		if stop 0; then ok "node 0's xferd exited 0 on SIGTERM"; else fail "node 0's xferd exits 0 on SIGTERM" "$(logtail 0)"; fi
-		rc=0
-		wait_bg "$rp" 20 || rc=$?
-		if [ "$rc" -eq 1 ] && grep -q ESHUTDOWN "$DATA/rr.err"; then
-			ok "readable's client told of the shutdown: $(firstline "$DATA/rr.err")"
-		else
-			fail "readable's client told of the shutdown" "exit $rc: $(firstline "$DATA/rr.err")"
-		fi
-		if start 0; then
+		told_of_shutdown "$rp" "$DATA/rr.err" 20
+		if node_start 0; then
 			refused "read of metadata from before node 0 restarted (node 1)" 1 read "$rmeta" "$DATA/ref.o1" ESTALE
 		else
 			fail "node 0 starts again" "$(logtail 0)"
@@ -714,29 +476,12 @@ fi
 # node 1 lists it under way, a daemon or a client is killed, and the survivors must end within
 # a bound, naming the cause.
 
-# start_pair KIND: passive on node 0, active on node 1, waits until it is under way. Sets PP,
-# AP, FW (file prefix) or WHY.
+# start_pair KIND: passive on node 0, active on node 1 (lib.sh's offer_pair, claim_pair); waits
+# until node 1 lists it under way. Sets PP, AP, FW (file prefix), MID; or WHY.
 start_pair() {
-	local kind=$1 meta l op b
-	XN=$((XN + 1))
-	FW=$DATA/f$XN
-	PP='' AP='' WHY=''
-	if [ "$kind" = read ]; then
-		bg "$FW.p.out" "$FW.p.err" 0 readable "$FAILSRC"
-	else
-		bg "$FW.p.out" "$FW.p.err" 0 writable "$FAIL_SIZE" "$FW.dst"
-	fi
-	PP=$BG
-	if ! meta=$(wait_line "$FW.p.out" 60); then
-		WHY="passive client printed no metadata: $(firstline "$FW.p.err")"
-		return 1
-	fi
-	if [ "$kind" = read ]; then
-		bg "$FW.a.out" "$FW.a.err" 1 read "$meta" "$FW.dst"
-	else
-		bg "$FW.a.out" "$FW.a.err" 1 write "$meta" "$FAILSRC"
-	fi
-	AP=$BG
+	local kind=$1 l op b
+	offer_pair "$kind" || return 1
+	claim_pair "$kind"
 	while alive "$AP"; do
 		l=$(ctl 1 --json ops 2>/dev/null) && op=$(op_of "$l" "$kind") || continue
 		b=$(jfield "$op" bytes)
@@ -748,110 +493,44 @@ start_pair() {
 	WHY="the transfer was never seen under way on node 1 (last listing: ${op:-none}; active exit: $(firstline "$FW.a.err"))"
 	return 1
 }
-end_pair() { kill9 "$PP"; kill9 "$AP"; }
-
-# expect_end NAME PID ERRFILE SECONDS STATES ERRNOS T0: PID exits 1 within SECONDS of T0 (ms),
-# its error naming one of STATES and of ERRNOS.
-expect_end() {
-	local name=$1 pid=$2 err=$3 secs=$4 states=$5 errnos=$6 t0=$7 rc=0 took ms line
-	wait_bg "$pid" $((secs + 30)) || rc=$?
-	ms=$(($(now_s) - t0))
-	took=$(elapsed "$t0")
-	line=$(firstline "$err")
-	if [ "$rc" -ne 1 ]; then
-		fail "$name" "exit $rc after ${took} s, expected 1: $line"
-	elif [ "$ms" -gt $((secs * 1000)) ]; then
-		fail "$name" "ended after ${took} s, bound ${secs} s: $line"
-	elif ! grep -Eq "($states)" "$err" || ! grep -Eq "\\(($errnos)\\)" "$err"; then
-		fail "$name" "expected ($states) and ($errnos): $line"
-	else
-		ok "$name: after ${took} s: $line"
-	fi
-}
-no_file() {
-	if [ -e "$2" ]; then
-		fail "$1" "$2 exists: a partial writable was reported COMPLETE"
-	else
-		ok "$1"
-	fi
-}
-# after NAME SURVIVORS: restart what died, transfer again, compare with the baseline.
-after() {
-	local n
-	for n in 0 1; do
-		running "$n" || start "$n" || { fail "$1: node $n starts again" "$(logtail "$n")"; return; }
-	done
-	if ! warm; then
-		fail "$1: both directions transfer again afterwards" "$WHY"
-		return
-	fi
-	if [ "$2" = "0 1" ]; then
-		check_baseline "$1"
-	else
-		check_baseline "$1 (surviving node $2)" "$2"
-		take_baseline >/dev/null
-	fi
-}
 
 if want failures; then
 	for kind in read write; do
 		for victim in 1 0; do
 			[ "$victim" = 0 ] && role=owner || role=active
-			[ "$kind" = read ] && pk=readable || pk=writable
 			name="$role daemon (node $victim) SIGKILL mid-$kind"
 			if start_pair "$kind"; then
 				note "$name: $MID"
-				t0=$(now_s)
+				t0=$(now_ms)
 				crash "$victim"
-				if [ "$victim" = 0 ]; then
-					expect_end "$name: the $kind on node 1 ends ERRORED" "$AP" "$FW.a.err" $BOUND ERRORED "ECONNRESET|ETIMEDOUT" "$t0"
-				else
-					expect_end "$name: the $pk on node 0 ends ERRORED" "$PP" "$FW.p.err" $BOUND ERRORED "ECONNRESET|ETIMEDOUT" "$t0"
-					[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$FW.dst"
-				fi
+				survivor_ends "$name" "$kind" "$victim" $BOUND "ECONNRESET|ETIMEDOUT" "$t0"
 			else
 				fail "$name" "$WHY"
 			fi
 			end_pair
-			after "$name" "$((1 - victim))"
+			after_failure "$name" "$((1 - victim))"
 		done
 	done
 
 	for victim in reader owner-read writer owner-write; do
-		case $victim in
-		reader) kind=read name="reader client (xferctl read, node 1) SIGKILL mid-read" ;;
-		owner-read) kind=read name="owner client (xferctl readable, node 0) SIGKILL mid-read" ;;
-		writer) kind=write name="writer client (xferctl write, node 1) SIGKILL mid-write" ;;
-		owner-write) kind=write name="owner client (xferctl writable, node 0) SIGKILL mid-write" ;;
-		esac
-		if start_pair "$kind"; then
-			note "$name: $MID"
+		client_case "$victim"
+		if start_pair "$KIND"; then
+			note "$NAME: $MID"
 			pf0=$(peer_failures)
-			t0=$(now_s)
-			case $victim in
-			reader | writer)
-				kill9 "$AP"
-				expect_end "$name: the passive op on node 0 ends" "$PP" "$FW.p.err" $BOUND "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-				[ "$kind" = write ] && no_file "$name: the writable saved nothing" "$FW.dst"
-				;;
-			*)
-				kill9 "$PP"
-				expect_end "$name: the $kind on node 1 ends" "$AP" "$FW.a.err" $BOUND "ERRORED|CANCELLED" "ECONNRESET|ECANCELED" "$t0"
-				;;
-			esac
+			kill_client "$victim" $BOUND
 			# One client's death ends its own transfer only: the daemons' connection set (shared by
 			# every client) must survive it.
 			sleep 1
 			if [ "$(peer_failures)" = "$pf0" ]; then
-				ok "$name: the connection set between the daemons survived"
+				ok "$NAME: the connection set between the daemons survived"
 			else
-				fail "$name: the connection set between the daemons survived" "$(new_peer_failures "$pf0")"
+				fail "$NAME: the connection set between the daemons survived" "$(new_peer_failures "$pf0")"
 			fi
 		else
-			fail "$name" "$WHY"
+			fail "$NAME" "$WHY"
 		fi
 		end_pair
-		after "$name" "0 1"
+		after_failure "$NAME"
 	done
 	rm -f "$DATA"/f*
 fi
