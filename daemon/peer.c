@@ -310,7 +310,7 @@ int xd_peer_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t x
 	struct xd_pconn *pc;
 
 	if (p->rdma)
-		return xd_rdma_send_ctrl(p, type, flags, xfer, json);
+		return xd_rdma_send_ctrl(p, 0, type, flags, xfer, json);
 	/* Control messages go on the first connection that has said HELLO. */
 	TAILQ_FOREACH(pc, &p->conns, link)
 		if (pc->hello_rx)
@@ -348,9 +348,9 @@ void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x)
 		pconn_update_write(pc);
 }
 
-struct xd_xfer *xd_peer_next_stream(struct xd_peer *p)
+struct xd_xfer *xd_peer_next_stream(struct xd_peer *p, uint32_t via)
 {
-	return xd_xfer_sendq_next((struct xd_xfer_list *)&p->sendq);
+	return xd_xfer_sendq_next((struct xd_xfer_list *)&p->sendq, via);
 }
 
 void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x)
@@ -361,7 +361,7 @@ void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x)
 /* Starts the next DATA frame from the round-robin queue. Returns false if there is none. */
 static bool pconn_start_data(struct xd_pconn *pc)
 {
-	struct xd_xfer *x = xd_xfer_sendq_next((struct xd_xfer_list *)&pc->peer->sendq);
+	struct xd_xfer *x = xd_xfer_sendq_next((struct xd_xfer_list *)&pc->peer->sendq, 0);
 	struct xp_peer_hdr h = { .type = XP_PEER_DATA };
 
 	if (!x)
@@ -478,7 +478,7 @@ static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 	else if (pc->rx.type == XP_PEER_PONG)
 		rc = 0;
 	else
-		rc = xd_remote_ctrl(pc->peer, &pc->rx, json);
+		rc = xd_remote_ctrl(pc->peer, 0, &pc->rx, json);
 	json_decref(json);
 	return rc;
 }
@@ -924,6 +924,7 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (p->rdma) {
 		xd_rdma_keepalive(p);
+		xd_remote_check_drains(p); /* (may fail @p: its own call, last) */
 		return;
 	}
 	TAILQ_FOREACH_SAFE(pc, &p->conns, link, tmp) {

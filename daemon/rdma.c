@@ -84,17 +84,19 @@ static void dev_close(struct xd_rdma_dev *dev)
 }
 
 /*
- * Whether @dev can give a claimer an rkey for only that operation's bytes: type 1 memory
- * windows, bound onto the region's MR per claim. A device that lacks them (or refuses the trial
- * allocation) hands out the region MR's own rkey, which covers the whole region.
+ * Whether @dev can give a claimer an rkey for only that operation's bytes, usable only through
+ * the claimer's queue pair: type 2 memory windows, bound onto the region's MR per claim. A
+ * device that lacks them (or refuses the trial allocation) hands out the region MR's own rkey,
+ * which covers the whole region.
  */
 static bool dev_has_windows(struct xd_rdma_dev *dev)
 {
+	const unsigned type2 = IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	struct ibv_mw *mw;
 
-	if (!(dev->attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) || dev->attr.max_mw == 0)
+	if (!(dev->attr.device_cap_flags & type2) || dev->attr.max_mw == 0)
 		return false;
-	mw = ibv_alloc_mw(dev->pd, IBV_MW_TYPE_1);
+	mw = ibv_alloc_mw(dev->pd, IBV_MW_TYPE_2);
 	if (!mw)
 		return false;
 	ibv_dealloc_mw(mw);

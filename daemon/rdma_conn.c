@@ -10,11 +10,12 @@
  * signalled once per chunk; RC completes in order, so one completion retires every request
  * posted before it on that QP.
  *
- * The owner answers an RDMA claim with rkeys of type 1 memory windows bound onto exactly the
- * operation's ranges (read-only for a read, write-only for a write), posted on the same send
- * queue before the CLAIM_OK that carries them; the region MRs themselves grant no remote access.
- * A window is deallocated (revoked) when its transfer lets go of it, but never while its bind
- * may still be in the send queue.
+ * The owner answers an RDMA claim with rkeys of type 2 memory windows bound onto exactly the
+ * operation's ranges (read-only for a read, write-only for a write) and to the queue pair the
+ * claim came on, posted on its send queue before the CLAIM_OK that carries them; the region MRs
+ * themselves grant no remote access. A transfer's data, DONE and release then stay on that
+ * connection. A window is deallocated (revoked) when its transfer lets go of it, but never
+ * while its bind may still be in the send queue, and always before its queue pair is destroyed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -171,13 +172,16 @@ static void grant_free(struct xd_rdma_grant *g)
 	free(g);
 }
 
-/* Frees the closed grants of @rc whose binds the device has executed (all, once the QP is gone). */
-static void free_retired_grants(struct xd_rconn *rc, bool qp_gone)
+/*
+ * Frees the closed grants of @rc whose binds the device has executed; @all when the connection
+ * is being destroyed (its QP is in the error state: queued binds are flushed, never executed).
+ */
+static void free_retired_grants(struct xd_rconn *rc, bool all)
 {
 	struct xd_rdma_grant *g, *tmp;
 
 	TAILQ_FOREACH_SAFE(g, &rc->binds_pending, link, tmp) {
-		if (!qp_gone && g->bound_at > rc->sq_tail)
+		if (!all && g->bound_at > rc->sq_tail)
 			continue;
 		TAILQ_REMOVE(&rc->binds_pending, g, link);
 		grant_free(g);
@@ -205,11 +209,11 @@ static void rconn_free(struct xd_rconn *rc)
 {
 	struct xd_frame *pm;
 
+	free_retired_grants(rc, true); /* a bound window holds its queue pair */
 	if (rc->cm && rc->cm->qp)
 		rdma_destroy_qp(rc->cm);
 	if (rc->cm)
 		rdma_destroy_id(rc->cm);
-	free_retired_grants(rc, true);
 	/* The QP is gone: no device can touch these buffers or the transfers' pages now. */
 	for (uint64_t i = rc->sq_tail; i < rc->sq_head; i++)
 		if (rc->sq[i % RC_SQ_DEPTH].kind == SQ_DATA)
@@ -504,32 +508,56 @@ static int rconn_queue(struct xd_rconn *rc, uint8_t type, uint8_t flags, uint64_
 	return 0;
 }
 
-int xd_rdma_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
-		      const json_t *json)
+/* The peer's connection @via, or its first one for 0; NULL if there is none (any more). */
+static struct xd_rconn *peer_conn(struct xd_peer *p, uint32_t via)
 {
 	struct rpeer *rp = rpeer_of(p, false);
-	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
+	struct xd_rconn *rc;
+
+	if (!rp)
+		return NULL;
+	TAILQ_FOREACH(rc, &rp->conns, peer_link)
+		if (!via || rc->id == via)
+			return rc;
+	return NULL;
+}
+
+int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags,
+		      uint64_t xfer, const json_t *json)
+{
+	struct xd_rconn *rc = peer_conn(p, via);
 
 	return rc ? rconn_queue(rc, type, flags, xfer, json) : -ENOTCONN;
 }
 
-/* Binds window @i of @g onto @s; the bind goes on @rc's send queue, unsignalled. */
+/*
+ * Binds window @i of @g onto @s for @rc's queue pair, with a fresh key: the bind goes on @rc's
+ * send queue, unsignalled. Returns 0 and the window's new rkey in *@rkey, or -errno.
+ */
 static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
-		       const struct xd_seg *s, bool writable)
+		       const struct xd_seg *s, bool writable, uint32_t *rkey)
 {
 	uint64_t idx = rc->sq_head;
-	struct ibv_mw_bind bind = {
+	struct ibv_mw *mw = g->w[i].mw;
+	struct ibv_send_wr wr = {
 		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
-		.bind_info = { .mr = s->region->mrs[rc->dev->index],
-			       .addr = (uintptr_t)(s->region->base + s->offset),
-			       .length = s->length,
-			       .mw_access_flags = writable ? IBV_ACCESS_REMOTE_WRITE
-							   : IBV_ACCESS_REMOTE_READ },
+		.opcode = IBV_WR_BIND_MW,
+		.bind_mw = {
+			.mw = mw,
+			.rkey = ibv_inc_rkey(mw->rkey),
+			.bind_info = { .mr = s->region->mrs[rc->dev->index],
+				       .addr = (uintptr_t)(s->region->base + s->offset),
+				       .length = s->length,
+				       .mw_access_flags = writable ? IBV_ACCESS_REMOTE_WRITE
+								   : IBV_ACCESS_REMOTE_READ },
+		},
 	};
-	int err = ibv_bind_mw(rc->cm->qp, g->w[i].mw, &bind);
+	struct ibv_send_wr *bad;
+	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
 
 	if (err)
 		return -err;
+	*rkey = wr.bind_mw.rkey;
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_BIND };
 	rc->sq_head++;
 	g->bound_at = rc->sq_head;
@@ -540,7 +568,7 @@ static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
 /* Allocates window @i of @g (the region reference comes with it). */
 static int alloc_window(struct xd_rdma_grant *g, uint32_t i, struct xd_region *region)
 {
-	g->w[i].mw = ibv_alloc_mw(g->dev->pd, IBV_MW_TYPE_1);
+	g->w[i].mw = ibv_alloc_mw(g->dev->pd, IBV_MW_TYPE_2);
 	if (!g->w[i].mw)
 		return errno ? -errno : -ENOMEM;
 	g->w[i].region = region;
@@ -550,11 +578,11 @@ static int alloc_window(struct xd_rdma_grant *g, uint32_t i, struct xd_region *r
 	return 0;
 }
 
-int xd_rdma_grant_open(struct xd_peer *p, const struct xd_seg *segs, uint32_t n, bool writable,
-		       uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg, size_t len)
+int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
+		       bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
+		       size_t len)
 {
-	struct rpeer *rp = rpeer_of(p, false);
-	struct xd_rconn *rc = rp ? TAILQ_FIRST(&rp->conns) : NULL;
+	struct xd_rconn *rc = peer_conn(p, via);
 	struct xd_rdma_grant *g;
 	int err = 0;
 
@@ -582,9 +610,7 @@ int xd_rdma_grant_open(struct xd_peer *p, const struct xd_seg *segs, uint32_t n,
 	for (uint32_t i = 0; i < n && !err; i++) {
 		err = alloc_window(g, i, segs[i].region);
 		if (!err)
-			err = bind_window(rc, g, i, &segs[i], writable);
-		if (!err)
-			rkeys[i] = g->w[i].mw->rkey;
+			err = bind_window(rc, g, i, &segs[i], writable, &rkeys[i]);
 	}
 	if (err) {
 		snprintf(msg, len, "could not open a memory window on %s: %s", rc->dev->name,
@@ -634,7 +660,7 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 			return -EPROTO;
 		}
 	}
-	int err = xd_remote_ctrl(rc->peer, &h, json);
+	int err = xd_remote_ctrl(rc->peer, rc->id, &h, json);
 	json_decref(json);
 	return err;
 }
@@ -675,7 +701,7 @@ static bool pump_one(struct xd_rconn *rc)
 {
 	struct xd_rdma_piece pieces[XD_RDMA_MAX_PIECES];
 	int n = 0;
-	struct xd_xfer *x = xd_peer_next_stream(rc->peer);
+	struct xd_xfer *x = xd_peer_next_stream(rc->peer, rc->id);
 
 	if (!x)
 		return false;

@@ -31,11 +31,18 @@ struct xd_xfer {
 	int refs;		/**< the list's own, plus frames being sent or received */
 	bool rdma;		/**< moved by one-sided RDMA from the active side */
 	/*
+	 * RDMA: the connection that carries the transfer, the one the owner received the CLAIM on
+	 * and answered it on. Its windows are bound to that queue pair, and DONE must follow the
+	 * data on the same one, so data, DONE and release all go there (0 until CLAIM_OK).
+	 */
+	uint32_t via;
+	/*
 	 * RDMA keys outlive an operation's end until the active side has no request left on
 	 * them: the owner keeps an ended transfer draining (its registrations held) until the
 	 * active side's CANCEL, which that side sends only once its last request completed.
 	 */
 	bool draining;		/**< owner: ended here, waiting for the active side's release */
+	uint64_t drain_since_us; /**< owner: when draining began */
 	unsigned wrs_out;	/**< active: RDMA requests posted and not yet completed */
 	bool release_pending, release_sent;
 	int release_err;
@@ -173,10 +180,13 @@ void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x)
 	}
 }
 
-struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q)
+struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q, uint32_t via)
 {
-	struct xd_xfer *x = TAILQ_FIRST(q);
+	struct xd_xfer *x;
 
+	TAILQ_FOREACH(x, q, send_link)
+		if (!via || x->via == via)
+			break;
 	if (x) {
 		TAILQ_REMOVE(q, x, send_link);
 		TAILQ_INSERT_TAIL(q, x, send_link); /* round-robin: one chunk per turn */
@@ -279,7 +289,9 @@ uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint3
 
 static int send_ctrl(struct xd_xfer *x, uint8_t type, json_t *json)
 {
-	int rc = xd_peer_send_ctrl(x->peer, type, x->active ? XP_PEER_FROM_ACTIVE : 0, x->id, json);
+	uint8_t flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
+	int rc = x->rdma ? xd_rdma_send_ctrl(x->peer, x->via, type, flags, x->id, json)
+			 : xd_peer_send_ctrl(x->peer, type, flags, x->id, json);
 
 	json_decref(json);
 	return rc;
@@ -346,6 +358,27 @@ void xd_remote_peer_up(struct xd_peer *p)
 			send_claim(x);
 }
 
+/*
+ * An honest active side releases an ended transfer's keys as soon as its last request completes,
+ * which the queue pair's own retry limits bound to seconds. One that keeps them past
+ * keepalive_timeout_ms is stuck or hostile: failing the connection set destroys the queue pair,
+ * and with it every window the peer holds.
+ */
+void xd_remote_check_drains(struct xd_peer *p)
+{
+	uint64_t limit_us = xd_peer_daemon(p)->cfg.keepalive_timeout_ms * 1000, now = xd_now_us();
+	struct xd_xfer *x;
+
+	TAILQ_FOREACH(x, &xfers, link) {
+		if (x->peer != p || !x->draining || now - x->drain_since_us <= limit_us)
+			continue;
+		xd_peer_failed(p, ETIMEDOUT, "the peer kept the RDMA keys of ended transfer %llu "
+			       "for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
+			       (unsigned long long)x->id, (unsigned long long)(now - x->drain_since_us) / 1000);
+		return;
+	}
+}
+
 void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause)
 {
 	struct xd_xfer *x, *tmp;
@@ -404,6 +437,7 @@ void xd_remote_op_ended(struct xd_op *op)
 		send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
 	if (x->rdma) { /* owner: the peer may still be reading or writing with our keys */
 		x->draining = true;
+		x->drain_since_us = xd_now_us();
 		x->op->xfer = NULL;
 		x->op = NULL;
 		return;
@@ -467,8 +501,8 @@ static json_t *claim_ok_segs(struct xd_xfer *x, int *err, char *msg, size_t len)
 
 	if (!rkeys)
 		return NULL;
-	rc = xd_rdma_grant_open(x->peer, x->segs, x->nsegs, !x->source, rkeys, &x->grant, msg,
-				len);
+	rc = xd_rdma_grant_open(x->peer, x->via, x->segs, x->nsegs, !x->source, rkeys, &x->grant,
+				msg, len);
 	if (rc < 0)
 		*err = rc;
 	else
@@ -487,7 +521,8 @@ static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
 	xfer_close(x);
 }
 
-static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
+static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+			json_t *json)
 {
 	struct xd_claim cl;
 	char msg[XD_CAUSE_MAX];
@@ -511,6 +546,7 @@ static int handle_claim(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *
 	struct xd_xfer *x = xfer_new(p, h->xfer, false, passive);
 	if (!x)
 		return -ENOMEM;
+	x->via = via;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
 	json_t *ok = x->rdma ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
@@ -568,12 +604,13 @@ static int parse_rsegs(struct xd_xfer *x, json_t *json)
 	return total == x->length ? 0 : -EPROTO;
 }
 
-static int handle_claim_ok(struct xd_xfer *x, json_t *json)
+static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 {
 	struct xd_op *op = x->op;
 
 	if (!op)
 		return 0;
+	x->via = via;
 	if (x->rdma && parse_rsegs(x, json) < 0)
 		return -EPROTO;
 	op->reply_pending = false;
@@ -635,10 +672,10 @@ struct xd_xfer *xd_remote_data_target(struct xd_peer *p, const struct xp_peer_hd
 }
 
 /* A control message about transfer @h->xfer. */
-int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
+int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
 	if (h->type == XP_PEER_CLAIM)
-		return handle_claim(p, h, json);
+		return handle_claim(p, via, h, json);
 	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)
 		return 0; /* the two ends crossed: it already ended here */
@@ -646,7 +683,7 @@ int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json)
 	case XP_PEER_CLAIM_OK:
 		if (!x->active)
 			return -EPROTO;
-		return handle_claim_ok(x, json);
+		return handle_claim_ok(x, via, json);
 	case XP_PEER_DONE:
 		if (x->active)
 			return -EPROTO;

@@ -414,8 +414,13 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 void xd_remote_peer_up(struct xd_peer *p);
 /* The peer is gone: end every transfer with it. */
 void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause);
-/* A control message from @p (@json is NULL for an empty payload). Returns 0 or -EPROTO. */
-int xd_remote_ctrl(struct xd_peer *p, const struct xp_peer_hdr *h, json_t *json);
+/* Fails the peer if it kept the RDMA keys of an ended transfer too long (keepalive tick). */
+void xd_remote_check_drains(struct xd_peer *p);
+/*
+ * A control message from @p (@json is NULL for an empty payload), received on RDMA connection
+ * @via (0 over TCP). Returns 0 or -EPROTO.
+ */
+int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
 /*
  * DATA frame @h arrived: returns its transfer with a reference (the payload goes there), or NULL
  * to read and drop the payload. Returns -EPROTO through @err for a frame out of range.
@@ -433,8 +438,11 @@ uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint
 struct xd_xfer_list;
 void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x);
 void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x);
-/* The next transfer to send a chunk of, moved to the back of the queue; NULL if none. */
-struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q);
+/*
+ * The next transfer to send a chunk of, moved to the back of the queue; NULL if none. @via
+ * (not 0) takes only RDMA transfers bound to that connection.
+ */
+struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q, uint32_t via);
 void xd_peer_count_transfer(struct xd_peer *p, int delta);
 /* For rdma_conn.c: its per-peer state slot, and the peer-set events it reports. */
 void **xd_peer_rdma_state(struct xd_peer *p);
@@ -447,7 +455,8 @@ struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYT
 			       uint64_t epoch, bool rdma, const char *from);
 /* The set's first connection is up: send the claims that waited. */
 void xd_peer_mark_up(struct xd_peer *p, uint64_t epoch);
-struct xd_xfer *xd_peer_next_stream(struct xd_peer *p);
+/* The next transfer with bytes to move on RDMA connection @via (see xd_xfer_sendq_next()). */
+struct xd_xfer *xd_peer_next_stream(struct xd_peer *p, uint32_t via);
 void xd_peer_add_bytes(struct xd_peer *p, uint64_t sent, uint64_t received);
 void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
 void xd_xfer_ref(struct xd_xfer *x);
@@ -494,8 +503,9 @@ int xd_handle_list_devices(struct xd_call *call);
 
 /* rdma_conn.c: RDMA connection sets, driven through peer.c */
 int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep);
-int xd_rdma_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
-		      const json_t *json);
+/* Queues a control message on connection @via (0: the set's first). Returns 0 or -errno. */
+int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags,
+		      uint64_t xfer, const json_t *json);
 /* Posts RDMA READ/WRITE for the peer's transfers while the window has room. */
 void xd_rdma_kick(struct xd_peer *p);
 void xd_rdma_close_peer(struct xd_peer *p);
@@ -506,13 +516,15 @@ uint64_t xd_rdma_peer_last_rx(struct xd_peer *p);
 /* Memory windows onto one operation's ranges, for a claimer over RDMA (PROTOCOL.md §10.5). */
 struct xd_rdma_grant;
 /*
- * Opens remote access to @n ranges, reads only or writes only, on the device of the peer's
- * connection, and fills @rkeys (one per range). Where the device has memory windows, *grant
- * owns them and the rkeys reach those bytes and nothing else; where it has none, *grant is NULL
- * and the rkeys are the regions' own. Returns 0 or -errno with the cause in @msg.
+ * Opens remote access to @n ranges, reads only or writes only, for the peer's end of RDMA
+ * connection @via, and fills @rkeys (one per range). Where the device has memory windows,
+ * *grant owns them and the rkeys reach those bytes, through that queue pair, and nothing else;
+ * where it has none, *grant is NULL and the rkeys are the regions' own. Returns 0 or -errno
+ * with the cause in @msg.
  */
-int xd_rdma_grant_open(struct xd_peer *p, const struct xd_seg *segs, uint32_t n, bool writable,
-		       uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg, size_t len);
+int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
+		       bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
+		       size_t len);
 /* Revokes @g's windows: at once, or as soon as their binds have left the send queue. */
 void xd_rdma_grant_close(struct xd_rdma_grant *g);
 

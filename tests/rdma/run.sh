@@ -12,6 +12,9 @@
 #     (and each active op seen while it ran) lists transport "rdma"; peers list transport rdma;
 #     the devices count RDMA READ/WRITE bytes; regions list per-device keys
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
+#   - a hostile peer (tests/rdma/rdma_rogue.c, RDMA only): CLAIM_OK's rkeys are memory windows
+#     that reach only the claimed range, in its direction, through the claimer's queue pair,
+#     while the transfer lasts; the region MR's own rkey reaches nothing
 #   - concurrency: 8 readable/read pairs each direction plus 4 writable/write pairs each
 #     direction, all at once
 #   - refusals before any byte moves: EINVAL (pairing), EMSGSIZE, EALREADY (second claim while
@@ -31,7 +34,7 @@
 # the failure cases, default 64 MiB); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, multi, concurrency, refusals, failures (setup and shutdown always run).
+# sizes, regions, multi, hostile, concurrency, refusals, failures (setup and shutdown always run).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -304,6 +307,28 @@ if want multi; then
 		check_baseline "multi-descriptor"
 	else
 		fail "multi-descriptor operations" "$BUILD/tests/rdma_sg is not built (make test-rdma builds it)"
+	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# A hostile peer against node 1: what the rkeys of CLAIM_OK reach, and what they do not.
+
+if [ "$TRANSPORT" = rdma ] && want hostile; then
+	if [ -x "$BUILD/tests/rdma_rogue" ]; then
+		out=$(timeout -k 2 300 "$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" 2>&1)
+		rc=$?
+		while IFS= read -r l; do
+			case $l in
+			"ok - "*) ok "hostile peer: ${l#ok - }" ;;
+			"FAIL - "*) fail "hostile peer: ${l#FAIL - }" "see above" ;;
+			*" passed, "*" failed"*) ;;
+			*) echo "# ${l#\# }" ;;
+			esac
+		done <<<"$out"
+		[[ $out == *"ok - "* || $out == *"FAIL - "* ]] || fail "rdma_rogue" "exit $rc, no result: $out"
+		check_baseline "hostile peer"
+	else
+		fail "hostile peer" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
 	fi
 fi
 
