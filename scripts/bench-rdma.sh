@@ -24,6 +24,8 @@
 # tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
 # measurement, default 3), DEPTH (concurrent transfers of the second xferd run, default 4),
+# REPS (rounds over every size, default 3: the table shows each figure's median, and each ratio
+# is the median of the ratios within a round),
 # PERFTEST_ARGS (extra perftest options, default none).
 set -u
 
@@ -33,6 +35,7 @@ BUILD=${BUILD:-build}
 SIZES=${SIZES:-65536 262144 1048576 4194304 16777216}
 DUR=${DUR:-3}
 DEPTH=${DEPTH:-4}
+REPS=${REPS:-3}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
 for b in xferd xferctl tests/rdma_bench; do
@@ -95,7 +98,7 @@ retries() {
 	echo "$delta retries"
 }
 
-# perf TOOL SIZE: one perftest run; sets PERF[TOOL.SIZE] (MiB/s).
+# perf TOOL SIZE: one perftest run; appends to PERF[TOOL.SIZE] (MiB/s; "-" if it failed).
 perf() {
 	local tool=$1 s=$2 sp rc v
 	retries >/dev/null
@@ -115,25 +118,27 @@ perf() {
 	# the line after "#bytes ...": bytes iterations peak average msgrate (MB/sec = 2^20 B/s)
 	v=$(awk 'f { print $4; exit } /^ *#bytes/ { f = 1 }' "$D/cli")
 	if [ "$rc" = 0 ] && [ -n "$v" ]; then
-		PERF[$tool.$s]=$v
+		PERF[$tool.$s]+=" $v"
 		echo "# $tool $s: $v MiB/s ($(retries))"
 	else
+		PERF[$tool.$s]+=" -"
 		echo "bench-rdma: $tool -s $s failed (exit $rc): $(tail -n 3 "$D/cli" | tr '\n' ' ')" >&2
 	fi
 }
 
-# xf KIND SIZE DEPTH: one rdma_bench run; sets XF[KIND.SIZE.DEPTH] (MiB/s).
+# xf KIND SIZE DEPTH: one rdma_bench run; appends to XF[KIND.SIZE.DEPTH] (MiB/s; "-" if failed).
 xf() {
 	local l
 	retries >/dev/null
 	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" -d "$3" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
 		echo "bench-rdma: rdma_bench -d $3 $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
+		XF[$1.$2.$3]+=" -"
 		return
 	fi
 	# xferd KIND SIZE depth D iters N seconds S MiB/s X transport T
 	# shellcheck disable=SC2086
 	set -- $l
-	XF[$2.$3.$5]=${11}
+	XF[$2.$3.$5]+=" ${11}"
 	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers in $9 s, transport ${13}, $(retries))"
 	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
@@ -157,11 +162,14 @@ for n in 0 1; do
 		sleep 0.1
 	done
 done
-for kind in read write; do
-	for s in $SIZES; do
-		perf "ib_${kind}_bw" "$s"
-		xf "$kind" "$s" 1
-		xf "$kind" "$s" "$DEPTH"
+for ((rep = 1; rep <= REPS; rep++)); do
+	echo "# round $rep of $REPS"
+	for kind in read write; do
+		for s in $SIZES; do
+			perf "ib_${kind}_bw" "$s"
+			xf "$kind" "$s" 1
+			xf "$kind" "$s" "$DEPTH"
+		done
 	done
 done
 echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
@@ -169,19 +177,35 @@ for n in 0 1; do
 	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
 done
 
-# ratio X P: X / P as "0.93x", or "-" when either is missing
+# median LIST: the median of the numbers in LIST ("-" entries left out), or "-" if none
+median() {
+	# shellcheck disable=SC2086 # the list is split on purpose
+	printf '%s\n' $1 | grep -Ev '^(-|)$' | sort -g |
+		awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# ratio XS PS: the median of the per-round ratios X/P as "0.93x" ("-" when no round has both)
 ratio() {
-	if [ -z "$1" ] || [ -z "$2" ]; then echo -; return; fi
-	awk -v x="$1" -v p="$2" 'BEGIN { if (p > 0) printf "%.2fx", x / p; else print "-" }'
+	local -a xs ps
+	local i r=
+	read -ra xs <<<"$1"
+	read -ra ps <<<"$2"
+	for ((i = 0; i < ${#xs[@]} && i < ${#ps[@]}; i++)); do
+		if [ "${xs[i]}" = - ] || [ "${ps[i]}" = - ]; then continue; fi
+		r+=" $(awk -v x="${xs[i]}" -v p="${ps[i]}" 'BEGIN { if (p > 0) printf "%.3f", x / p }')"
+	done
+	r=$(median "$r")
+	if [ "$r" = - ]; then echo -; return; fi
+	awk -v r="$r" 'BEGIN { printf "%.2fx", r }'
 }
 
 printf '\n%-6s %9s %9s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio "xferd d$DEPTH" ratio
 for kind in read write; do
 	for s in $SIZES; do
 		p=${PERF[ib_${kind}_bw.$s]:-} x1=${XF[$kind.$s.1]:-} xd=${XF[$kind.$s.$DEPTH]:-}
-		printf '%-6s %9s %9s %9s %7s %9s %7s\n' "$kind" "$s" "${p:--}" "${x1:--}" \
-			"$(ratio "$x1" "$p")" "${xd:--}" "$(ratio "$xd" "$p")"
+		printf '%-6s %9s %9s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
+			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")"
 	done
 done
-echo "# MiB/s; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
+echo "# MiB/s, medians of $REPS rounds; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"

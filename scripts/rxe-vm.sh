@@ -293,6 +293,14 @@ rule del pref 0 lookup local
 route add $B dev veth0 src $A table 100
 route add $A dev veth1 src $B table 101
 EOF
+# A veth delivers a packet on the CPU that sent it, so a queue pair whose requests go out from
+# both vCPUs arrives out of order: NAKs and go-back-N retransmissions (rdma_rxe's
+# rcvd_seq_err, duplicate_request). Receive packet steering puts each veth's arrivals on one CPU,
+# as a NIC's receive queue keeps one flow in order.
+if [ "$(nproc)" -ge 2 ]; then
+	echo 1 >/sys/class/net/veth0/queues/rx-0/rps_cpus
+	echo 2 >/sys/class/net/veth1/queues/rx-0/rps_cpus
+fi
 rdma -b - <<EOF
 link add rxe0 type rxe netdev veth0
 link add rxe1 type rxe netdev veth1

@@ -6,7 +6,8 @@
  *
  * One transfer = readable (or writable) on PASSIVE_SOCKET's daemon, read (or write) on
  * ACTIVE_SOCKET's daemon, wait until both are COMPLETE, release both: the full cost of a
- * transfer through the public API. DEPTH workers (threads, default 1) each hold a client on both
+ * transfer through the public API, its end taken from the events the daemons push (as an
+ * application on an event loop does), not asked for with op.wait. DEPTH workers (threads, default 1) each hold a client on both
  * daemons and their own registered buffers, and run transfers one after another, so DEPTH
  * transfers are in flight, as when several requests of an inference engine move KV blocks at
  * once. With DEPTH 1, every transfer pays its control round trips (create, claim, DONE,
@@ -21,6 +22,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +47,18 @@ struct run {
 	pthread_barrier_t start;
 };
 
+/* What the events said about one operation. */
+struct awaited {
+	uint64_t op;
+	int ended;
+	struct xfer_op_info info;
+};
+
 struct worker {
 	pthread_t thread;
 	struct run *run;
 	struct side passive, active;
+	struct awaited await_passive, await_active; /* the transfer under way */
 	long done;		/* transfers completed in the last run */
 	int err;
 	char transport[16];	/* of the last active operation */
@@ -82,6 +92,46 @@ static void side_close(struct side *s)
 	xfer_buf_free(&s->buf);
 }
 
+static int is_end(enum xfer_state st)
+{
+	return st == XFER_COMPLETE || st == XFER_CANCELLED || st == XFER_ERRORED;
+}
+
+/* Event callback of a worker's two clients: notes the end of the operation it waits for. */
+static void on_event(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct worker *w = arg;
+	struct awaited *a = c == w->active.c ? &w->await_active : &w->await_passive;
+
+	if (info->op == a->op && is_end(info->state)) {
+		a->info = *info;
+		a->ended = 1;
+	}
+}
+
+/* Delivers pushed events until both operations have ended; 0, or -1 after 150 s. */
+static int await_both(struct worker *w)
+{
+	struct pollfd pfd[2] = { { xfer_get_fd(w->passive.c), POLLIN, 0 },
+				 { xfer_get_fd(w->active.c), POLLIN, 0 } };
+	double deadline = now() + 150;
+
+	while (!(w->await_passive.ended && w->await_active.ended)) {
+		if (now() > deadline) {
+			fprintf(stderr, "rdma_bench: no end within 150 s\n");
+			return -1;
+		}
+		if (poll(pfd, 2, 1000) < 0)
+			continue;
+		if ((pfd[0].revents && xfer_dispatch(w->passive.c) < 0) ||
+		    (pfd[1].revents && xfer_dispatch(w->active.c) < 0)) {
+			fprintf(stderr, "rdma_bench: a daemon went away\n");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* One transfer of run->len bytes; 0, or -1 with a message on stderr. */
 static int transfer(struct worker *w)
 {
@@ -89,43 +139,43 @@ static int transfer(struct worker *w)
 	struct xfer_desc pd = { w->passive.region, 0, r->len }, ad = { w->active.region, 0, r->len };
 	struct xfer_op_opts opts = { .timeout_ms = 120000 };
 	struct xfer_client *pc = w->passive.c, *ac = w->active.c;
-	struct xfer_op_info pi, ai;
-	uint64_t pop, aop;
+	const struct xfer_op_info *pi = &w->await_passive.info, *ai = &w->await_active.info;
+	uint64_t *pop = &w->await_passive.op, *aop = &w->await_active.op;
 	char *meta = NULL;
 	int rc;
 
-	rc = r->read ? xfer_readable(pc, &pd, 1, &opts, &pop, &meta) :
-		       xfer_writable(pc, &pd, 1, &opts, &pop, &meta);
+	/* An op's events may arrive before its create call returns (they are delivered after
+	 * its results are stored): reset first, and let the calls write the ids in place. */
+	w->await_passive = (struct awaited){ .op = UINT64_MAX };
+	w->await_active = (struct awaited){ .op = UINT64_MAX };
+	rc = r->read ? xfer_readable(pc, &pd, 1, &opts, pop, &meta) :
+		       xfer_writable(pc, &pd, 1, &opts, pop, &meta);
 	if (rc < 0) {
 		fprintf(stderr, "rdma_bench: passive op: %s (%s)\n", xfer_strerror(rc),
 			xfer_last_error(pc));
 		return -1;
 	}
-	rc = r->read ? xfer_read(ac, meta, &ad, 1, &opts, &aop) :
-		       xfer_write(ac, meta, &ad, 1, &opts, &aop);
+	rc = r->read ? xfer_read(ac, meta, &ad, 1, &opts, aop) :
+		       xfer_write(ac, meta, &ad, 1, &opts, aop);
 	free(meta);
 	if (rc < 0) {
 		fprintf(stderr, "rdma_bench: active op: %s (%s)\n", xfer_strerror(rc),
 			xfer_last_error(ac));
-		xfer_release(pc, pop);
+		xfer_release(pc, *pop);
 		return -1;
 	}
-	rc = xfer_wait(ac, aop, 150000, &ai);
-	if (rc == 0)
-		rc = xfer_wait(pc, pop, 150000, &pi);
-	xfer_release(ac, aop);
-	xfer_release(pc, pop);
-	if (rc < 0) {
-		fprintf(stderr, "rdma_bench: wait: %s\n", xfer_strerror(rc));
+	rc = await_both(w);
+	xfer_release(ac, *aop);
+	xfer_release(pc, *pop);
+	if (rc < 0)
 		return -1;
-	}
-	if (ai.state != XFER_COMPLETE || pi.state != XFER_COMPLETE) {
+	if (ai->state != XFER_COMPLETE || pi->state != XFER_COMPLETE) {
 		fprintf(stderr, "rdma_bench: %s of %zu bytes: active %s (%s), passive %s (%s)\n",
-			r->read ? "read" : "write", r->len, xfer_state_name(ai.state), ai.cause,
-			xfer_state_name(pi.state), pi.cause);
+			r->read ? "read" : "write", r->len, xfer_state_name(ai->state), ai->cause,
+			xfer_state_name(pi->state), pi->cause);
 		return -1;
 	}
-	snprintf(w->transport, sizeof(w->transport), "%s", ai.transport);
+	snprintf(w->transport, sizeof(w->transport), "%s", ai->transport);
 	return 0;
 }
 
@@ -232,9 +282,14 @@ int main(int argc, char **argv)
 		}
 		max = s > max ? s : max;
 	}
-	for (int i = 0; i < depth && !err; i++)
+	for (int i = 0; i < depth && !err; i++) {
 		err = side_open(argv[0], "rdma_bench-passive", max, &ws[i].passive) ||
 		      side_open(argv[1], "rdma_bench-active", max, &ws[i].active);
+		if (!err) {
+			xfer_set_event_cb(ws[i].passive.c, on_event, &ws[i]);
+			xfer_set_event_cb(ws[i].active.c, on_event, &ws[i]);
+		}
+	}
 	for (r.read = 1; r.read >= 0 && !err; r.read--) {
 		if (strcmp(kind, "both") && strcmp(kind, r.read ? "read" : "write"))
 			continue;
