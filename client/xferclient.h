@@ -70,7 +70,15 @@ struct xfer_op_info {
 /* Options of an operation; pass NULL for the defaults. */
 struct xfer_op_opts {
 	uint32_t timeout_ms; /* deadline from creation; 0 = the daemon's default */
+	uint32_t flags;	     /* XFER_OP_* */
 };
+
+/*
+ * The daemon forgets the operation right after it pushed its end (COMPLETE, CANCELLED or
+ * ERRORED) to the event callback: no xfer_release() needed, and a round trip per operation
+ * saved. Take the end from the event (xfer_wait() may find it already gone: -ENOENT).
+ */
+#define XFER_OP_RELEASE_ON_END 0x1u
 
 /* A sealed, mapped memfd buffer made by xfer_buf_alloc(). */
 struct xfer_buf {

@@ -197,6 +197,16 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
 	op_forget(arg);
 }
 
+/* Forgets @op at the next loop turn: callers up the stack may still hold it. */
+static void forget_soon(struct xd_op *op)
+{
+	if (op->reap)
+		return;
+	op->reap = event_new(op->d->base, -1, 0, reap_cb, op);
+	if (op->reap)
+		event_active(op->reap, EV_TIMEOUT, 0);
+}
+
 /*
  * A remote claim ended before its answer: the client's op.read/op.write gets the error, and
  * the op, whose id it never learned, is forgotten at the next loop turn (callers up the stack
@@ -207,9 +217,7 @@ static void refuse_pending_claim(struct xd_op *op)
 	op->reply_pending = false;
 	if (op->owner)
 		xd_reply_error(op->owner, op->reply_id, XP_E_FAILED, op->err, op->cause);
-	op->reap = event_new(op->d->base, -1, 0, reap_cb, op);
-	if (op->reap)
-		event_active(op->reap, EV_TIMEOUT, 0);
+	forget_soon(op);
 }
 
 /*
@@ -248,6 +256,8 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 		refuse_pending_claim(op);
 	notify_owner(op);
 	waiters_reply(op);
+	if (op->release_on_end && op->owner)
+		forget_soon(op); /* its end was the owner's last word on it */
 	struct xd_op *pair = op->pair;
 	if (pair && !xp_state_terminal(pair->state) && state != XP_ST_COMPLETE)
 		xd_op_end(pair, state, err, "peer operation %llu ended: %s",
@@ -424,7 +434,7 @@ static void op_discard(struct xd_op *op)
 
 /* Builds an op from the descriptors; not yet listed, no deadline running. */
 static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
-			    json_int_t timeout)
+			    json_int_t timeout, int release_on_end)
 {
 	struct xd_conn *c = call->conn;
 	struct xd_op *op = calloc(1, sizeof(*op));
@@ -435,6 +445,7 @@ static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *des
 	}
 	op->d = c->d;
 	op->kind = kind;
+	op->release_on_end = release_on_end;
 	op->client_id = c->id;
 	TAILQ_INIT(&op->waiters);
 	if (c->nops + 1 > c->d->cfg.limits.ops) {
@@ -500,13 +511,15 @@ int xd_handle_op_passive(struct xd_call *call)
 {
 	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
 	json_int_t timeout = -1;
+	int release_on_end = 0;
 	json_t *descs;
 
-	if (xd_unpack_params(call, "{s:o, s?I}", "descs", &descs, "timeout_ms", &timeout))
+	if (xd_unpack_params(call, "{s:o, s?I, s?b}", "descs", &descs, "timeout_ms", &timeout,
+			     "release_on_end", &release_on_end))
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *op = op_new(call, kind, descs, timeout);
+	struct xd_op *op = op_new(call, kind, descs, timeout, release_on_end);
 	if (!op)
 		return -call->err;
 	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
@@ -675,15 +688,16 @@ int xd_handle_op_active(struct xd_call *call)
 	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
 	const char *metadata;
 	json_int_t timeout = -1;
+	int release_on_end = 0;
 	json_t *descs;
 	struct xp_meta m;
 
-	if (xd_unpack_params(call, "{s:s, s:o, s?I}", "metadata", &metadata, "descs", &descs,
-			     "timeout_ms", &timeout))
+	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b}", "metadata", &metadata, "descs", &descs,
+			     "timeout_ms", &timeout, "release_on_end", &release_on_end))
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *active = op_new(call, kind, descs, timeout);
+	struct xd_op *active = op_new(call, kind, descs, timeout, release_on_end);
 	if (!active)
 		return -call->err;
 	int rc = decode_metadata(call, metadata, &m);

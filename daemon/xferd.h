@@ -298,6 +298,7 @@ struct xd_op {
 	int err;		 /**< positive errno once CANCELLED or ERRORED */
 	char cause[XD_CAUSE_MAX];
 	bool released;		 /**< freed once the copy returns */
+	bool release_on_end;	 /**< forgotten once its end was pushed (op params) */
 	bool reply_pending;	 /**< op.read/op.write awaits the remote claim's answer */
 	int64_t reply_id;
 	struct event *reap;	 /**< frees an op whose claim failed (its id was never given) */

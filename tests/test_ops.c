@@ -1079,6 +1079,93 @@ TEST(event_callback_via_get_fd_and_dispatch)
 	duo_stop(&d, a, &pb, b, &ab);
 }
 
+/* ---- release on end ---- */
+
+static bool ended(enum xfer_state st)
+{
+	return st == XFER_COMPLETE || st == XFER_CANCELLED || st == XFER_ERRORED;
+}
+
+/* Delivers events on @a and @b until both @ea and @eb saw their op end. */
+static void dispatch_until_ended(struct xfer_client *a, struct events *ea, struct xfer_client *b,
+				 struct events *eb)
+{
+	long long end = td_now_ms() + WAIT_MS;
+
+	while (!(ended(ea->last.state) && ended(eb->last.state)) &&
+	       td_now_ms() < end) {
+		struct pollfd pfd[2] = { { xfer_get_fd(a), POLLIN, 0 }, { xfer_get_fd(b), POLLIN, 0 } };
+
+		CHECK_OK(poll(pfd, 2, 1000) < 0 ? -errno : 0);
+		CHECK_OK(xfer_dispatch(a));
+		CHECK_OK(xfer_dispatch(b));
+	}
+}
+
+/* Once its end was pushed, an op made with XFER_OP_RELEASE_ON_END is gone: -ENOENT. */
+static void check_forgotten(struct td *d, struct xfer_client *c, uint64_t op)
+{
+	struct xfer_op_info info;
+	long long n;
+
+	CHECK_EQ_INT(xfer_status(c, op, &info), -ENOENT);
+	CHECK_EQ_INT(xfer_release(c, op), -ENOENT);
+	CHECK_OK(td_wait_stat(d, "ops", 0, WAIT_MS, &n));
+}
+
+TEST(release_on_end_forgets_both_sides_after_their_end)
+{
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	struct events ea = { 0 }, eb = { 0 };
+	struct xfer_client *a, *b;
+	struct tbuf pb, ab;
+	struct xfer_desc pd, ad;
+	char *meta;
+	struct td d;
+
+	duo_start(&d, &a, "passive", &b, "active", 1 * MiB, &pb, &ab);
+	xfer_set_event_cb(a, on_event, &ea);
+	xfer_set_event_cb(b, on_event, &eb);
+	td_fill(pb.buf.addr, 1 * MiB, 21);
+	pd = (struct xfer_desc){ pb.region, 0, 1 * MiB };
+	ad = (struct xfer_desc){ ab.region, 0, 1 * MiB };
+	ea.op = passive(a, XFER_READABLE, &pd, 1, &opts, &meta);
+	CHECK_OK(xfer_read(b, meta, &ad, 1, &opts, &eb.op));
+	dispatch_until_ended(a, &ea, b, &eb);
+	CHECK(ea.complete && eb.complete);
+	CHECK_MEM_EQ(ab.buf.addr, pb.buf.addr, 1 * MiB);
+	check_forgotten(&d, a, ea.op);
+	check_forgotten(&d, b, eb.op);
+	free(meta);
+	duo_stop(&d, a, &pb, b, &ab);
+}
+
+TEST(release_on_end_after_cancel_and_unknown_flags_refused)
+{
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	struct xfer_op_opts bad = { .flags = 0x80 };
+	struct events ea = { 0 }, none = { .last.state = XFER_COMPLETE }; /* b has no op */
+	struct xfer_client *a, *b;
+	struct tbuf pb, ab;
+	struct xfer_desc pd;
+	uint64_t op;
+	char *meta = NULL;
+	struct td d;
+
+	duo_start(&d, &a, "passive", &b, "unused", 64 * KiB, &pb, &ab);
+	xfer_set_event_cb(a, on_event, &ea);
+	pd = (struct xfer_desc){ pb.region, 0, 64 * KiB };
+	CHECK_EQ_INT(xfer_readable(a, &pd, 1, &bad, &op, &meta), -EINVAL);
+	CHECK(strstr(xfer_last_error(a), "flags") != NULL);
+	ea.op = passive(a, XFER_WRITABLE, &pd, 1, &opts, &meta);
+	CHECK_OK(xfer_cancel(a, ea.op));
+	dispatch_until_ended(a, &ea, b, &none);
+	CHECK_EQ_INT(ea.last.state, XFER_CANCELLED);
+	check_forgotten(&d, a, ea.op);
+	free(meta);
+	duo_stop(&d, a, &pb, b, &ab);
+}
+
 /* ---- SIGTERM with an operation pending ---- */
 
 TEST(sigterm_cancels_pending_op_with_eshutdown)

@@ -5,13 +5,14 @@
  *   rdma_bench [-d DEPTH] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS read|write|both SIZE...
  *
  * One transfer = readable (or writable) on PASSIVE_SOCKET's daemon, read (or write) on
- * ACTIVE_SOCKET's daemon, wait until both are COMPLETE, release both: the full cost of a
- * transfer through the public API, its end taken from the events the daemons push (as an
- * application on an event loop does), not asked for with op.wait. DEPTH workers (threads, default 1) each hold a client on both
- * daemons and their own registered buffers, and run transfers one after another, so DEPTH
- * transfers are in flight, as when several requests of an inference engine move KV blocks at
- * once. With DEPTH 1, every transfer pays its control round trips (create, claim, DONE,
- * DONE_ACK, wake-ups) alone; with more, they overlap the others' data.
+ * ACTIVE_SOCKET's daemon, until both are COMPLETE: the full cost of a transfer through the
+ * public API. Its end is taken from the events the daemons push (as an application on an event
+ * loop does), not asked for with op.wait, and both operations are made with
+ * XFER_OP_RELEASE_ON_END, so no release round trip follows. DEPTH workers (threads, default 1)
+ * each hold a client on both daemons and their own registered buffers, and run transfers one
+ * after another, so DEPTH transfers are in flight, as when several requests of an inference
+ * engine move KV blocks at once. With DEPTH 1, every transfer pays its control round trips
+ * (create, claim, DONE, DONE_ACK, wake-ups) alone; with more, they overlap the others' data.
  *
  * For each kind (read, then write, or the one named) and SIZE (bytes), every worker runs
  * transfers for about SECONDS (at least one each), and one line is printed:
@@ -137,7 +138,7 @@ static int transfer(struct worker *w)
 {
 	const struct run *r = w->run;
 	struct xfer_desc pd = { w->passive.region, 0, r->len }, ad = { w->active.region, 0, r->len };
-	struct xfer_op_opts opts = { .timeout_ms = 120000 };
+	struct xfer_op_opts opts = { .timeout_ms = 120000, .flags = XFER_OP_RELEASE_ON_END };
 	struct xfer_client *pc = w->passive.c, *ac = w->active.c;
 	const struct xfer_op_info *pi = &w->await_passive.info, *ai = &w->await_active.info;
 	uint64_t *pop = &w->await_passive.op, *aop = &w->await_active.op;
@@ -164,11 +165,8 @@ static int transfer(struct worker *w)
 		xfer_release(pc, *pop);
 		return -1;
 	}
-	rc = await_both(w);
-	xfer_release(ac, *aop);
-	xfer_release(pc, *pop);
-	if (rc < 0)
-		return -1;
+	if (await_both(w) < 0)
+		return -1; /* (the operations end by their deadline and are forgotten then) */
 	if (ai->state != XFER_COMPLETE || pi->state != XFER_COMPLETE) {
 		fprintf(stderr, "rdma_bench: %s of %zu bytes: active %s (%s), passive %s (%s)\n",
 			r->read ? "read" : "write", r->len, xfer_state_name(ai->state), ai->cause,
