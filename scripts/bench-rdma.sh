@@ -23,7 +23,7 @@
 # WRITE); on the guest's 2 vCPUs the two polling processes compete with rdma_rxe's own
 # tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
-# measurement, default 3), DEPTH (concurrent transfers of the second xferd run, default 4),
+# measurement, default 3), DEPTH (concurrent transfers of the second xferd run, default 8),
 # REPS (rounds over every size, default 3: the table shows each figure's median, and each ratio
 # is the median of the ratios within a round),
 # PERFTEST_ARGS (extra perftest options, default none).
@@ -34,7 +34,7 @@ cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 SIZES=${SIZES:-65536 262144 1048576 4194304 16777216}
 DUR=${DUR:-3}
-DEPTH=${DEPTH:-4}
+DEPTH=${DEPTH:-8}
 REPS=${REPS:-3}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
