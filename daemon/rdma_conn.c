@@ -48,7 +48,6 @@
 #define RC_WINDOW 4
 #define RC_RESOLVE_MS 2000
 #define RC_RECV_FLAG 0x80000000u
-#define RC_HELLO_MAGIC 0x78666572u /* "xfer" */
 
 /* Per-request logging costs on the data path: compiled in only with -DXD_DEBUG_DATAPATH. */
 #ifdef XD_DEBUG_DATAPATH
@@ -56,15 +55,6 @@
 #else
 #define dp_log(...) do { } while (0)
 #endif
-
-/* The HELLO in rdma_cm private data (at most 56 bytes on an RC connect). */
-struct rc_hello {
-	uint32_t magic;
-	uint8_t version;
-	uint8_t pad[3];
-	uint8_t node[XP_ID_BYTES];
-	uint64_t epoch;
-} __attribute__((packed));
 
 enum sq_kind { SQ_FREE, SQ_SEND, SQ_DATA, SQ_BIND };
 
@@ -365,36 +355,28 @@ static void set_ack_timeout(struct xd_rconn *rc)
 		xd_log(XD_LOG_WARN, "could not set the RDMA ACK timeout: %s", strerror(errno));
 }
 
-static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param, struct rc_hello *hello)
+/* @hello (the caller's, private data of at most 56 bytes on an RC connect) and @param. */
+static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param,
+			uint8_t hello[XP_RDMA_HELLO_LEN])
 {
 	struct xd_daemon *d = rc->d;
+	struct xp_rdma_hello mine = { .epoch = d->epoch };
 	int rd = rc->dev->attr.max_qp_rd_atom;
 
 	if (rc->dev->attr.max_qp_init_rd_atom < rd)
 		rd = rc->dev->attr.max_qp_init_rd_atom;
 	if (rd > 16)
 		rd = 16;
-	*hello = (struct rc_hello){ .magic = RC_HELLO_MAGIC, .version = XP_PEER_VERSION,
-				    .epoch = d->epoch };
-	memcpy(hello->node, d->node, XP_ID_BYTES);
+	memcpy(mine.node, d->node, XP_ID_BYTES);
+	xp_rdma_hello_pack(&mine, hello);
 	*param = (struct rdma_conn_param){
 		.private_data = hello,
-		.private_data_len = sizeof(*hello),
+		.private_data_len = XP_RDMA_HELLO_LEN,
 		.responder_resources = (uint8_t)rd,
 		.initiator_depth = (uint8_t)rd,
 		.retry_count = 7,
 		.rnr_retry_count = 7,
 	};
-}
-
-static int parse_hello(const void *data, uint8_t len, struct rc_hello *out)
-{
-	if (!data || len < sizeof(*out))
-		return -EPROTO;
-	memcpy(out, data, sizeof(*out));
-	if (out->magic != RC_HELLO_MAGIC || out->version != XP_PEER_VERSION)
-		return -EPROTO;
-	return 0;
 }
 
 static int resolve_ep(const char *addr, uint16_t port, struct sockaddr_storage *ss)
@@ -913,7 +895,7 @@ uint64_t xd_rdma_peer_last_rx(struct xd_peer *p)
 static void on_route_resolved(struct xd_rconn *rc)
 {
 	struct rdma_conn_param param;
-	struct rc_hello hello;
+	uint8_t hello[XP_RDMA_HELLO_LEN];
 	int err = rconn_setup_qp(rc);
 
 	if (err) {
@@ -921,7 +903,7 @@ static void on_route_resolved(struct xd_rconn *rc)
 		return;
 	}
 	set_ack_timeout(rc);
-	conn_params(rc, &param, &hello);
+	conn_params(rc, &param, hello);
 	if (rdma_connect(rc->cm, &param))
 		rconn_fail(rc, errno, "rdma_connect failed");
 }
@@ -940,13 +922,13 @@ static void on_addr_resolved(struct xd_rconn *rc)
 
 static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 {
-	struct rc_hello hello;
+	struct xp_rdma_hello hello;
 
 	rc->established = true;
 	rc->last_rx_us = xd_now_us();
 	if (rc->outgoing) {
-		if (parse_hello(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				&hello) < 0) {
+		if (xp_rdma_hello_unpack(ev->param.conn.private_data,
+					 ev->param.conn.private_data_len, &hello) < 0) {
 			rconn_fail(rc, EPROTO, "the peer's HELLO (accept private data) is not valid");
 			return;
 		}
@@ -963,15 +945,16 @@ static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 /* A peer connects. Returns the id to destroy after the event is acked, if refused. */
 static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm_event *ev)
 {
-	struct rc_hello hello, mine;
+	struct xp_rdma_hello hello;
+	uint8_t mine[XP_RDMA_HELLO_LEN];
 	struct rdma_conn_param param;
 	struct xd_rdma_dev *dev = xd_rdma_dev_for(d, ev->id->verbs);
 	char from[INET6_ADDRSTRLEN + 8] = "?";
 
 	getnameinfo(rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage), from,
 		    sizeof(from), NULL, 0, NI_NUMERICHOST);
-	if (!dev || parse_hello(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				&hello) < 0 || d->stopping) {
+	if (!dev || xp_rdma_hello_unpack(ev->param.conn.private_data,
+					 ev->param.conn.private_data_len, &hello) < 0 || d->stopping) {
 		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from,
 		       !dev ? "device not used" : d->stopping ? "stopping" : "bad HELLO");
 		rdma_reject(ev->id, NULL, 0);
@@ -988,7 +971,7 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 	rc->dev = dev;
 	int err = rconn_setup_qp(rc);
 	set_ack_timeout(rc);
-	conn_params(rc, &param, &mine);
+	conn_params(rc, &param, mine);
 	if (err || rdma_accept(rc->cm, &param)) {
 		rdma_reject(ev->id, NULL, 0);
 		rconn_fail(rc, err ? -err : errno, "could not accept the RDMA connection");

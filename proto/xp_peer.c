@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The peer protocol's 24-byte header, packed little-endian whatever the host order. */
+#include <errno.h>
 #include <string.h>
 #include "xp_peer.h"
 
@@ -57,4 +58,25 @@ int xp_peer_hdr_valid(const struct xp_peer_hdr *h)
 	if (h->type == XP_PEER_DATA)
 		return h->length > 0 && h->length <= XP_PEER_MAX_DATA;
 	return h->length <= XP_PEER_MAX_CTRL;
+}
+
+void xp_rdma_hello_pack(const struct xp_rdma_hello *h, uint8_t out[XP_RDMA_HELLO_LEN])
+{
+	memset(out, 0, XP_RDMA_HELLO_LEN);
+	put_le(out, XP_RDMA_HELLO_MAGIC, 4);
+	out[4] = XP_PEER_VERSION;
+	memcpy(out + 8, h->node, XP_ID_BYTES);
+	put_le(out + 24, h->epoch, 8);
+}
+
+int xp_rdma_hello_unpack(const void *data, size_t len, struct xp_rdma_hello *h)
+{
+	const uint8_t *p = data;
+
+	if (!p || len < XP_RDMA_HELLO_LEN || get_le(p, 4) != XP_RDMA_HELLO_MAGIC ||
+	    p[4] != XP_PEER_VERSION)
+		return -EPROTO;
+	memcpy(h->node, p + 8, XP_ID_BYTES);
+	h->epoch = get_le(p + 24, 8);
+	return 0;
 }

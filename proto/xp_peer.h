@@ -6,7 +6,9 @@
 #ifndef XP_PEER_H
 #define XP_PEER_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include "xp_meta.h"
 
 #define XP_PEER_VERSION 1
 #define XP_PEER_HDR_LEN 24
@@ -49,5 +51,21 @@ void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h
 const char *xp_peer_type_name(int type);
 /* Whether @h obeys the framing limits: known type, payload within its limit. */
 int xp_peer_hdr_valid(const struct xp_peer_hdr *h);
+
+/*
+ * The HELLO of an RDMA connection, in the rdma_cm connect and accept private data (PROTOCOL.md
+ * §10.5): magic "xfer" (LE) | version | 3 zero bytes | node | epoch (LE).
+ */
+#define XP_RDMA_HELLO_LEN 32
+#define XP_RDMA_HELLO_MAGIC 0x78666572u
+
+struct xp_rdma_hello {
+	uint8_t node[XP_ID_BYTES];
+	uint64_t epoch;
+};
+
+void xp_rdma_hello_pack(const struct xp_rdma_hello *h, uint8_t out[XP_RDMA_HELLO_LEN]);
+/* Decodes @len bytes of private data. Returns 0, or -EPROTO (short, bad magic or version). */
+int xp_rdma_hello_unpack(const void *data, size_t len, struct xp_rdma_hello *h);
 
 #endif /* XP_PEER_H */

@@ -24,6 +24,7 @@
 #include "xp_fdmsg.h"
 #include "xp_json.h"
 #include "xp_meta.h"
+#include "xp_peer.h"
 
 /* ---- helpers ---- */
 
@@ -930,6 +931,32 @@ TEST(hex_encode_decode)
 	CHECK_ERR(xp_hex_decode("zz", out, 1), -EINVAL);
 	xp_hex_encode(in, 0, hex);
 	CHECK_STR_EQ(hex, "");
+}
+
+/* The RDMA HELLO's bytes are fixed by PROTOCOL.md §10.5, whatever the host's byte order. */
+TEST(rdma_hello_wire_format)
+{
+	struct xp_rdma_hello h = { .epoch = 0x0102030405060708ull }, back;
+	uint8_t wire[XP_RDMA_HELLO_LEN];
+	static const uint8_t head[8] = { 0x72, 0x65, 0x66, 0x78, XP_PEER_VERSION, 0, 0, 0 };
+	static const uint8_t epoch[8] = { 8, 7, 6, 5, 4, 3, 2, 1 };
+
+	for (int i = 0; i < XP_ID_BYTES; i++)
+		h.node[i] = (uint8_t)(0xa0 + i);
+	xp_rdma_hello_pack(&h, wire);
+	CHECK_MEM_EQ(wire, head, 8);
+	CHECK_MEM_EQ(wire + 8, h.node, XP_ID_BYTES);
+	CHECK_MEM_EQ(wire + 24, epoch, 8);
+	CHECK_OK(xp_rdma_hello_unpack(wire, sizeof(wire), &back));
+	CHECK_MEM_EQ(back.node, h.node, XP_ID_BYTES);
+	CHECK_EQ_INT(back.epoch, h.epoch);
+	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire) - 1, &back), -EPROTO);
+	CHECK_ERR(xp_rdma_hello_unpack(NULL, 0, &back), -EPROTO);
+	wire[4] = XP_PEER_VERSION + 1;
+	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire), &back), -EPROTO);
+	wire[4] = XP_PEER_VERSION;
+	wire[0] ^= 1;
+	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire), &back), -EPROTO);
 }
 
 /* ---- name tables ---- */

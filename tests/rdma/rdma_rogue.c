@@ -62,8 +62,6 @@
 #define LINGER_MS 8000		/* the owner's keepalive_timeout_ms (5000), a keepalive tick, slack */
 
 /* PROTOCOL.md §10.5: HELLO in the private data, 16 receive buffers of header + 64 KiB. */
-#define HELLO_LEN 32
-#define HELLO_MAGIC 0x78666572u
 #define RECV_BUFS 16
 #define RECV_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
 #define SEND_SLOTS 16
@@ -260,21 +258,6 @@ static long mismatch(const uint8_t *p, size_t off, size_t n, uint32_t seed)
 		if (p[i] != pattern(off + i, seed))
 			return (long)i;
 	return -1;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-
-	for (int i = n - 1; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
 }
 
 static int set_nonblock(int fd)
@@ -971,7 +954,7 @@ static void conn_param(struct rogue *r, struct rdma_conn_param *p, const uint8_t
 								: da.max_qp_rd_atom;
 		rd = rd > 16 ? 16 : rd < 1 ? 1 : rd;
 	}
-	*p = (struct rdma_conn_param){ .private_data = hello, .private_data_len = HELLO_LEN,
+	*p = (struct rdma_conn_param){ .private_data = hello, .private_data_len = XP_RDMA_HELLO_LEN,
 				       .responder_resources = (uint8_t)rd,
 				       .initiator_depth = (uint8_t)rd, .retry_count = 7,
 				       .rnr_retry_count = 7 };
@@ -990,11 +973,13 @@ static void new_node(struct ctx *t, uint8_t node[XP_ID_BYTES])
 /* The acceptor's HELLO (accept private data) must name the daemon the metadata names. */
 static int check_hello(struct rogue *r, const uint8_t *p, size_t len, const struct xp_meta *m)
 {
-	if (len < HELLO_LEN || get_le(p, 4) != HELLO_MAGIC || p[4] != XP_PEER_VERSION)
+	struct xp_rdma_hello h;
+
+	if (xp_rdma_hello_unpack(p, len, &h) < 0)
 		return rogue_err(r, EPROTO, "the owner's HELLO (%zu bytes of accept private data) is "
 				 "not valid", len);
-	memcpy(r->owner_node, p + 8, XP_ID_BYTES);
-	r->owner_epoch = get_le(p + 24, 8);
+	memcpy(r->owner_node, h.node, XP_ID_BYTES);
+	r->owner_epoch = h.epoch;
 	if (memcmp(r->owner_node, m->node, XP_ID_BYTES) || r->owner_epoch != m->epoch)
 		return rogue_err(r, EPROTO, "the owner's HELLO names another node or epoch than its "
 				 "metadata");
@@ -1017,7 +1002,8 @@ static int resolve_local(struct ctx *t, struct rogue *r)
 /* Connects to the owner as a peer daemon, with a HELLO of a fresh node: ready for CLAIM. */
 static int rogue_connect(struct ctx *t, struct rogue *r, const struct xp_meta *m)
 {
-	uint8_t hello[HELLO_LEN] = { 0 }, pdata[64], node[XP_ID_BYTES];
+	uint8_t hello[XP_RDMA_HELLO_LEN], pdata[64];
+	struct xp_rdma_hello mine;
 	struct rdma_conn_param param;
 	struct timespec ts;
 	uint8_t ack = ACK_TIMEOUT;
@@ -1031,12 +1017,10 @@ static int rogue_connect(struct ctx *t, struct rogue *r, const struct xp_meta *m
 	if ((err = wait_cm(r, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, NULL)) || (err = setup_qp(r)))
 		return err;
 	rdma_set_option(r->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, sizeof(ack));
-	new_node(t, node);
+	new_node(t, mine.node);
 	clock_gettime(CLOCK_REALTIME, &ts);
-	put_le(hello, HELLO_MAGIC, 4);
-	hello[4] = XP_PEER_VERSION;
-	memcpy(hello + 8, node, XP_ID_BYTES);
-	put_le(hello + 24, (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000, 8);
+	mine.epoch = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+	xp_rdma_hello_pack(&mine, hello);
 	conn_param(r, &param, hello);
 	if (rdma_connect(r->id, &param))
 		return rogue_err(r, errno, "rdma_connect: %s", strerror(errno));
