@@ -287,6 +287,22 @@ if [ "$TRANSPORT" = rdma ] && want regions; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# relay PREFIX NAME RC OUTPUT: counts a test program's "ok - "/"FAIL - " lines as our own checks
+# (named PREFIX: ...), passes its notes on, and fails NAME if it printed no result at all.
+relay() {
+	local l
+	while IFS= read -r l; do
+		case $l in
+		"ok - "*) ok "$1: ${l#ok - }" ;;
+		"FAIL - "*) fail "$1: ${l#FAIL - }" "see above" ;;
+		*" passed, "*" failed"*) ;;
+		*) echo "# ${l#\# }" ;;
+		esac
+	done <<<"$4"
+	[[ $4 == *"ok - "* || $4 == *"FAIL - "* ]] || fail "$2" "exit $3, no result: $4"
+}
+
+# ---------------------------------------------------------------------------------------------
 # Multi-descriptor operations (xferctl makes one descriptor per operation).
 
 if want multi; then
@@ -294,15 +310,7 @@ if want multi; then
 		for p in "0 1" "1 0"; do
 			set -- $p
 			out=$(timeout -k 2 300 "$BUILD/tests/rdma_sg" "$(node_sock "$1")" "$(node_sock "$2")" "$TRANSPORT" 2>&1)
-			rc=$?
-			while IFS= read -r l; do
-				case $l in
-				"ok - "*) ok "passive node $1, active node $2: ${l#ok - }" ;;
-				"FAIL - "*) fail "passive node $1, active node $2: ${l#FAIL - }" "see above" ;;
-				*) echo "# $l" ;;
-				esac
-			done <<<"$out"
-			[[ $out == *"ok - "* || $out == *"FAIL - "* ]] || fail "rdma_sg passive $1 active $2" "exit $rc, no result: $out"
+			relay "passive node $1, active node $2" "rdma_sg passive $1 active $2" $? "$out"
 		done
 		check_baseline "multi-descriptor"
 	else
@@ -316,16 +324,7 @@ fi
 if [ "$TRANSPORT" = rdma ] && want hostile; then
 	if [ -x "$BUILD/tests/rdma_rogue" ]; then
 		out=$(timeout -k 2 300 "$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" 2>&1)
-		rc=$?
-		while IFS= read -r l; do
-			case $l in
-			"ok - "*) ok "hostile peer: ${l#ok - }" ;;
-			"FAIL - "*) fail "hostile peer: ${l#FAIL - }" "see above" ;;
-			*" passed, "*" failed"*) ;;
-			*) echo "# ${l#\# }" ;;
-			esac
-		done <<<"$out"
-		[[ $out == *"ok - "* || $out == *"FAIL - "* ]] || fail "rdma_rogue" "exit $rc, no result: $out"
+		relay "hostile peer" "rdma_rogue" $? "$out"
 		check_baseline "hostile peer"
 	else
 		fail "hostile peer" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
