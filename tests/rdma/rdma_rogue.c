@@ -1526,6 +1526,23 @@ static void test_read_cancelled(struct ctx *t)
 	probe_close(t, &p);
 }
 
+/* A fresh probe whose operation the owner's client then cancelled; 0, or -1 after fail(@f). */
+static int probe_cancelled(struct ctx *t, bool writable, struct probe *p, const char *f)
+{
+	char why[512];
+
+	if (probe_open(t, writable, p, why, sizeof(why))) {
+		fail(f, "%s", why);
+		return -1;
+	}
+	if (owner_cancels(t, p, why, sizeof(why))) {
+		fail(f, "%s", why);
+		probe_close(t, p);
+		return -1;
+	}
+	return 0;
+}
+
 /*
  * f by cancel, for a claimer that never releases and keeps answering PINGs: the owner must cut
  * it off within keepalive_timeout_ms (5000 by default) plus a keepalive period, which revokes the
@@ -1536,18 +1553,10 @@ static void test_unreleased_cut_off(struct ctx *t)
 	const char *f = "f. a claimer that keeps a cancelled readable's keys is cut off within "
 			"keepalive_timeout_ms";
 	struct probe p;
-	char why[512];
 	uint64_t t0;
 
-	if (probe_open(t, false, &p, why, sizeof(why))) {
-		fail(f, "%s", why);
+	if (probe_cancelled(t, false, &p, f))
 		return;
-	}
-	if (owner_cancels(t, &p, why, sizeof(why))) {
-		fail(f, "%s", why);
-		probe_close(t, &p);
-		return;
-	}
 	t0 = now_ms();
 	if (linger(&p.r, LINGER_MS) == 0)
 		fail(f, "the connection still stood %d ms after the CANCEL", LINGER_MS);
@@ -1566,15 +1575,8 @@ static void test_write_cancelled(struct ctx *t)
 	char why[512];
 	uint32_t seed = SEED_OWNER;
 
-	if (probe_open(t, true, &p, why, sizeof(why))) {
-		fail(f, "%s", why);
+	if (probe_cancelled(t, true, &p, f))
 		return;
-	}
-	if (owner_cancels(t, &p, why, sizeof(why))) {
-		fail(f, "%s", why);
-		probe_close(t, &p);
-		return;
-	}
 	fill(p.r.data, SLICE, SLICE, SEED_WRITE);
 	if (expect_refused(&p.r, true, p.r.addr, p.r.rkey, SLICE, why, sizeof(why)) == 0) {
 		if (buffer_is(t, SEED_OWNER, why, sizeof(why)) == 0)
