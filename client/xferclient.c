@@ -813,7 +813,8 @@ static int op_params(struct xfer_client *c, const char *metadata, const struct x
 		return -EINVAL;
 	}
 	if (opts && (opts->flags & ~XFER_OP_RELEASE_ON_END)) {
-		client_set_error(c, "unknown operation flags %#x", opts->flags & ~XFER_OP_RELEASE_ON_END);
+		client_set_error(c, "unknown operation flags %#x",
+				 opts->flags & ~XFER_OP_RELEASE_ON_END);
 		return -EINVAL;
 	}
 	params = json_object();

@@ -929,7 +929,8 @@ static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 	if (rc->outgoing) {
 		if (xp_rdma_hello_unpack(ev->param.conn.private_data,
 					 ev->param.conn.private_data_len, &hello) < 0) {
-			rconn_fail(rc, EPROTO, "the peer's HELLO (accept private data) is not valid");
+			rconn_fail(rc, EPROTO,
+				   "the peer's HELLO (accept private data) is not valid");
 			return;
 		}
 		if (memcmp(hello.node, xd_peer_node(rc->peer), XP_ID_BYTES) != 0) {
@@ -953,8 +954,9 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 
 	getnameinfo(rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage), from,
 		    sizeof(from), NULL, 0, NI_NUMERICHOST);
-	if (!dev || xp_rdma_hello_unpack(ev->param.conn.private_data,
-					 ev->param.conn.private_data_len, &hello) < 0 || d->stopping) {
+	bool valid = xp_rdma_hello_unpack(ev->param.conn.private_data,
+					  ev->param.conn.private_data_len, &hello) == 0;
+	if (!dev || !valid || d->stopping) {
 		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from,
 		       !dev ? "device not used" : d->stopping ? "stopping" : "bad HELLO");
 		rdma_reject(ev->id, NULL, 0);

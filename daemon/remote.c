@@ -366,15 +366,16 @@ void xd_remote_peer_up(struct xd_peer *p)
  */
 void xd_remote_check_drains(struct xd_peer *p)
 {
-	uint64_t limit_us = xd_peer_daemon(p)->cfg.keepalive_timeout_ms * 1000, now = xd_now_us();
+	uint64_t limit_ms = xd_peer_daemon(p)->cfg.keepalive_timeout_ms, now = xd_now_us();
 	struct xd_xfer *x;
 
 	TAILQ_FOREACH(x, &xfers, link) {
-		if (x->peer != p || !x->draining || now - x->drain_since_us <= limit_us)
+		uint64_t kept_ms = (now - x->drain_since_us) / 1000;
+		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
 			continue;
 		xd_peer_failed(p, ETIMEDOUT, "the peer kept the RDMA keys of ended transfer %llu "
 			       "for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
-			       (unsigned long long)x->id, (unsigned long long)(now - x->drain_since_us) / 1000);
+			       (unsigned long long)x->id, (unsigned long long)kept_ms);
 		return;
 	}
 }

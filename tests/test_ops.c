@@ -1094,7 +1094,8 @@ static void dispatch_until_ended(struct xfer_client *a, struct events *ea, struc
 
 	while (!(ended(ea->last.state) && ended(eb->last.state)) &&
 	       td_now_ms() < end) {
-		struct pollfd pfd[2] = { { xfer_get_fd(a), POLLIN, 0 }, { xfer_get_fd(b), POLLIN, 0 } };
+		struct pollfd pfd[2] = { { xfer_get_fd(a), POLLIN, 0 },
+					 { xfer_get_fd(b), POLLIN, 0 } };
 
 		CHECK_OK(poll(pfd, 2, 1000) < 0 ? -errno : 0);
 		CHECK_OK(xfer_dispatch(a));

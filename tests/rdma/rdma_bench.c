@@ -137,7 +137,8 @@ static int await_both(struct worker *w)
 static int transfer(struct worker *w)
 {
 	const struct run *r = w->run;
-	struct xfer_desc pd = { w->passive.region, 0, r->len }, ad = { w->active.region, 0, r->len };
+	struct xfer_desc pd = { w->passive.region, 0, r->len };
+	struct xfer_desc ad = { w->active.region, 0, r->len };
 	struct xfer_op_opts opts = { .timeout_ms = 120000, .flags = XFER_OP_RELEASE_ON_END };
 	struct xfer_client *pc = w->passive.c, *ac = w->active.c;
 	const struct xfer_op_info *pi = &w->await_passive.info, *ai = &w->await_active.info;
