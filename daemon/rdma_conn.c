@@ -534,17 +534,20 @@ int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t fla
 }
 
 /*
- * Binds window @i of @g onto @s for @rc's queue pair, with a fresh key: the bind goes on @rc's
- * send queue, unsignalled. Returns 0 and the window's new rkey in *@rkey, or -errno.
+ * Binds window @i of @g onto @s for @rc's queue pair, with a fresh key, on @rc's send queue.
+ * The last bind of a grant is signalled: its completion retires the grant's binds at once, so
+ * that closing the grant can deallocate (revoke) the windows then and there, even when no other
+ * request follows on an idle connection. Returns 0 and the new rkey in *@rkey, or -errno.
  */
 static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
-		       const struct xd_seg *s, bool writable, uint32_t *rkey)
+		       const struct xd_seg *s, bool writable, bool last, uint32_t *rkey)
 {
 	uint64_t idx = rc->sq_head;
 	struct ibv_mw *mw = g->w[i].mw;
 	struct ibv_send_wr wr = {
 		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
 		.opcode = IBV_WR_BIND_MW,
+		.send_flags = last ? IBV_SEND_SIGNALED : 0,
 		.bind_mw = {
 			.mw = mw,
 			.rkey = ibv_inc_rkey(mw->rkey),
@@ -613,7 +616,7 @@ int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *seg
 	for (uint32_t i = 0; i < n && !err; i++) {
 		err = alloc_window(g, i, segs[i].region);
 		if (!err)
-			err = bind_window(rc, g, i, &segs[i], writable, &rkeys[i]);
+			err = bind_window(rc, g, i, &segs[i], writable, i == n - 1, &rkeys[i]);
 	}
 	if (err) {
 		snprintf(msg, len, "could not open a memory window on %s: %s", rc->dev->name,
