@@ -225,19 +225,24 @@ static int init_signals(struct xd_daemon *d)
 	return 0;
 }
 
-static int daemon_init(struct xd_daemon *d, const struct options *o)
+void xd_daemon_clear(struct xd_daemon *d)
 {
-	struct timespec now;
-	int rc;
-
 	TAILQ_INIT(&d->conns);
 	TAILQ_INIT(&d->regions);
 	TAILQ_INIT(&d->ops);
 	TAILQ_INIT(&d->peers);
 	TAILQ_INIT(&d->pconns_hello);
 	d->listen_fd = -1;
-	d->systemd = o->systemd;
 	d->start_us = xd_now_us();
+}
+
+static int daemon_init(struct xd_daemon *d, const struct options *o)
+{
+	struct timespec now;
+	int rc;
+
+	xd_daemon_clear(d);
+	d->systemd = o->systemd;
 	clock_gettime(CLOCK_REALTIME, &now);
 	d->epoch = (uint64_t)now.tv_sec * 1000000 + (uint64_t)now.tv_nsec / 1000;
 	if ((rc = init_config(d, o)) < 0)

@@ -152,6 +152,8 @@ struct xd_daemon {
 
 /* main.c */
 uint64_t xd_now_us(void);
+/* Empty lists, no listening socket, the start time: the state every daemon begins from. */
+void xd_daemon_clear(struct xd_daemon *d);
 
 /* sd.c */
 /* Returns the listening fd systemd passed (>= 0), -ENOENT if none, or -errno. */

@@ -162,13 +162,7 @@ static void daemon_start(struct xd_daemon *d)
 {
 	int rc;
 
-	TAILQ_INIT(&d->conns);
-	TAILQ_INIT(&d->regions);
-	TAILQ_INIT(&d->ops);
-	TAILQ_INIT(&d->peers);
-	TAILQ_INIT(&d->pconns_hello);
-	d->listen_fd = -1;
-	d->start_us = xd_now_us();
+	xd_daemon_clear(d);
 	d->epoch = FUZZ_EPOCH;
 	xd_config_defaults(&d->cfg);
 	free(d->cfg.socket_path);
