@@ -36,7 +36,7 @@ static struct xd_op *op_lookup(struct xd_call *call, uint64_t id)
 {
 	struct xd_op *op = op_find(call->conn->d, id);
 
-	if (!op) {
+	if (!op || !op->owner) { /* (an op its owner let go of is gone, even if not yet freed) */
 		xd_fail(call, XP_E_FAILED, ENOENT, "no operation %llu", (unsigned long long)id);
 		return NULL;
 	}
@@ -256,8 +256,11 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 		refuse_pending_claim(op);
 	notify_owner(op);
 	waiters_reply(op);
-	if (op->release_on_end && op->owner)
-		forget_soon(op); /* its end was the owner's last word on it */
+	if (op->release_on_end && op->owner) { /* its end was the owner's last word on it */
+		op->owner->nops--;
+		op->owner = NULL; /* gone for lookups at once; freed at the next loop turn */
+		forget_soon(op);
+	}
 	struct xd_op *pair = op->pair;
 	if (pair && !xp_state_terminal(pair->state) && state != XP_ST_COMPLETE)
 		xd_op_end(pair, state, err, "peer operation %llu ended: %s",
@@ -278,6 +281,12 @@ void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, 
 	if (op->job) {
 		op->end_pending = true; /* applied in xd_op_copy_done() */
 		xd_copy_cancel(op->job);
+		return;
+	}
+	if (op->xfer && xd_remote_drain(op)) {
+		/* Bytes of an RDMA claimer may still land in the buffer: the owner hears of the
+		 * end once they cannot, so that it never reuses a buffer still being written. */
+		op->end_pending = true;
 		return;
 	}
 	char cause[XD_CAUSE_MAX];
@@ -304,15 +313,28 @@ static void op_free(struct xd_op *op)
 	free(op);
 }
 
-/* Detaches @op from its owner; frees it now, or when its running copy returns. */
+/* Detaches @op from its owner; frees it now, or when its running copy or its drain ends. */
 static void op_forget(struct xd_op *op)
 {
 	if (op->owner)
 		op->owner->nops--;
 	op->owner = NULL;
-	if (op->job)
+	if (op->job || op->end_pending)
 		op->released = true;
 	else
+		op_free(op);
+}
+
+void xd_op_drained(struct xd_op *op)
+{
+	char cause[XD_CAUSE_MAX];
+
+	if (!op->end_pending)
+		return;
+	op->end_pending = false;
+	snprintf(cause, sizeof(cause), "%s", op->cause);
+	op_finish(op, op->end_state, op->err, cause);
+	if (op->released)
 		op_free(op);
 }
 

@@ -128,8 +128,20 @@ static void xfer_fail(struct xd_xfer *x, enum xp_state state, int err, const cha
 	struct xd_op *op = x->op;
 
 	xfer_close(x);
-	if (op)
+	if (op && op->end_pending)
+		xd_op_drained(op); /* it was ending already: with its own cause */
+	else if (op)
 		xd_op_end(op, state, err, "%s", cause);
+}
+
+/* The owner's draining transfer is over: the claimer let go of its keys. */
+static void drain_done(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	xfer_close(x);
+	if (op)
+		xd_op_drained(op);
 }
 
 static struct xd_xfer *xfer_find(struct xd_peer *p, uint64_t id, bool active)
@@ -436,14 +448,19 @@ void xd_remote_op_ended(struct xd_op *op)
 	/* The peer learns of the end unless it never heard of the transfer. */
 	if (!x->active || x->claim_sent)
 		send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
-	if (x->rdma) { /* owner: the peer may still be reading or writing with our keys */
-		x->draining = true;
-		x->drain_since_us = xd_now_us();
-		x->op->xfer = NULL;
-		x->op = NULL;
-		return;
-	}
 	xfer_close(x);
+}
+
+bool xd_remote_drain(struct xd_op *op)
+{
+	struct xd_xfer *x = op->xfer;
+
+	if (!x->rdma || x->active || x->draining)
+		return false;
+	send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
+	x->draining = true;
+	x->drain_since_us = xd_now_us();
+	return true;
 }
 
 /* ---- owner side: CLAIM and DONE ---- */
@@ -711,7 +728,7 @@ int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 			return 0;
 		}
 		if (x->draining) { /* the active side released our keys */
-			xfer_close(x);
+			drain_done(x);
 			return 0;
 		}
 		if (x->rdma && x->active)

@@ -295,7 +295,8 @@ struct xd_op {
 	uint8_t pair_node[XP_ID_BYTES];
 	uint64_t pair_op, pair_epoch;
 	enum xp_kind pair_kind;
-	bool end_pending;	 /**< an end was requested while the copy ran */
+	bool end_pending;	 /**< an end was requested while the copy ran, or while an RDMA
+				      claimer still held keys to the buffer (see xd_op_drained()) */
 	enum xp_state end_state;
 	int err;		 /**< positive errno once CANCELLED or ERRORED */
 	char cause[XD_CAUSE_MAX];
@@ -410,11 +411,23 @@ void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x);
 void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x);
 int xd_handle_list_peers(struct xd_call *call);
 
+/*
+ * An ended owner's operation whose RDMA claimer has let go of its keys (or is gone): applies
+ * the end that xd_op_end() left pending, and frees the op if its owner released it meanwhile.
+ */
+void xd_op_drained(struct xd_op *op);
+
 /* remote.c: operations whose pair is on another node */
 /* Claims the passive op @m names on its owner for @op (not yet listed). Defers the reply. */
 int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m);
 /* The peer's first connection is up: send the claims that waited for it. */
 void xd_remote_peer_up(struct xd_peer *p);
+/*
+ * @op (an owner's, claimed over RDMA) is ending: tells the claimer, which may still be reading
+ * or writing with its keys, and keeps the transfer until it lets go (xd_op_drained() follows).
+ * Returns false when @op's transfer holds no such keys: end it now.
+ */
+bool xd_remote_drain(struct xd_op *op);
 /* The peer is gone: end every transfer with it. */
 void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause);
 /* Fails the peer if it kept the RDMA keys of an ended transfer too long (keepalive tick). */

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,6 +148,7 @@ struct rogue {
 struct probe {
 	struct offer o;
 	struct rogue r;
+	pid_t canceller;	/* the child process whose op.cancel is under way, or 0 */
 };
 
 static volatile sig_atomic_t passed, failed;
@@ -1331,6 +1333,9 @@ static void check_device_bounds(struct ctx *t)
 static void probe_close(struct ctx *t, struct probe *p)
 {
 	rogue_close(&p->r);
+	if (p->canceller > 0)
+		waitpid(p->canceller, NULL, 0); /* its op.cancel returns once the op ended */
+	p->canceller = 0;
 	offer_end(t, &p->o);
 }
 
@@ -1480,14 +1485,33 @@ static void test_write_then_done(struct ctx *t)
 	probe_close(t, &p);
 }
 
-/* The owner's client cancels; the owner's CANCEL reaches the rogue. */
+/*
+ * Cancels the owner's op from a child process with a client of its own (as root may): op.cancel
+ * answers only once the op has ended, which over RDMA is once the claimer let go of its keys,
+ * and the claimer is us. Returns the child's pid, or -1.
+ */
+static pid_t cancel_in_child(struct ctx *t, uint64_t op)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct xfer_client *c = NULL;
+		int rc = xfer_connect(t->sock, "rdma_rogue-cancel", &c);
+		if (rc == 0)
+			rc = xfer_cancel(c, op);
+		_exit(rc == 0 ? 0 : 1);
+	}
+	return pid;
+}
+
+/* The owner's op is cancelled; the owner's CANCEL reaches the rogue. */
 static int owner_cancels(struct ctx *t, struct probe *p, char *why, size_t len)
 {
 	json_t *c = NULL;
-	int rc = xfer_cancel(t->c, p->o.op);
 
-	if (rc < 0) {
-		snprintf(why, len, "op.cancel: %s (%s)", xfer_strerror(rc), xfer_last_error(t->c));
+	p->canceller = cancel_in_child(t, p->o.op);
+	if (p->canceller < 0) {
+		snprintf(why, len, "fork: %s", strerror(errno));
 		return -1;
 	}
 	if (wait_msg(&p->r, XP_PEER_CANCEL, &c)) {
@@ -1566,6 +1590,45 @@ static void test_unreleased_cut_off(struct ctx *t)
 	probe_close(t, &p);
 }
 
+/* Once the claimer released, the owner's cancel has returned and the op is CANCELLED. */
+static void check_cancel_returned(struct ctx *t, struct probe *p)
+{
+	const char *f = "f. the owner's op.cancel returns CANCELLED once the claimer released";
+	struct xfer_op_info info;
+	int status = -1;
+
+	if (p->canceller > 0 && waitpid(p->canceller, &status, 0) == p->canceller)
+		p->canceller = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail(f, "the cancelling client's op.cancel failed (status %d)", status);
+	else if (xfer_status(t->c, p->o.op, &info) < 0 || info.state != XFER_CANCELLED)
+		fail(f, "the owner's op is not CANCELLED");
+	else
+		ok("%s", f);
+}
+
+/*
+ * While a claimer still holds the keys, bytes may still land: the owner's op must not look
+ * ended yet (a client would reuse the buffer), only once the claimer let go.
+ */
+static void check_not_ended_yet(struct ctx *t, struct probe *p)
+{
+	const char *f = "f. a cancelled writable is not reported ended while its claimer still "
+			"holds the keys";
+	struct xfer_op_info info;
+	int rc = xfer_status(t->c, p->o.op, &info);
+
+	if (rc < 0)
+		fail(f, "op.status: %s", xfer_strerror(rc));
+	else if (info.state == XFER_CANCELLED || info.state == XFER_ERRORED ||
+		 info.state == XFER_COMPLETE)
+		fail(f, "the owner's op is %s while the claimer can still write into it",
+		     state_name(&info));
+	else
+		ok("%s: the owner's op is still %s after the claimer wrote %u bytes", f,
+		   state_name(&info), SLICE);
+}
+
 /* The same for a writable: an unreleased window would let a rogue write into a cancelled buffer. */
 static void test_write_cancelled(struct ctx *t)
 {
@@ -1588,10 +1651,8 @@ static void test_write_cancelled(struct ctx *t)
 		return;
 	}
 	if (buffer_is(t, SEED_WRITE, why, sizeof(why)) == 0) {
-		note("FINDING: after the owner's client cancelled the writable and the owner sent "
-		     "CANCEL, a claimer that does not release still WROTE %u bytes into the owner's "
-		     "buffer with rkey 0x%x (they are in the client's mapping now)", SLICE, p.r.rkey);
-		seed = SEED_WRITE;
+		seed = SEED_WRITE; /* in flight before the release: still the op's, not yet ended */
+		check_not_ended_yet(t, &p);
 	} else {
 		note("after the owner's CANCEL the unreleased writable rkey: %s", why);
 	}
@@ -1604,6 +1665,7 @@ static void test_write_cancelled(struct ctx *t)
 	else
 		ok("%s: WRITE with rkey 0x%x -> %s, buffer unchanged", f, p.r.rkey,
 		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	check_cancel_returned(t, &p);
 	probe_close(t, &p);
 }
 
