@@ -172,7 +172,11 @@ XFER_EXPORT int xfer_wait(struct xfer_client *c, uint64_t op, int timeout_ms,
 /* Fills @info with the current state of @op. Returns 0 or -errno. */
 XFER_EXPORT int xfer_status(struct xfer_client *c, uint64_t op, struct xfer_op_info *info);
 
-/* Cancels @op (its peer is told). Returns 0 or -errno; an ended op is left as it was. */
+/*
+ * Cancels @op (its peer is told). Returns 0 once it has ended, or -errno; an ended op is left as
+ * it was. For a passive op claimed over RDMA that is once the claimer has let go of its keys, so
+ * nothing writes into the buffer after this returns (bounded by the daemons' keepalive timeout).
+ */
 XFER_EXPORT int xfer_cancel(struct xfer_client *c, uint64_t op);
 
 /* Forgets @op, cancelling it first if it has not ended. Returns 0 or -errno. */
