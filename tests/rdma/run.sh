@@ -31,7 +31,8 @@
 # Environment: BUILD (default build); XFER_RDMA_TRANSPORT=tcp runs the same cases over TCP
 # between the two addresses (expects transport "tcp"; the veths are slowed to 100 Mbit/s with
 # tc for the failure cases, or they end before they are caught under way); XFER_RDMA_FAIL_SIZE (bytes moved in
-# the failure cases, default 64 MiB); XFER_RDMA_LOG (daemon log level, default warn);
+# the failure cases, default 128 MiB: 4 MiB requests, 4 in flight, finish 64 MiB before a
+# sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
 # sizes, regions, multi, hostile, concurrency, refusals, failures (setup and shutdown always run).
@@ -44,7 +45,7 @@ cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 TRANSPORT=${XFER_RDMA_TRANSPORT:-rdma}
 MIB=$((1024 * 1024))
-FAIL_SIZE=${XFER_RDMA_FAIL_SIZE:-$((64 * MIB))}
+FAIL_SIZE=${XFER_RDMA_FAIL_SIZE:-$((128 * MIB))}
 PORT=7700
 KA_MS=3000     # keepalive_timeout_ms of the daemons
 BOUND=8        # seconds a survivor may take to see a failure: keepalive 3 s + TCG slack
