@@ -27,6 +27,21 @@ void xp_fdset_close(struct xp_fdset *set)
 	set->count = 0;
 }
 
+void xp_msg_put_fds(struct msghdr *msg, void *cbuf, const int *fds, int nfds)
+{
+	size_t bytes = (size_t)nfds * sizeof(int);
+	struct cmsghdr *h;
+
+	memset(cbuf, 0, CMSG_SPACE(bytes));
+	msg->msg_control = cbuf;
+	msg->msg_controllen = CMSG_SPACE(bytes);
+	h = CMSG_FIRSTHDR(msg);
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN(bytes);
+	memcpy(CMSG_DATA(h), fds, bytes);
+}
+
 int xp_packet_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
 	union {
@@ -38,16 +53,8 @@ int xp_packet_send(int sock, const void *buf, size_t len, const int *fds, int nf
 
 	if (len == 0 || len > XP_MAX_MSG || nfds < 0 || nfds > XP_RECV_FDS)
 		return -EINVAL;
-	if (nfds > 0) {
-		memset(&cmsg, 0, sizeof(cmsg));
-		msg.msg_control = cmsg.buf;
-		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(h), fds, nfds * sizeof(int));
-	}
+	if (nfds > 0)
+		xp_msg_put_fds(&msg, cmsg.buf, fds, nfds);
 	ssize_t n;
 	do {
 		n = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -7,6 +7,7 @@
 #define XP_FDMSG_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 #include "xfer_proto.h"
 
 /* The fds that arrived with one packet. A taken slot holds -1. */
@@ -31,6 +32,11 @@ void xp_fdset_close(struct xp_fdset *set);
  * them). Non-blocking when @sock is. Returns 0, or -errno (-EAGAIN when the socket is full).
  */
 int xp_packet_send(int sock, const void *buf, size_t len, const int *fds, int nfds);
+/*
+ * Puts @nfds fds (> 0) into @msg as one SCM_RIGHTS header, in @cbuf (zeroed here), which must
+ * hold CMSG_SPACE(@nfds * sizeof(int)) bytes and be aligned for struct cmsghdr.
+ */
+void xp_msg_put_fds(struct msghdr *msg, void *cbuf, const int *fds, int nfds);
 
 /*
  * Receives one packet into @buf (@cap bytes) and its fds into @fds (received CLOEXEC), without

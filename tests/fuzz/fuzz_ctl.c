@@ -248,7 +248,10 @@ static int client_connect(void)
 	return sock;
 }
 
-/* Sends @len bytes (0 allowed: the daemon reads it as EOF) as one packet with @nfds fds. */
+/*
+ * Sends @len bytes (0 allowed: the daemon reads it as EOF) as one packet with @nfds fds; unlike
+ * xp_packet_send() it lets through what that refuses (empty, oversized, too many fds).
+ */
 static void client_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
 	union {
@@ -259,16 +262,8 @@ static void client_send(int sock, const void *buf, size_t len, const int *fds, i
 	struct iovec iov = { .iov_base = len ? (void *)buf : &empty, .iov_len = len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 
-	if (nfds > 0) {
-		memset(&cmsg, 0, sizeof(cmsg));
-		msg.msg_control = cmsg.buf;
-		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(h), fds, nfds * sizeof(int));
-	}
+	if (nfds > 0)
+		xp_msg_put_fds(&msg, cmsg.buf, fds, nfds);
 	if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)len)
 		die("sendmsg of %zu bytes: %s", len, strerror(errno));
 }
