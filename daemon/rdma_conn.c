@@ -471,6 +471,9 @@ static int post_send(struct xd_rconn *rc, struct xd_frame *pm, int slot)
 	rc->send_busy[slot] = true;
 	rc->sends_busy++;
 	rc->credits--;
+	dp_log("conn %u: SEND type %u sq %llu signaled %d credits %d carried %d busy %u", rc->id,
+	       pm->data[0], (unsigned long long)idx, !!wr.send_flags, rc->credits, rc->to_return,
+	       rc->sends_busy);
 	rc->to_return = 0;
 	rc->last_tx_us = xd_now_us();
 	rc->dev->counters.sends++;
@@ -485,8 +488,10 @@ static void rconn_flush(struct xd_rconn *rc)
 	while (!rc->dead && rc->established && (pm = STAILQ_FIRST(&rc->pendq)) && may_send(rc) &&
 	       !sq_full(rc, 1)) {
 		int slot = free_send_slot(rc);
-		if (slot < 0)
+		if (slot < 0) {
+			dp_log("conn %u: flush blocked: no send slot", rc->id);
 			return;
+		}
 		int err = post_send(rc, pm, slot);
 		if (err) {
 			rconn_fail(rc, -err, "ibv_post_send of a control message failed");
@@ -495,6 +500,10 @@ static void rconn_flush(struct xd_rconn *rc)
 		STAILQ_REMOVE_HEAD(&rc->pendq, link);
 		free(pm);
 	}
+	if (!STAILQ_EMPTY(&rc->pendq))
+		dp_log("conn %u: flush blocked: credits %d to_return %d sq %llu/%llu", rc->id,
+		       rc->credits, rc->to_return, (unsigned long long)rc->sq_head,
+		       (unsigned long long)rc->sq_tail);
 }
 
 /* Queues a control message (@json borrowed, may be NULL). Returns 0 or -errno. */
@@ -563,6 +572,7 @@ static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
 
 	if (err)
 		return -err;
+	dp_log("conn %u: BIND sq %llu signaled %d", rc->id, (unsigned long long)idx, last);
 	*rkey = wr.bind_mw.rkey;
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_BIND };
 	rc->sq_head++;
