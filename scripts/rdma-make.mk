@@ -9,6 +9,7 @@
 #   make test-rdma XFER_RDMA_TRANSPORT=tcp     the same cases over TCP inside the VM
 #   make bench-rdma   ib_read_bw/ib_write_bw and xferd read/write, 64 KiB .. 16 MiB, ratios
 #   make bench-rdma RXE_MTU=9000               ... with RoCE MTU 4096 instead of 1024
+#   make bench-rdma REPS=5 DEPTH=4             the knobs of scripts/bench-rdma.sh, by name
 
 RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue
 # The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
@@ -43,6 +44,9 @@ test-rdma: deps
 	fi; \
 	exit $$rc
 
+# The guest starts the command with a clean environment: the bench's knobs are passed by name.
+BENCH_RDMA_VARS := SIZES DUR DEPTH REPS PERFTEST_ARGS
 bench-rdma: deps
 	$(Q)$(MAKE) --no-print-directory rdma-build
-	$(Q)scripts/rxe-vm.sh -t 1200 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) scripts/bench-rdma.sh'
+	$(Q)scripts/rxe-vm.sh -t 2400 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) \
+		$(foreach v,$(BENCH_RDMA_VARS),$(if $($(v)),$(v)="$($(v))")) scripts/bench-rdma.sh'
