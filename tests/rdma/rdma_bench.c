@@ -18,9 +18,9 @@
  * transfers for about SECONDS (at least one each), and one line is printed:
  *   xferd read SIZE depth D iters N seconds S MiB/s X transport T
  * MiB/s = bytes moved by all workers / wall time / 2^20 (perftest's MB/sec counts the same way).
- * Each worker's destination is compared with its source after each size (outside the timed
- * window: the wall time ends with the last transfer). Exit 0 when every
- * transfer completed and every byte matched.
+ * Each worker's destination is compared with its source after each size, outside the timed
+ * window (the wall time ends with the last transfer). Exit 0 when every transfer completed and
+ * every byte matched.
  */
 #include <getopt.h>
 #include <inttypes.h>
