@@ -197,6 +197,14 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
 	op_forget(arg);
 }
 
+/* Takes @op off its owner's books (its count of operations; lookups find it no more). */
+static void detach_owner(struct xd_op *op)
+{
+	if (op->owner)
+		op->owner->nops--;
+	op->owner = NULL;
+}
+
 /* Forgets @op at the next loop turn: callers up the stack may still hold it. */
 static void forget_soon(struct xd_op *op)
 {
@@ -240,12 +248,16 @@ static void utf8_trim_tail(char *s)
 		s[i - 1] = '\0';
 }
 
-/* Applies a terminal state now: no copy is running on @op. */
+/*
+ * Applies a terminal state now: no copy is running on @op. @cause may be op->cause itself (an
+ * end recorded earlier).
+ */
 static void op_finish(struct xd_op *op, enum xp_state state, int err, const char *cause)
 {
 	op->state = state;
 	op->err = err;
-	snprintf(op->cause, sizeof(op->cause), "%s", cause);
+	if (cause != op->cause)
+		snprintf(op->cause, sizeof(op->cause), "%s", cause);
 	utf8_trim_tail(op->cause);
 	if (op->xfer)
 		xd_remote_op_ended(op);
@@ -257,8 +269,7 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 	notify_owner(op);
 	waiters_reply(op);
 	if (op->release_on_end && op->owner) { /* its end was the owner's last word on it */
-		op->owner->nops--;
-		op->owner = NULL; /* gone for lookups at once; freed at the next loop turn */
+		detach_owner(op); /* gone for lookups at once; freed at the next loop turn */
 		forget_soon(op);
 	}
 	struct xd_op *pair = op->pair;
@@ -289,9 +300,7 @@ void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, 
 		op->end_pending = true;
 		return;
 	}
-	char cause[XD_CAUSE_MAX];
-	snprintf(cause, sizeof(cause), "%s", op->cause);
-	op_finish(op, state, err, cause);
+	op_finish(op, state, err, op->cause);
 }
 
 static void op_free(struct xd_op *op)
@@ -316,24 +325,25 @@ static void op_free(struct xd_op *op)
 /* Detaches @op from its owner; frees it now, or when its running copy or its drain ends. */
 static void op_forget(struct xd_op *op)
 {
-	if (op->owner)
-		op->owner->nops--;
-	op->owner = NULL;
+	detach_owner(op);
 	if (op->job || op->end_pending)
 		op->released = true;
 	else
 		op_free(op);
 }
 
+/* Applies the end that xd_op_end() recorded while a copy or an RDMA claimer held the buffer. */
+static void apply_pending_end(struct xd_op *op)
+{
+	op->end_pending = false;
+	op_finish(op, op->end_state, op->err, op->cause);
+}
+
 void xd_op_drained(struct xd_op *op)
 {
-	char cause[XD_CAUSE_MAX];
-
 	if (!op->end_pending)
 		return;
-	op->end_pending = false;
-	snprintf(cause, sizeof(cause), "%s", op->cause);
-	op_finish(op, op->end_state, op->err, cause);
+	apply_pending_end(op);
 	if (op->released)
 		op_free(op);
 }
@@ -357,12 +367,8 @@ void xd_op_copy_done(struct xd_op *active, int err, uint64_t bytes)
 	} else {
 		for (int i = 0; i < 2; i++) {
 			struct xd_op *op = sides[i];
-			if (op && op->end_pending && !xp_state_terminal(op->state)) {
-				char cause[XD_CAUSE_MAX];
-				op->end_pending = false;
-				snprintf(cause, sizeof(cause), "%s", op->cause);
-				op_finish(op, op->end_state, op->err, cause);
-			}
+			if (op && op->end_pending && !xp_state_terminal(op->state))
+				apply_pending_end(op);
 		}
 		if (!xp_state_terminal(active->state))
 			op_finish(active, XP_ST_ERRORED, err ? err : EIO, "local copy failed");

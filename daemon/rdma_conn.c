@@ -97,7 +97,6 @@ struct xd_rconn {
 	uint8_t *bufs;			 /**< RC_RECV_BUFS receive slots, then RC_SEND_BUFS send slots */
 	struct ibv_mr *mr;
 	bool send_busy[RC_SEND_BUFS];
-	unsigned sends_busy;		 /**< send buffers whose SEND is not yet retired */
 	int credits;			 /**< messages the peer has receive buffers for */
 	int to_return;			 /**< receive buffers re-posted, not yet told */
 	STAILQ_HEAD(, xd_frame) pendq; /**< the credits field is filled in when sent */
@@ -435,6 +434,16 @@ static int free_send_slot(const struct xd_rconn *rc)
 	return -1;
 }
 
+/* Send buffers whose SEND is not yet retired. */
+static unsigned sends_busy(const struct xd_rconn *rc)
+{
+	unsigned n = 0;
+
+	for (int i = 0; i < RC_SEND_BUFS; i++)
+		n += rc->send_busy[i];
+	return n;
+}
+
 static bool sq_full(const struct xd_rconn *rc, unsigned need)
 {
 	return rc->sq_head - rc->sq_tail + need > RC_SQ_DEPTH;
@@ -448,7 +457,7 @@ static bool sq_full(const struct xd_rconn *rc, unsigned need)
  */
 static bool send_signaled(const struct xd_rconn *rc)
 {
-	return rc->sends_busy + 1 >= RC_SEND_BUFS / 2;
+	return sends_busy(rc) + 1 >= RC_SEND_BUFS / 2;
 }
 
 static int post_send(struct xd_rconn *rc, struct xd_frame *pm, int slot)
@@ -472,11 +481,9 @@ static int post_send(struct xd_rconn *rc, struct xd_frame *pm, int slot)
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_SEND, .slot = slot };
 	rc->sq_head++;
 	rc->send_busy[slot] = true;
-	rc->sends_busy++;
 	rc->credits--;
-	dp_log("conn %u: SEND type %u sq %llu signaled %d credits %d carried %d busy %u", rc->id,
-	       pm->data[0], (unsigned long long)idx, !!wr.send_flags, rc->credits, rc->to_return,
-	       rc->sends_busy);
+	dp_log("conn %u: SEND type %u sq %llu signaled %d credits %d carried %d", rc->id,
+	       pm->data[0], (unsigned long long)idx, !!wr.send_flags, rc->credits, rc->to_return);
 	rc->to_return = 0;
 	rc->last_tx_us = xd_now_us();
 	rc->dev->counters.sends++;
@@ -491,10 +498,8 @@ static void rconn_flush(struct xd_rconn *rc)
 	while (!rc->dead && rc->established && (pm = STAILQ_FIRST(&rc->pendq)) && may_send(rc) &&
 	       !sq_full(rc, 1)) {
 		int slot = free_send_slot(rc);
-		if (slot < 0) {
-			dp_log("conn %u: flush blocked: no send slot", rc->id);
-			return;
-		}
+		if (slot < 0)
+			break;
 		int err = post_send(rc, pm, slot);
 		if (err) {
 			rconn_fail(rc, -err, "ibv_post_send of a control message failed");
@@ -503,10 +508,10 @@ static void rconn_flush(struct xd_rconn *rc)
 		STAILQ_REMOVE_HEAD(&rc->pendq, link);
 		free(pm);
 	}
-	if (!STAILQ_EMPTY(&rc->pendq))
-		dp_log("conn %u: flush blocked: credits %d to_return %d sq %llu/%llu", rc->id,
-		       rc->credits, rc->to_return, (unsigned long long)rc->sq_head,
-		       (unsigned long long)rc->sq_tail);
+	if (!rc->dead && !STAILQ_EMPTY(&rc->pendq))
+		dp_log("conn %u: messages wait: credits %d to_return %d busy sends %u sq %llu/%llu",
+		       rc->id, rc->credits, rc->to_return, sends_busy(rc),
+		       (unsigned long long)rc->sq_head, (unsigned long long)rc->sq_tail);
 }
 
 /* Queues a control message (@json borrowed, may be NULL). Returns 0 or -errno. */
@@ -770,7 +775,6 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 		rc->sq_tail++;
 		if (e->kind == SQ_SEND) {
 			rc->send_busy[e->slot] = false;
-			rc->sends_busy--;
 		} else if (e->kind == SQ_DATA) {
 			struct xd_xfer *x = e->x;
 			*(e->read ? &c->reads : &c->writes) += 1;
