@@ -14,7 +14,10 @@
 #      transfers, so that DEPTH are in flight (as several requests of an engine move KV blocks
 #      at once; perftest itself keeps up to 128 requests in flight);
 #   the two alternate per size (perftest read, xferd read, next size, ...), so that a drift in
-#   host load hits both alike;
+#   host load hits both alike; both measure the steady rate the same way: perftest's -D mode
+#   leaves out the first and last DUR/4 seconds (whole seconds, as perftest computes it), and
+#   rdma_bench -m leaves out the same margins (its start, all workers claiming at once, and its
+#   drain, fewer than DEPTH in flight after the end);
 #   3. a table: MiB/s of each and the ratio xferd / perftest.
 #
 # Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
@@ -23,7 +26,7 @@
 # WRITE); on the guest's 2 vCPUs the two polling processes compete with rdma_rxe's own
 # tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
-# measurement, default 3), DEPTH (concurrent transfers of the second xferd run, default 8),
+# measurement, default 5: 3 s measured between 1 s margins), DEPTH (concurrent transfers of the second xferd run, default 8),
 # REPS (rounds over every size, default 3: the table shows each figure's median, and each ratio
 # is the median of the ratios within a round),
 # PERFTEST_ARGS (extra perftest options, default none).
@@ -33,7 +36,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 BUILD=${BUILD:-build}
 SIZES=${SIZES:-65536 262144 1048576 4194304 16777216}
-DUR=${DUR:-3}
+DUR=${DUR:-5}
+MARGIN=$((DUR / 4)) # perftest's own margin for -D DUR (integer seconds)
 DEPTH=${DEPTH:-8}
 REPS=${REPS:-3}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
@@ -130,7 +134,7 @@ perf() {
 xf() {
 	local l
 	retries >/dev/null
-	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" -d "$3" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
+	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" -d "$3" -m "$MARGIN" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
 		echo "bench-rdma: rdma_bench -d $3 $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
 		XF[$1.$2.$3]+=" -"
 		return
@@ -147,7 +151,7 @@ declare -A PERF XF
 echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
 echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1)"
 echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), 1 and $DEPTH in flight"
-echo "# each measurement ~${DUR} s; perftest and xferd alternate per size, so that host load drifts hit both alike"
+echo "# each measurement ~${DUR} s, the rate taken between ${MARGIN} s margins; perftest and xferd alternate per size, so that host load drifts hit both alike"
 
 # rdma_ack_timeout 19: see tests/rdma/run.sh (spurious retransmissions under load stall rxe 6.1)
 echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true,

@@ -2,7 +2,7 @@
 /*
  * rdma_bench: xferd cross-node throughput, as applications see it, for scripts/bench-rdma.sh.
  *
- *   rdma_bench [-d DEPTH] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS read|write|both SIZE...
+ *   rdma_bench [-d DEPTH] [-m MARGIN] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS read|write|both SIZE...
  *
  * One transfer = readable (or writable) on PASSIVE_SOCKET's daemon, read (or write) on
  * ACTIVE_SOCKET's daemon, until both are COMPLETE: the full cost of a transfer through the
@@ -18,6 +18,12 @@
  * transfers for about SECONDS (at least one each), and one line is printed:
  *   xferd read SIZE depth D iters N seconds S MiB/s X transport T
  * MiB/s = bytes moved by all workers / wall time / 2^20 (perftest's MB/sec counts the same way).
+ * With -m MARGIN (seconds, default 0), the figure is the steady rate instead, measured as
+ * perftest's -D mode measures (it leaves out the first and last duration/4 seconds): only the
+ * transfers that ended between MARGIN and SECONDS - MARGIN count, as the bytes of all but the
+ * first of them over the time from the first to the last of their ends; N and S then describe
+ * that window. The start (every worker claiming at once) and the drain after SECONDS (fewer than
+ * DEPTH left in flight) are thereby left out, as perftest leaves out its own.
  * Each worker's destination is compared with its source after each size, outside the timed
  * window (the wall time ends with the last transfer). Exit 0 when every transfer completed and
  * every byte matched.
@@ -46,7 +52,14 @@ struct run {
 	int read;		/* 1: readable + read, 0: writable + write */
 	size_t len;		/* bytes per transfer */
 	double secs;
+	double margin;		/* -m: seconds left out at either end */
 	pthread_barrier_t start;
+};
+
+/* When a worker's transfers ended (now(); grown as needed). */
+struct ends {
+	double *t;
+	size_t n, cap;
 };
 
 /* What the events said about one operation. */
@@ -62,6 +75,7 @@ struct worker {
 	struct side passive, active;
 	struct awaited await_passive, await_active; /* the transfer under way */
 	long done;		/* transfers completed in the last run */
+	struct ends ends;	/* and when each of them ended */
 	double ended;		/* when its last transfer ended (the byte check is not timed) */
 	int err;
 	char transport[16];	/* of the last active operation */
@@ -180,6 +194,20 @@ static int transfer(struct worker *w)
 	return 0;
 }
 
+static int ends_add(struct ends *e, double t)
+{
+	if (e->n == e->cap) {
+		size_t cap = e->cap ? 2 * e->cap : 1024;
+		double *nt = realloc(e->t, cap * sizeof(*nt));
+		if (!nt)
+			return -1;
+		e->t = nt;
+		e->cap = cap;
+	}
+	e->t[e->n++] = t;
+	return 0;
+}
+
 /* A worker's run: transfers until the time is up, then a check of every byte. */
 static void *worker_main(void *arg)
 {
@@ -190,11 +218,12 @@ static void *worker_main(void *arg)
 	double end;
 
 	w->done = 0;
+	w->ends.n = 0;
 	memset(dst->buf.addr, 0, r->len);
 	pthread_barrier_wait(&w->run->start);
 	end = now() + r->secs;
 	do {
-		w->err = transfer(w);
+		w->err = transfer(w) ?: ends_add(&w->ends, now());
 		w->done += !w->err;
 	} while (!w->err && now() < end && w->done < 100000);
 	w->ended = now();
@@ -204,6 +233,43 @@ static void *worker_main(void *arg)
 		w->err = -1;
 	}
 	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * -m: of the transfers that ended inside [t0 + margin, t0 + secs - margin], *@n after the first
+ * of them ended within *@t seconds of it. Returns 0, or -1 when fewer than two ended inside.
+ */
+static int steady_window(const struct worker *ws, int depth, const struct run *r, double t0,
+			 long *n, double *t)
+{
+	size_t cap = 0, k = 0;
+
+	for (int i = 0; i < depth; i++)
+		cap += ws[i].ends.n;
+	double *in = malloc((cap ?: 1) * sizeof(*in));
+	if (!in)
+		return -1;
+	for (int i = 0; i < depth; i++)
+		for (size_t j = 0; j < ws[i].ends.n; j++) {
+			double e = ws[i].ends.t[j] - t0;
+			if (e >= r->margin && e <= r->secs - r->margin)
+				in[k++] = e;
+		}
+	qsort(in, k, sizeof(*in), cmp_double);
+	int rc = k >= 2 && in[k - 1] > in[0] ? 0 : -1;
+	if (rc == 0) {
+		*n = (long)k - 1;
+		*t = in[k - 1] - in[0];
+	}
+	free(in);
+	return rc;
 }
 
 /* Runs @depth workers once over @r; prints the line. Returns 0 or -1. */
@@ -235,6 +301,12 @@ static int run_size(struct worker *ws, int depth, struct run *r)
 	pthread_barrier_destroy(&r->start);
 	if (err)
 		return -1;
+	if (r->margin > 0 && steady_window(ws, depth, r, t0, &total, &t) < 0) {
+		fprintf(stderr, "rdma_bench: %s of %zu bytes: fewer than 2 transfers ended between "
+				"%.1f and %.1f s: lengthen SECONDS or shorten -m\n",
+			r->read ? "read" : "write", r->len, r->margin, r->secs - r->margin);
+		return -1;
+	}
 	printf("xferd %s %zu depth %d iters %ld seconds %.3f MiB/s %.2f transport %s\n",
 	       r->read ? "read" : "write", r->len, depth, total, t,
 	       (double)r->len * (double)total / t / 1048576.0, ws[0].transport);
@@ -250,7 +322,7 @@ static void fill(struct side *s, size_t len, int seed)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: rdma_bench [-d DEPTH] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
+	fprintf(stderr, "usage: rdma_bench [-d DEPTH] [-m MARGIN] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
 			"read|write|both SIZE...\n");
 }
 
@@ -262,11 +334,13 @@ int main(int argc, char **argv)
 	size_t max = 0;
 	int depth = 1, opt, err = 0;
 
-	while ((opt = getopt(argc, argv, "d:")) != -1) {
-		if (opt != 'd' || (depth = atoi(optarg)) < 1 || depth > MAX_DEPTH) {
-			usage();
-			return 2;
-		}
+	while ((opt = getopt(argc, argv, "d:m:")) != -1) {
+		if (opt == 'd' && (depth = atoi(optarg)) >= 1 && depth <= MAX_DEPTH)
+			continue;
+		if (opt == 'm' && (r.margin = atof(optarg)) >= 0)
+			continue;
+		usage();
+		return 2;
 	}
 	argv += optind;
 	argc -= optind;
@@ -276,6 +350,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	r.secs = atof(argv[2]);
+	if (!(r.secs > 2 * r.margin)) {
+		fprintf(stderr, "rdma_bench: SECONDS must be more than twice MARGIN\n");
+		return 2;
+	}
 	kind = argv[3];
 	for (int i = 4; i < argc; i++) {
 		size_t s = strtoull(argv[i], NULL, 0);
@@ -306,6 +384,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < depth; i++) {
 		side_close(&ws[i].active);
 		side_close(&ws[i].passive);
+		free(ws[i].ends.t);
 	}
 	return err;
 }
