@@ -17,7 +17,7 @@
 #   host load hits both alike; both measure the steady rate the same way: perftest's -D mode
 #   leaves out the first and last DUR/4 seconds (whole seconds, as perftest computes it), and
 #   rdma_bench -m leaves out the same margins (its start, all workers claiming at once, and its
-#   drain, fewer than DEPTH in flight after the end);
+#   drain, fewer than DEPTH in flight after the end; see tests/rdma/rdma_bench.c);
 #   3. a table: MiB/s of each and the ratio xferd / perftest.
 #
 # Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
@@ -143,7 +143,7 @@ xf() {
 	# shellcheck disable=SC2086
 	set -- $l
 	XF[$2.$3.$5]+=" ${11}"
-	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers in $9 s, transport ${13}, $(retries))"
+	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers, rate over a $9 s window, transport ${13}, $(retries))"
 	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
 

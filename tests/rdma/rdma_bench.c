@@ -17,16 +17,17 @@
  * For each kind (read, then write, or the one named) and SIZE (bytes), every worker runs
  * transfers for about SECONDS (at least one each), and one line is printed:
  *   xferd read SIZE depth D iters N seconds S MiB/s X transport T
- * MiB/s = bytes moved by all workers / wall time / 2^20 (perftest's MB/sec counts the same way).
- * With -m MARGIN (seconds, default 0), the figure is the steady rate instead, measured as
- * perftest's -D mode measures (it leaves out the first and last duration/4 seconds): only the
- * transfers that ended between MARGIN and SECONDS - MARGIN count, as the bytes of all but the
- * first of them over the time from the first to the last of their ends; N and S then describe
- * that window. The start (every worker claiming at once) and the drain after SECONDS (fewer than
- * DEPTH left in flight) are thereby left out, as perftest leaves out its own.
+ * N counts the transfers completed; MiB/s is the rate within the window [MARGIN, SECONDS -
+ * MARGIN] after the start (-m MARGIN, default 0; S is the window's length), 2^20 bytes per
+ * MiB as perftest's MB/sec. Each transfer's bytes are spread evenly over its own life (its
+ * create call to its last end event), so a transfer that straddles an edge of the window counts
+ * in part: counting whole transfers would make the figure jump with where the window's edges
+ * fall among their ends, which come in bursts when DEPTH large transfers share the wire. The
+ * margins leave out the start (every worker claiming at once) and the drain after SECONDS
+ * (fewer than DEPTH still in flight), as perftest's -D mode leaves out the first and last
+ * duration/4 seconds of its own run.
  * Each worker's destination is compared with its source after each size, outside the timed
- * window (the wall time ends with the last transfer). Exit 0 when every transfer completed and
- * every byte matched.
+ * window. Exit 0 when every transfer completed and every byte matched.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -49,16 +50,16 @@ struct side {
 
 /* What every worker shares: the run's parameters and the start line. */
 struct run {
-	int read;		/* 1: readable + read, 0: writable + write */
-	size_t len;		/* bytes per transfer */
+	int read;   /* 1: readable + read, 0: writable + write */
+	size_t len; /* bytes per transfer */
 	double secs;
-	double margin;		/* -m: seconds left out at either end */
+	double margin; /* -m: seconds left out at either end */
 	pthread_barrier_t start;
 };
 
-/* When a worker's transfers ended (now(); grown as needed). */
-struct ends {
-	double *t;
+/* When each of a worker's transfers began and ended (now(); grown as needed). */
+struct spans {
+	double *begin, *end;
 	size_t n, cap;
 };
 
@@ -74,11 +75,10 @@ struct worker {
 	struct run *run;
 	struct side passive, active;
 	struct awaited await_passive, await_active; /* the transfer under way */
-	long done;		/* transfers completed in the last run */
-	struct ends ends;	/* and when each of them ended */
-	double ended;		/* when its last transfer ended (the byte check is not timed) */
+	long done;				    /* transfers completed in the last run */
+	struct spans spans;			    /* and when each of them ran */
 	int err;
-	char transport[16];	/* of the last active operation */
+	char transport[16]; /* of the last active operation */
 };
 
 static double now(void)
@@ -194,17 +194,23 @@ static int transfer(struct worker *w)
 	return 0;
 }
 
-static int ends_add(struct ends *e, double t)
+static int spans_add(struct spans *s, double begin, double end)
 {
-	if (e->n == e->cap) {
-		size_t cap = e->cap ? 2 * e->cap : 1024;
-		double *nt = realloc(e->t, cap * sizeof(*nt));
-		if (!nt)
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 1024;
+		double *b = realloc(s->begin, cap * sizeof(*b));
+		if (b)
+			s->begin = b;
+		double *e = b ? realloc(s->end, cap * sizeof(*e)) : NULL;
+		if (!e) {
+			fprintf(stderr, "rdma_bench: out of memory\n");
 			return -1;
-		e->t = nt;
-		e->cap = cap;
+		}
+		s->end = e;
+		s->cap = cap;
 	}
-	e->t[e->n++] = t;
+	s->begin[s->n] = begin;
+	s->end[s->n++] = end;
 	return 0;
 }
 
@@ -215,18 +221,18 @@ static void *worker_main(void *arg)
 	const struct run *r = w->run;
 	struct side *src = r->read ? &w->passive : &w->active;
 	struct side *dst = r->read ? &w->active : &w->passive;
-	double end;
+	double end, begin;
 
 	w->done = 0;
-	w->ends.n = 0;
+	w->spans.n = 0;
 	memset(dst->buf.addr, 0, r->len);
 	pthread_barrier_wait(&w->run->start);
 	end = now() + r->secs;
 	do {
-		w->err = transfer(w) ?: ends_add(&w->ends, now());
+		begin = now();
+		w->err = transfer(w) ?: spans_add(&w->spans, begin, now());
 		w->done += !w->err;
 	} while (!w->err && now() < end && w->done < 100000);
-	w->ended = now();
 	if (!w->err && memcmp(src->buf.addr, dst->buf.addr, r->len) != 0) {
 		fprintf(stderr, "rdma_bench: %s of %zu bytes: destination differs\n",
 			r->read ? "read" : "write", r->len);
@@ -235,41 +241,19 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* Bytes moved within [@from, @to]: each transfer's bytes spread evenly over its own span. */
+static double bytes_within(const struct worker *ws, int depth, size_t len, double from, double to)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/*
- * -m: of the transfers that ended inside [t0 + margin, t0 + secs - margin], *@n after the first
- * of them ended within *@t seconds of it. Returns 0, or -1 when fewer than two ended inside.
- */
-static int steady_window(const struct worker *ws, int depth, const struct run *r, double t0,
-			 long *n, double *t)
-{
-	size_t cap = 0, k = 0;
+	double bytes = 0;
 
 	for (int i = 0; i < depth; i++)
-		cap += ws[i].ends.n;
-	double *in = malloc((cap ?: 1) * sizeof(*in));
-	if (!in)
-		return -1;
-	for (int i = 0; i < depth; i++)
-		for (size_t j = 0; j < ws[i].ends.n; j++) {
-			double e = ws[i].ends.t[j] - t0;
-			if (e >= r->margin && e <= r->secs - r->margin)
-				in[k++] = e;
+		for (size_t j = 0; j < ws[i].spans.n; j++) {
+			double b = ws[i].spans.begin[j], e = ws[i].spans.end[j];
+			double lo = b > from ? b : from, hi = e < to ? e : to;
+			if (hi > lo)
+				bytes += (double)len * (hi - lo) / (e - b);
 		}
-	qsort(in, k, sizeof(*in), cmp_double);
-	int rc = k >= 2 && in[k - 1] > in[0] ? 0 : -1;
-	if (rc == 0) {
-		*n = (long)k - 1;
-		*t = in[k - 1] - in[0];
-	}
-	free(in);
-	return rc;
+	return bytes;
 }
 
 /* Runs @depth workers once over @r; prints the line. Returns 0 or -1. */
@@ -277,7 +261,7 @@ static int run_size(struct worker *ws, int depth, struct run *r)
 {
 	long total = 0;
 	int err = 0, started = 0;
-	double t0, t = 0;
+	double t0;
 
 	pthread_barrier_init(&r->start, NULL, (unsigned)depth + 1);
 	for (int i = 0; i < depth; i++) {
@@ -295,21 +279,15 @@ static int run_size(struct worker *ws, int depth, struct run *r)
 		pthread_join(ws[i].thread, NULL);
 		total += ws[i].done;
 		err |= ws[i].err;
-		if (ws[i].ended - t0 > t)
-			t = ws[i].ended - t0;
 	}
 	pthread_barrier_destroy(&r->start);
 	if (err)
 		return -1;
-	if (r->margin > 0 && steady_window(ws, depth, r, t0, &total, &t) < 0) {
-		fprintf(stderr, "rdma_bench: %s of %zu bytes: fewer than 2 transfers ended between "
-				"%.1f and %.1f s: lengthen SECONDS or shorten -m\n",
-			r->read ? "read" : "write", r->len, r->margin, r->secs - r->margin);
-		return -1;
-	}
+	double window = r->secs - 2 * r->margin;
+	double bytes = bytes_within(ws, depth, r->len, t0 + r->margin, t0 + r->secs - r->margin);
 	printf("xferd %s %zu depth %d iters %ld seconds %.3f MiB/s %.2f transport %s\n",
-	       r->read ? "read" : "write", r->len, depth, total, t,
-	       (double)r->len * (double)total / t / 1048576.0, ws[0].transport);
+	       r->read ? "read" : "write", r->len, depth, total, window, bytes / window / 1048576.0,
+	       ws[0].transport);
 	fflush(stdout);
 	return 0;
 }
@@ -322,8 +300,9 @@ static void fill(struct side *s, size_t len, int seed)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: rdma_bench [-d DEPTH] [-m MARGIN] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
-			"read|write|both SIZE...\n");
+	fprintf(stderr,
+		"usage: rdma_bench [-d DEPTH] [-m MARGIN] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
+		"read|write|both SIZE...\n");
 }
 
 int main(int argc, char **argv)
@@ -344,8 +323,8 @@ int main(int argc, char **argv)
 	}
 	argv += optind;
 	argc -= optind;
-	if (argc < 5 || (strcmp(argv[3], "read") && strcmp(argv[3], "write") &&
-			 strcmp(argv[3], "both"))) {
+	if (argc < 5 ||
+	    (strcmp(argv[3], "read") && strcmp(argv[3], "write") && strcmp(argv[3], "both"))) {
 		usage();
 		return 2;
 	}
@@ -384,7 +363,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < depth; i++) {
 		side_close(&ws[i].active);
 		side_close(&ws[i].passive);
-		free(ws[i].ends.t);
+		free(ws[i].spans.begin);
+		free(ws[i].spans.end);
 	}
 	return err;
 }
