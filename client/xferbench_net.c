@@ -159,8 +159,7 @@ static int bench_one(struct bench *b, bool write, uint64_t size, struct result *
 						 seed + (uint64_t)k * 7919, &bad)) {
 				fprintf(stderr,
 					"xferbench_net: %s %" PRIu64
-					" bytes: mismatch at byte %zu of "
-					"op %d\n",
+					" bytes: mismatch at byte %zu of op %d\n",
 					write ? "write" : "read", size, bad, k);
 				err = -EIO;
 			}

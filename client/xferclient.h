@@ -56,15 +56,15 @@ struct xfer_op_info {
 	uint64_t op;
 	enum xfer_kind kind;
 	enum xfer_state state;
-	uint64_t length;   /* total bytes of the descriptors */
-	uint64_t bytes;	   /* bytes moved so far */
-	uint64_t client;   /* owning connection's id */
+	uint64_t length; /* total bytes of the descriptors */
+	uint64_t bytes;	 /* bytes moved so far */
+	uint64_t client; /* owning connection's id */
 	uint64_t timeout_ms;
 	uint64_t age_ms;
-	int error;	   /* 0, or -errno once CANCELLED or ERRORED */
-	char cause[256];   /* "" or the daemon's sentence naming the cause */
+	int error;	    /* 0, or -errno once CANCELLED or ERRORED */
+	char cause[256];    /* "" or the daemon's sentence naming the cause */
 	char transport[16]; /* "local", "tcp", "rdma", or "" before claim */
-	char peer[64];	   /* "local", a peer node id, or "" */
+	char peer[64];	    /* "local", a peer node id, or "" */
 };
 
 /* Options of an operation; pass NULL for the defaults. */
@@ -82,9 +82,9 @@ struct xfer_op_opts {
 
 /* A sealed, mapped memfd buffer made by xfer_buf_alloc(). */
 struct xfer_buf {
-	void *addr;	/* MAP_SHARED mapping of the whole memfd */
+	void *addr; /* MAP_SHARED mapping of the whole memfd */
 	size_t length;
-	int fd;		/* the memfd, O_CLOEXEC, sealed F_SEAL_SHRINK | F_SEAL_GROW */
+	int fd; /* the memfd, O_CLOEXEC, sealed F_SEAL_SHRINK | F_SEAL_GROW */
 };
 
 /*

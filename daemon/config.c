@@ -38,8 +38,7 @@ int xd_config_add_addr(char **list, int *n, const char *addr)
 	return 0;
 }
 
-static int load_addrs(json_t *arr, char **list, int *n, const char *key, char *err,
-		      size_t errlen)
+static int load_addrs(json_t *arr, char **list, int *n, const char *key, char *err, size_t errlen)
 {
 	size_t i;
 	json_t *v;
@@ -50,8 +49,7 @@ static int load_addrs(json_t *arr, char **list, int *n, const char *key, char *e
 		snprintf(err, errlen, "%s must be an array of \"addr:port\" strings", key);
 		return -EINVAL;
 	}
-	json_array_foreach(arr, i, v)
-	{
+	json_array_foreach(arr, i, v) {
 		if (!json_is_string(v)) {
 			snprintf(err, errlen, "%s must be an array of \"addr:port\" strings", key);
 			return -EINVAL;
@@ -67,9 +65,9 @@ static int load_addrs(json_t *arr, char **list, int *n, const char *key, char *e
 
 int xd_transport_from_name(const char *name)
 {
-	static const char *const names[] = { [XD_TRANSPORT_AUTO] = "auto",
-					     [XD_TRANSPORT_RDMA] = "rdma",
-					     [XD_TRANSPORT_TCP] = "tcp" };
+	static const char *const names[] = {
+		[XD_TRANSPORT_AUTO] = "auto", [XD_TRANSPORT_RDMA] = "rdma", [XD_TRANSPORT_TCP] = "tcp"
+	};
 
 	for (int i = 0; i < 3; i++)
 		if (strcmp(names[i], name) == 0)
@@ -120,8 +118,9 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 		return -EINVAL;
 	}
 	if (conns < 1 || conns > 16 || ka < 10 || ka_timeout <= ka || connect < 10) {
-		snprintf(err, errlen, "out of range: peer_connections 1..16, keepalive_ms >= 10, "
-				      "keepalive_timeout_ms > keepalive_ms, connect_timeout_ms >= 10");
+		snprintf(err, errlen,
+			 "out of range: peer_connections 1..16, keepalive_ms >= 10, "
+			 "keepalive_timeout_ms > keepalive_ms, connect_timeout_ms >= 10");
 		return -EINVAL;
 	}
 	cfg->peer_connections = (int)conns;
@@ -129,8 +128,9 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	cfg->keepalive_timeout_ms = (uint64_t)ka_timeout;
 	cfg->connect_timeout_ms = (uint64_t)connect;
 	int rc = load_addrs(listen, cfg->listen, &cfg->nlisten, "listen", err, errlen);
-	return rc ? rc : load_addrs(advertise, cfg->advertise, &cfg->nadvertise, "advertise", err,
-				    errlen);
+	return rc ? rc :
+		    load_addrs(advertise, cfg->advertise, &cfg->nadvertise, "advertise", err,
+			       errlen);
 }
 
 static int replace(char **slot, const char *value)
@@ -179,11 +179,11 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 			   "s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
-			   "copy_threads", &threads, "listen", &ignored[0], "advertise", &ignored[1],
-			   "peer_connections", &ignored[2], "keepalive_ms", &ignored[3],
-			   "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms", &ignored[5],
-			   "transport", &ignored[6], "rdma_devices", &ignored[7], "require_rdma",
-			   &ignored[8], "rdma_ack_timeout", &ignored[9])) {
+			   "copy_threads", &threads, "listen", &ignored[0], "advertise",
+			   &ignored[1], "peer_connections", &ignored[2], "keepalive_ms",
+			   &ignored[3], "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms",
+			   &ignored[5], "transport", &ignored[6], "rdma_devices", &ignored[7],
+			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}

@@ -23,10 +23,10 @@
 
 struct xd_copy_job {
 	STAILQ_ENTRY(xd_copy_job) link;
-	struct xd_op *op;		/**< a copy: the op to tell */
-	uint8_t *populate;		/**< a populate job: the range to fault in (pieces unused) */
+	struct xd_op *op;  /**< a copy: the op to tell */
+	uint8_t *populate; /**< a populate job: the range to fault in (pieces unused) */
 	uint64_t populate_len;
-	xd_populate_cb populated;	/**< a populate job: whom to tell */
+	xd_populate_cb populated; /**< a populate job: whom to tell */
 	void *arg;
 	struct xd_copy_piece *pieces;
 	uint32_t npieces;
@@ -49,7 +49,7 @@ struct xd_copier {
 	bool stop;
 	int efd;
 	struct event *ev;
-	unsigned outstanding;	     /* submitted, not yet reported to the loop */
+	unsigned outstanding; /* submitted, not yet reported to the loop */
 };
 
 /*
@@ -61,8 +61,8 @@ static void run_populate(struct xd_copy_job *job)
 	long page = sysconf(_SC_PAGESIZE);
 
 	for (uint64_t off = 0; off < job->populate_len; off += XD_COPY_CHUNK) {
-		uint64_t n = job->populate_len - off < XD_COPY_CHUNK ? job->populate_len - off
-								      : XD_COPY_CHUNK;
+		uint64_t n = job->populate_len - off < XD_COPY_CHUNK ? job->populate_len - off :
+								       XD_COPY_CHUNK;
 		if (madvise(job->populate + off, n, MADV_POPULATE_WRITE) < 0) {
 			if (errno != EINVAL) {
 				job->err = errno;
@@ -250,8 +250,7 @@ int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_popula
 	return 0;
 }
 
-int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces,
-		   uint32_t n)
+int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces, uint32_t n)
 {
 	struct xd_copy_job *job = calloc(1, sizeof(*job));
 

@@ -84,9 +84,9 @@ int xd_unpack_params(struct xd_call *call, const char *fmt, ...)
 	va_copy(keys, ap);
 	int rc = json_vunpack_ex(call->params, &jerr, JSON_STRICT, fmt, ap);
 	va_end(ap);
-	const char *key = rc && strcmp(jerr.source, "<validation>") == 0 && fmt[0] == '{'
-				  ? failed_key(fmt, jerr.position, keys)
-				  : NULL;
+	const char *key = rc && strcmp(jerr.source, "<validation>") == 0 && fmt[0] == '{' ?
+				  failed_key(fmt, jerr.position, keys) :
+				  NULL;
 	va_end(keys);
 	if (rc == 0)
 		return 0;
@@ -143,7 +143,8 @@ static int handle_hello(struct xd_call *call)
 	const char *name;
 
 	if (c->hello)
-		return xd_fail(call, XP_E_FAILED, EPROTO, "hello was already sent on this connection");
+		return xd_fail(call, XP_E_FAILED, EPROTO,
+			       "hello was already sent on this connection");
 	if (xd_unpack_params(call, "{s:I, s:s}", "version", &version, "client", &name))
 		return -EINVAL;
 	if (version != XP_PROTO_VERSION)
@@ -155,11 +156,10 @@ static int handle_hello(struct xd_call *call)
 			       "client name must be at most 64 printable ASCII bytes");
 	strcpy(c->name, name);
 	c->hello = true;
-	call->result = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:i}", "version",
-				 XP_PROTO_VERSION, "daemon", "xferd " XFERD_VERSION, "node",
-				 d->node_hex, "epoch", (json_int_t)d->epoch, "client",
-				 (json_int_t)c->id, "uid", (json_int_t)c->uid, "max_packet",
-				 XP_MAX_MSG);
+	call->result = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:i}", "version", XP_PROTO_VERSION,
+				 "daemon", "xferd " XFERD_VERSION, "node", d->node_hex, "epoch",
+				 (json_int_t)d->epoch, "client", (json_int_t)c->id, "uid",
+				 (json_int_t)c->uid, "max_packet", XP_MAX_MSG);
 	return 0;
 }
 
@@ -287,8 +287,11 @@ void xd_dispatch_packet(struct xd_conn *c, const char *buf, size_t len, struct x
 	} else if (code) {
 		xd_reply_error(c, req.id, code, code == XP_E_NO_METHOD ? ENOSYS : ENOMEM, err);
 	} else {
-		struct xd_call call = { .conn = c, .id = req.id, .method = req.method,
-					 .params = req.params, .fds = fds };
+		struct xd_call call = { .conn = c,
+					.id = req.id,
+					.method = req.method,
+					.params = req.params,
+					.fds = fds };
 		run_handler(&call, req.method);
 	}
 	xp_fdset_close(fds);

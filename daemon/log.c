@@ -29,9 +29,9 @@ int xd_log_set_level(const char *name)
 
 static void libevent_log_cb(int severity, const char *msg)
 {
-	int level = severity >= EVENT_LOG_ERR ? XD_LOG_ERR
-		    : severity == EVENT_LOG_WARN ? XD_LOG_WARN
-						 : XD_LOG_DEBUG;
+	int level = severity >= EVENT_LOG_ERR  ? XD_LOG_ERR :
+		    severity == EVENT_LOG_WARN ? XD_LOG_WARN :
+						 XD_LOG_DEBUG;
 	xd_log(level, "libevent: %s", msg);
 }
 

@@ -34,11 +34,12 @@ uint64_t xd_now_us(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: xferd [--socket PATH] [--config FILE] [--log-level err|warn|info|debug]\n"
-		   "             [--listen ADDR:PORT]... [--advertise ADDR:PORT]...\n"
-		   "             [--transport auto|rdma|tcp] [--rdma-device NAME]...\n"
-		   "             [--foreground] [--systemd] [--version]\n"
-		   "Node-level data transfer daemon. Logs go to stderr; it never forks.\n");
+	fprintf(f,
+		"usage: xferd [--socket PATH] [--config FILE] [--log-level err|warn|info|debug]\n"
+		"             [--listen ADDR:PORT]... [--advertise ADDR:PORT]...\n"
+		"             [--transport auto|rdma|tcp] [--rdma-device NAME]...\n"
+		"             [--foreground] [--systemd] [--version]\n"
+		"Node-level data transfer daemon. Logs go to stderr; it never forks.\n");
 }
 
 /* Returns 0 to run, 1 to exit 0 (help, version), or -1 to exit with a usage error. */
@@ -62,15 +63,27 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 	while ((ch = getopt_long(argc, argv, "s:c:l:fh", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 's': o->socket = optarg; break;
-		case 'c': o->config = optarg; break;
-		case 'l': o->log_level = optarg; break;
-		case 'f': break; /* always in the foreground: systemd and tests supervise it */
-		case 'S': o->systemd = true; break;
-		case 'T': o->transport = optarg; break;
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'c':
+			o->config = optarg;
+			break;
+		case 'l':
+			o->log_level = optarg;
+			break;
+		case 'f':
+			break; /* always in the foreground: systemd and tests supervise it */
+		case 'S':
+			o->systemd = true;
+			break;
+		case 'T':
+			o->transport = optarg;
+			break;
 		case 'D':
 			if (o->ndevices == XD_MAX_DEVICES) {
-				fprintf(stderr, "xferd: at most %d --rdma-device\n", XD_MAX_DEVICES);
+				fprintf(stderr, "xferd: at most %d --rdma-device\n",
+					XD_MAX_DEVICES);
 				return -1;
 			}
 			o->devices[o->ndevices++] = optarg;
@@ -87,9 +100,15 @@ static int parse_args(int argc, char **argv, struct options *o)
 			list[(*n)++] = optarg;
 			break;
 		}
-		case 'V': printf("xferd %s\n", XFERD_VERSION); return 1;
-		case 'h': usage(stdout); return 1;
-		default: usage(stderr); return -1;
+		case 'V':
+			printf("xferd %s\n", XFERD_VERSION);
+			return 1;
+		case 'h':
+			usage(stdout);
+			return 1;
+		default:
+			usage(stderr);
+			return -1;
 		}
 	}
 	if (optind != argc) {

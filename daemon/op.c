@@ -406,10 +406,11 @@ static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
 		return -call->err;
 	if (__builtin_add_overflow((uint64_t)offset, (uint64_t)length, &end) ||
 	    end > seg->region->length)
-		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "descriptor [%lld, +%lld) passes the end of region %lld (%llu bytes)",
-			       (long long)offset, (long long)length, (long long)region,
-			       (unsigned long long)seg->region->length);
+		return xd_fail(
+			call, XP_E_FAILED, EINVAL,
+			"descriptor [%lld, +%lld) passes the end of region %lld (%llu bytes)",
+			(long long)offset, (long long)length, (long long)region,
+			(unsigned long long)seg->region->length);
 	seg->offset = (uint64_t)offset;
 	seg->length = (uint64_t)length;
 	return 0;
@@ -421,13 +422,12 @@ static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
 	json_t *v;
 
 	if (!json_is_array(arr) || n == 0 || n > XP_MAX_DESCS)
-		return xd_fail(call, XP_E_FAILED, EINVAL, "descs must be an array of 1 to %d "
-							  "descriptors", XP_MAX_DESCS);
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "descs must be an array of 1 to %d descriptors", XP_MAX_DESCS);
 	op->segs = calloc(n, sizeof(*op->segs));
 	if (!op->segs)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	json_array_foreach(arr, i, v)
-	{
+	json_array_foreach(arr, i, v) {
 		int rc = parse_desc(call, v, &op->segs[i]);
 		if (rc)
 			return rc;
@@ -477,8 +477,9 @@ static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *des
 	op->client_id = c->id;
 	TAILQ_INIT(&op->waiters);
 	if (c->nops + 1 > c->d->cfg.limits.ops) {
-		xd_fail(call, XP_E_FAILED, EDQUOT, "per-client limit of %llu operations reached; "
-			"release ended operations", (unsigned long long)c->d->cfg.limits.ops);
+		xd_fail(call, XP_E_FAILED, EDQUOT,
+			"per-client limit of %llu operations reached; release ended operations",
+			(unsigned long long)c->d->cfg.limits.ops);
 		goto err;
 	}
 	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op))
@@ -573,7 +574,8 @@ static struct xd_copy_piece *plan_pieces(const struct xd_op *dst, const struct x
 		return NULL;
 	while (i < dst->nsegs && j < src->nsegs) {
 		const struct xd_seg *ds = &dst->segs[i], *ss = &src->segs[j];
-		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di : ss->length - sj;
+		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di :
+								   ss->length - sj;
 		p[k++] = (struct xd_copy_piece){ ds->region->base + ds->offset + di,
 						 ss->region->base + ss->offset + sj, len };
 		di += len;
@@ -595,23 +597,23 @@ static int start_local_copy(struct xd_call *call, struct xd_op *active, struct x
 {
 	bool reading = active->kind == XP_KIND_READ;
 	uint32_t n;
-	struct xd_copy_piece *pieces = reading ? plan_pieces(active, passive, &n)
-					       : plan_pieces(passive, active, &n);
+	struct xd_copy_piece *pieces = reading ? plan_pieces(active, passive, &n) :
+						 plan_pieces(passive, active, &n);
 
 	if (!pieces)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 	return xd_copy_submit(call->conn->d->copier, active, pieces, n);
 }
 
-#define REFUSE(e, ...)                                 \
-	do {                                           \
-		*err = -(e);                           \
-		snprintf(msg, msglen, __VA_ARGS__);    \
-		return NULL;                           \
+#define REFUSE(e, ...)                              \
+	do {                                        \
+		*err = -(e);                        \
+		snprintf(msg, msglen, __VA_ARGS__); \
+		return NULL;                        \
 	} while (0)
 
-struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err,
-			      char *msg, size_t msglen)
+struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err, char *msg,
+			      size_t msglen)
 {
 	char node[2 * XP_ID_BYTES + 1];
 
@@ -623,9 +625,10 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 		REFUSE(EHOSTUNREACH, "metadata names node %s; this daemon is node %s", node,
 		       d->node_hex);
 	if (cl->epoch != d->epoch)
-		REFUSE(ESTALE, "metadata is from an earlier run of the owner daemon (epoch %llu, "
-		       "now %llu): it restarted", (unsigned long long)cl->epoch,
-		       (unsigned long long)d->epoch);
+		REFUSE(ESTALE,
+		       "metadata is from an earlier run of the owner daemon (epoch %llu, "
+		       "now %llu): it restarted",
+		       (unsigned long long)cl->epoch, (unsigned long long)d->epoch);
 	struct xd_op *passive = op_find(d, cl->op);
 	if (!passive || !xp_kind_passive(passive->kind))
 		REFUSE(ENOENT, "the owner has no operation %llu (released, or never made)",
@@ -665,8 +668,8 @@ static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
 
 	memcpy(cl.node, m->node, XP_ID_BYTES);
 	memcpy(cl.token, m->token, XP_ID_BYTES);
-	struct xd_op *passive = xd_claim_lookup(call->conn->d, &cl, &err, call->message,
-						sizeof(call->message));
+	struct xd_op *passive =
+		xd_claim_lookup(call->conn->d, &cl, &err, call->message, sizeof(call->message));
 	if (!passive) {
 		call->code = XP_E_FAILED;
 		call->err = -err;
@@ -746,7 +749,8 @@ int xd_handle_op_active(struct xd_call *call)
 	pair_local(active, passive);
 	rc = start_local_copy(call, active, passive);
 	if (rc) /* the op exists and has ended: the client learns why from its state */
-		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s", strerror(-rc));
+		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s",
+			  strerror(-rc));
 	call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
 	return 0;
 }
@@ -855,8 +859,9 @@ void xd_ops_conn_closed(struct xd_conn *c)
 	TAILQ_FOREACH_SAFE(op, &c->d->ops, link, tmp) {
 		if (op->owner != c)
 			continue;
-		xd_op_end(op, XP_ST_ERRORED, ECONNRESET, "its client %llu (%s, pid %d) disconnected",
-			  (unsigned long long)c->id, c->name, (int)c->pid);
+		xd_op_end(op, XP_ST_ERRORED, ECONNRESET,
+			  "its client %llu (%s, pid %d) disconnected", (unsigned long long)c->id,
+			  c->name, (int)c->pid);
 		op_forget(op);
 	}
 }

@@ -24,9 +24,9 @@
 #include "xferd.h"
 #include "xp_peer.h"
 
-#define XD_PEER_CHUNK (1u << 20)      /* bytes of one DATA frame */
+#define XD_PEER_CHUNK (1u << 20) /* bytes of one DATA frame */
 #define XD_MAX_PCONNS 16
-#define XD_PEER_READ_BUDGET (16u << 20) /* bytes read per wakeup before yielding */
+#define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_IOV_MAX 64
 
@@ -44,7 +44,7 @@ enum peer_state {
 struct xd_pconn {
 	TAILQ_ENTRY(xd_pconn) link; /**< in peer->conns, or d->pconns_hello */
 	struct xd_daemon *d;
-	struct xd_peer *peer;	    /**< NULL until an accepted connection says HELLO */
+	struct xd_peer *peer; /**< NULL until an accepted connection says HELLO */
 	int fd;
 	struct event *rev, *wev;
 	bool outgoing, connected, hello_rx, dead;
@@ -54,15 +54,15 @@ struct xd_pconn {
 	uint8_t rx_hdr[XP_PEER_HDR_LEN];
 	uint32_t rx_hdr_got, rx_got;
 	struct xp_peer_hdr rx;
-	char *rx_ctrl;		    /**< control payload being read */
-	struct xd_xfer *rx_xfer;    /**< DATA target (a reference), NULL to drop */
+	char *rx_ctrl;		 /**< control payload being read */
+	struct xd_xfer *rx_xfer; /**< DATA target (a reference), NULL to drop */
 	/* send state: control frames first, then one DATA frame at a time */
 	STAILQ_HEAD(, xd_frame) ctrlq;
-	uint32_t ctrl_sent;	    /**< bytes of the head control frame already sent */
-	struct xd_xfer *tx_xfer;    /**< DATA frame being sent (a reference) */
+	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
+	struct xd_xfer *tx_xfer; /**< DATA frame being sent (a reference) */
 	uint8_t tx_hdr[XP_PEER_HDR_LEN];
 	uint64_t tx_off;
-	uint32_t tx_len, tx_sent;   /**< tx_sent counts header + payload bytes */
+	uint32_t tx_len, tx_sent; /**< tx_sent counts header + payload bytes */
 };
 
 struct xd_peer {
@@ -74,15 +74,15 @@ struct xd_peer {
 	enum peer_state state;
 	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS];
 	int nendpoints, next_endpoint;
-	char endpoint[100];	    /**< where we connected, or "accepted from ..." */
+	char endpoint[100]; /**< where we connected, or "accepted from ..." */
 	TAILQ_HEAD(, xd_pconn) conns;
 	int nconns;
 	TAILQ_HEAD(, xd_xfer) sendq; /**< transfers with bytes left to send, round-robin */
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
-	unsigned transfers;	    /**< transfers on this set, for listings */
-	bool rdma;		    /**< an RDMA set (rdma_conn.c) rather than TCP */
-	void *rdma_state;	    /**< rdma_conn.c's part of it */
+	unsigned transfers; /**< transfers on this set, for listings */
+	bool rdma;	    /**< an RDMA set (rdma_conn.c) rather than TCP */
+	void *rdma_state;   /**< rdma_conn.c's part of it */
 };
 
 /* The sendq link lives in struct xd_xfer (remote.c); these accessors keep it opaque. */
@@ -274,8 +274,9 @@ struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const 
 {
 	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
 	size_t len = text ? strlen(text) : 0;
-	struct xp_peer_hdr h = { .type = type, .flags = flags, .length = (uint32_t)len,
-				 .xfer = xfer };
+	struct xp_peer_hdr h = {
+		.type = type, .flags = flags, .length = (uint32_t)len, .xfer = xfer
+	};
 	struct xd_frame *f = NULL;
 
 	*err = (json && !text) ? -ENOMEM : len > XP_PEER_MAX_CTRL ? -EMSGSIZE : 0;
@@ -386,9 +387,10 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 	uint32_t payload_done = pc->tx_sent > XP_PEER_HDR_LEN ? pc->tx_sent - XP_PEER_HDR_LEN : 0;
 
 	if (pc->tx_sent < XP_PEER_HDR_LEN)
-		iov[n++] = (struct iovec){ pc->tx_hdr + pc->tx_sent, XP_PEER_HDR_LEN - pc->tx_sent };
-	n += xd_xfer_iov(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done,
-			 iov + n, XD_IOV_MAX - n);
+		iov[n++] =
+			(struct iovec){ pc->tx_hdr + pc->tx_sent, XP_PEER_HDR_LEN - pc->tx_sent };
+	n += xd_xfer_iov(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done, iov + n,
+			 XD_IOV_MAX - n);
 	ssize_t w = writev(pc->fd, iov, n);
 	if (w < 0)
 		return errno == EAGAIN ? 0 : -errno;
@@ -661,8 +663,8 @@ static int pconn_send_hello(struct xd_pconn *pc)
 	return rc;
 }
 
-struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES],
-			       uint64_t epoch, bool rdma, const char *from)
+struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES], uint64_t epoch,
+			       bool rdma, const char *from)
 {
 	struct xd_peer *p = peer_find(d, node, rdma);
 
@@ -855,9 +857,9 @@ static const struct xp_endpoint *choose_endpoint(struct xd_call *call, const str
 {
 	struct xd_daemon *d = call->conn->d;
 	const struct xp_endpoint *rep = find_endpoint(m, "rdma"), *tep = find_endpoint(m, "tcp");
-	const char *why = !xd_rdma_available(d) ? "this daemon has no RDMA device and listener"
-			  : !rep		 ? "the owner advertises no rdma endpoint"
-						 : NULL;
+	const char *why = !xd_rdma_available(d) ? "this daemon has no RDMA device and listener" :
+			  !rep			? "the owner advertises no rdma endpoint" :
+						  NULL;
 
 	*rdma = why == NULL && d->cfg.transport != XD_TRANSPORT_TCP;
 	if (*rdma)
@@ -867,7 +869,8 @@ static const struct xp_endpoint *choose_endpoint(struct xd_call *call, const str
 		return NULL;
 	}
 	if (!tep)
-		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "metadata names another node and no "
+		xd_fail(call, XP_E_FAILED, EHOSTUNREACH,
+			"metadata names another node and no "
 			"tcp endpoint to reach it (the owner daemon has no --listen address)");
 	return tep;
 }
@@ -932,8 +935,10 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		uint64_t silent_ms = (now - pc->last_rx_us) / 1000;
 		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			peer_fail(p, ETIMEDOUT, "nothing heard from the peer for %llu ms "
-				  "(keepalive_timeout_ms %llu)", (unsigned long long)silent_ms,
+			peer_fail(p, ETIMEDOUT,
+				  "nothing heard from the peer for %llu ms "
+				  "(keepalive_timeout_ms %llu)",
+				  (unsigned long long)silent_ms,
 				  (unsigned long long)d->cfg.keepalive_timeout_ms);
 			return;
 		}
@@ -1018,8 +1023,8 @@ static int listen_on(struct xd_daemon *d, const char *addr, struct xp_endpoint *
 		close(fd);
 		return err;
 	}
-	bound->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-						    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	bound->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port :
+						      ((struct sockaddr_in6 *)&ss)->sin6_port);
 	struct xd_listener *l = &d->listeners[d->nlisteners];
 	l->fd = fd;
 	l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, accept_cb, d);
@@ -1127,9 +1132,9 @@ static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 			 p->node_hex, "epoch", (json_int_t)p->epoch, "transport",
 			 p->rdma ? "rdma" : "tcp", "endpoint", p->endpoint, "connections",
 			 p->rdma ? xd_rdma_peer_conns((struct xd_peer *)p) : p->nconns, "state",
-			 states[p->state], "bytes_sent",
-			 (json_int_t)p->bytes_sent, "bytes_received", (json_int_t)p->bytes_received,
-			 "transfers", (json_int_t)p->transfers, "age_ms",
+			 states[p->state], "bytes_sent", (json_int_t)p->bytes_sent,
+			 "bytes_received", (json_int_t)p->bytes_received, "transfers",
+			 (json_int_t)p->transfers, "age_ms",
 			 (json_int_t)((now - p->created_us) / 1000), "idle_ms",
 			 (json_int_t)((now - last_rx) / 1000));
 }

@@ -137,8 +137,10 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	       dev->port, ibv_port_state_str(port.state), link_layer_name(port.link_layer),
 	       128 << port.active_mtu);
 	if (!dev->windows)
-		xd_log(XD_LOG_WARN, "%s has no memory windows: a claimer's rkey covers the whole "
-		       "region, not only the operation's bytes", dev->name);
+		xd_log(XD_LOG_WARN,
+		       "%s has no memory windows: a claimer's rkey covers the whole "
+		       "region, not only the operation's bytes",
+		       dev->name);
 	return 0;
 }
 
@@ -200,8 +202,8 @@ int xd_rdma_start(struct xd_daemon *d)
 	if (rc == 0 && rd->ndevs)
 		rc = xd_rconn_start(d);
 	if (rc == 0 && d->cfg.transport == XD_TRANSPORT_RDMA && !xd_rdma_available(d)) {
-		xd_log(XD_LOG_ERR, "transport rdma needs an RDMA device and an rdma_cm listener: %s",
-		       rd->why);
+		xd_log(XD_LOG_ERR,
+		       "transport rdma needs an RDMA device and an rdma_cm listener: %s", rd->why);
 		rc = -ENODEV;
 	}
 	return rc;
@@ -241,11 +243,12 @@ static void explain_reg_failure(const struct xd_rdma_dev *dev, int err, char *ms
 {
 	struct rlimit rl;
 
-	if ((err == ENOMEM || err == EAGAIN || err == EPERM) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
-	    rl.rlim_cur != RLIM_INFINITY)
-		snprintf(msg, len, "ibv_reg_mr on %s failed: %s; the daemon's RLIMIT_MEMLOCK is "
-			 "%llu bytes (set LimitMEMLOCK=infinity in its unit)", dev->name,
-			 strerror(err), (unsigned long long)rl.rlim_cur);
+	if ((err == ENOMEM || err == EAGAIN || err == EPERM) &&
+	    getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		snprintf(msg, len,
+			 "ibv_reg_mr on %s failed: %s; the daemon's RLIMIT_MEMLOCK is "
+			 "%llu bytes (set LimitMEMLOCK=infinity in its unit)",
+			 dev->name, strerror(err), (unsigned long long)rl.rlim_cur);
 	else
 		snprintf(msg, len, "ibv_reg_mr on %s failed: %s", dev->name, strerror(err));
 }
@@ -267,8 +270,8 @@ int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg,
 	uint64_t t0 = xd_now_us();
 
 	for (int i = 0; rd && i < rd->ndevs; i++) {
-		r->mrs[i] = ibv_reg_mr(rd->devs[i].pd, r->base, r->length,
-				       region_access(&rd->devs[i]));
+		r->mrs[i] =
+			ibv_reg_mr(rd->devs[i].pd, r->base, r->length, region_access(&rd->devs[i]));
 		if (!r->mrs[i]) {
 			int err = errno ? errno : ENOMEM;
 			explain_reg_failure(&rd->devs[i], err, msg, len);
@@ -307,10 +310,10 @@ json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r
 	json_t *arr = json_array();
 
 	for (int i = 0; arr && i < r->nmrs; i++)
-		json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "device",
-						     d->rdma->devs[i].name, "lkey",
-						     (json_int_t)r->mrs[i]->lkey, "rkey",
-						     (json_int_t)r->mrs[i]->rkey));
+		json_array_append_new(arr,
+				      json_pack("{s:s, s:I, s:I}", "device", d->rdma->devs[i].name,
+						"lkey", (json_int_t)r->mrs[i]->lkey, "rkey",
+						(json_int_t)r->mrs[i]->rkey));
 	return arr;
 }
 
@@ -336,14 +339,13 @@ static json_t *dev_json(const struct xd_rdma_dev *dev)
 	const struct xd_rdma_counters *c = &dev->counters;
 
 	return json_pack("{s:s, s:b, s:[o], s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-			 "name", dev->name, "memory_windows", dev->windows, "ports",
-			 port_json(dev), "counters", "rdma_reads", (json_int_t)c->reads,
-			 "rdma_read_bytes", (json_int_t)c->read_bytes, "rdma_writes",
-			 (json_int_t)c->writes, "rdma_write_bytes", (json_int_t)c->write_bytes,
-			 "sends", (json_int_t)c->sends, "recvs", (json_int_t)c->recvs,
-			 "completion_errors", (json_int_t)c->errors, "windows_bound",
-			 (json_int_t)c->windows_bound, "windows_open",
-			 (json_int_t)c->windows_open);
+			 "name", dev->name, "memory_windows", dev->windows, "ports", port_json(dev),
+			 "counters", "rdma_reads", (json_int_t)c->reads, "rdma_read_bytes",
+			 (json_int_t)c->read_bytes, "rdma_writes", (json_int_t)c->writes,
+			 "rdma_write_bytes", (json_int_t)c->write_bytes, "sends",
+			 (json_int_t)c->sends, "recvs", (json_int_t)c->recvs, "completion_errors",
+			 (json_int_t)c->errors, "windows_bound", (json_int_t)c->windows_bound,
+			 "windows_open", (json_int_t)c->windows_open);
 }
 
 /* Devices the kernel has but this daemon does not use (transport tcp, or not selected). */
@@ -369,7 +371,7 @@ int xd_handle_list_devices(struct xd_call *call)
 	json_t *arr = rd && rd->ndevs ? json_array() : unused_devices_json();
 	for (int i = 0; rd && arr && i < rd->ndevs; i++)
 		json_array_append_new(arr, dev_json(&rd->devs[i]));
-	call->result = json_pack("{s:s, s:o}", "rdma", rd ? rd->why : "unavailable", "devices",
-				 arr);
+	call->result =
+		json_pack("{s:s, s:o}", "rdma", rd ? rd->why : "unavailable", "devices", arr);
 	return 0;
 }

@@ -12,7 +12,7 @@
 
 struct xd_rdma_counters {
 	uint64_t reads, read_bytes, writes, write_bytes, sends, recvs, errors;
-	uint64_t windows_bound;	/**< memory windows bound for claims, ever */
+	uint64_t windows_bound; /**< memory windows bound for claims, ever */
 	uint64_t windows_open;	/**< of which not yet deallocated */
 };
 
@@ -23,14 +23,14 @@ struct xd_rdma_dev {
 	struct ibv_context *ctx; /**< librdmacm's context: ids resolve to it */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *channel;
-	struct ibv_cq *cq;	  /**< one CQ for every QP of the device, send and receive */
+	struct ibv_cq *cq; /**< one CQ for every QP of the device, send and receive */
 	struct event *ev;
 	struct ibv_device_attr attr;
 	uint8_t port;
-	uint32_t max_msg;	  /**< the port's largest message */
-	bool windows;		  /**< binds type 2 memory windows: claims get per-op rkeys */
-	union ibv_gid gid;	  /**< the RoCE v2 GID of the listen address, if found */
-	int gid_index;		  /**< -1 when unknown */
+	uint32_t max_msg;  /**< the port's largest message */
+	bool windows;	   /**< binds type 2 memory windows: claims get per-op rkeys */
+	union ibv_gid gid; /**< the RoCE v2 GID of the listen address, if found */
+	int gid_index;	   /**< -1 when unknown */
 	struct xd_rdma_counters counters;
 };
 
@@ -43,7 +43,7 @@ struct xd_rdma {
 	struct event *cm_ev;
 	struct rdma_cm_id *listeners[XD_MAX_LISTEN];
 	int nlisteners;
-	char why[160];		   /**< "available", or why not */
+	char why[160]; /**< "available", or why not */
 };
 
 /* rdma.c */

@@ -56,16 +56,16 @@
 #ifdef XD_DEBUG_DATAPATH
 #define dp_log(...) xd_log(XD_LOG_DEBUG, __VA_ARGS__)
 #else
-#define dp_log(...) do { } while (0)
+#define dp_log(...) ((void)0)
 #endif
 
 enum sq_kind { SQ_FREE, SQ_SEND, SQ_DATA, SQ_BIND };
 
 struct sq_entry {
 	enum sq_kind kind;
-	int slot;		/**< SQ_SEND: the send buffer */
-	struct xd_xfer *x;	/**< SQ_DATA: a reference */
-	uint32_t bytes;		/**< SQ_DATA: bytes this request moves */
+	int slot;	   /**< SQ_SEND: the send buffer */
+	struct xd_xfer *x; /**< SQ_DATA: a reference */
+	uint32_t bytes;	   /**< SQ_DATA: bytes this request moves */
 	bool read;
 };
 
@@ -78,14 +78,14 @@ struct grant_window {
 struct xd_rdma_grant {
 	TAILQ_ENTRY(xd_rdma_grant) link; /**< in its connection's binds_pending once closed */
 	struct xd_rdma_dev *dev;
-	uint32_t conn;			 /**< the connection whose send queue took the binds */
-	uint64_t bound_at;		 /**< that queue's sq_head after the last bind */
+	uint32_t conn;	   /**< the connection whose send queue took the binds */
+	uint64_t bound_at; /**< that queue's sq_head after the last bind */
 	uint32_t n;
 	struct grant_window w[];
 };
 
 struct xd_rconn {
-	TAILQ_ENTRY(xd_rconn) link;	 /**< in the live table, then the dying list */
+	TAILQ_ENTRY(xd_rconn) link; /**< in the live table, then the dying list */
 	TAILQ_ENTRY(xd_rconn) peer_link;
 	uint32_t id;
 	struct xd_daemon *d;
@@ -94,15 +94,15 @@ struct xd_rconn {
 	struct rdma_cm_id *cm;
 	bool outgoing, qp_ready, established, dead;
 	struct xp_endpoint ep;
-	uint8_t *bufs;			 /**< RC_RECV_BUFS receive slots, then RC_SEND_BUFS send slots */
+	uint8_t *bufs; /**< RC_RECV_BUFS receive slots, then RC_SEND_BUFS send slots */
 	struct ibv_mr *mr;
 	bool send_busy[RC_SEND_BUFS];
-	int credits;			 /**< messages the peer has receive buffers for */
-	int to_return;			 /**< receive buffers re-posted, not yet told */
+	int credits;		       /**< messages the peer has receive buffers for */
+	int to_return;		       /**< receive buffers re-posted, not yet told */
 	STAILQ_HEAD(, xd_frame) pendq; /**< the credits field is filled in when sent */
 	struct sq_entry sq[RC_SQ_DEPTH];
-	uint64_t sq_head, sq_tail;	 /**< posted and retired work requests, ever */
-	unsigned chunks;		 /**< data chunks in flight */
+	uint64_t sq_head, sq_tail; /**< posted and retired work requests, ever */
+	unsigned chunks;	   /**< data chunks in flight */
 	uint64_t last_rx_us, last_tx_us;
 	TAILQ_HEAD(, xd_rdma_grant) binds_pending; /**< closed grants, binds not yet retired */
 };
@@ -321,8 +321,10 @@ static int rconn_setup_qp(struct xd_rconn *rc)
 	struct ibv_qp_init_attr attr = {
 		.send_cq = rc->dev->cq,
 		.recv_cq = rc->dev->cq,
-		.cap = { .max_send_wr = RC_SQ_DEPTH, .max_recv_wr = RC_RECV_BUFS,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = RC_SQ_DEPTH,
+			 .max_recv_wr = RC_RECV_BUFS,
+			 .max_send_sge = 1,
+			 .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 0,
 	};
@@ -542,8 +544,8 @@ static struct xd_rconn *peer_conn(struct xd_peer *p, uint32_t via)
 	return NULL;
 }
 
-int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags,
-		      uint64_t xfer, const json_t *json)
+int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+		      const json_t *json)
 {
 	struct xd_rconn *rc = peer_conn(p, via);
 
@@ -714,8 +716,8 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 	       read ? "READ" : "WRITE", pc->len, (unsigned long long)idx, signaled);
 	xd_xfer_ref(x);
 	xd_xfer_rdma_wr_posted(x);
-	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len,
-						       .read = read };
+	rc->sq[idx % RC_SQ_DEPTH] =
+		(struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len, .read = read };
 	rc->sq_head++;
 	return 0;
 }
@@ -875,8 +877,10 @@ void xd_rdma_keepalive(struct xd_peer *p)
 			continue;
 		uint64_t silent_ms = (now - rc->last_rx_us) / 1000;
 		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			xd_peer_failed(p, ETIMEDOUT, "nothing heard from the peer for %llu ms "
-				       "(keepalive_timeout_ms %llu)", (unsigned long long)silent_ms,
+			xd_peer_failed(p, ETIMEDOUT,
+				       "nothing heard from the peer for %llu ms "
+				       "(keepalive_timeout_ms %llu)",
+				       (unsigned long long)silent_ms,
 				       (unsigned long long)d->cfg.keepalive_timeout_ms);
 			return;
 		}
@@ -932,8 +936,9 @@ static void on_addr_resolved(struct xd_rconn *rc)
 {
 	rc->dev = xd_rdma_dev_for(rc->d, rc->cm->verbs);
 	if (!rc->dev) {
-		rconn_fail(rc, EHOSTUNREACH, "the route to the peer leaves through an RDMA "
-					     "device this daemon does not use");
+		rconn_fail(rc, EHOSTUNREACH,
+			   "the route to the peer leaves through an RDMA "
+			   "device this daemon does not use");
 		return;
 	}
 	if (rdma_resolve_route(rc->cm, RC_RESOLVE_MS))
@@ -972,13 +977,15 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 	struct xd_rdma_dev *dev = xd_rdma_dev_for(d, ev->id->verbs);
 	char from[INET6_ADDRSTRLEN + 8] = "?";
 
-	getnameinfo(rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage), from,
-		    sizeof(from), NULL, 0, NI_NUMERICHOST);
+	getnameinfo(rdma_get_peer_addr(ev->id), sizeof(struct sockaddr_storage), from, sizeof(from),
+		    NULL, 0, NI_NUMERICHOST);
 	bool valid = xp_rdma_hello_unpack(ev->param.conn.private_data,
 					  ev->param.conn.private_data_len, &hello) == 0;
 	if (!dev || !valid || d->stopping) {
 		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from,
-		       !dev ? "device not used" : d->stopping ? "stopping" : "bad HELLO");
+		       !dev	   ? "device not used" :
+		       d->stopping ? "stopping" :
+				     "bad HELLO");
 		rdma_reject(ev->id, NULL, 0);
 		return ev->id;
 	}
@@ -1006,9 +1013,9 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 static void on_failure_event(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 {
 	char what[XD_CAUSE_MAX];
-	int err = ev->event == RDMA_CM_EVENT_REJECTED	   ? ECONNREFUSED
-		  : ev->event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET
-							    : EHOSTUNREACH;
+	int err = ev->event == RDMA_CM_EVENT_REJECTED	  ? ECONNREFUSED :
+		  ev->event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET :
+							    EHOSTUNREACH;
 
 	snprintf(what, sizeof(what), "rdma_cm %s (status %d)", rdma_event_str(ev->event),
 		 ev->status);
@@ -1146,8 +1153,9 @@ int xd_rconn_start(struct xd_daemon *d)
 	if (rd->nlisteners)
 		advertise_rdma(d);
 	else
-		snprintf(rd->why, sizeof(rd->why), "unavailable: no rdma_cm listener (pass "
-						   "--listen with an address of an RDMA device)");
+		snprintf(rd->why, sizeof(rd->why),
+			 "unavailable: no rdma_cm listener (pass "
+			 "--listen with an address of an RDMA device)");
 	return 0;
 }
 

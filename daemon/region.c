@@ -45,7 +45,8 @@ static int64_t check_memfd(struct xd_call *call, int fd)
 		return xd_fail(call, XP_E_FAILED, EBADF,
 			       "region.register needs a memfd created with MFD_ALLOW_SEALING; "
 			       "the fd is %s",
-			       S_ISREG(st.st_mode) ? "a file that is not a memfd" : fd_type_name(st.st_mode));
+			       S_ISREG(st.st_mode) ? "a file that is not a memfd" :
+						     fd_type_name(st.st_mode));
 	if (!(seals & F_SEAL_SHRINK))
 		return xd_fail(call, XP_E_FAILED, EPERM,
 			       "memfd is not sealed with F_SEAL_SHRINK (a client could truncate it "
@@ -84,7 +85,8 @@ static int check_limits(struct xd_call *call, uint64_t length)
 	const struct xd_limits *lim = &c->d->cfg.limits;
 
 	if (c->nregions + 1 > lim->regions)
-		return xd_fail(call, XP_E_FAILED, EDQUOT, "per-client limit of %llu regions reached",
+		return xd_fail(call, XP_E_FAILED, EDQUOT,
+			       "per-client limit of %llu regions reached",
 			       (unsigned long long)lim->regions);
 	if (c->nbytes + length > lim->bytes || c->nbytes + length < c->nbytes)
 		return xd_fail(call, XP_E_FAILED, EDQUOT,
@@ -100,8 +102,7 @@ static int map_region(struct xd_call *call, struct xd_region *r, int fd, uint64_
 	uint64_t start = offset & ~(page - 1);
 
 	r->map_len = (size_t)(offset - start + r->length);
-	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		      (off_t)start);
+	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
 	if (r->map == MAP_FAILED) {
 		r->map = NULL;
 		return xd_fail(call, XP_E_FAILED, errno == ENOMEM ? ENOMEM : EBADF,
@@ -116,8 +117,8 @@ static int parse_register_args(struct xd_call *call, struct register_args *a)
 	json_int_t offset = 0, length = -1;
 
 	a->name = "";
-	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset,
-			     "length", &length))
+	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset, "length",
+			     &length))
 		return -EINVAL;
 	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
 		return xd_fail(call, XP_E_FAILED, EINVAL,
@@ -163,7 +164,8 @@ static void register_populated(void *arg, int err)
 	if (!c) { /* the client went away meanwhile: nobody to tell */
 		reg_undo(NULL, r);
 	} else if (err) {
-		snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s", strerror(err));
+		snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s",
+			 strerror(err));
 		xd_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT, msg);
 		reg_undo(c, r);
 	} else if ((err = xd_rdma_register_region(d, r, msg, sizeof(msg))) < 0) {

@@ -18,18 +18,18 @@ struct xd_xfer {
 	TAILQ_ENTRY(xd_xfer) send_link; /**< in its peer's send queue while queued */
 	bool queued;
 	struct xd_peer *peer;
-	uint64_t id;		/**< the active side's op id */
-	bool active;		/**< this daemon claimed (op.read / op.write) */
-	bool source;		/**< this daemon sends the DATA */
-	struct xd_op *op;	/**< NULL once the operation ended */
-	struct xd_seg *segs;	/**< a copy; each holds a region reference */
+	uint64_t id;	     /**< the active side's op id */
+	bool active;	     /**< this daemon claimed (op.read / op.write) */
+	bool source;	     /**< this daemon sends the DATA */
+	struct xd_op *op;    /**< NULL once the operation ended */
+	struct xd_seg *segs; /**< a copy; each holds a region reference */
 	uint32_t nsegs;
 	uint64_t length;
-	uint64_t next_off;	/**< source: next byte to cut into a frame */
+	uint64_t next_off; /**< source: next byte to cut into a frame */
 	uint64_t sent, received;
 	bool claim_sent, done_rx;
-	int refs;		/**< the list's own, plus frames being sent or received */
-	bool rdma;		/**< moved by one-sided RDMA from the active side */
+	int refs;  /**< the list's own, plus frames being sent or received */
+	bool rdma; /**< moved by one-sided RDMA from the active side */
 	/*
 	 * RDMA: the connection that carries the transfer, the one the owner received the CLAIM on
 	 * and answered it on. Its windows are bound to that queue pair, and DONE must follow the
@@ -41,13 +41,13 @@ struct xd_xfer {
 	 * them: the owner keeps an ended transfer draining (its registrations held) until the
 	 * active side's CANCEL, which that side sends only once its last request completed.
 	 */
-	bool draining;		/**< owner: ended here, waiting for the active side's release */
+	bool draining;		 /**< owner: ended here, waiting for the active side's release */
 	uint64_t drain_since_us; /**< owner: when draining began */
-	unsigned wrs_out;	/**< active: RDMA requests posted and not yet completed */
+	unsigned wrs_out;	 /**< active: RDMA requests posted and not yet completed */
 	bool release_pending, release_sent;
 	int release_err;
 	char release_msg[XD_CAUSE_MAX];
-	struct xd_rseg *rsegs;	/**< RDMA, active side: the owner's ranges from CLAIM_OK */
+	struct xd_rseg *rsegs; /**< RDMA, active side: the owner's ranges from CLAIM_OK */
 	uint32_t nrsegs;
 	struct xd_rdma_grant *grant; /**< RDMA, owner: the claimer's windows onto our ranges */
 };
@@ -240,14 +240,14 @@ int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iove
 }
 
 /* Where transfer offset @off falls in @n ranges of lengths @len(i): index and offset in it. */
-#define LOCATE(n, len, off, idx, in)               \
-	do {                                       \
-		(idx) = 0;                         \
-		(in) = (off);                      \
+#define LOCATE(n, len, off, idx, in)                      \
+	do {                                              \
+		(idx) = 0;                                \
+		(in) = (off);                             \
 		while ((idx) < (n) && (in) >= len(idx)) { \
-			(in) -= len(idx);          \
-			(idx)++;                   \
-		}                                  \
+			(in) -= len(idx);                 \
+			(idx)++;                          \
+		}                                         \
 	} while (0)
 
 uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_msg,
@@ -302,8 +302,8 @@ uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint3
 static int send_ctrl(struct xd_xfer *x, uint8_t type, json_t *json)
 {
 	uint8_t flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
-	int rc = x->rdma ? xd_rdma_send_ctrl(x->peer, x->via, type, flags, x->id, json)
-			 : xd_peer_send_ctrl(x->peer, type, flags, x->id, json);
+	int rc = x->rdma ? xd_rdma_send_ctrl(x->peer, x->via, type, flags, x->id, json) :
+			   xd_peer_send_ctrl(x->peer, type, flags, x->id, json);
 
 	json_decref(json);
 	return rc;
@@ -385,9 +385,11 @@ void xd_remote_check_drains(struct xd_peer *p)
 		uint64_t kept_ms = (now - x->drain_since_us) / 1000;
 		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
 			continue;
-		xd_peer_failed(p, ETIMEDOUT, "the peer kept the RDMA keys of ended transfer %llu "
-			       "for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
-			       (unsigned long long)x->id, (unsigned long long)kept_ms);
+		xd_peer_failed(
+			p, ETIMEDOUT,
+			"the peer kept the RDMA keys of ended transfer %llu "
+			"for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
+			(unsigned long long)x->id, (unsigned long long)kept_ms);
 		return;
 	}
 }
@@ -470,9 +472,10 @@ static int parse_claim(json_t *json, struct xd_claim *cl)
 	const char *token, *kind, *node, *meta_kind;
 	json_int_t op, epoch, length;
 
-	if (!json || json_unpack(json, "{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", &op, "token",
-				 &token, "kind", &kind, "node", &node, "epoch", &epoch, "length",
-				 &length, "metadata_kind", &meta_kind) ||
+	if (!json ||
+	    json_unpack(json, "{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", &op, "token", &token,
+			"kind", &kind, "node", &node, "epoch", &epoch, "length", &length,
+			"metadata_kind", &meta_kind) ||
 	    xp_hex_decode(token, cl->token, XP_ID_BYTES) ||
 	    xp_hex_decode(node, cl->node, XP_ID_BYTES) || op < 0 || epoch < 0 || length <= 0)
 		return -EPROTO;
@@ -495,9 +498,11 @@ static json_t *segs_json(const struct xd_xfer *x, const uint32_t *rkeys)
 
 	for (uint32_t i = 0; segs && i < x->nsegs; i++) {
 		const struct xd_seg *s = &x->segs[i];
-		if (json_array_append_new(segs, json_pack("{s:I, s:I, s:I}", "addr",
-			(json_int_t)(uintptr_t)(s->region->base + s->offset), "len",
-			(json_int_t)s->length, "rkey", (json_int_t)rkeys[i]))) {
+		if (json_array_append_new(
+			    segs,
+			    json_pack("{s:I, s:I, s:I}", "addr",
+				      (json_int_t)(uintptr_t)(s->region->base + s->offset), "len",
+				      (json_int_t)s->length, "rkey", (json_int_t)rkeys[i]))) {
 			json_decref(segs);
 			return NULL;
 		}
@@ -539,8 +544,7 @@ static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
 	xfer_close(x);
 }
 
-static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
-			json_t *json)
+static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
 	struct xd_claim cl;
 	char msg[XD_CAUSE_MAX];
@@ -548,8 +552,10 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl) < 0)
 		return -EPROTO;
-	struct xd_op *passive = xfer_find(p, h->xfer, false) ? NULL
-				: xd_claim_lookup(xd_peer_daemon(p), &cl, &err, msg, sizeof(msg));
+	struct xd_op *passive =
+		xfer_find(p, h->xfer, false) ?
+			NULL :
+			xd_claim_lookup(xd_peer_daemon(p), &cl, &err, msg, sizeof(msg));
 	if (!passive) {
 		if (xfer_find(p, h->xfer, false)) {
 			err = -EALREADY;
@@ -609,8 +615,7 @@ static int parse_rsegs(struct xd_xfer *x, json_t *json)
 	if (!json_is_array(segs) || n == 0 || n > XP_MAX_DESCS ||
 	    !(x->rsegs = calloc(n, sizeof(*x->rsegs))))
 		return -EPROTO;
-	json_array_foreach(segs, i, v)
-	{
+	json_array_foreach(segs, i, v) {
 		json_int_t addr, len, rkey;
 		if (json_unpack(v, "{s:I, s:I, s:I}", "addr", &addr, "len", &len, "rkey", &rkey) ||
 		    len <= 0 || rkey < 0 || rkey > UINT32_MAX)
@@ -633,7 +638,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 		return -EPROTO;
 	op->reply_pending = false;
 	if (op->owner)
-		xd_reply_result(op->owner, op->reply_id, json_pack("{s:I}", "op", (json_int_t)op->id));
+		xd_reply_result(op->owner, op->reply_id,
+				json_pack("{s:I}", "op", (json_int_t)op->id));
 	xd_op_set_in_progress(op, x->rdma ? "rdma" : "tcp", xd_peer_node_hex(x->peer));
 	if (x->source || x->rdma) /* over RDMA the active side moves both directions */
 		xd_peer_stream_add(x->peer, x);

@@ -27,16 +27,17 @@
 
 /* glibc's sys/queue.h predates the BSD iterators that allow removing the current element. */
 #ifndef TAILQ_FOREACH_SAFE
-#define TAILQ_FOREACH_SAFE(var, head, field, tvar) \
-	for ((var) = TAILQ_FIRST(head); (var) && ((tvar) = TAILQ_NEXT(var, field), 1); (var) = (tvar))
+#define TAILQ_FOREACH_SAFE(var, head, field, tvar)                                     \
+	for ((var) = TAILQ_FIRST(head); (var) && ((tvar) = TAILQ_NEXT(var, field), 1); \
+	     (var) = (tvar))
 #endif
 
 #define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
 #define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
-#define XD_MAX_LISTEN 8		  /* listen and advertise addresses */
-#define XD_MAX_DEVICES 8	  /* RDMA devices used */
-#define XD_RDMA_MAX_PIECES 16	  /* work requests one RDMA chunk may take */
+#define XD_MAX_LISTEN 8	      /* listen and advertise addresses */
+#define XD_MAX_DEVICES 8      /* RDMA devices used */
+#define XD_RDMA_MAX_PIECES 16 /* work requests one RDMA chunk may take */
 
 struct xd_conn;
 struct xd_op;
@@ -90,7 +91,7 @@ struct xd_config {
 	char *socket_path;
 	unsigned socket_mode;
 	char *log_level;
-	char *node_id;		     /**< 32 hex digits, or NULL to derive one */
+	char *node_id; /**< 32 hex digits, or NULL to derive one */
 	uint64_t default_timeout_ms;
 	struct xd_limits limits;
 	int copy_threads;	     /**< local-transport worker threads */
@@ -98,11 +99,11 @@ struct xd_config {
 	int nlisten;
 	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
 	int nadvertise;
-	int peer_connections;	     /**< TCP connections per peer daemon */
+	int peer_connections; /**< TCP connections per peer daemon */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
 	enum xd_transport transport;
-	bool require_rdma;	     /**< a fallback from RDMA to TCP is an error */
-	int rdma_ack_timeout;	     /**< QP local ACK timeout: 4.096 us * 2^N */
+	bool require_rdma;		    /**< a fallback from RDMA to TCP is an error */
+	int rdma_ack_timeout;		    /**< QP local ACK timeout: 4.096 us * 2^N */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
 };
@@ -122,8 +123,8 @@ struct xd_daemon {
 	struct xd_config cfg;
 	uint8_t node[XP_ID_BYTES];
 	char node_hex[2 * XP_ID_BYTES + 1];
-	uint64_t epoch;	    /**< start time in us: changes on every restart */
-	uint64_t start_us;  /**< monotonic start */
+	uint64_t epoch;	   /**< start time in us: changes on every restart */
+	uint64_t start_us; /**< monotonic start */
 	int listen_fd;
 	bool listen_from_systemd;
 	bool systemd;
@@ -138,9 +139,9 @@ struct xd_daemon {
 	int nlisteners;
 	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS]; /**< advertised in metadata */
 	int nendpoints;
-	struct xp_endpoint listen_eps[XD_MAX_LISTEN];	/**< bound listen addresses, real ports */
+	struct xp_endpoint listen_eps[XD_MAX_LISTEN]; /**< bound listen addresses, real ports */
 	int nlisten_eps;
-	struct xd_rdma *rdma;				/**< rdma.c: devices and listeners */
+	struct xd_rdma *rdma; /**< rdma.c: devices and listeners */
 	TAILQ_HEAD(, xd_peer) peers;
 	TAILQ_HEAD(, xd_pconn) pconns_hello; /**< accepted, HELLO not yet received */
 	struct event *peer_reap_ev;
@@ -206,10 +207,10 @@ struct xd_call {
 	struct xd_conn *conn;
 	int64_t id;
 	enum xp_method method;
-	json_t *params;		/* borrowed */
-	struct xp_fdset *fds;	/* borrowed; a handler takes what it keeps */
-	json_t *result;		/* set by a handler that succeeds */
-	bool deferred;		/* the handler will reply later (op.wait, op.cancel) */
+	json_t *params;	      /* borrowed */
+	struct xp_fdset *fds; /* borrowed; a handler takes what it keeps */
+	json_t *result;	      /* set by a handler that succeeds */
+	bool deferred;	      /* the handler will reply later (op.wait, op.cancel) */
 	int code, err;
 	char message[256];
 };
@@ -230,16 +231,16 @@ struct xd_region {
 	TAILQ_ENTRY(xd_region) link; /**< in d->regions while registered */
 	struct xd_daemon *d;
 	uint64_t id;
-	struct xd_conn *owner;	     /**< NULL once deregistered */
+	struct xd_conn *owner; /**< NULL once deregistered */
 	char name[XP_MAX_NAME + 1];
-	void *map;		     /**< page-aligned MAP_SHARED mapping */
+	void *map; /**< page-aligned MAP_SHARED mapping */
 	size_t map_len;
-	uint8_t *base;		     /**< first byte of the registered range */
+	uint8_t *base; /**< first byte of the registered range */
 	uint64_t length;
-	int refs;		     /**< registration + operations that have not ended */
-	unsigned live_ops;	     /**< operations that have not ended using it */
-	uint64_t register_us;	     /**< time taken to validate, map and register */
-	uint64_t rdma_register_us;   /**< of which ibv_reg_mr on every device */
+	int refs;			    /**< registration + operations that have not ended */
+	unsigned live_ops;		    /**< operations that have not ended using it */
+	uint64_t register_us;		    /**< time taken to validate, map and register */
+	uint64_t rdma_register_us;	    /**< of which ibv_reg_mr on every device */
 	struct ibv_mr *mrs[XD_MAX_DEVICES]; /**< one registration per RDMA device in use */
 	int nmrs;
 	pid_t pid;
@@ -267,7 +268,7 @@ struct xd_waiter {
 	struct xd_conn *conn;
 	struct xd_op *op;
 	int64_t id;
-	struct event *timer;		  /**< NULL: no timeout */
+	struct event *timer; /**< NULL: no timeout */
 	uint64_t timeout_ms;
 };
 
@@ -277,15 +278,15 @@ struct xd_op {
 	uint64_t id;
 	enum xp_kind kind;
 	enum xp_state state;
-	struct xd_conn *owner;	 /**< NULL once its connection closed */
+	struct xd_conn *owner; /**< NULL once its connection closed */
 	uint64_t client_id;
 	struct xd_seg *segs;
 	uint32_t nsegs;
-	bool holds_regions;	 /**< segs hold region refs (until the op ends) */
+	bool holds_regions; /**< segs hold region refs (until the op ends) */
 	uint64_t length, bytes;
 	uint8_t token[XP_ID_BYTES];
-	bool claimed;		 /**< passive: a claim was accepted (exactly once) */
-	struct xd_op *pair;	 /**< the other side, local transport */
+	bool claimed;	    /**< passive: a claim was accepted (exactly once) */
+	struct xd_op *pair; /**< the other side, local transport */
 	char transport[8], peer[2 * XP_ID_BYTES + 1];
 	uint64_t created_us, timeout_ms;
 	struct event *deadline;
@@ -295,16 +296,16 @@ struct xd_op {
 	uint8_t pair_node[XP_ID_BYTES];
 	uint64_t pair_op, pair_epoch;
 	enum xp_kind pair_kind;
-	bool end_pending;	 /**< an end was requested while the copy ran, or while an RDMA
+	bool end_pending; /**< an end was requested while the copy ran, or while an RDMA
 				      claimer still held keys to the buffer (see xd_op_drained()) */
 	enum xp_state end_state;
-	int err;		 /**< positive errno once CANCELLED or ERRORED */
+	int err; /**< positive errno once CANCELLED or ERRORED */
 	char cause[XD_CAUSE_MAX];
-	bool released;		 /**< freed once the copy returns */
-	bool release_on_end;	 /**< forgotten once its end was pushed (op params) */
-	bool reply_pending;	 /**< op.read/op.write awaits the remote claim's answer */
+	bool released;	     /**< freed once the copy returns */
+	bool release_on_end; /**< forgotten once its end was pushed (op params) */
+	bool reply_pending;  /**< op.read/op.write awaits the remote claim's answer */
 	int64_t reply_id;
-	struct event *reap;	 /**< frees an op whose claim failed (its id was never given) */
+	struct event *reap; /**< frees an op whose claim failed (its id was never given) */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
 int xd_handle_op_passive(struct xd_call *call);
@@ -317,16 +318,16 @@ int xd_handle_list_ops(struct xd_call *call);
 
 /* A claim of a passive operation, from a local op.read/op.write or a peer's CLAIM. */
 struct xd_claim {
-	enum xp_kind want;	  /**< the passive kind the claimer needs */
-	const char *method;	  /**< for messages: "op.read", "op.write" */
+	enum xp_kind want;  /**< the passive kind the claimer needs */
+	const char *method; /**< for messages: "op.read", "op.write" */
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch, op, length;
 	uint8_t token[XP_ID_BYTES];
-	enum xp_kind meta_kind;	  /**< the kind the metadata says */
+	enum xp_kind meta_kind; /**< the kind the metadata says */
 };
 /* The refusals of PROTOCOL.md §5. Returns the passive op, or NULL with -errno in *err. */
-struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err,
-			      char *msg, size_t msglen);
+struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err, char *msg,
+			      size_t msglen);
 /* A claim was accepted: @op (passive) or the new active op moves bytes over @transport. */
 void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer);
 /* Every byte arrived and both sides agree: @op is COMPLETE. */
@@ -467,8 +468,8 @@ const uint8_t *xd_peer_node(const struct xd_peer *p);
 void xd_peer_failed(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* The RDMA peer a connecting @node is, made if new (a new @epoch replaces an old set). */
-struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES],
-			       uint64_t epoch, bool rdma, const char *from);
+struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES], uint64_t epoch,
+			       bool rdma, const char *from);
 /* The set's first connection is up: send the claims that waited. */
 void xd_peer_mark_up(struct xd_peer *p, uint64_t epoch);
 /* The next transfer with bytes to move on RDMA connection @via (see xd_xfer_sendq_next()). */
@@ -520,8 +521,8 @@ int xd_handle_list_devices(struct xd_call *call);
 /* rdma_conn.c: RDMA connection sets, driven through peer.c */
 int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep);
 /* Queues a control message on connection @via (0: the set's first). Returns 0 or -errno. */
-int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags,
-		      uint64_t xfer, const json_t *json);
+int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+		      const json_t *json);
 /* Posts RDMA READ/WRITE for the peer's transfers while the window has room. */
 void xd_rdma_kick(struct xd_peer *p);
 void xd_rdma_close_peer(struct xd_peer *p);

@@ -22,9 +22,9 @@
  * of a silently truncated message.
  */
 #define XP_RECV_FDS 253
-#define XP_MAX_DESCS 1024	/* descriptors in one operation */
-#define XP_MAX_NAME 64		/* bytes in a client or region name */
-#define XP_METADATA_MAX 16384	/* bytes in a metadata string */
+#define XP_MAX_DESCS 1024     /* descriptors in one operation */
+#define XP_MAX_NAME 64	      /* bytes in a client or region name */
+#define XP_METADATA_MAX 16384 /* bytes in a metadata string */
 #define XP_DEFAULT_SOCKET "/run/xferd/xferd.sock"
 #define XP_SOCKET_ENV "XFERD_SOCKET"
 
@@ -33,31 +33,34 @@
  * The daemon's dispatch table, the client library and the spec check are all generated from
  * this list, so adding a method is one line here plus its handler.
  */
-#define XP_METHODS(X)                                   \
-	X(HELLO, "hello", 0, false)                     \
-	X(REGION_REGISTER, "region.register", 1, true)  \
+#define XP_METHODS(X)                                      \
+	X(HELLO, "hello", 0, false)                        \
+	X(REGION_REGISTER, "region.register", 1, true)     \
 	X(REGION_DEREGISTER, "region.deregister", 0, true) \
-	X(OP_READABLE, "op.readable", 0, true)          \
-	X(OP_WRITABLE, "op.writable", 0, true)          \
-	X(OP_READ, "op.read", 0, true)                  \
-	X(OP_WRITE, "op.write", 0, true)                \
-	X(OP_STATUS, "op.status", 0, true)              \
-	X(OP_WAIT, "op.wait", 0, true)                  \
-	X(OP_CANCEL, "op.cancel", 0, true)              \
-	X(OP_RELEASE, "op.release", 0, true)            \
-	X(LIST_REGIONS, "list.regions", 0, true)        \
-	X(LIST_OPS, "list.ops", 0, true)                \
-	X(LIST_CLIENTS, "list.clients", 0, true)        \
-	X(LIST_PEERS, "list.peers", 0, true)            \
-	X(LIST_DEVICES, "list.devices", 0, true)        \
+	X(OP_READABLE, "op.readable", 0, true)             \
+	X(OP_WRITABLE, "op.writable", 0, true)             \
+	X(OP_READ, "op.read", 0, true)                     \
+	X(OP_WRITE, "op.write", 0, true)                   \
+	X(OP_STATUS, "op.status", 0, true)                 \
+	X(OP_WAIT, "op.wait", 0, true)                     \
+	X(OP_CANCEL, "op.cancel", 0, true)                 \
+	X(OP_RELEASE, "op.release", 0, true)               \
+	X(LIST_REGIONS, "list.regions", 0, true)           \
+	X(LIST_OPS, "list.ops", 0, true)                   \
+	X(LIST_CLIENTS, "list.clients", 0, true)           \
+	X(LIST_PEERS, "list.peers", 0, true)               \
+	X(LIST_DEVICES, "list.devices", 0, true)           \
 	X(STATS, "stats", 0, true)
 
+/* (clang-format would take the X-macro line for a statement that goes on) */
+/* clang-format off */
 enum xp_method {
 #define XP_METHOD_ENUM(sym, name, fds, hello) XP_M_##sym,
 	XP_METHODS(XP_METHOD_ENUM)
 #undef XP_METHOD_ENUM
 	XP_M_COUNT
 };
+/* clang-format on */
 
 /* The one notification the daemon pushes: an operation changed state. */
 #define XP_NOTIFY_OP_CHANGED "op.changed"
@@ -66,28 +69,31 @@ enum xp_method {
  * JSON-RPC error codes. The standard ones for the envelope; XP_E_FAILED for a well-formed
  * request the daemon refused (the errno name in error.data.errno says why).
  */
-#define XP_E_PARSE (-32700)	   /* not JSON: protocol violation, connection closed */
+#define XP_E_PARSE (-32700)	  /* not JSON: protocol violation, connection closed */
 #define XP_E_INVALID_REQ (-32600) /* bad envelope, packet or fds: violation, closed */
-#define XP_E_NO_METHOD (-32601)   /* unknown method */
-#define XP_E_PARAMS (-32602)	   /* params missing, of the wrong type, or unknown */
-#define XP_E_INTERNAL (-32603)	   /* the daemon failed (ENOMEM, ...) */
-#define XP_E_FAILED (-32000)	   /* request refused: see data.errno */
+#define XP_E_NO_METHOD (-32601)	  /* unknown method */
+#define XP_E_PARAMS (-32602)	  /* params missing, of the wrong type, or unknown */
+#define XP_E_INTERNAL (-32603)	  /* the daemon failed (ENOMEM, ...) */
+#define XP_E_FAILED (-32000)	  /* request refused: see data.errno */
 
 /* Operation states; the wire names are these words. */
-#define XP_STATES(X)                                                              \
+#define XP_STATES(X)                                                                 \
 	X(UNINITIALIZED) /**< never reported by the daemon; a client-side default */ \
 	X(INITIALIZED)	 /**< passive side created, waiting for its peer's claim */  \
 	X(IN_PROGRESS)	 /**< claimed (passive) or started (active); bytes moving */ \
-	X(COMPLETE)	 /**< every byte arrived; terminal */                         \
-	X(CANCELLED)	 /**< cancelled by either side or by shutdown; terminal */    \
+	X(COMPLETE)	 /**< every byte arrived; terminal */                        \
+	X(CANCELLED)	 /**< cancelled by either side or by shutdown; terminal */   \
 	X(ERRORED)	 /**< failed; the cause says why; terminal */
 
+/* (clang-format would take the X-macro line for a statement that goes on) */
+/* clang-format off */
 enum xp_state {
 #define XP_STATE_ENUM(name) XP_ST_##name,
 	XP_STATES(XP_STATE_ENUM)
 #undef XP_STATE_ENUM
 	XP_ST_COUNT
 };
+/* clang-format on */
 
 enum xp_kind {
 	XP_KIND_READABLE, /**< passive: my buffer may be read once */

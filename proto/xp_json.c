@@ -51,8 +51,7 @@ static int parse_envelope(json_t *root, struct xp_request *req, char *err, size_
 		return fail(err, errlen, XP_E_INVALID_REQ, "\"params\" must be an object");
 	const char *key;
 	json_t *value;
-	json_object_foreach(root, key, value)
-	{
+	json_object_foreach(root, key, value) {
 		if (strcmp(key, "jsonrpc") && strcmp(key, "id") && strcmp(key, "method") &&
 		    strcmp(key, "params")) {
 			snprintf(err, errlen, "unknown envelope member \"%.32s\"", key);
@@ -69,8 +68,7 @@ static int parse_envelope(json_t *root, struct xp_request *req, char *err, size_
 	return req->params ? 0 : fail(err, errlen, XP_E_INTERNAL, "out of memory");
 }
 
-int xp_request_parse(const void *buf, size_t len, struct xp_request *req, char *err,
-		     size_t errlen)
+int xp_request_parse(const void *buf, size_t len, struct xp_request *req, char *err, size_t errlen)
 {
 	json_error_t jerr;
 
@@ -102,7 +100,8 @@ static int parse_error_member(json_t *error, struct xp_reply *rep)
 		return -EBADMSG;
 	rep->code = (int)json_integer_value(code);
 	rep->message = message;
-	const char *name = json_string_value(json_object_get(json_object_get(error, "data"), "errno"));
+	const char *name =
+		json_string_value(json_object_get(json_object_get(error, "data"), "errno"));
 	rep->err = name ? xp_errno_from_name(name) : 0;
 	if (!rep->err)
 		rep->err = EIO;
@@ -156,8 +155,7 @@ static json_t *id_value(int64_t id)
 
 json_t *xp_build_result(int64_t id, json_t *result)
 {
-	return json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", id_value(id), "result",
-			 result);
+	return json_pack("{s:s, s:o, s:o}", "jsonrpc", "2.0", "id", id_value(id), "result", result);
 }
 
 json_t *xp_build_notification(const char *method, json_t *params)

@@ -16,9 +16,9 @@
 /* A decoded request. @root owns everything; the other pointers borrow from it. */
 struct xp_request {
 	json_t *root;
-	int64_t id;		/* XP_ID_NONE until read */
+	int64_t id; /* XP_ID_NONE until read */
 	enum xp_method method;
-	json_t *params;		/* an object; an empty one when the request had none */
+	json_t *params; /* an object; an empty one when the request had none */
 };
 
 /*
@@ -26,8 +26,7 @@ struct xp_request {
  * XP_E_NO_METHOD) with a sentence naming the broken rule in @err. On error, req->id holds the
  * request id when it could be read (XP_ID_NONE otherwise). Always call xp_request_fini().
  */
-int xp_request_parse(const void *buf, size_t len, struct xp_request *req, char *err,
-		     size_t errlen);
+int xp_request_parse(const void *buf, size_t len, struct xp_request *req, char *err, size_t errlen);
 void xp_request_fini(struct xp_request *req);
 
 /* A decoded packet from the daemon: a reply (to @id) or a notification (@method, @params). */
@@ -35,12 +34,12 @@ struct xp_reply {
 	json_t *root;
 	bool notification;
 	int64_t id;
-	json_t *result;		/* success: the result */
-	int code;		/* failure: JSON-RPC code, else 0 */
-	int err;		/* failure: positive errno from data.errno (EIO if absent) */
-	const char *message;	/* failure: the daemon's sentence */
-	const char *method;	/* notification */
-	json_t *params;		/* notification */
+	json_t *result;	     /* success: the result */
+	int code;	     /* failure: JSON-RPC code, else 0 */
+	int err;	     /* failure: positive errno from data.errno (EIO if absent) */
+	const char *message; /* failure: the daemon's sentence */
+	const char *method;  /* notification */
+	json_t *params;	     /* notification */
 };
 
 /* Parses a packet from the daemon. Returns 0 or -EBADMSG. Always call xp_reply_fini(). */

@@ -117,8 +117,8 @@ static json_t *endpoints_to_json(const struct xp_meta *m)
 	for (int i = 0; arr && i < m->nendpoints; i++) {
 		const struct xp_endpoint *ep = &m->endpoints[i];
 		json_t *o = ep->addr[0] ? json_pack("{s:s, s:s, s:i}", "transport", ep->transport,
-						    "addr", ep->addr, "port", ep->port)
-					: json_pack("{s:s}", "transport", ep->transport);
+						    "addr", ep->addr, "port", ep->port) :
+					  json_pack("{s:s}", "transport", ep->transport);
 		if (json_array_append_new(arr, o)) {
 			json_decref(arr);
 			return NULL;
@@ -181,8 +181,7 @@ static int decode_endpoints(json_t *arr, struct xp_meta *m, char *err, size_t er
 
 	if (json_array_size(arr) == 0 || json_array_size(arr) > XP_MAX_ENDPOINTS)
 		return bad(err, errlen, "must name 1 to 8 endpoints");
-	json_array_foreach(arr, i, v)
-	{
+	json_array_foreach(arr, i, v) {
 		struct xp_endpoint *ep = &m->endpoints[i];
 		const char *transport, *addr = "";
 		int port = 0;
@@ -190,8 +189,8 @@ static int decode_endpoints(json_t *arr, struct xp_meta *m, char *err, size_t er
 		if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:s, s?s, s?i}", "transport",
 				   &transport, "addr", &addr, "port", &port))
 			return bad(err, errlen, "has a malformed endpoint");
-		if (strlen(transport) >= sizeof(ep->transport) || strlen(addr) >= sizeof(ep->addr) ||
-		    port < 0 || port > 65535)
+		if (strlen(transport) >= sizeof(ep->transport) ||
+		    strlen(addr) >= sizeof(ep->addr) || port < 0 || port > 65535)
 			return bad(err, errlen, "has an endpoint out of range");
 		strcpy(ep->transport, transport);
 		strcpy(ep->addr, addr);
@@ -212,8 +211,7 @@ static int decode_lengths(json_t *arr, struct xp_meta *m, char *err, size_t errl
 	if (!m->lengths)
 		return -ENOMEM;
 	m->nlengths = (uint32_t)n;
-	json_array_foreach(arr, i, v)
-	{
+	json_array_foreach(arr, i, v) {
 		if (!json_is_integer(v) || json_integer_value(v) <= 0)
 			return bad(err, errlen, "lengths must be positive integers");
 		m->lengths[i] = (uint64_t)json_integer_value(v);
@@ -242,7 +240,8 @@ static int decode_object(json_t *o, struct xp_meta *m, char *err, size_t errlen)
 	if (k != XP_KIND_READABLE && k != XP_KIND_WRITABLE)
 		return bad(err, errlen, "kind must be readable or writable");
 	m->kind = k;
-	if (xp_hex_decode(node, m->node, XP_ID_BYTES) || xp_hex_decode(token, m->token, XP_ID_BYTES))
+	if (xp_hex_decode(node, m->node, XP_ID_BYTES) ||
+	    xp_hex_decode(token, m->token, XP_ID_BYTES))
 		return bad(err, errlen, "node and token must be 32 hex digits");
 	if (epoch < 0 || op < 0)
 		return bad(err, errlen, "epoch and op must not be negative");
@@ -264,7 +263,8 @@ int xp_meta_decode(const char *s, struct xp_meta *m, char *err, size_t errlen)
 		return bad(err, errlen, "must start with \"xfer1.\"");
 	int n = base64url_decode(s + plen, strlen(s + plen), &raw);
 	if (n < 0)
-		return n == -ENOMEM ? n : bad(err, errlen, "is not valid base64url after \"xfer1.\"");
+		return n == -ENOMEM ? n :
+				      bad(err, errlen, "is not valid base64url after \"xfer1.\"");
 	json_error_t jerr;
 	json_t *o = json_loadb((char *)raw, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
 	free(raw);

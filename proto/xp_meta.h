@@ -30,7 +30,7 @@ struct xp_meta {
 	int nendpoints;
 	uint64_t *lengths; /* owned; xp_meta_fini() frees */
 	uint32_t nlengths;
-	uint64_t total;	   /* sum of lengths, filled by decode */
+	uint64_t total; /* sum of lengths, filled by decode */
 };
 
 /* Encodes @m into a malloc'd NUL-terminated string. Returns 0 or -errno. */

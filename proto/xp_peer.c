@@ -43,7 +43,7 @@ const char *xp_peer_type_name(int type)
 {
 	switch (type) {
 #define XP_PEER_TYPE_CASE(name, value) \
-	case value:                     \
+	case value:                    \
 		return #name;
 		XP_PEER_TYPES(XP_PEER_TYPE_CASE)
 #undef XP_PEER_TYPE_CASE

@@ -12,9 +12,9 @@
 
 #define XP_PEER_VERSION 1
 #define XP_PEER_HDR_LEN 24
-#define XP_PEER_MAX_CTRL (64u * 1024)	   /* control payload */
+#define XP_PEER_MAX_CTRL (64u * 1024)	    /* control payload */
 #define XP_PEER_MAX_DATA (4u * 1024 * 1024) /* DATA payload */
-#define XP_PEER_FROM_ACTIVE 0x01	   /* flags: xfer is in the sender's id space */
+#define XP_PEER_FROM_ACTIVE 0x01	    /* flags: xfer is in the sender's id space */
 
 #define XP_PEER_TYPES(X) \
 	X(HELLO, 1)      \
@@ -33,7 +33,7 @@ enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-	XP_PEER_TYPE_MAX = 11
+		XP_PEER_TYPE_MAX = 11
 };
 
 struct xp_peer_hdr {

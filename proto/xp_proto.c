@@ -81,6 +81,7 @@ int xp_kind_from_name(const char *name)
 	return -1;
 }
 
+/* clang-format off */
 #define XP_ERRNOS(X)                                                                       \
 	X(EPERM) X(ENOENT) X(EINTR) X(EIO) X(EBADF) X(EAGAIN) X(ENOMEM) X(EACCES) X(EFAULT) \
 	X(EBUSY) X(EEXIST) X(ENODEV) X(EINVAL) X(EMFILE) X(ENOSPC) X(EPIPE) X(ERANGE)       \
@@ -88,6 +89,7 @@ int xp_kind_from_name(const char *name)
 	X(EOPNOTSUPP) X(ECONNRESET) X(ECONNREFUSED) X(ENOBUFS) X(ESHUTDOWN) X(ETIMEDOUT)    \
 	X(EHOSTUNREACH) X(EALREADY) X(ESTALE) X(EDQUOT) X(ECANCELED) X(ENOTCONN)           \
 	X(ENOTSOCK) X(EISDIR) X(ENXIO) X(ESPIPE)
+/* clang-format on */
 
 struct errno_row {
 	int err;

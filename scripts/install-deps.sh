@@ -17,6 +17,7 @@ PKGS=(
 	python3
 	procps
 	iperf3
+	clang-format # make format-check (tests/test_format.sh)
 	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
 	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
 	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.

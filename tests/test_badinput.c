@@ -325,8 +325,7 @@ static void run_table_case(struct td *d, const struct bad_case *c)
 	if (c->closes) {
 		if (!td_raw_closed(cs.sock))
 			harness_fail(__FILE__, __LINE__,
-				     "%s: connection not closed after a "
-				     "protocol violation",
+				     "%s: connection not closed after a protocol violation",
 				     c->name);
 	} else {
 		check_still_open(cs.sock);
@@ -583,8 +582,7 @@ static void case_owner_stops_reading(struct td *d)
 	setup_conn(d, SETUP_OP, &owner);
 	region = raw_register(reader, REGION_SIZE);
 	snprintf(req, sizeof(req),
-		 "{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"op.wait\","
-		 "\"params\":{\"op\":%lld}}",
+		 "{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"op.wait\",\"params\":{\"op\":%lld}}",
 		 owner.op);
 	CHECK_OK(xp_packet_send(owner.sock, req, strlen(req), NULL, 0));
 	/* requests are served in order: once this reply is here, the wait is registered */
@@ -840,8 +838,7 @@ static const struct bad_case cases[] = {
 	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, "timeout" },
 	{ "timeout_too_long", NULL, SETUP_REGION,
 	  REQ("op.readable",
-	      "{\"descs\":"
-	      "[{\"region\":$R,\"offset\":0,\"length\":16}],\"timeout_ms\":86400001}"),
+	      "{\"descs\":[{\"region\":$R,\"offset\":0,\"length\":16}],\"timeout_ms\":86400001}"),
 	  FD_NONE, XP_E_FAILED, "EINVAL", false, false, "timeout" },
 	{ "unknown_region_deregister", NULL, SETUP_HELLO,
 	  REQ("region.deregister", "{\"region\":999999}"), FD_NONE, XP_E_FAILED, "ENOENT", false,

@@ -30,8 +30,7 @@ static struct xfer_client *connect_client(struct td *d)
 }
 
 /* Registers a fresh sealed buffer of @size; the region id lands in *region. */
-static int register_buf(struct xfer_client *c, size_t size, struct xfer_buf *buf,
-			uint64_t *region)
+static int register_buf(struct xfer_client *c, size_t size, struct xfer_buf *buf, uint64_t *region)
 {
 	int rc = xfer_buf_alloc(size, buf);
 

@@ -1092,8 +1092,7 @@ static void dispatch_until_ended(struct xfer_client *a, struct events *ea, struc
 {
 	long long end = td_now_ms() + WAIT_MS;
 
-	while (!(ended(ea->last.state) && ended(eb->last.state)) &&
-	       td_now_ms() < end) {
+	while (!(ended(ea->last.state) && ended(eb->last.state)) && td_now_ms() < end) {
 		struct pollfd pfd[2] = { { xfer_get_fd(a), POLLIN, 0 },
 					 { xfer_get_fd(b), POLLIN, 0 } };
 

@@ -1049,10 +1049,8 @@ static json_t *spec_examples(const char *spec)
 		ex = json_loadb(start, end - start, JSON_REJECT_DUPLICATES, &jerr);
 		if (!ex)
 			harness_fail(__FILE__, __LINE__,
-				     "PROTOCOL.md example does not parse (%s): "
-				     "%.*s",
-				     jerr.text, (int)(end - start > 120 ? 120 : end - start),
-				     start);
+				     "PROTOCOL.md example does not parse (%s): %.*s", jerr.text,
+				     (int)(end - start > 120 ? 120 : end - start), start);
 		json_array_append_new(all, ex);
 		p = end + 3;
 	}
@@ -1128,8 +1126,7 @@ TEST(spec_errno_table_matches_code)
 			break;
 		if (!xp_errno_from_name(name))
 			harness_fail(__FILE__, __LINE__,
-				     "errno %s of PROTOCOL.md 2.1 is unknown "
-				     "to xp_errno_from_name",
+				     "errno %s of PROTOCOL.md 2.1 is unknown to xp_errno_from_name",
 				     name);
 		CHECK_STR_EQ(xp_errno_name(xp_errno_from_name(name)), name);
 		rows++;

@@ -53,21 +53,21 @@
 #include "xp_peer.h"
 
 #define KIB 1024u
-#define SLICE (64 * KIB)	/* the claimed range: the middle of three slices */
+#define SLICE (64 * KIB) /* the claimed range: the middle of three slices */
 #define BUF_LEN (3 * SLICE)
 #define PROBE_LEN (4 * KIB)
-#define WAIT_MS 10000		/* every single wait */
+#define WAIT_MS 10000 /* every single wait */
 #define RESOLVE_MS 2000
-#define OP_TIMEOUT_MS 300000	/* the owner's ops must not expire on their own mid-test */
-#define RUN_LIMIT_S 300		/* the whole run: a hung daemon must not hang the suite */
-#define LINGER_MS 8000		/* the owner's keepalive_timeout_ms (5000), a keepalive tick, slack */
+#define OP_TIMEOUT_MS 300000 /* the owner's ops must not expire on their own mid-test */
+#define RUN_LIMIT_S 300	     /* the whole run: a hung daemon must not hang the suite */
+#define LINGER_MS 8000	     /* the owner's keepalive_timeout_ms (5000), a keepalive tick, slack */
 
 /* PROTOCOL.md §10.5: HELLO in the private data, 16 receive buffers of header + 64 KiB. */
 #define RECV_BUFS 16
 #define RECV_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
 #define SEND_SLOTS 16
 #define SEND_SIZE 4096
-#define ACK_TIMEOUT 16		/* as the daemon's default: a lost packet costs ~270 ms, not 2 s */
+#define ACK_TIMEOUT 16 /* as the daemon's default: a lost packet costs ~270 ms, not 2 s */
 #define MAX_MSGS 32
 #define MAX_NODES 64
 
@@ -94,13 +94,13 @@ struct ctx {
 	struct xfer_client *c;
 	struct xfer_buf buf;
 	uint64_t region;
-	uint64_t xfer_seq;			/* the rogue's transfer ids (its own op ids) */
-	uint8_t nodes[MAX_NODES][XP_ID_BYTES];	/* every node id the rogue used */
+	uint64_t xfer_seq;		       /* the rogue's transfer ids (its own op ids) */
+	uint8_t nodes[MAX_NODES][XP_ID_BYTES]; /* every node id the rogue used */
 	int nnodes;
-	int ended[XFER_ERRORED + 1];		/* final states of the claimed ops */
-	int stuck;				/* claimed ops that did not end */
+	int ended[XFER_ERRORED + 1]; /* final states of the claimed ops */
+	int stuck;		     /* claimed ops that did not end */
 	bool hello_noted;
-	int bounds;		/* 1: the device confines a window to its range; 0: not; -1: unknown */
+	int bounds; /* 1: the device confines a window to its range; 0: not; -1: unknown */
 	char bounds_why[320];
 };
 
@@ -126,11 +126,11 @@ struct rogue {
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cch;
 	struct ibv_cq *cq;
-	uint8_t *ctl, *data;	/* ctl: RECV_BUFS receive slots, then SEND_SLOTS send slots */
+	uint8_t *ctl, *data; /* ctl: RECV_BUFS receive slots, then SEND_SLOTS send slots */
 	struct ibv_mr *ctl_mr, *data_mr;
 	bool send_busy[SEND_SLOTS];
-	int credits;		/* messages the owner has receive buffers for */
-	int to_return;		/* our receive buffers re-posted and not yet told */
+	int credits;   /* messages the owner has receive buffers for */
+	int to_return; /* our receive buffers re-posted and not yet told */
 	bool established, disconnected, qp_error;
 	uint8_t owner_node[XP_ID_BYTES];
 	uint64_t owner_epoch;
@@ -140,7 +140,7 @@ struct rogue {
 	unsigned pongs;
 	bool data_done;
 	enum ibv_wc_status data_status;
-	uint64_t addr, len;	/* the grant of CLAIM_OK */
+	uint64_t addr, len; /* the grant of CLAIM_OK */
 	uint32_t rkey;
 	char why[320];
 };
@@ -148,7 +148,7 @@ struct rogue {
 struct probe {
 	struct offer o;
 	struct rogue r;
-	pid_t canceller;	/* the child process whose op.cancel is under way, or 0 */
+	pid_t canceller; /* the child process whose op.cancel is under way, or 0 */
 };
 
 static volatile sig_atomic_t passed, failed;
@@ -446,8 +446,8 @@ static int offer_new(struct ctx *t, bool writable, struct offer *o, char *why, s
 	struct xfer_desc d = { t->region, SLICE, SLICE };
 	struct xfer_op_opts opts = { .timeout_ms = OP_TIMEOUT_MS };
 	char err[256];
-	int rc = writable ? xfer_writable(t->c, &d, 1, &opts, &o->op, &o->metadata)
-			  : xfer_readable(t->c, &d, 1, &opts, &o->op, &o->metadata);
+	int rc = writable ? xfer_writable(t->c, &d, 1, &opts, &o->op, &o->metadata) :
+			    xfer_readable(t->c, &d, 1, &opts, &o->op, &o->metadata);
 
 	if (rc < 0) {
 		snprintf(why, len, "op.%s: %s (%s)", writable ? "writable" : "readable",
@@ -460,8 +460,10 @@ static int offer_new(struct ctx *t, bool writable, struct offer *o, char *why, s
 	}
 	o->decoded = true;
 	if (o->m.op != o->op || o->m.total != SLICE) {
-		snprintf(why, len, "metadata names op %" PRIu64 " of %" PRIu64 " bytes, the client "
-			 "made op %" PRIu64 " of %u", o->m.op, o->m.total, o->op, SLICE);
+		snprintf(why, len,
+			 "metadata names op %" PRIu64 " of %" PRIu64 " bytes, the client "
+			 "made op %" PRIu64 " of %u",
+			 o->m.op, o->m.total, o->op, SLICE);
 		return -1;
 	}
 	return 0;
@@ -549,7 +551,8 @@ static int rogue_err(struct rogue *r, int err, const char *fmt, ...)
 static int post_recv(struct rogue *r, int slot)
 {
 	struct ibv_sge sge = { (uintptr_t)recv_slot(r, slot), RECV_SIZE, r->ctl_mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = WR_RECV | (uint32_t)slot, .sg_list = &sge,
+	struct ibv_recv_wr wr = { .wr_id = WR_RECV | (uint32_t)slot,
+				  .sg_list = &sge,
 				  .num_sge = 1 };
 	struct ibv_recv_wr *bad;
 
@@ -581,15 +584,22 @@ static int send_msg(struct rogue *r, uint8_t type, uint8_t flags, uint64_t xfer,
 				 xp_peer_type_name(type), r->credits);
 	}
 	uint8_t *buf = send_slot(r, slot);
-	struct xp_peer_hdr h = { .type = type, .flags = flags, .credits = (uint16_t)r->to_return,
-				 .length = (uint32_t)blen, .xfer = xfer };
+	struct xp_peer_hdr h = { .type = type,
+				 .flags = flags,
+				 .credits = (uint16_t)r->to_return,
+				 .length = (uint32_t)blen,
+				 .xfer = xfer };
 	xp_peer_hdr_pack(&h, buf);
 	if (blen)
 		memcpy(buf + XP_PEER_HDR_LEN, body, blen);
 	free(body);
-	struct ibv_sge sge = { (uintptr_t)buf, (uint32_t)(XP_PEER_HDR_LEN + blen), r->ctl_mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = WR_SEND | (uint32_t)slot, .sg_list = &sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_sge sge = { (uintptr_t)buf, (uint32_t)(XP_PEER_HDR_LEN + blen),
+			       r->ctl_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = WR_SEND | (uint32_t)slot,
+				  .sg_list = &sge,
+				  .num_sge = 1,
+				  .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED };
 	struct ibv_send_wr *bad;
 	if ((err = ibv_post_send(r->id->qp, &wr, &bad)))
 		return rogue_err(r, err, "ibv_post_send of %s: %s", xp_peer_type_name(type),
@@ -602,7 +612,7 @@ static int send_msg(struct rogue *r, uint8_t type, uint8_t flags, uint64_t xfer,
 
 static void keep_msg(struct rogue *r, const struct xp_peer_hdr *h, json_t *json)
 {
-	if (r->nq == MAX_MSGS) {	/* nobody waits for the oldest: make room */
+	if (r->nq == MAX_MSGS) { /* nobody waits for the oldest: make room */
 		json_decref(r->q[0].json);
 		memmove(r->q, r->q + 1, sizeof(r->q[0]) * (MAX_MSGS - 1));
 		r->nq--;
@@ -779,7 +789,8 @@ static int wait_msg(struct rogue *r, uint8_t type, json_t **json)
 		if ((rc = owner_refused(r, type)))
 			return rc;
 		if (r->disconnected || r->qp_error)
-			return rogue_err(r, ECONNRESET, "the connection failed while waiting for %s%s%s",
+			return rogue_err(r, ECONNRESET,
+					 "the connection failed while waiting for %s%s%s",
 					 xp_peer_type_name(type), r->why[0] ? ": " : "", r->why);
 		if ((rc = step(r, deadline)) == -ETIMEDOUT)
 			return rogue_err(r, ETIMEDOUT, "no %s from the owner within %d ms",
@@ -811,7 +822,9 @@ static int rdma_op(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey, u
 		   enum ibv_wc_status *st)
 {
 	struct ibv_sge sge = { (uintptr_t)r->data, len, r->data_mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = WR_DATA, .sg_list = &sge, .num_sge = 1,
+	struct ibv_send_wr wr = { .wr_id = WR_DATA,
+				  .sg_list = &sge,
+				  .num_sge = 1,
 				  .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
 				  .send_flags = IBV_SEND_SIGNALED,
 				  .wr.rdma = { .remote_addr = raddr, .rkey = rkey } };
@@ -821,8 +834,8 @@ static int rdma_op(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey, u
 
 	r->data_done = false;
 	if ((rc = ibv_post_send(r->id->qp, &wr, &bad)))
-		return rogue_err(r, rc, "ibv_post_send of the RDMA %s: %s", write ? "WRITE" : "READ",
-				 strerror(rc));
+		return rogue_err(r, rc, "ibv_post_send of the RDMA %s: %s",
+				 write ? "WRITE" : "READ", strerror(rc));
 	while (!r->data_done) {
 		if ((rc = step(r, deadline)) == -ETIMEDOUT)
 			return rogue_err(r, ETIMEDOUT, "the RDMA %s did not complete within %d ms",
@@ -835,8 +848,8 @@ static int rdma_op(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey, u
 }
 
 /* 0 when the request completed with IBV_WC_REM_ACCESS_ERR: the owner's HCA refused it. */
-static int expect_refused(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey,
-			  uint32_t len, char *why, size_t wlen)
+static int expect_refused(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey, uint32_t len,
+			  char *why, size_t wlen)
 {
 	enum ibv_wc_status st;
 
@@ -847,8 +860,10 @@ static int expect_refused(struct rogue *r, bool write, uint64_t raddr, uint32_t 
 	if (st == IBV_WC_REM_ACCESS_ERR)
 		return 0;
 	if (st == IBV_WC_SUCCESS)
-		snprintf(why, wlen, "the owner let the %s of %u bytes at 0x%" PRIx64 " rkey 0x%x "
-			 "through", write ? "WRITE" : "READ", len, raddr, rkey);
+		snprintf(why, wlen,
+			 "the owner let the %s of %u bytes at 0x%" PRIx64 " rkey 0x%x "
+			 "through",
+			 write ? "WRITE" : "READ", len, raddr, rkey);
 	else
 		snprintf(why, wlen, "completed with %s, not %s", ibv_wc_status_str(st),
 			 ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
@@ -856,8 +871,8 @@ static int expect_refused(struct rogue *r, bool write, uint64_t raddr, uint32_t 
 }
 
 /* 0 when the request succeeded; a READ's bytes must be the owner's pattern at @off. */
-static int expect_success(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey,
-			  uint32_t len, size_t off, char *why, size_t wlen)
+static int expect_success(struct rogue *r, bool write, uint64_t raddr, uint32_t rkey, uint32_t len,
+			  size_t off, char *why, size_t wlen)
 {
 	enum ibv_wc_status st;
 	long at;
@@ -890,8 +905,9 @@ static int wait_cm(struct rogue *r, enum rdma_cm_event_type want, uint8_t *pdata
 			enum rdma_cm_event_type got = ev->event;
 			int status = ev->status;
 			if (got == want && pdata) {
-				*plen = ev->param.conn.private_data_len < 64
-						? ev->param.conn.private_data_len : 64;
+				*plen = ev->param.conn.private_data_len < 64 ?
+						ev->param.conn.private_data_len :
+						64;
 				if (ev->param.conn.private_data)
 					memcpy(pdata, ev->param.conn.private_data, *plen);
 				else
@@ -900,7 +916,8 @@ static int wait_cm(struct rogue *r, enum rdma_cm_event_type want, uint8_t *pdata
 			rdma_ack_cm_event(ev);
 			if (got == want)
 				return 0;
-			return rogue_err(r, ECONNREFUSED, "rdma_cm %s (status %d) while waiting for %s",
+			return rogue_err(r, ECONNREFUSED,
+					 "rdma_cm %s (status %d) while waiting for %s",
 					 rdma_event_str(got), status, rdma_event_str(want));
 		}
 		if (errno != EAGAIN)
@@ -918,8 +935,10 @@ static int wait_cm(struct rogue *r, enum rdma_cm_event_type want, uint8_t *pdata
 static int setup_qp(struct rogue *r)
 {
 	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = SEND_SLOTS + 8, .max_recv_wr = RECV_BUFS,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = SEND_SLOTS + 8,
+			 .max_recv_wr = RECV_BUFS,
+			 .max_send_sge = 1,
+			 .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 	};
 	size_t ctl_len = (size_t)RECV_BUFS * RECV_SIZE + (size_t)SEND_SLOTS * SEND_SIZE;
@@ -952,13 +971,15 @@ static void conn_param(struct rogue *r, struct rdma_conn_param *p, const uint8_t
 	int rd = 1;
 
 	if (ibv_query_device(r->id->verbs, &da) == 0) {
-		rd = da.max_qp_init_rd_atom < da.max_qp_rd_atom ? da.max_qp_init_rd_atom
-								: da.max_qp_rd_atom;
+		rd = da.max_qp_init_rd_atom < da.max_qp_rd_atom ? da.max_qp_init_rd_atom :
+								  da.max_qp_rd_atom;
 		rd = rd > 16 ? 16 : rd < 1 ? 1 : rd;
 	}
-	*p = (struct rdma_conn_param){ .private_data = hello, .private_data_len = XP_RDMA_HELLO_LEN,
+	*p = (struct rdma_conn_param){ .private_data = hello,
+				       .private_data_len = XP_RDMA_HELLO_LEN,
 				       .responder_resources = (uint8_t)rd,
-				       .initiator_depth = (uint8_t)rd, .retry_count = 7,
+				       .initiator_depth = (uint8_t)rd,
+				       .retry_count = 7,
 				       .rnr_retry_count = 7 };
 }
 
@@ -978,13 +999,15 @@ static int check_hello(struct rogue *r, const uint8_t *p, size_t len, const stru
 	struct xp_rdma_hello h;
 
 	if (xp_rdma_hello_unpack(p, len, &h) < 0)
-		return rogue_err(r, EPROTO, "the owner's HELLO (%zu bytes of accept private data) is "
-				 "not valid", len);
+		return rogue_err(r, EPROTO,
+				 "the owner's HELLO (%zu bytes of accept private data) is "
+				 "not valid",
+				 len);
 	memcpy(r->owner_node, h.node, XP_ID_BYTES);
 	r->owner_epoch = h.epoch;
 	if (memcmp(r->owner_node, m->node, XP_ID_BYTES) || r->owner_epoch != m->epoch)
-		return rogue_err(r, EPROTO, "the owner's HELLO names another node or epoch than its "
-				 "metadata");
+		return rogue_err(r, EPROTO,
+				 "the owner's HELLO names another node or epoch than its metadata");
 	return 0;
 }
 
@@ -1069,7 +1092,8 @@ static int parse_grant(struct rogue *r, json_t *ok)
 
 	if (json_array_size(segs) != 1 ||
 	    json_unpack(json_array_get(segs, 0), "{s:I, s:I, s:I}", "addr", &addr, "len", &len,
-			"rkey", &rkey) || len != SLICE || rkey < 0 || rkey > UINT32_MAX) {
+			"rkey", &rkey) ||
+	    len != SLICE || rkey < 0 || rkey > UINT32_MAX) {
 		char *text = json_dumps(ok, JSON_COMPACT);
 		rogue_err(r, EPROTO, "CLAIM_OK does not grant one range of %u bytes: %s", SLICE,
 			  text ?: "?");
@@ -1093,12 +1117,12 @@ static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
 	xp_hex_encode(o->m.token, XP_ID_BYTES, token);
 	xp_hex_encode(o->m.node, XP_ID_BYTES, node);
 	r->xfer = ++t->xfer_seq;
-	claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op,
-			  "token", token, "kind", xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE),
-			  "node", node, "epoch", (json_int_t)o->m.epoch, "length",
-			  (json_int_t)o->m.total, "metadata_kind", xp_kind_name(o->m.kind));
-	err = claim ? send_msg(r, XP_PEER_CLAIM, XP_PEER_FROM_ACTIVE, r->xfer, claim)
-		    : rogue_err(r, ENOMEM, "out of memory");
+	claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op, "token",
+			  token, "kind", xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE), "node",
+			  node, "epoch", (json_int_t)o->m.epoch, "length", (json_int_t)o->m.total,
+			  "metadata_kind", xp_kind_name(o->m.kind));
+	err = claim ? send_msg(r, XP_PEER_CLAIM, XP_PEER_FROM_ACTIVE, r->xfer, claim) :
+		      rogue_err(r, ENOMEM, "out of memory");
 	json_decref(claim);
 	if (!err)
 		err = wait_msg(r, XP_PEER_CLAIM_OK, &ok);
@@ -1153,7 +1177,7 @@ static int rogue_release(struct rogue *r)
 struct loop {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
-	struct ibv_qp *a, *b;	/* a reads from b's memory */
+	struct ibv_qp *a, *b; /* a reads from b's memory */
 	struct ibv_mr *mr, *lmr;
 	struct ibv_mw *mw;
 	uint8_t *buf, *lbuf;
@@ -1185,25 +1209,37 @@ static int roce_gid(struct ibv_context *verbs, uint8_t port, const struct sockad
 static int loop_connect(struct ibv_qp *q, const struct ibv_qp *peer, uint8_t port, int gidx,
 			const union ibv_gid *gid)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = port,
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT,
+				 .port_num = port,
 				 .qp_access_flags = IBV_ACCESS_REMOTE_READ };
 
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			  IBV_QP_ACCESS_FLAGS))
+	if (ibv_modify_qp(q, &a,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		return -1;
-	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
-				  .dest_qp_num = peer->qp_num, .max_dest_rd_atomic = 1,
-				  .min_rnr_timer = 12,
-				  .ah_attr = { .is_global = 1, .port_num = port,
-					       .grh = { .dgid = *gid, .sgid_index = (uint8_t)gidx,
-							.hop_limit = 1 } } };
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+	a = (struct ibv_qp_attr){
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = peer->qp_num,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = { .is_global = 1,
+			     .port_num = port,
+			     .grh = { .dgid = *gid, .sgid_index = (uint8_t)gidx, .hop_limit = 1 } }
+	};
+	if (ibv_modify_qp(q, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
 		return -1;
-	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = ACK_TIMEOUT, .retry_cnt = 3,
-				  .rnr_retry = 3, .max_rd_atomic = 1 };
-	return ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) ? -1 : 0;
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS,
+				  .timeout = ACK_TIMEOUT,
+				  .retry_cnt = 3,
+				  .rnr_retry = 3,
+				  .max_rd_atomic = 1 };
+	return ibv_modify_qp(q, &a,
+			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) ?
+		       -1 :
+		       0;
 }
 
 /* One completion within WAIT_MS, polled with short sleeps: this runs once, before any probe. */
@@ -1243,9 +1279,11 @@ static void loop_free(struct loop *l)
 
 static int loop_setup(struct loop *l, struct rdma_cm_id *id, char *why, size_t len)
 {
-	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 1,
-						.max_send_sge = 1, .max_recv_sge = 1 },
-				       .qp_type = IBV_QPT_RC, .sq_sig_all = 1 };
+	struct ibv_qp_init_attr qa = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1
+	};
 	union ibv_gid gid;
 	int gidx = roce_gid(id->verbs, id->port_num, rdma_get_local_addr(id), &gid);
 
@@ -1277,7 +1315,8 @@ static int loop_setup(struct loop *l, struct rdma_cm_id *id, char *why, size_t l
 static int loop_bind(struct loop *l, char *why, size_t len)
 {
 	struct ibv_mw_bind bind = { .send_flags = IBV_SEND_SIGNALED,
-				    .bind_info = { .mr = l->mr, .addr = (uintptr_t)l->buf + SLICE,
+				    .bind_info = { .mr = l->mr,
+						   .addr = (uintptr_t)l->buf + SLICE,
 						   .length = SLICE,
 						   .mw_access_flags = IBV_ACCESS_REMOTE_READ } };
 	enum ibv_wc_status st;
@@ -1308,21 +1347,25 @@ static void check_device_bounds(struct ctx *t)
 	if (loop_setup(&l, r.id, t->bounds_why, sizeof(t->bounds_why)) == 0 &&
 	    loop_bind(&l, t->bounds_why, sizeof(t->bounds_why)) == 0) {
 		struct ibv_sge sge = { (uintptr_t)l.lbuf, PROBE_LEN, l.lmr->lkey };
-		struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1,
+		struct ibv_send_wr wr = { .sg_list = &sge,
+					  .num_sge = 1,
 					  .opcode = IBV_WR_RDMA_READ,
 					  .wr.rdma = { (uintptr_t)l.buf + SLICE - PROBE_LEN,
-						       l.mw->rkey } }, *bad;
+						       l.mw->rkey } },
+				   *bad;
 		if (ibv_post_send(l.a, &wr, &bad) || loop_wait(&l, &st))
-			snprintf(t->bounds_why, sizeof(t->bounds_why), "the loopback READ did not "
-				 "complete");
+			snprintf(t->bounds_why, sizeof(t->bounds_why),
+				 "the loopback READ did not complete");
 		else if (st == IBV_WC_SUCCESS)
 			t->bounds = 0;
 		else
 			t->bounds = 1;
 		if (t->bounds >= 0)
-			snprintf(t->bounds_why, sizeof(t->bounds_why), "the rogue's own %s, loopback: "
-				 "a READ of the 4 KiB just before a type 1 window, with its rkey -> %s",
-				 dev, ibv_wc_status_str(st));
+			snprintf(
+				t->bounds_why, sizeof(t->bounds_why),
+				"the rogue's own %s, loopback: "
+				"a READ of the 4 KiB just before a type 1 window, with its rkey -> %s",
+				dev, ibv_wc_status_str(st));
 	}
 	loop_free(&l);
 	rogue_close(&r);
@@ -1356,7 +1399,8 @@ static int probe_open(struct ctx *t, bool writable, struct probe *p, char *why, 
 		char node[2 * XP_ID_BYTES + 1];
 		xp_hex_encode(p->r.owner_node, XP_ID_BYTES, node);
 		note("rogue connects from %s to %s; the owner's HELLO names node %s epoch %" PRIu64
-		     " as its metadata does", t->tg.src_text, t->tg.dst_text, node, p->r.owner_epoch);
+		     " as its metadata does",
+		     t->tg.src_text, t->tg.dst_text, node, p->r.owner_epoch);
 		t->hello_noted = true;
 	}
 	return 0;
@@ -1367,8 +1411,8 @@ static int probe_open(struct ctx *t, bool writable, struct probe *p, char *why, 
  * read @len bytes at the granted address + @delta, with the window's rkey (or *@rkey: rxe gives
  * an MR without remote access rkey 0, so 0 is no "unset"); the owner's buffer must be as it was.
  */
-static void probe_refused(struct ctx *t, const char *name, bool writable, bool write,
-			  long delta, uint32_t len, const uint32_t *rkey, bool bounds)
+static void probe_refused(struct ctx *t, const char *name, bool writable, bool write, long delta,
+			  uint32_t len, const uint32_t *rkey, bool bounds)
 {
 	struct probe p;
 	char why[512];
@@ -1389,7 +1433,8 @@ static void probe_refused(struct ctx *t, const char *name, bool writable, bool w
 		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
 	else if (bounds && t->bounds == 0)
 		note("NOT PROVABLE HERE: %s: %s; the device ignores window bounds (see above), so "
-		     "this says nothing about the owner", name, why);
+		     "this says nothing about the owner",
+		     name, why);
 	else
 		fail(name, "%s", why);
 	probe_close(t, &p);
@@ -1440,8 +1485,8 @@ static void test_read_then_done(struct ctx *t)
 	if (rogue_done(&p.r)) {
 		fail(f, "DONE: %s", p.r.why);
 	} else if (owner_complete(t, p.o.op, why, sizeof(why)) == 0 &&
-		   expect_refused(&p.r, false, p.r.addr, p.r.rkey, PROBE_LEN, why,
-				  sizeof(why)) == 0) {
+		   expect_refused(&p.r, false, p.r.addr, p.r.rkey, PROBE_LEN, why, sizeof(why)) ==
+			   0) {
 		ok("%s: the owner's op is COMPLETE, READ with rkey 0x%x -> %s", f, p.r.rkey,
 		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
 	} else {
@@ -1466,19 +1511,20 @@ static void test_write_then_done(struct ctx *t)
 	fill(p.r.data, SLICE, SLICE, SEED_WRITE);
 	if (expect_success(&p.r, true, p.r.addr, p.r.rkey, SLICE, SLICE, why, sizeof(why)) == 0 &&
 	    buffer_is(t, SEED_WRITE, why, sizeof(why)) == 0)
-		ok("%s: %u bytes at 0x%" PRIx64 " rkey 0x%x landed in the owner's range and nowhere "
-		   "else", e, SLICE, p.r.addr, p.r.rkey);
+		ok("%s: %u bytes at 0x%" PRIx64
+		   " rkey 0x%x landed in the owner's range and nowhere else",
+		   e, SLICE, p.r.addr, p.r.rkey);
 	else
 		fail(e, "%s", why);
 	fill(p.r.data, SLICE, PROBE_LEN, SEED_ROGUE);
 	if (rogue_done(&p.r)) {
 		fail(f, "DONE: %s", p.r.why);
 	} else if (owner_complete(t, p.o.op, why, sizeof(why)) == 0 &&
-		   expect_refused(&p.r, true, p.r.addr, p.r.rkey, PROBE_LEN, why,
-				  sizeof(why)) == 0 &&
+		   expect_refused(&p.r, true, p.r.addr, p.r.rkey, PROBE_LEN, why, sizeof(why)) ==
+			   0 &&
 		   buffer_is(t, SEED_WRITE, why, sizeof(why)) == 0) {
-		ok("%s: the owner's op is COMPLETE, WRITE with rkey 0x%x -> %s, buffer unchanged", f,
-		   p.r.rkey, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+		ok("%s: the owner's op is COMPLETE, WRITE with rkey 0x%x -> %s, buffer unchanged",
+		   f, p.r.rkey, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
 	} else {
 		fail(f, "%s; the owner's windows_open is %lld", why, windows_now(t));
 	}
@@ -1586,7 +1632,8 @@ static void test_unreleased_cut_off(struct ctx *t)
 		fail(f, "the connection still stood %d ms after the CANCEL", LINGER_MS);
 	else
 		ok("%s: the owner dropped the connection (and with its queue pair the window) "
-		   "%llu ms after its CANCEL", f, (unsigned long long)(now_ms() - t0));
+		   "%llu ms after its CANCEL",
+		   f, (unsigned long long)(now_ms() - t0));
 	probe_close(t, &p);
 }
 
@@ -1742,8 +1789,8 @@ static void health_local(struct ctx *t)
 		snprintf(why, sizeof(why), "second client: %s (%s)", xfer_strerror(rc),
 			 c2 ? xfer_last_error(c2) : "");
 	else if (ai.state != XFER_COMPLETE || pi.state != XFER_COMPLETE)
-		snprintf(why, sizeof(why), "read %s (%.200s), readable %s (%.200s)", state_name(&ai),
-			 ai.cause, state_name(&pi), pi.cause);
+		snprintf(why, sizeof(why), "read %s (%.200s), readable %s (%.200s)",
+			 state_name(&ai), ai.cause, state_name(&pi), pi.cause);
 	else if (mismatch(b2.addr, SLICE, SLICE, SEED_OWNER) >= 0)
 		snprintf(why, sizeof(why), "the bytes read differ from the owner's");
 out:
@@ -1808,19 +1855,24 @@ static int setup(struct ctx *t)
 		return -1;
 	}
 	if (!all_mw) {
-		fail("setup", "the owner's device %s has no memory windows: its claimers get the "
-		     "region MR's rkey by design (§10.5), nothing here would hold", names);
+		fail("setup",
+		     "the owner's device %s has no memory windows: its claimers get the "
+		     "region MR's rkey by design (§10.5), nothing here would hold",
+		     names);
 		return -1;
 	}
 	ok("setup: owner client with a %u-byte region; the owner's device %s has memory windows "
-	   "(%lld open)", BUF_LEN, names, open);
+	   "(%lld open)",
+	   BUF_LEN, names, open);
 	check_device_bounds(t);
 	if (t->bounds == 0)
 		note("the device ignores memory window bounds (%s): b and c cannot be proven against "
-		     "an owner on such a device and are reported as notes", t->bounds_why);
+		     "an owner on such a device and are reported as notes",
+		     t->bounds_why);
 	else if (t->bounds < 0)
 		note("whether the device enforces memory window bounds is unknown (%s): b and c are "
-		     "checks", t->bounds_why);
+		     "checks",
+		     t->bounds_why);
 	return 0;
 }
 
@@ -1829,8 +1881,9 @@ int main(int argc, char **argv)
 	struct ctx t = { 0 };
 
 	if (argc < 3 || argc > 4) {
-		fprintf(stderr, "usage: rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR]\n"
-				"  SOURCE_ADDR defaults to $RXE_IP0\n");
+		fprintf(stderr,
+			"usage: rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR]\n"
+			"  SOURCE_ADDR defaults to $RXE_IP0\n");
 		return 2;
 	}
 	t.sock = argv[1];
@@ -1842,10 +1895,10 @@ int main(int argc, char **argv)
 	alarm(RUN_LIMIT_S);
 	if (setup(&t) == 0) {
 		test_read_then_done(&t);
-		probe_refused(&t, "b. READ of the 4 KiB just before a readable's range", false, false,
-			      -(long)PROBE_LEN, PROBE_LEN, NULL, true);
-		probe_refused(&t, "c. READ of the 4 KiB just after a readable's range", false, false,
-			      (long)SLICE, PROBE_LEN, NULL, true);
+		probe_refused(&t, "b. READ of the 4 KiB just before a readable's range", false,
+			      false, -(long)PROBE_LEN, PROBE_LEN, NULL, true);
+		probe_refused(&t, "c. READ of the 4 KiB just after a readable's range", false,
+			      false, (long)SLICE, PROBE_LEN, NULL, true);
 		probe_refused(&t, "c. READ of a readable's whole range plus one byte", false, false,
 			      0, SLICE + 1, NULL, true);
 		probe_refused(&t, "c. WRITE of the 4 KiB just after a writable's range", true, true,

@@ -73,7 +73,8 @@ static int gaps_intact(const struct side *s, const struct xfer_desc *d, size_t n
 				inside = d[i].region == s->region[r] && off >= d[i].offset &&
 					 off < d[i].offset + d[i].length;
 			if (!inside && p[off] != GAP) {
-				snprintf(why, len, "byte %zu of region %d outside the descriptors changed",
+				snprintf(why, len,
+					 "byte %zu of region %d outside the descriptors changed",
 					 off, r);
 				return -1;
 			}
@@ -96,8 +97,9 @@ static int check_info(const char *who, const struct xfer_op_info *info, uint64_t
 		return -1;
 	}
 	if (info->bytes != total || info->length != total) {
-		snprintf(why, len, "%s op moved %" PRIu64 " of %" PRIu64 " bytes, expected %" PRIu64,
-			 who, info->bytes, info->length, total);
+		snprintf(why, len,
+			 "%s op moved %" PRIu64 " of %" PRIu64 " bytes, expected %" PRIu64, who,
+			 info->bytes, info->length, total);
 		return -1;
 	}
 	return 0;
@@ -248,16 +250,22 @@ int main(int argc, char **argv)
 		uint64_t k = big ? 1024 : 2;
 		uint64_t l1 = 1000 * k + 3, l2 = 1500 * k + 1, l3 = 2900 * k + 5;
 		uint64_t t = l1 + l2 + l3, m1 = l1 + l2 / 2 + 11;
-		struct xfer_desc pd3[3] = { { P0, 100, l1 }, { P1, 4097, l2 }, { P0, 3 * l1 + 333, l3 } };
+		struct xfer_desc pd3[3] = { { P0, 100, l1 },
+					    { P1, 4097, l2 },
+					    { P0, 3 * l1 + 333, l3 } };
 		struct xfer_desc ad2[2] = { { A0, 7, m1 }, { A0, m1 + 64 * k + 13, t - m1 } };
 		struct xfer_desc pd2[2] = { { P1, 9, m1 }, { P0, 65537, t - m1 } };
-		struct xfer_desc ad3[3] = { { A0, t + 321, l3 }, { A0, 1, l1 }, { A0, t + l3 + 999, l2 } };
+		struct xfer_desc ad3[3] = { { A0, t + 321, l3 },
+					    { A0, 1, l1 },
+					    { A0, t + l3 + 999, l2 } };
 		char name[160];
 
-		snprintf(name, sizeof(name), "3-descriptor readable read by a 2-descriptor read, %s",
+		snprintf(name, sizeof(name),
+			 "3-descriptor readable read by a 2-descriptor read, %s",
 			 big ? "~5.4 MiB" : "~5.4 KiB");
 		run_case(name, &p, &a, 1, pd3, 3, ad2, 2);
-		snprintf(name, sizeof(name), "2-descriptor writable written by a 3-descriptor write, %s",
+		snprintf(name, sizeof(name),
+			 "2-descriptor writable written by a 3-descriptor write, %s",
 			 big ? "~5.4 MiB" : "~5.4 KiB");
 		run_case(name, &p, &a, 0, pd2, 2, ad3, 3);
 	}
