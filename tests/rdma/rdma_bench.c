@@ -57,9 +57,13 @@ struct run {
 	pthread_barrier_t start;
 };
 
-/* When each of a worker's transfers began and ended (now(); grown as needed). */
+/* When each of a worker's transfers began and ended (now()), in an array grown as needed. */
+struct span {
+	double begin, end;
+};
+
 struct spans {
-	double *begin, *end;
+	struct span *v;
 	size_t n, cap;
 };
 
@@ -198,19 +202,15 @@ static int spans_add(struct spans *s, double begin, double end)
 {
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 1024;
-		double *b = realloc(s->begin, cap * sizeof(*b));
-		if (b)
-			s->begin = b;
-		double *e = b ? realloc(s->end, cap * sizeof(*e)) : NULL;
-		if (!e) {
+		struct span *v = realloc(s->v, cap * sizeof(*v));
+		if (!v) {
 			fprintf(stderr, "rdma_bench: out of memory\n");
 			return -1;
 		}
-		s->end = e;
+		s->v = v;
 		s->cap = cap;
 	}
-	s->begin[s->n] = begin;
-	s->end[s->n++] = end;
+	s->v[s->n++] = (struct span){ begin, end };
 	return 0;
 }
 
@@ -248,10 +248,11 @@ static double bytes_within(const struct worker *ws, int depth, size_t len, doubl
 
 	for (int i = 0; i < depth; i++)
 		for (size_t j = 0; j < ws[i].spans.n; j++) {
-			double b = ws[i].spans.begin[j], e = ws[i].spans.end[j];
-			double lo = b > from ? b : from, hi = e < to ? e : to;
+			const struct span *sp = &ws[i].spans.v[j];
+			double lo = sp->begin > from ? sp->begin : from;
+			double hi = sp->end < to ? sp->end : to;
 			if (hi > lo)
-				bytes += (double)len * (hi - lo) / (e - b);
+				bytes += (double)len * (hi - lo) / (sp->end - sp->begin);
 		}
 	return bytes;
 }
@@ -363,8 +364,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < depth; i++) {
 		side_close(&ws[i].active);
 		side_close(&ws[i].passive);
-		free(ws[i].spans.begin);
-		free(ws[i].spans.end);
+		free(ws[i].spans.v);
 	}
 	return err;
 }

@@ -12,6 +12,8 @@
 #     (and each active op seen while it ran) lists transport "rdma"; peers list transport rdma;
 #     the devices count RDMA READ/WRITE bytes; regions list per-device keys
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
+#   - the benchmark client of make bench-rdma (tests/rdma/rdma_bench.c), briefly, 2 in flight:
+#     it runs, checks its bytes and reports the transport, so that the bench does not rot
 #   - a hostile peer (tests/rdma/rdma_rogue.c, RDMA only): CLAIM_OK's rkeys are memory windows
 #     that reach only the claimed range, in its direction, through the claimer's queue pair,
 #     while the transfer lasts; the region MR's own rkey reaches nothing
@@ -35,7 +37,8 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, multi, hostile, concurrency, refusals, failures (setup and shutdown always run).
+# sizes, regions, multi, bench, hostile, concurrency, refusals, failures (setup and shutdown
+# always run).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -319,6 +322,26 @@ if want multi; then
 		check_baseline "multi-descriptor"
 	else
 		fail "multi-descriptor operations" "$BUILD/tests/rdma_sg is not built (make test-rdma builds it)"
+	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# The bench client (scripts/bench-rdma.sh): 1 s per kind and size, 2 in flight, its margins on.
+
+if want bench; then
+	if [ -x "$BUILD/tests/rdma_bench" ]; then
+		out=$(timeout -k 2 120 "$BUILD/tests/rdma_bench" -d 2 -m 0.25 "$(node_sock 1)" \
+			"$(node_sock 0)" 1 both 65536 1048576 2>&1)
+		rc=$?
+		lines=$(grep -c "^xferd .* MiB/s [0-9.]* transport $TRANSPORT\$" <<<"$out")
+		if [ "$rc" = 0 ] && [ "$lines" = 4 ]; then
+			ok "rdma_bench: read and write at 64 KiB and 1 MiB, bytes checked, transport $TRANSPORT"
+		else
+			fail "rdma_bench" "exit $rc, $lines of 4 result lines over $TRANSPORT: $(tail -n 4 <<<"$out" | tr '\n' ' ')"
+		fi
+		check_baseline "bench client"
+	else
+		fail "bench client" "$BUILD/tests/rdma_bench is not built (make test-rdma builds it)"
 	fi
 fi
 
