@@ -26,10 +26,10 @@
 # WRITE); on the guest's 2 vCPUs the two polling processes compete with rdma_rxe's own
 # tasklets, while xferd sleeps on its completion channel. Read its numbers with that in mind.
 # Environment: BUILD (default build), SIZES (bytes, default 64K..16M), DUR (seconds per
-# measurement, default 5: 3 s measured between 1 s margins), DEPTH (concurrent transfers of the second xferd run, default 8),
-# REPS (rounds over every size, default 3: the table shows each figure's median, and each ratio
-# is the median of the ratios within a round),
-# PERFTEST_ARGS (extra perftest options, default none).
+# measurement, default 5: 3 s measured between 1 s margins), DEPTH (concurrent transfers of the
+# second xferd run, default 8), REPS (rounds over every size, default 3: the table shows each
+# figure's median, and each ratio is the median of the ratios within a round), PERFTEST_ARGS
+# (extra perftest options, default none).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
