@@ -25,6 +25,7 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->keepalive_timeout_ms = 5000;
 	cfg->connect_timeout_ms = 10000;
 	cfg->rdma_ack_timeout = 16; /* about 270 ms */
+	cfg->rdma_request_size = 128u << 10;
 }
 
 int xd_config_add_addr(char **list, int *n, const char *addr)
@@ -80,12 +81,12 @@ static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	const char *transport = NULL;
 	json_t *devices = NULL;
 	int require = cfg->require_rdma;
-	json_int_t ack = cfg->rdma_ack_timeout;
+	json_int_t ack = cfg->rdma_ack_timeout, request = cfg->rdma_request_size;
 	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I}", "transport", &transport,
+	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I, s?I}", "transport", &transport,
 			   "rdma_devices", &devices, "require_rdma", &require, "rdma_ack_timeout",
-			   &ack)) {
+			   &ack, "rdma_request_size", &request)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -93,7 +94,12 @@ static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errl
 		snprintf(err, errlen, "rdma_ack_timeout must be 1 to 31 (4.096 us * 2^N)");
 		return -EINVAL;
 	}
+	if (request < 4096 || request > XD_RDMA_CHUNK) {
+		snprintf(err, errlen, "rdma_request_size must be 4096 to %u bytes", XD_RDMA_CHUNK);
+		return -EINVAL;
+	}
 	cfg->rdma_ack_timeout = (int)ack;
+	cfg->rdma_request_size = (uint32_t)request;
 	if (transport && (int)(cfg->transport = xd_transport_from_name(transport)) < 0) {
 		snprintf(err, errlen, "transport must be auto, rdma or tcp");
 		return -EINVAL;
@@ -170,20 +176,21 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *limits = NULL, *ignored[10];
+	json_t *limits = NULL, *ignored[11];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
 			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o}",
+			   "s?o, s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
 			   "copy_threads", &threads, "listen", &ignored[0], "advertise",
 			   &ignored[1], "peer_connections", &ignored[2], "keepalive_ms",
 			   &ignored[3], "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms",
 			   &ignored[5], "transport", &ignored[6], "rdma_devices", &ignored[7],
-			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9])) {
+			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9],
+			   "rdma_request_size", &ignored[10])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}

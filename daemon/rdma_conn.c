@@ -32,13 +32,16 @@
 #define RC_BUF_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
 #define RC_SQ_DEPTH 256
 /*
- * One round-robin turn of a transfer: one RDMA READ or WRITE (cut at the device's largest
- * message). Large enough that the per-request cost of a software device (rxe turns every
- * request into a tasklet round) stays small: 4 MiB reads ran ~1.3x faster than 1 MiB reads in
- * the Soft-RoCE VM; a real NIC moves 4 MiB in well under a millisecond, so other transfers on
- * the connection still take turns often.
+ * One round-robin turn of a transfer is a chunk of up to XD_RDMA_CHUNK (4 MiB), posted as RDMA
+ * READs or WRITEs of at most rdma_request_size each (default 128 KiB; never more than the
+ * device's largest message), only the last one signalled. A real NIC moves 4 MiB in well under
+ * a millisecond, so other transfers on the connection still take turns often. Why requests
+ * smaller than the chunk: the requester of a queue pair keeps several of them moving at once,
+ * and Soft-RoCE sends no new request more than 128 packets ahead of the oldest unacknowledged
+ * one, so a 1 MiB READ (1024 packets) runs alone and its request round trip is never hidden:
+ * 1 MiB reads, 8 in flight, ran ~1.3x faster as 128 KiB requests than as one 1 MiB request
+ * (the same for 256 KiB; 4 and 16 MiB no slower) in the VM.
  */
-#define RC_CHUNK (4u << 20)
 /*
  * Chunks in flight per connection: one moving and one queued behind it, so that the wire never
  * waits for our wake-up after a completion (up to a 4 ms tick in the VM, microseconds on
@@ -731,8 +734,11 @@ static bool pump_one(struct xd_rconn *rc)
 
 	if (!x)
 		return false;
-	uint32_t len = xd_xfer_next_rdma_chunk(x, rc->dev->index, RC_CHUNK, rc->dev->max_msg,
-					       pieces, XD_RDMA_MAX_PIECES, &n);
+	uint32_t request = rc->d->cfg.rdma_request_size;
+	if (request > rc->dev->max_msg)
+		request = rc->dev->max_msg;
+	uint32_t len = xd_xfer_next_rdma_chunk(x, rc->dev->index, XD_RDMA_CHUNK, request, pieces,
+					       XD_RDMA_MAX_PIECES, &n);
 	if (len == 0)
 		return false;
 	for (int i = 0; i < n; i++) {

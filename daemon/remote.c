@@ -250,7 +250,7 @@ int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iove
 		}                                         \
 	} while (0)
 
-uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_msg,
+uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_request,
 				 struct xd_rdma_piece *pieces, int maxp, int *np)
 {
 	uint64_t off = x->next_off, left = x->length - x->next_off, lin, rin;
@@ -270,8 +270,8 @@ uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint3
 			len = ls->length - lin;
 		if (len > x->rsegs[ri].len - rin)
 			len = x->rsegs[ri].len - rin;
-		if (len > max_msg)
-			len = max_msg;
+		if (len > max_request)
+			len = max_request;
 		pieces[(*np)++] = (struct xd_rdma_piece){
 			.laddr = (uintptr_t)(ls->region->base + ls->offset + lin),
 			.lkey = xd_rdma_lkey(ls->region, dev),

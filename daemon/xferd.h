@@ -35,9 +35,10 @@
 #define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
 #define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
-#define XD_MAX_LISTEN 8	      /* listen and advertise addresses */
-#define XD_MAX_DEVICES 8      /* RDMA devices used */
-#define XD_RDMA_MAX_PIECES 16 /* work requests one RDMA chunk may take */
+#define XD_MAX_LISTEN 8		 /* listen and advertise addresses */
+#define XD_MAX_DEVICES 8	 /* RDMA devices used */
+#define XD_RDMA_MAX_PIECES 32	 /* work requests one RDMA chunk may take */
+#define XD_RDMA_CHUNK (4u << 20) /* one round-robin turn of a transfer on a queue pair */
 
 struct xd_conn;
 struct xd_op;
@@ -104,6 +105,7 @@ struct xd_config {
 	enum xd_transport transport;
 	bool require_rdma;		    /**< a fallback from RDMA to TCP is an error */
 	int rdma_ack_timeout;		    /**< QP local ACK timeout: 4.096 us * 2^N */
+	uint32_t rdma_request_size;	    /**< largest RDMA READ/WRITE work request */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
 };
@@ -496,10 +498,11 @@ struct xd_rdma_piece {
 	uint32_t lkey, rkey, len;
 };
 /*
- * Takes the next chunk (at most @max bytes, pieces at most @max_msg) of @x for device @dev:
- * fills @pieces (at most @maxp) and returns the bytes they cover (0: nothing left).
+ * Takes the next chunk (at most @max bytes, pieces at most @max_request, each within one local
+ * and one remote segment) of @x for device @dev: fills @pieces (at most @maxp) and returns the
+ * bytes they cover (0: nothing left).
  */
-uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_msg,
+uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_request,
 				 struct xd_rdma_piece *pieces, int maxp, int *np);
 
 /* rdma.c: verbs devices and registrations */

@@ -173,6 +173,7 @@ TEST(bad_config_refused_at_startup)
 		{ "{\"limits\": {\"regions\": 0}}", "limits must be positive" },
 		{ "{\"transport\": \"carrier-pigeon\"}", "transport must be auto, rdma or tcp" },
 		{ "{\"peer_connections\": 99}", "peer_connections 1..16" },
+		{ "{\"rdma_request_size\": 512}", "rdma_request_size must be 4096 to 4194304" },
 		{ "not json", "xferd.json:1" },
 	};
 	char bin[PATH_MAX], dir[] = "/tmp/xferd-cfg.XXXXXX", log[64];

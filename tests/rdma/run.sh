@@ -252,16 +252,19 @@ if want sizes; then
 	check_sizes $((2 * MIB)) 4096 $MIB $((MIB + 1)) $((32 * MIB))
 	note "sizes took $((SECONDS - sizes_t0)) s"
 
-	# The data really went by RDMA: the devices counted READ and WRITE bytes, the connection sets
-	# say rdma. (Reads pull with RDMA READ, writes push with RDMA WRITE, both ways round above.)
+	# The data really went by RDMA: the devices counted READ and WRITE bytes, in requests of at
+	# most rdma_request_size (default 128 KiB) each, and the connection sets say rdma. (Reads
+	# pull with RDMA READ, writes push with RDMA WRITE, both ways round above.)
 	for n in 0 1; do
 		if [ "$TRANSPORT" = rdma ]; then
 			j=$(ctl "$n" --json devices 2>&1)
 			rb=$(jfield "$j" rdma_read_bytes) wb=$(jfield "$j" rdma_write_bytes) ce=$(jfield "$j" completion_errors)
-			if [ "${rb:-0}" -ge $MIB ] && [ "${wb:-0}" -ge $MIB ] && [ "${ce:-1}" = 0 ]; then
-				ok "node $n ${DEV[$n]} counters: $rb bytes by RDMA READ, $wb by RDMA WRITE, 0 completion errors"
+			rn=$(jfield "$j" rdma_reads) wn=$(jfield "$j" rdma_writes)
+			if [ "${rb:-0}" -ge $MIB ] && [ "${wb:-0}" -ge $MIB ] && [ "${ce:-1}" = 0 ] &&
+				[ $((${rn:-0} * 131072)) -ge "$rb" ] && [ $((${wn:-0} * 131072)) -ge "$wb" ]; then
+				ok "node $n ${DEV[$n]} counters: $rb bytes by $rn RDMA READs, $wb by $wn RDMA WRITEs (<= 128 KiB each), 0 completion errors"
 			else
-				fail "node $n ${DEV[$n]} counters" "rdma_read_bytes '$rb' rdma_write_bytes '$wb' completion_errors '$ce': $j"
+				fail "node $n ${DEV[$n]} counters" "rdma_reads '$rn' rdma_read_bytes '$rb' rdma_writes '$wn' rdma_write_bytes '$wb' completion_errors '$ce' (requests at most 128 KiB): $j"
 			fi
 		fi
 		j=$(ctl "$n" --json peers 2>&1)
