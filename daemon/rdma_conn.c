@@ -32,17 +32,6 @@
 #define RC_BUF_SIZE (XP_PEER_HDR_LEN + XP_PEER_MAX_CTRL)
 #define RC_SQ_DEPTH 256
 /*
- * One round-robin turn of a transfer is a chunk of up to XD_RDMA_CHUNK (4 MiB), posted as RDMA
- * READs or WRITEs of at most rdma_request_size each (default 128 KiB; never more than the
- * device's largest message), only the last one signalled. A real NIC moves 4 MiB in well under
- * a millisecond, so other transfers on the connection still take turns often. Why requests
- * smaller than the chunk: the requester of a queue pair keeps several of them moving at once,
- * and Soft-RoCE sends no new request more than 128 packets ahead of the oldest unacknowledged
- * one, so a 1 MiB READ (1024 packets) runs alone and its request round trip is never hidden:
- * 1 MiB reads, 8 in flight, ran ~1.3x faster as 128 KiB requests than as one 1 MiB request
- * (the same for 256 KiB; 4 and 16 MiB no slower) in the VM.
- */
-/*
  * Chunks in flight per connection: one moving and one queued behind it, so that the wire never
  * waits for our wake-up after a completion (up to a 4 ms tick in the VM, microseconds on
  * hardware, both far below a 4 MiB chunk's time). More would only hold back the control
@@ -725,7 +714,17 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 	return 0;
 }
 
-/* Posts one chunk of the next transfer in the peer's round-robin queue. */
+/*
+ * Posts one chunk of the next transfer in the peer's round-robin queue: its turn of up to
+ * XD_RDMA_CHUNK (4 MiB), as RDMA READs or WRITEs of at most rdma_request_size each (default
+ * 128 KiB; never more than the device's largest message), only the last one signalled. A real
+ * NIC moves 4 MiB in well under a millisecond, so other transfers on the connection still take
+ * turns often. Why requests smaller than the chunk: the requester of a queue pair keeps several
+ * of them moving at once, and Soft-RoCE sends no new request more than 128 packets ahead of the
+ * oldest unacknowledged one, so a 1 MiB READ (1024 packets) runs alone and the round trip of
+ * the request behind it is never hidden: in the VM, 1 MiB reads, 8 in flight, ran ~1.4x faster
+ * as 128 KiB requests than as one request each (256 KiB alike; 4 and 16 MiB no slower).
+ */
 static bool pump_one(struct xd_rconn *rc)
 {
 	struct xd_rdma_piece pieces[XD_RDMA_MAX_PIECES];
