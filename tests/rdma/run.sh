@@ -10,7 +10,8 @@
 #   - devices: each daemon uses its rxe device, port ACTIVE, Ethernet, MTU, RoCE v2 GID
 #   - the four operations byte-exact (cmp) at 4 KiB .. 32 MiB, both directions; each passive op
 #     (and each active op seen while it ran) lists transport "rdma"; peers list transport rdma;
-#     the devices count RDMA READ/WRITE bytes; regions list per-device keys
+#     the devices count RDMA READ/WRITE bytes, in requests of at most the node's
+#     rdma_request_size (128 KiB on node 0, 16 KiB on node 1); regions list per-device keys
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
 #   - the benchmark client of make bench-rdma (tests/rdma/rdma_bench.c), briefly, 2 in flight:
 #     it runs, checks its bytes and reports the transport, so that the bench does not rot
@@ -33,7 +34,7 @@
 # Environment: BUILD (default build); XFER_RDMA_TRANSPORT=tcp runs the same cases over TCP
 # between the two addresses (expects transport "tcp"; the veths are slowed to 100 Mbit/s with
 # tc for the failure cases, or they end before they are caught under way); XFER_RDMA_FAIL_SIZE (bytes moved in
-# the failure cases, default 128 MiB: 4 MiB requests, 4 in flight, finish 64 MiB before a
+# the failure cases, default 128 MiB: 4 MiB chunks, 2 in flight, finish 64 MiB before a
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
@@ -104,9 +105,13 @@ HAS_TRANSPORT=0
 # rdma_ack_timeout 19 (~2.1 s, default 16 ~270 ms): under emulation a loaded node can take longer
 # than 270 ms to ACK, and Soft-RoCE 6.1's requester sometimes stops for good when such a spurious
 # retransmission rewinds over a memory window bind (README, "Running the RDMA tests").
+# rdma_request_size: node 0 posts requests of the default 128 KiB, node 1 of 16 KiB, so that
+# the transfers node 1 drives also cut chunks at the work-request limit per chunk (32).
+REQUEST=(131072 16384)
 write_config() {
 	local extra=
-	[ "$TRANSPORT" = rdma ] && extra=', "require_rdma": true, "rdma_ack_timeout": 19'
+	[ "$TRANSPORT" = rdma ] &&
+		extra=", \"require_rdma\": true, \"rdma_ack_timeout\": 19, \"rdma_request_size\": ${REQUEST[$1]}"
 	printf '{"keepalive_ms": 500, "keepalive_timeout_ms": %s, "default_timeout_ms": 300000%s}\n' \
 		"$KA_MS" "$extra" >"$D/n$1.json"
 }
@@ -253,18 +258,18 @@ if want sizes; then
 	note "sizes took $((SECONDS - sizes_t0)) s"
 
 	# The data really went by RDMA: the devices counted READ and WRITE bytes, in requests of at
-	# most rdma_request_size (default 128 KiB) each, and the connection sets say rdma. (Reads
-	# pull with RDMA READ, writes push with RDMA WRITE, both ways round above.)
+	# most the node's rdma_request_size each, and the connection sets say rdma. (Reads pull with
+	# RDMA READ, writes push with RDMA WRITE, both ways round above.)
 	for n in 0 1; do
 		if [ "$TRANSPORT" = rdma ]; then
 			j=$(ctl "$n" --json devices 2>&1)
 			rb=$(jfield "$j" rdma_read_bytes) wb=$(jfield "$j" rdma_write_bytes) ce=$(jfield "$j" completion_errors)
 			rn=$(jfield "$j" rdma_reads) wn=$(jfield "$j" rdma_writes)
 			if [ "${rb:-0}" -ge $MIB ] && [ "${wb:-0}" -ge $MIB ] && [ "${ce:-1}" = 0 ] &&
-				[ $((${rn:-0} * 131072)) -ge "$rb" ] && [ $((${wn:-0} * 131072)) -ge "$wb" ]; then
-				ok "node $n ${DEV[$n]} counters: $rb bytes by $rn RDMA READs, $wb by $wn RDMA WRITEs (<= 128 KiB each), 0 completion errors"
+				[ $((${rn:-0} * REQUEST[n])) -ge "$rb" ] && [ $((${wn:-0} * REQUEST[n])) -ge "$wb" ]; then
+				ok "node $n ${DEV[$n]} counters: $rb bytes by $rn RDMA READs, $wb by $wn RDMA WRITEs (<= ${REQUEST[$n]} B each), 0 completion errors"
 			else
-				fail "node $n ${DEV[$n]} counters" "rdma_reads '$rn' rdma_read_bytes '$rb' rdma_writes '$wn' rdma_write_bytes '$wb' completion_errors '$ce' (requests at most 128 KiB): $j"
+				fail "node $n ${DEV[$n]} counters" "rdma_reads '$rn' rdma_read_bytes '$rb' rdma_writes '$wn' rdma_write_bytes '$wb' completion_errors '$ce' (requests at most ${REQUEST[$n]} B): $j"
 			fi
 		fi
 		j=$(ctl "$n" --json peers 2>&1)
