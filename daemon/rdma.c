@@ -45,9 +45,37 @@ static bool device_wanted(const struct xd_config *cfg, const char *name)
 }
 
 /*
- * Reaps every completion of @dev; re-arms the channel first so none can be missed. An armed CQ
- * raises one event, so there is one to read (a second read would only find EAGAIN: one system
- * call per wake-up saved; should there ever be more, the fd stays readable and we come back).
+ * Reaps one batch of @dev's completions. Never until the CQ is empty: handling a completion
+ * posts more work, and Soft-RoCE can complete a request inside ibv_post_send, so draining would
+ * hold the event loop for a whole transfer (client requests, keepalives and every other
+ * connection waiting). After a full batch the zero timer brings us back once the loop has
+ * polled its other fds; anything that completes meanwhile also raises a channel event.
+ */
+static void cq_reap(struct xd_rdma_dev *dev)
+{
+	static const struct timeval next_turn = { 0, 0 };
+	struct ibv_wc wc[XD_POLL_BATCH];
+	int n = ibv_poll_cq(dev->cq, XD_POLL_BATCH, wc);
+
+	if (n < 0)
+		xd_log(XD_LOG_ERR, "%s: ibv_poll_cq failed", dev->name);
+	for (int i = 0; i < n; i++)
+		xd_rconn_completion(dev, &wc[i]);
+	if (n == XD_POLL_BATCH && event_add(dev->reap_ev, &next_turn) < 0)
+		xd_log(XD_LOG_ERR, "%s: event_add failed: completions wait for the next event",
+		       dev->name);
+}
+
+static void cq_reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	cq_reap(arg);
+}
+
+/*
+ * The channel fired: re-arms the CQ first so that no completion can be missed, then reaps. An
+ * armed CQ raises one event, so there is one to read (a second read would only find EAGAIN: one
+ * system call per wake-up saved; should there ever be more, the fd stays readable and we come
+ * back).
  */
 static void cq_event_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -59,19 +87,15 @@ static void cq_event_cb(evutil_socket_t fd, short what, void *arg)
 		ibv_ack_cq_events(cq, 1);
 	if (ibv_req_notify_cq(dev->cq, 0))
 		xd_log(XD_LOG_ERR, "%s: ibv_req_notify_cq failed", dev->name);
-	struct ibv_wc wc[XD_POLL_BATCH];
-	int n;
-	while ((n = ibv_poll_cq(dev->cq, XD_POLL_BATCH, wc)) > 0)
-		for (int i = 0; i < n; i++)
-			xd_rconn_completion(dev, &wc[i]);
-	if (n < 0)
-		xd_log(XD_LOG_ERR, "%s: ibv_poll_cq failed", dev->name);
+	cq_reap(dev);
 }
 
 /* The reverse of dev_open(); safe on a partly opened device. */
 static void dev_close(struct xd_rdma_dev *dev)
 {
+	xd_event_free(dev->reap_ev);
 	xd_event_free(dev->ev);
+	dev->reap_ev = NULL;
 	dev->ev = NULL;
 	if (dev->cq && ibv_destroy_cq(dev->cq))
 		xd_log(XD_LOG_ERR, "%s: ibv_destroy_cq failed", dev->name);
@@ -131,7 +155,8 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	if (ibv_req_notify_cq(dev->cq, 0))
 		return -EIO;
 	dev->ev = event_new(d->base, dev->channel->fd, EV_READ | EV_PERSIST, cq_event_cb, dev);
-	if (!dev->ev || event_add(dev->ev, NULL) < 0)
+	dev->reap_ev = evtimer_new(d->base, cq_reap_cb, dev);
+	if (!dev->ev || !dev->reap_ev || event_add(dev->ev, NULL) < 0)
 		return -ENOMEM;
 	xd_log(XD_LOG_INFO, "using RDMA device %s port %u (%s, %s, active MTU %d)", dev->name,
 	       dev->port, ibv_port_state_str(port.state), link_layer_name(port.link_layer),
