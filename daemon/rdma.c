@@ -61,12 +61,12 @@ static void cq_reap(struct xd_rdma_dev *dev)
 		xd_log(XD_LOG_ERR, "%s: ibv_poll_cq failed", dev->name);
 	for (int i = 0; i < n; i++)
 		xd_rconn_completion(dev, &wc[i]);
-	if (n == XD_POLL_BATCH && event_add(dev->reap_ev, &next_turn) < 0)
+	if (n == XD_POLL_BATCH && event_add(dev->next_batch_ev, &next_turn) < 0)
 		xd_log(XD_LOG_ERR, "%s: event_add failed: completions wait for the next event",
 		       dev->name);
 }
 
-static void cq_reap_cb(evutil_socket_t fd, short what, void *arg)
+static void cq_next_batch_cb(evutil_socket_t fd, short what, void *arg)
 {
 	cq_reap(arg);
 }
@@ -93,9 +93,9 @@ static void cq_event_cb(evutil_socket_t fd, short what, void *arg)
 /* The reverse of dev_open(); safe on a partly opened device. */
 static void dev_close(struct xd_rdma_dev *dev)
 {
-	xd_event_free(dev->reap_ev);
+	xd_event_free(dev->next_batch_ev);
 	xd_event_free(dev->ev);
-	dev->reap_ev = NULL;
+	dev->next_batch_ev = NULL;
 	dev->ev = NULL;
 	if (dev->cq && ibv_destroy_cq(dev->cq))
 		xd_log(XD_LOG_ERR, "%s: ibv_destroy_cq failed", dev->name);
@@ -155,8 +155,8 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	if (ibv_req_notify_cq(dev->cq, 0))
 		return -EIO;
 	dev->ev = event_new(d->base, dev->channel->fd, EV_READ | EV_PERSIST, cq_event_cb, dev);
-	dev->reap_ev = evtimer_new(d->base, cq_reap_cb, dev);
-	if (!dev->ev || !dev->reap_ev || event_add(dev->ev, NULL) < 0)
+	dev->next_batch_ev = evtimer_new(d->base, cq_next_batch_cb, dev);
+	if (!dev->ev || !dev->next_batch_ev || event_add(dev->ev, NULL) < 0)
 		return -ENOMEM;
 	xd_log(XD_LOG_INFO, "using RDMA device %s port %u (%s, %s, active MTU %d)", dev->name,
 	       dev->port, ibv_port_state_str(port.state), link_layer_name(port.link_layer),

@@ -23,9 +23,10 @@ struct xd_rdma_dev {
 	struct ibv_context *ctx; /**< librdmacm's context: ids resolve to it */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *channel;
-	struct ibv_cq *cq;     /**< one CQ for every QP of the device, send and receive */
-	struct event *ev;      /**< the completion channel's fd */
-	struct event *reap_ev; /**< zero timer: the next batch of completions, after a full one */
+	struct ibv_cq *cq; /**< one CQ for every QP of the device, send and receive */
+	struct event *ev;  /**< the completion channel's fd */
+	/** zero timer: the next batch of completions, after a full one */
+	struct event *next_batch_ev;
 	struct ibv_device_attr attr;
 	uint8_t port;
 	uint32_t max_msg;  /**< the port's largest message */
