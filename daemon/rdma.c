@@ -137,7 +137,8 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(ctx->device));
 	if (ibv_query_device(ctx, &dev->attr) || ibv_query_port(ctx, dev->port, &port))
 		return -EIO;
-	dev->max_msg = port.max_msg_sz;
+	dev->max_request = d->cfg.rdma_request_size < port.max_msg_sz ? d->cfg.rdma_request_size :
+									port.max_msg_sz;
 	dev->pd = ibv_alloc_pd(ctx);
 	if (!dev->pd)
 		return errno ? -errno : -ENOMEM;

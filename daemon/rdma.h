@@ -29,10 +29,10 @@ struct xd_rdma_dev {
 	struct event *next_batch_ev;
 	struct ibv_device_attr attr;
 	uint8_t port;
-	uint32_t max_msg;  /**< the port's largest message */
-	bool windows;	   /**< binds type 2 memory windows: claims get per-op rkeys */
-	union ibv_gid gid; /**< the RoCE v2 GID of the listen address, if found */
-	int gid_index;	   /**< -1 when unknown */
+	uint32_t max_request; /**< largest READ/WRITE: rdma_request_size, at most the port's max */
+	bool windows;	      /**< binds type 2 memory windows: claims get per-op rkeys */
+	union ibv_gid gid;    /**< the RoCE v2 GID of the listen address, if found */
+	int gid_index;	      /**< -1 when unknown */
 	struct xd_rdma_counters counters;
 };
 

@@ -733,11 +733,9 @@ static bool pump_one(struct xd_rconn *rc)
 
 	if (!x)
 		return false;
-	uint32_t request = rc->d->cfg.rdma_request_size;
-	if (request > rc->dev->max_msg)
-		request = rc->dev->max_msg;
-	uint32_t len = xd_xfer_next_rdma_chunk(x, rc->dev->index, XD_RDMA_CHUNK, request, pieces,
-					       XD_RDMA_MAX_PIECES, &n);
+	uint32_t len = xd_xfer_next_rdma_chunk(x, rc->dev->index, XD_RDMA_CHUNK,
+					       rc->dev->max_request, pieces, XD_RDMA_MAX_PIECES,
+					       &n);
 	if (len == 0)
 		return false;
 	for (int i = 0; i < n; i++) {
