@@ -20,8 +20,6 @@ struct xd_outq_item {
 	char data[];
 };
 
-static TAILQ_HEAD(, xd_conn) closed_conns = TAILQ_HEAD_INITIALIZER(closed_conns);
-
 /* Binds @path, replacing a stale socket file but never a live daemon's. */
 static int bind_socket(const char *path, unsigned mode)
 {
@@ -48,8 +46,9 @@ static int bind_socket(const char *path, unsigned mode)
 	return fd;
 }
 
-static void conn_free(struct xd_conn *c)
+static void conn_free(void *arg)
 {
+	struct xd_conn *c = arg;
 	struct xd_outq_item *it;
 
 	while ((it = STAILQ_FIRST(&c->outq))) {
@@ -61,16 +60,6 @@ static void conn_free(struct xd_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);
-}
-
-static void reap_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct xd_conn *c;
-
-	while ((c = TAILQ_FIRST(&closed_conns))) {
-		TAILQ_REMOVE(&closed_conns, c, link);
-		conn_free(c);
-	}
 }
 
 struct xd_conn *xd_conn_find(struct xd_daemon *d, uint64_t id)
@@ -101,8 +90,7 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 	/* Close the socket now so the client sees EOF at once; free the memory later. */
 	close(c->fd);
 	c->fd = -1;
-	TAILQ_INSERT_TAIL(&closed_conns, c, link);
-	event_active(c->d->reap_ev, EV_TIMEOUT, 0);
+	xd_defer(c->d, &c->free_later, conn_free, c);
 }
 
 /* Sends queued packets until the socket is full. Returns 0 or -errno (not -EAGAIN). */
@@ -300,9 +288,8 @@ int xd_ctl_start(struct xd_daemon *d)
 	if (fd < 0)
 		return fd;
 	d->listen_fd = fd;
-	d->reap_ev = event_new(d->base, -1, 0, reap_cb, d);
 	d->listen_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, accept_cb, d);
-	if (!d->reap_ev || !d->listen_ev || event_add(d->listen_ev, NULL) < 0)
+	if (!d->listen_ev || event_add(d->listen_ev, NULL) < 0)
 		return -ENOMEM;
 	return 0;
 }
@@ -335,9 +322,8 @@ void xd_ctl_fini(struct xd_daemon *d)
 
 	while ((c = TAILQ_FIRST(&d->conns)))
 		xd_conn_close(c, "daemon stopping");
-	reap_cb(-1, 0, d);
+	xd_defer_flush(d);
 	xd_ctl_stop_listening(d);
 	xd_event_free(d->listen_ev);
-	xd_event_free(d->reap_ev);
-	d->listen_ev = d->reap_ev = NULL;
+	d->listen_ev = NULL;
 }

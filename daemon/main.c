@@ -24,14 +24,6 @@ struct options {
 	bool systemd;
 };
 
-uint64_t xd_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -251,6 +243,8 @@ void xd_daemon_clear(struct xd_daemon *d)
 	TAILQ_INIT(&d->ops);
 	TAILQ_INIT(&d->peers);
 	TAILQ_INIT(&d->pconns_hello);
+	TAILQ_INIT(&d->xfers);
+	TAILQ_INIT(&d->deferred);
 	d->listen_fd = -1;
 	d->start_us = xd_now_us();
 }
@@ -269,7 +263,8 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 	d->base = event_base_new();
 	if (!d->base)
 		return -ENOMEM;
-	if ((rc = init_signals(d)) < 0 || (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0)
+	if ((rc = xd_defer_init(d)) < 0 || (rc = init_signals(d)) < 0 ||
+	    (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0)
 		return rc;
 	if ((rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0)
 		return rc;
@@ -288,6 +283,7 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_peer_fini(d);
 	xd_ops_fini(d);
 	xd_rdma_fini(d); /* last: every registration and queue pair is gone by now */
+	xd_defer_fini(d);
 	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)
 		xd_event_free(d->sig_ev[i]);

@@ -192,7 +192,7 @@ static void count_end(struct xd_op *op)
 static void op_free(struct xd_op *op);
 static void op_forget(struct xd_op *op);
 
-static void reap_cb(evutil_socket_t fd, short what, void *arg)
+static void forget_cb(void *arg)
 {
 	op_forget(arg);
 }
@@ -208,11 +208,7 @@ static void detach_owner(struct xd_op *op)
 /* Forgets @op at the next loop turn: callers up the stack may still hold it. */
 static void forget_soon(struct xd_op *op)
 {
-	if (op->reap)
-		return;
-	op->reap = event_new(op->d->base, -1, 0, reap_cb, op);
-	if (op->reap)
-		event_active(op->reap, EV_TIMEOUT, 0);
+	xd_defer(op->d, &op->forget_later, forget_cb, op);
 }
 
 /*
@@ -317,7 +313,7 @@ static void op_free(struct xd_op *op)
 	drop_regions(op);
 	TAILQ_REMOVE(&op->d->ops, op, link);
 	xd_event_free(op->deadline);
-	xd_event_free(op->reap);
+	xd_defer_cancel(op->d, &op->forget_later);
 	free(op->segs);
 	free(op);
 }

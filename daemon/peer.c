@@ -7,7 +7,7 @@
  * round-robin, so a small transfer never waits behind a large one for more than one chunk.
  *
  * A failure of any connection of a set fails the whole set: every transfer on it ends, and the
- * next claim makes a new set. Sets and connections are freed by a reaper event, never inside
+ * next claim makes a new set. Sets and connections are freed at the next loop turn (defer.c), never inside
  * their own callbacks.
  */
 #include <arpa/inet.h>
@@ -38,7 +38,7 @@ struct xd_listener {
 enum peer_state {
 	PEER_CONNECTING, /**< first connection not yet through HELLO */
 	PEER_UP,	 /**< at least one connection has exchanged HELLO */
-	PEER_DEAD,	 /**< failed; waiting for the reaper */
+	PEER_DEAD,	 /**< failed; freed at the next loop turn */
 };
 
 struct xd_pconn {
@@ -48,6 +48,7 @@ struct xd_pconn {
 	int fd;
 	struct event *rev, *wev;
 	bool outgoing, connected, hello_rx, dead;
+	struct xd_deferred free_later; /**< freed at the next loop turn once dead */
 	char addr[80];
 	uint64_t last_rx_us, last_tx_us, started_us;
 	/* receive state: header, then payload */
@@ -77,19 +78,14 @@ struct xd_peer {
 	char endpoint[100]; /**< where we connected, or "accepted from ..." */
 	TAILQ_HEAD(, xd_pconn) conns;
 	int nconns;
-	TAILQ_HEAD(, xd_xfer) sendq; /**< transfers with bytes left to send, round-robin */
+	struct xd_xfer_list sendq; /**< transfers with bytes left to send, round-robin */
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
-	unsigned transfers; /**< transfers on this set, for listings */
-	bool rdma;	    /**< an RDMA set (rdma_conn.c) rather than TCP */
-	void *rdma_state;   /**< rdma_conn.c's part of it */
+	unsigned transfers;	       /**< transfers on this set, for listings */
+	bool rdma;		       /**< an RDMA set (rdma_conn.c) rather than TCP */
+	void *rdma_state;	       /**< rdma_conn.c's part of it */
+	struct xd_deferred free_later; /**< freed at the next loop turn once dead */
 };
-
-/* The sendq link lives in struct xd_xfer (remote.c); these accessors keep it opaque. */
-TAILQ_HEAD(xd_xfer_list, xd_xfer);
-
-static TAILQ_HEAD(, xd_pconn) dead_pconns = TAILQ_HEAD_INITIALIZER(dead_pconns);
-static TAILQ_HEAD(, xd_peer) dead_peers = TAILQ_HEAD_INITIALIZER(dead_peers);
 
 static void peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -137,8 +133,9 @@ const char *xd_peer_node_hex(const struct xd_peer *p)
 
 /* ---- lifetime ---- */
 
-static void pconn_free(struct xd_pconn *pc)
+static void pconn_free(void *arg)
 {
+	struct xd_pconn *pc = arg;
 	struct xd_frame *f;
 
 	while ((f = STAILQ_FIRST(&pc->ctrlq))) {
@@ -155,24 +152,16 @@ static void pconn_free(struct xd_pconn *pc)
 	free(pc);
 }
 
-static void reap_cb(evutil_socket_t fd, short what, void *arg)
+static void peer_free(void *arg)
 {
-	struct xd_pconn *pc;
-	struct xd_peer *p;
+	struct xd_peer *p = arg;
 
-	while ((pc = TAILQ_FIRST(&dead_pconns))) {
-		TAILQ_REMOVE(&dead_pconns, pc, link);
-		pconn_free(pc);
-	}
-	while ((p = TAILQ_FIRST(&dead_peers))) {
-		TAILQ_REMOVE(&dead_peers, p, link);
-		xd_event_free(p->keepalive);
-		xd_event_free(p->connect_timer);
-		free(p);
-	}
+	xd_event_free(p->keepalive);
+	xd_event_free(p->connect_timer);
+	free(p);
 }
 
-/* Stops @pc at once (fd closed, no more callbacks); its memory goes at the next reap. */
+/* Stops @pc at once (fd closed, no more callbacks); its memory goes at the next loop turn. */
 static void pconn_kill(struct xd_pconn *pc)
 {
 	if (pc->dead)
@@ -188,8 +177,7 @@ static void pconn_kill(struct xd_pconn *pc)
 	} else {
 		TAILQ_REMOVE(&pc->d->pconns_hello, pc, link);
 	}
-	TAILQ_INSERT_TAIL(&dead_pconns, pc, link);
-	event_active(pc->d->peer_reap_ev, EV_TIMEOUT, 0);
+	xd_defer(pc->d, &pc->free_later, pconn_free, pc);
 }
 
 static void peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
@@ -213,8 +201,7 @@ static void peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	event_del(p->keepalive);
 	event_del(p->connect_timer);
 	xd_remote_peer_lost(p, err, cause);
-	TAILQ_INSERT_TAIL(&dead_peers, p, link);
-	event_active(p->d->peer_reap_ev, EV_TIMEOUT, 0);
+	xd_defer(p->d, &p->free_later, peer_free, p);
 }
 
 void xd_peer_failed(struct xd_peer *p, int err, const char *fmt, ...)
@@ -342,7 +329,7 @@ void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x)
 {
 	struct xd_pconn *pc;
 
-	xd_xfer_sendq_insert((struct xd_xfer_list *)&p->sendq, x);
+	xd_xfer_sendq_insert(&p->sendq, x);
 	if (p->rdma)
 		xd_rdma_kick(p);
 	TAILQ_FOREACH(pc, &p->conns, link)
@@ -351,18 +338,18 @@ void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x)
 
 struct xd_xfer *xd_peer_next_stream(struct xd_peer *p, uint32_t via)
 {
-	return xd_xfer_sendq_next((struct xd_xfer_list *)&p->sendq, via);
+	return xd_xfer_sendq_next(&p->sendq, via);
 }
 
 void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x)
 {
-	xd_xfer_sendq_remove((struct xd_xfer_list *)&p->sendq, x);
+	xd_xfer_sendq_remove(&p->sendq, x);
 }
 
 /* Starts the next DATA frame from the round-robin queue. Returns false if there is none. */
 static bool pconn_start_data(struct xd_pconn *pc)
 {
-	struct xd_xfer *x = xd_xfer_sendq_next((struct xd_xfer_list *)&pc->peer->sendq, 0);
+	struct xd_xfer *x = xd_xfer_sendq_next(&pc->peer->sendq, 0);
 	struct xp_peer_hdr h = { .type = XP_PEER_DATA };
 
 	if (!x)
@@ -1069,9 +1056,8 @@ int xd_peer_start(struct xd_daemon *d)
 {
 	struct xp_endpoint bound[XD_MAX_LISTEN];
 
-	d->peer_reap_ev = event_new(d->base, -1, 0, reap_cb, d);
 	d->listeners = calloc(XD_MAX_LISTEN, sizeof(*d->listeners));
-	if (!d->peer_reap_ev || !d->listeners)
+	if (!d->listeners)
 		return -ENOMEM;
 	for (int i = 0; i < d->cfg.nlisten; i++) {
 		int rc = listen_on(d, d->cfg.listen[i], &bound[i]);
@@ -1098,9 +1084,7 @@ void xd_peer_fini(struct xd_daemon *d)
 	free(d->listeners);
 	d->listeners = NULL;
 	d->nlisteners = 0;
-	reap_cb(-1, 0, d);
-	xd_event_free(d->peer_reap_ev);
-	d->peer_reap_ev = NULL;
+	xd_defer_flush(d);
 }
 
 bool xd_peer_pending_output(struct xd_daemon *d)

@@ -220,6 +220,8 @@ int xd_rdma_start(struct xd_daemon *d)
 		return -ENOMEM;
 	d->rdma = rd;
 	rd->d = d;
+	TAILQ_INIT(&rd->live);
+	TAILQ_INIT(&rd->dying);
 	if (d->cfg.transport == XD_TRANSPORT_TCP) {
 		snprintf(rd->why, sizeof(rd->why), "unused: transport is tcp");
 		return 0;

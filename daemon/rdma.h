@@ -45,7 +45,10 @@ struct xd_rdma {
 	struct event *cm_ev;
 	struct rdma_cm_id *listeners[XD_MAX_LISTEN];
 	int nlisteners;
-	char why[160]; /**< "available", or why not */
+	char why[160];		      /**< "available", or why not */
+	TAILQ_HEAD(, xd_rconn) live;  /**< rdma_conn.c: connections by id */
+	TAILQ_HEAD(, xd_rconn) dying; /**< killed, QP not yet destroyed */
+	uint32_t next_conn_id;
 };
 
 /* rdma.c */

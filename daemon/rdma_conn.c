@@ -85,6 +85,7 @@ struct xd_rconn {
 	struct xd_rdma_dev *dev;
 	struct rdma_cm_id *cm;
 	bool outgoing, qp_ready, established, dead;
+	struct xd_deferred free_later; /**< destroyed at the next loop turn once dead */
 	struct xp_endpoint ep;
 	uint8_t *bufs; /**< RC_RECV_BUFS receive slots, then RC_SEND_BUFS send slots */
 	struct ibv_mr *mr;
@@ -103,11 +104,6 @@ struct rpeer {
 	TAILQ_HEAD(, xd_rconn) conns;
 };
 
-static TAILQ_HEAD(, xd_rconn) live = TAILQ_HEAD_INITIALIZER(live);
-static TAILQ_HEAD(, xd_rconn) dying = TAILQ_HEAD_INITIALIZER(dying);
-static uint32_t next_id;
-static struct event *reap_ev;
-
 static void rconn_pump(struct xd_rconn *rc);
 static void rconn_flush(struct xd_rconn *rc);
 
@@ -120,23 +116,23 @@ static struct rpeer *rpeer_of(struct xd_peer *p, bool create)
 	return *slot;
 }
 
-static struct xd_rconn *rconn_find(uint32_t id)
+static struct xd_rconn *rconn_find(struct xd_rdma *rd, uint32_t id)
 {
 	struct xd_rconn *rc;
 
-	TAILQ_FOREACH(rc, &live, link)
+	TAILQ_FOREACH(rc, &rd->live, link)
 		if (rc->id == id)
 			return rc;
 	return NULL;
 }
 
-/* Like rconn_find(), but also a connection that is dying: its QP exists until the reaper runs. */
-static struct xd_rconn *rconn_find_with_qp(uint32_t id)
+/* Like rconn_find(), but also a connection that is dying: its QP exists until it is freed. */
+static struct xd_rconn *rconn_find_with_qp(struct xd_rdma *rd, uint32_t id)
 {
-	struct xd_rconn *rc = rconn_find(id);
+	struct xd_rconn *rc = rconn_find(rd, id);
 
 	if (!rc)
-		TAILQ_FOREACH(rc, &dying, link)
+		TAILQ_FOREACH(rc, &rd->dying, link)
 			if (rc->id == id)
 				return rc;
 	return rc;
@@ -188,7 +184,7 @@ void xd_rdma_grant_close(struct xd_rdma_grant *g)
 	if (!g)
 		return;
 	/* Deallocating a window whose bind is still queued would fail that bind and the QP. */
-	rc = rconn_find_with_qp(g->conn);
+	rc = rconn_find_with_qp(g->dev->rdma, g->conn);
 	if (rc && g->bound_at > rc->sq_tail) {
 		TAILQ_INSERT_TAIL(&rc->binds_pending, g, link);
 		return;
@@ -198,8 +194,9 @@ void xd_rdma_grant_close(struct xd_rdma_grant *g)
 
 /* ---- teardown ---- */
 
-static void rconn_free(struct xd_rconn *rc)
+static void rconn_free(void *arg)
 {
+	struct xd_rconn *rc = arg;
 	struct xd_frame *pm;
 
 	free_retired_grants(rc, true); /* a bound window holds its queue pair */
@@ -218,17 +215,8 @@ static void rconn_free(struct xd_rconn *rc)
 		STAILQ_REMOVE_HEAD(&rc->pendq, link);
 		free(pm);
 	}
+	TAILQ_REMOVE(&rc->d->rdma->dying, rc, link);
 	free(rc);
-}
-
-static void reap_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct xd_rconn *rc;
-
-	while ((rc = TAILQ_FIRST(&dying))) {
-		TAILQ_REMOVE(&dying, rc, link);
-		rconn_free(rc);
-	}
 }
 
 /* Stops @rc now; it is destroyed at the next loop turn, after its current CM event is acked. */
@@ -239,14 +227,14 @@ static void rconn_kill(struct xd_rconn *rc)
 	rc->dead = true;
 	if (rc->established)
 		rdma_disconnect(rc->cm); /* moves the QP to error: the peer hears at once */
-	TAILQ_REMOVE(&live, rc, link);
+	TAILQ_REMOVE(&rc->d->rdma->live, rc, link);
 	if (rc->peer) {
 		struct rpeer *rp = rpeer_of(rc->peer, false);
 		if (rp)
 			TAILQ_REMOVE(&rp->conns, rc, peer_link);
 	}
-	TAILQ_INSERT_TAIL(&dying, rc, link);
-	event_active(reap_ev, EV_TIMEOUT, 0);
+	TAILQ_INSERT_TAIL(&rc->d->rdma->dying, rc, link);
+	xd_defer(rc->d, &rc->free_later, rconn_free, rc);
 }
 
 void xd_rdma_close_peer(struct xd_peer *p)
@@ -283,7 +271,7 @@ static struct xd_rconn *rconn_new(struct xd_daemon *d, struct xd_peer *p, bool o
 		free(rc);
 		return NULL;
 	}
-	rc->id = ++next_id;
+	rc->id = ++d->rdma->next_conn_id;
 	rc->d = d;
 	rc->peer = p;
 	rc->outgoing = outgoing;
@@ -291,7 +279,7 @@ static struct xd_rconn *rconn_new(struct xd_daemon *d, struct xd_peer *p, bool o
 	rc->last_rx_us = rc->last_tx_us = xd_now_us();
 	STAILQ_INIT(&rc->pendq);
 	TAILQ_INIT(&rc->binds_pending);
-	TAILQ_INSERT_TAIL(&live, rc, link);
+	TAILQ_INSERT_TAIL(&d->rdma->live, rc, link);
 	TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
 	return rc;
 }
@@ -833,7 +821,7 @@ static void completion_error(struct xd_rconn *rc, const struct ibv_wc *wc)
 
 void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 {
-	struct xd_rconn *rc = rconn_find((uint32_t)(wc->wr_id >> 32));
+	struct xd_rconn *rc = rconn_find(dev->rdma, (uint32_t)(wc->wr_id >> 32));
 	uint32_t low = (uint32_t)wc->wr_id;
 
 	dp_log("completion: conn %u slot %#x status %d opcode %d len %u",
@@ -1145,8 +1133,7 @@ int xd_rconn_start(struct xd_daemon *d)
 	if (fl < 0 || fcntl(rd->cm->fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
 	rd->cm_ev = event_new(d->base, rd->cm->fd, EV_READ | EV_PERSIST, cm_event_cb, d);
-	reap_ev = event_new(d->base, -1, 0, reap_cb, NULL);
-	if (!rd->cm_ev || !reap_ev || event_add(rd->cm_ev, NULL) < 0)
+	if (!rd->cm_ev || event_add(rd->cm_ev, NULL) < 0)
 		return -ENOMEM;
 	for (int i = 0; i < d->nlisten_eps; i++) {
 		int err = listen_one(d, &d->listen_eps[i]);
@@ -1168,15 +1155,14 @@ void xd_rconn_fini(struct xd_daemon *d)
 	struct xd_rconn *rc;
 
 	/* Peers were failed before this (xd_peer_fini): what is left here has none. */
-	while ((rc = TAILQ_FIRST(&live)))
+	while ((rc = TAILQ_FIRST(&rd->live)))
 		rconn_kill(rc);
-	reap_cb(-1, 0, NULL);
+	xd_defer_flush(d);
 	for (int i = 0; i < rd->nlisteners; i++)
 		rdma_destroy_id(rd->listeners[i]);
 	rd->nlisteners = 0;
 	xd_event_free(rd->cm_ev);
-	xd_event_free(reap_ev);
-	rd->cm_ev = reap_ev = NULL;
+	rd->cm_ev = NULL;
 	if (rd->cm)
 		rdma_destroy_event_channel(rd->cm);
 	rd->cm = NULL;

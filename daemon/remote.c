@@ -58,9 +58,6 @@ struct xd_rseg {
 	uint32_t rkey;
 };
 
-TAILQ_HEAD(xd_xfer_list, xd_xfer);
-static struct xd_xfer_list xfers = TAILQ_HEAD_INITIALIZER(xfers);
-
 /* ---- lifetime ---- */
 
 static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, struct xd_op *op)
@@ -85,7 +82,7 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 		xd_region_ref(x->segs[i].region);
 	}
 	op->xfer = x;
-	TAILQ_INSERT_TAIL(&xfers, x, link);
+	TAILQ_INSERT_TAIL(&xd_peer_daemon(p)->xfers, x, link);
 	xd_peer_count_transfer(p, 1);
 	return x;
 }
@@ -117,7 +114,7 @@ static void xfer_close(struct xd_xfer *x)
 	xd_rdma_grant_close(x->grant); /* the claimer's keys die with the transfer */
 	x->grant = NULL;
 	xd_peer_stream_remove(x->peer, x);
-	TAILQ_REMOVE(&xfers, x, link);
+	TAILQ_REMOVE(&xd_peer_daemon(x->peer)->xfers, x, link);
 	xd_peer_count_transfer(x->peer, -1);
 	xd_xfer_unref(x);
 }
@@ -148,7 +145,7 @@ static struct xd_xfer *xfer_find(struct xd_peer *p, uint64_t id, bool active)
 {
 	struct xd_xfer *x;
 
-	TAILQ_FOREACH(x, &xfers, link)
+	TAILQ_FOREACH(x, &xd_peer_daemon(p)->xfers, link)
 		if (x->peer == p && x->id == id && x->active == active)
 			return x;
 	return NULL;
@@ -365,7 +362,7 @@ void xd_remote_peer_up(struct xd_peer *p)
 {
 	struct xd_xfer *x, *tmp;
 
-	TAILQ_FOREACH_SAFE(x, &xfers, link, tmp)
+	TAILQ_FOREACH_SAFE(x, &xd_peer_daemon(p)->xfers, link, tmp)
 		if (x->peer == p && x->active && !x->claim_sent && x->op)
 			send_claim(x);
 }
@@ -381,7 +378,7 @@ void xd_remote_check_drains(struct xd_peer *p)
 	uint64_t limit_ms = xd_peer_daemon(p)->cfg.keepalive_timeout_ms, now = xd_now_us();
 	struct xd_xfer *x;
 
-	TAILQ_FOREACH(x, &xfers, link) {
+	TAILQ_FOREACH(x, &xd_peer_daemon(p)->xfers, link) {
 		uint64_t kept_ms = (now - x->drain_since_us) / 1000;
 		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
 			continue;
@@ -400,7 +397,7 @@ void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause)
 	char msg[XD_CAUSE_MAX];
 
 	snprintf(msg, sizeof(msg), "peer %s: %s", xd_peer_node_hex(p), cause);
-	TAILQ_FOREACH_SAFE(x, &xfers, link, tmp)
+	TAILQ_FOREACH_SAFE(x, &xd_peer_daemon(p)->xfers, link, tmp)
 		if (x->peer == p)
 			xfer_fail(x, XP_ST_ERRORED, err, msg);
 }

@@ -119,6 +119,33 @@ void xd_config_defaults(struct xd_config *cfg);
 int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen);
 void xd_config_fini(struct xd_config *cfg);
 
+/* defer.c: the one deferred-free mechanism */
+struct xd_daemon;
+/* A node embedded in an object that may be queued to be handled at the next loop turn. */
+struct xd_deferred {
+	TAILQ_ENTRY(xd_deferred) link;
+	void (*fn)(void *arg);
+	void *arg;
+	bool queued;
+};
+/* Creates the event that runs queued work. Returns 0 or -ENOMEM. */
+int xd_defer_init(struct xd_daemon *d);
+/*
+ * Runs @fn(@arg) at the next turn of the loop, outside every callback now on the stack. @df is
+ * embedded in the object @fn frees; queuing it again while queued does nothing. Cannot fail.
+ */
+void xd_defer(struct xd_daemon *d, struct xd_deferred *df, void (*fn)(void *), void *arg);
+/* Takes @df off the queue (the object goes another way). */
+void xd_defer_cancel(struct xd_daemon *d, struct xd_deferred *df);
+/* Runs everything queued now, including what the functions queue. */
+void xd_defer_flush(struct xd_daemon *d);
+/* Flushes, then frees the event (teardown). */
+void xd_defer_fini(struct xd_daemon *d);
+
+/* clock.c */
+/* Monotonic microseconds. */
+uint64_t xd_now_us(void);
+
 /* The daemon: one event loop and everything it owns. */
 struct xd_daemon {
 	struct event_base *base;
@@ -130,7 +157,9 @@ struct xd_daemon {
 	int listen_fd;
 	bool listen_from_systemd;
 	bool systemd;
-	struct event *listen_ev, *reap_ev, *shutdown_ev;
+	struct event *listen_ev, *shutdown_ev;
+	TAILQ_HEAD(, xd_deferred) deferred; /**< defer.c: work for the next loop turn */
+	struct event *defer_ev;
 	struct event *sig_ev[3];
 	TAILQ_HEAD(, xd_conn) conns;
 	TAILQ_HEAD(, xd_region) regions;
@@ -145,8 +174,8 @@ struct xd_daemon {
 	int nlisten_eps;
 	struct xd_rdma *rdma; /**< rdma.c: devices and listeners */
 	TAILQ_HEAD(, xd_peer) peers;
-	TAILQ_HEAD(, xd_pconn) pconns_hello; /**< accepted, HELLO not yet received */
-	struct event *peer_reap_ev;
+	TAILQ_HEAD(, xd_pconn) pconns_hello;	 /**< accepted, HELLO not yet received */
+	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< remote.c: every cross-node transfer */
 	bool stopping;
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
@@ -154,7 +183,6 @@ struct xd_daemon {
 };
 
 /* main.c */
-uint64_t xd_now_us(void);
 /* Empty lists, no listening socket, the start time: the state every daemon begins from. */
 void xd_daemon_clear(struct xd_daemon *d);
 
@@ -177,7 +205,8 @@ struct xd_conn {
 	char name[XP_MAX_NAME + 1];
 	bool hello;
 	bool closing;
-	const char *close_reason; /**< set: close at the next turn of the loop */
+	const char *close_reason;      /**< set: close at the next turn of the loop */
+	struct xd_deferred free_later; /**< freed at the next loop turn once closed */
 	STAILQ_HEAD(, xd_outq_item) outq;
 	unsigned queued;
 	uint64_t nregions, nbytes, nops;
@@ -307,7 +336,7 @@ struct xd_op {
 	bool release_on_end; /**< forgotten once its end was pushed (op params) */
 	bool reply_pending;  /**< op.read/op.write awaits the remote claim's answer */
 	int64_t reply_id;
-	struct event *reap; /**< frees an op whose claim failed (its id was never given) */
+	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
 int xd_handle_op_passive(struct xd_call *call);

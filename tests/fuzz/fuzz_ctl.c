@@ -180,8 +180,9 @@ static void daemon_start(struct xd_daemon *d)
 	d->base = event_base_new();
 	if (!d->base)
 		die("event_base_new failed");
-	if ((rc = xd_copier_create(d, d->cfg.copy_threads)) < 0 || (rc = xd_peer_start(d)) < 0 ||
-	    (rc = xd_rdma_start(d)) < 0 || (rc = xd_ctl_start(d)) < 0)
+	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0 ||
+	    (rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0 ||
+	    (rc = xd_ctl_start(d)) < 0)
 		die("daemon start: %s", strerror(-rc));
 }
 
