@@ -187,7 +187,7 @@ static bool conn_read_one(struct xd_conn *c)
 	else if (n < 0)
 		xd_conn_close(c, n == -ECONNRESET ? "disconnected" : "receive failed");
 	else
-		xd_dispatch_packet(c, buf, (size_t)n, &fds);
+		c->d->ctl_dispatch(c, buf, (size_t)n, &fds);
 	return !c->closing;
 }
 
@@ -273,7 +273,50 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg)
 	}
 }
 
-int xd_ctl_start(struct xd_daemon *d)
+void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result)
+{
+	json_t *msg = xp_build_result(id, result);
+
+	if (msg)
+		xd_conn_send(c, msg);
+	json_decref(msg);
+}
+
+void xd_reply_error(struct xd_conn *c, int64_t id, int code, int err, const char *message)
+{
+	json_t *msg = xp_build_error(id, code, err, message);
+	char ascii[512];
+
+	if (!msg) {
+		/*
+		 * Messages quote client text cut to a length ("unknown method \"%.64s\""), which
+		 * can split a UTF-8 sequence. jansson refuses such a string, and the request would
+		 * get no reply at all: send it with every byte outside ASCII replaced instead.
+		 */
+		snprintf(ascii, sizeof(ascii), "%s", message);
+		for (char *p = ascii; *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		msg = xp_build_error(id, code, err, ascii);
+	}
+	if (msg)
+		xd_conn_send(c, msg);
+	json_decref(msg);
+}
+
+static void client_send(struct xd_conn *c, const json_t *msg)
+{
+	xd_conn_send(c, msg); /* a failure closes the connection: nothing for the sender to do */
+}
+
+static const struct xd_client_ops ctl_client_ops = {
+	.send = client_send,
+	.reply = xd_reply_result,
+	.reply_error = xd_reply_error,
+	.find = xd_conn_find,
+};
+
+int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch)
 {
 	int fd = xd_sd_listen_fd();
 
@@ -288,6 +331,8 @@ int xd_ctl_start(struct xd_daemon *d)
 	if (fd < 0)
 		return fd;
 	d->listen_fd = fd;
+	d->clients = &ctl_client_ops;
+	d->ctl_dispatch = dispatch;
 	d->listen_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, accept_cb, d);
 	if (!d->listen_ev || event_add(d->listen_ev, NULL) < 0)
 		return -ENOMEM;

@@ -6,7 +6,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,114 +17,35 @@ static int handle_hello(struct xd_call *call);
 static int handle_list_clients(struct xd_call *call);
 static int handle_stats(struct xd_call *call);
 
-static const xd_handler handlers[XP_M_COUNT] = {
-	[XP_M_HELLO] = handle_hello,
-	[XP_M_REGION_REGISTER] = xd_handle_region_register,
-	[XP_M_REGION_DEREGISTER] = xd_handle_region_deregister,
-	[XP_M_OP_READABLE] = xd_handle_op_passive,
-	[XP_M_OP_WRITABLE] = xd_handle_op_passive,
-	[XP_M_OP_READ] = xd_handle_op_active,
-	[XP_M_OP_WRITE] = xd_handle_op_active,
-	[XP_M_OP_STATUS] = xd_handle_op_status,
-	[XP_M_OP_WAIT] = xd_handle_op_wait,
-	[XP_M_OP_CANCEL] = xd_handle_op_cancel,
-	[XP_M_OP_RELEASE] = xd_handle_op_release,
-	[XP_M_LIST_REGIONS] = xd_handle_list_regions,
-	[XP_M_LIST_OPS] = xd_handle_list_ops,
-	[XP_M_LIST_CLIENTS] = handle_list_clients,
-	[XP_M_LIST_PEERS] = xd_handle_list_peers,
-	[XP_M_LIST_DEVICES] = xd_handle_list_devices,
-	[XP_M_STATS] = handle_stats,
-};
-
-int xd_fail(struct xd_call *call, int code, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(call->message, sizeof(call->message), fmt, ap);
-	va_end(ap);
-	call->code = code;
-	call->err = err;
-	return -err;
-}
-
 /*
- * The key whose value failed a validation at @pos of @fmt. jansson reports the position in the
- * format string, not the key, so walk the (flat, "{s:X, s?X}") format and the arguments in
- * step: a key takes a const char *, each value one pointer.
+ * The handler of each row of XP_METHODS is the macro method_<SYM>: the table below is generated
+ * from the list, so a method added there without a line here does not build.
  */
-static const char *failed_key(const char *fmt, int pos, va_list ap)
-{
-	const char *key = NULL;
-	bool want_key = true;
+#define method_HELLO handle_hello
+#define method_REGION_REGISTER xd_handle_region_register
+#define method_REGION_DEREGISTER xd_handle_region_deregister
+#define method_OP_READABLE xd_handle_op_passive
+#define method_OP_WRITABLE xd_handle_op_passive
+#define method_OP_READ xd_handle_op_active
+#define method_OP_WRITE xd_handle_op_active
+#define method_OP_STATUS xd_handle_op_status
+#define method_OP_WAIT xd_handle_op_wait
+#define method_OP_CANCEL xd_handle_op_cancel
+#define method_OP_RELEASE xd_handle_op_release
+#define method_LIST_REGIONS xd_handle_list_regions
+#define method_LIST_OPS xd_handle_list_ops
+#define method_LIST_CLIENTS handle_list_clients
+#define method_LIST_PEERS xd_handle_list_peers
+#define method_LIST_DEVICES xd_handle_list_devices
+#define method_STATS handle_stats
 
-	if (pos <= 0 || pos >= (int)strlen(fmt) || fmt[pos] == '}')
-		return NULL; /* not about one value: unknown keys, say */
-	for (int i = 1; fmt[i] && i <= pos; i++) {
-		char ch = fmt[i];
-		if (ch == ' ' || ch == ',' || ch == ':' || ch == '?' || ch == '}')
-			continue;
-		if (want_key)
-			key = va_arg(ap, const char *);
-		else
-			(void)va_arg(ap, void *);
-		want_key = !want_key;
-	}
-	return key;
-}
-
-int xd_unpack_params(struct xd_call *call, const char *fmt, ...)
-{
-	json_error_t jerr;
-	va_list ap, keys;
-
-	va_start(ap, fmt);
-	va_copy(keys, ap);
-	int rc = json_vunpack_ex(call->params, &jerr, JSON_STRICT, fmt, ap);
-	va_end(ap);
-	const char *key = rc && strcmp(jerr.source, "<validation>") == 0 && fmt[0] == '{' ?
-				  failed_key(fmt, jerr.position, keys) :
-				  NULL;
-	va_end(keys);
-	if (rc == 0)
-		return 0;
-	if (key)
-		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid params: \"%s\": %s", key,
-			       jerr.text);
-	return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid params: %s", jerr.text);
-}
-
-void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result)
-{
-	json_t *msg = xp_build_result(id, result);
-
-	if (msg)
-		xd_conn_send(c, msg);
-	json_decref(msg);
-}
-
-void xd_reply_error(struct xd_conn *c, int64_t id, int code, int err, const char *message)
-{
-	json_t *msg = xp_build_error(id, code, err, message);
-	char ascii[512];
-
-	if (!msg) {
-		/*
-		 * Messages quote client text cut to a length ("unknown method \"%.64s\""), which
-		 * can split a UTF-8 sequence. jansson refuses such a string, and the request would
-		 * get no reply at all: send it with every byte outside ASCII replaced instead.
-		 */
-		snprintf(ascii, sizeof(ascii), "%s", message);
-		for (char *p = ascii; *p; p++)
-			if ((unsigned char)*p >= 0x80)
-				*p = '?';
-		msg = xp_build_error(id, code, err, ascii);
-	}
-	if (msg)
-		xd_conn_send(c, msg);
-	json_decref(msg);
-}
+/* clang-format off */
+static const xd_handler handlers[XP_M_COUNT] = {
+#define XD_HANDLER_ROW(sym, name, fds, hello) [XP_M_##sym] = method_##sym,
+	XP_METHODS(XD_HANDLER_ROW)
+#undef XD_HANDLER_ROW
+};
+/* clang-format on */
 
 static bool printable(const char *s)
 {
@@ -248,9 +168,9 @@ static int check_preconditions(struct xd_call *call, enum xp_method m)
 	if (xp_method_needs_hello(m) && !call->conn->hello)
 		return xd_fail(call, XP_E_FAILED, EPROTO,
 			       "hello must be the first request on a connection");
-	if (m == XP_M_REGION_REGISTER && call->fds->count != 1)
-		return xd_fail(call, XP_E_FAILED, EBADF,
-			       "region.register takes exactly one fd, got %d", call->fds->count);
+	if (call->fds->count != xp_method_fds(m))
+		return xd_fail(call, XP_E_FAILED, EBADF, "%s takes exactly %d fd(s), got %d",
+			       xp_method_name(m), xp_method_fds(m), call->fds->count);
 	return 0;
 }
 

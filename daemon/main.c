@@ -268,7 +268,7 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 		return rc;
 	if ((rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0)
 		return rc;
-	if ((rc = xd_ctl_start(d)) < 0) {
+	if ((rc = xd_ctl_start(d, xd_dispatch_packet)) < 0) {
 		xd_log(XD_LOG_ERR, "control socket %s: %s", d->cfg.socket_path, strerror(-rc));
 		return rc;
 	}

@@ -80,7 +80,7 @@ static void notify_owner(struct xd_op *op)
 		return;
 	json_t *msg = xp_build_notification(XP_NOTIFY_OP_CHANGED, xd_op_to_json(op));
 	if (msg)
-		xd_conn_send(op->owner, msg);
+		xd_client_send(op->owner, msg);
 	json_decref(msg);
 }
 
@@ -102,7 +102,7 @@ static void waiter_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	snprintf(msg, sizeof(msg), "op %llu is still %s after %llu ms",
 		 (unsigned long long)w->op->id, xp_state_name(w->op->state),
 		 (unsigned long long)w->timeout_ms);
-	xd_reply_error(w->conn, w->id, XP_E_FAILED, ETIMEDOUT, msg);
+	xd_client_reply_error(w->conn, w->id, XP_E_FAILED, ETIMEDOUT, msg);
 	waiter_free(w);
 }
 
@@ -136,7 +136,7 @@ static void waiters_reply(struct xd_op *op)
 	struct xd_waiter *w;
 
 	while ((w = TAILQ_FIRST(&op->waiters))) {
-		xd_reply_result(w->conn, w->id, xd_op_to_json(op));
+		xd_client_reply(w->conn, w->id, xd_op_to_json(op));
 		waiter_free(w);
 	}
 }
@@ -220,7 +220,7 @@ static void refuse_pending_claim(struct xd_op *op)
 {
 	op->reply_pending = false;
 	if (op->owner)
-		xd_reply_error(op->owner, op->reply_id, XP_E_FAILED, op->err, op->cause);
+		xd_client_reply_error(op->owner, op->reply_id, XP_E_FAILED, op->err, op->cause);
 	forget_soon(op);
 }
 
@@ -304,8 +304,8 @@ static void op_free(struct xd_op *op)
 	struct xd_waiter *w;
 
 	while ((w = TAILQ_FIRST(&op->waiters))) {
-		xd_reply_error(w->conn, w->id, XP_E_FAILED, ENOENT,
-			       "operation was released while waiting for it");
+		xd_client_reply_error(w->conn, w->id, XP_E_FAILED, ENOENT,
+				      "operation was released while waiting for it");
 		waiter_free(w);
 	}
 	if (op->pair)

@@ -158,7 +158,7 @@ static void register_populated(void *arg, int err)
 	struct pending_reg *pr = arg;
 	struct xd_region *r = pr->r;
 	struct xd_daemon *d = r->d;
-	struct xd_conn *c = xd_conn_find(d, pr->client);
+	struct xd_conn *c = xd_client_find(d, pr->client);
 	char msg[256];
 
 	if (!c) { /* the client went away meanwhile: nobody to tell */
@@ -166,10 +166,11 @@ static void register_populated(void *arg, int err)
 	} else if (err) {
 		snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s",
 			 strerror(err));
-		xd_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT, msg);
+		xd_client_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT,
+				      msg);
 		reg_undo(c, r);
 	} else if ((err = xd_rdma_register_region(d, r, msg, sizeof(msg))) < 0) {
-		xd_reply_error(c, pr->request, XP_E_FAILED, -err, msg);
+		xd_client_reply_error(c, pr->request, XP_E_FAILED, -err, msg);
 		reg_undo(c, r);
 	} else {
 		r->id = ++d->next_region;
@@ -177,7 +178,7 @@ static void register_populated(void *arg, int err)
 		r->refs = 1;
 		r->register_us = xd_now_us() - pr->t0;
 		TAILQ_INSERT_TAIL(&d->regions, r, link);
-		xd_reply_result(c, pr->request, region_result(r));
+		xd_client_reply(c, pr->request, region_result(r));
 	}
 	free(pr);
 }

@@ -635,7 +635,7 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 		return -EPROTO;
 	op->reply_pending = false;
 	if (op->owner)
-		xd_reply_result(op->owner, op->reply_id,
+		xd_client_reply(op->owner, op->reply_id,
 				json_pack("{s:I}", "op", (json_int_t)op->id));
 	xd_op_set_in_progress(op, x->rdma ? "rdma" : "tcp", xd_peer_node_hex(x->peer));
 	if (x->source || x->rdma) /* over RDMA the active side moves both directions */

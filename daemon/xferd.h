@@ -146,6 +146,11 @@ void xd_defer_fini(struct xd_daemon *d);
 /* Monotonic microseconds. */
 uint64_t xd_now_us(void);
 
+struct xd_conn;
+struct xp_fdset;
+/* What the control socket does with one client packet (dispatch.c's xd_dispatch_packet). */
+typedef void (*xd_packet_cb)(struct xd_conn *c, const char *buf, size_t len, struct xp_fdset *fds);
+
 /* The daemon: one event loop and everything it owns. */
 struct xd_daemon {
 	struct event_base *base;
@@ -172,7 +177,9 @@ struct xd_daemon {
 	int nendpoints;
 	struct xp_endpoint listen_eps[XD_MAX_LISTEN]; /**< bound listen addresses, real ports */
 	int nlisten_eps;
-	struct xd_rdma *rdma; /**< rdma.c: devices and listeners */
+	struct xd_rdma *rdma;		     /**< rdma.c: devices and listeners */
+	const struct xd_client_ops *clients; /**< ctl.c's, for the layers below it */
+	xd_packet_cb ctl_dispatch;	     /**< where ctl.c hands each packet */
 	TAILQ_HEAD(, xd_peer) peers;
 	TAILQ_HEAD(, xd_pconn) pconns_hello;	 /**< accepted, HELLO not yet received */
 	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< remote.c: every cross-node transfer */
@@ -213,8 +220,43 @@ struct xd_conn {
 	uint64_t created_us;
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
-/* Binds (or takes from systemd) the control socket and starts accepting. Returns 0 or -errno. */
-int xd_ctl_start(struct xd_daemon *d);
+/*
+ * How the layers below control reach a client: xd_ctl_start() fills d->clients. A notification
+ * or a deferred reply (op.wait, a remote claim's answer, a registration whose pages were faulted
+ * in) goes up through this table, never by a call into ctl.c (daemon/LAYERS).
+ */
+struct xd_client_ops {
+	/* Queues @msg (borrowed) to @c; on overflow the connection is closed. */
+	void (*send)(struct xd_conn *c, const json_t *msg);
+	/* Replies to request @id with @result (consumed). */
+	void (*reply)(struct xd_conn *c, int64_t id, json_t *result);
+	/* Replies to request @id with an error; @err is a positive errno. */
+	void (*reply_error)(struct xd_conn *c, int64_t id, int code, int err, const char *message);
+	/* The open connection with id @id, or NULL. */
+	struct xd_conn *(*find)(struct xd_daemon *d, uint64_t id);
+};
+static inline void xd_client_send(struct xd_conn *c, const json_t *msg)
+{
+	c->d->clients->send(c, msg);
+}
+static inline void xd_client_reply(struct xd_conn *c, int64_t id, json_t *result)
+{
+	c->d->clients->reply(c, id, result);
+}
+static inline void xd_client_reply_error(struct xd_conn *c, int64_t id, int code, int err,
+					 const char *message)
+{
+	c->d->clients->reply_error(c, id, code, err, message);
+}
+static inline struct xd_conn *xd_client_find(struct xd_daemon *d, uint64_t id)
+{
+	return d->clients->find(d, id);
+}
+/*
+ * Binds (or takes from systemd) the control socket and starts accepting; every packet a client
+ * sends goes to @dispatch, which consumes its fds. Returns 0 or -errno.
+ */
+int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch);
 /* Stops accepting; existing connections go on. */
 void xd_ctl_stop_listening(struct xd_daemon *d);
 /* Queues @msg (borrowed) to @c. Returns 0 or -errno; on overflow the connection is closed. */

@@ -182,7 +182,7 @@ static void daemon_start(struct xd_daemon *d)
 		die("event_base_new failed");
 	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0 ||
 	    (rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0 ||
-	    (rc = xd_ctl_start(d)) < 0)
+	    (rc = xd_ctl_start(d, xd_dispatch_packet)) < 0)
 		die("daemon start: %s", strerror(-rc));
 }
 
