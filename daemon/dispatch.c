@@ -9,13 +9,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-#include "xferd.h"
+#include "transport.h"
 
 typedef int (*xd_handler)(struct xd_call *call);
 
 static int handle_hello(struct xd_call *call);
 static int handle_list_clients(struct xd_call *call);
 static int handle_stats(struct xd_call *call);
+static int handle_list_peers(struct xd_call *call);
+static int handle_list_devices(struct xd_call *call);
 
 /*
  * The handler of each row of XP_METHODS is the macro method_<SYM>: the table below is generated
@@ -35,8 +37,8 @@ static int handle_stats(struct xd_call *call);
 #define method_LIST_REGIONS xd_handle_list_regions
 #define method_LIST_OPS xd_handle_list_ops
 #define method_LIST_CLIENTS handle_list_clients
-#define method_LIST_PEERS xd_handle_list_peers
-#define method_LIST_DEVICES xd_handle_list_devices
+#define method_LIST_PEERS handle_list_peers
+#define method_LIST_DEVICES handle_list_devices
 #define method_STATS handle_stats
 
 /* clang-format off */
@@ -159,6 +161,37 @@ static int handle_stats(struct xd_call *call)
 	if (xd_unpack_params(call, "{}"))
 		return -EINVAL;
 	call->result = stats_to_json(call->conn->d);
+	return 0;
+}
+
+static int handle_list_peers(struct xd_call *call)
+{
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *peers = xd_peers_json(call->conn->d);
+	if (!peers)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	call->result = json_pack("{s:o}", "peers", peers);
+	return 0;
+}
+
+/* Every transport's devices, each under its own keys ({"rdma": ..., "devices": [...]}). */
+static int handle_list_devices(struct xd_call *call)
+{
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *result = json_object();
+	for (int i = 0; result && xd_transports[i]; i++) {
+		const struct xd_transport_ops *t = xd_transports[i];
+		if (t->devices_json &&
+		    json_object_update_new(result, t->devices_json(call->conn->d))) {
+			json_decref(result);
+			result = NULL;
+		}
+	}
+	if (!result)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	call->result = result;
 	return 0;
 }
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "xferd.h"
+#include "transport.h"
 
 struct options {
 	const char *listen[XD_MAX_LISTEN], *advertise[XD_MAX_LISTEN];
@@ -171,13 +171,13 @@ static int init_config(struct xd_daemon *d, const struct options *o)
 		replace_addrs(d->cfg.advertise, &d->cfg.nadvertise, o->advertise, o->nadvertise);
 	if (o->ndevices)
 		replace_addrs(d->cfg.rdma_devices, &d->cfg.nrdma_devices, o->devices, o->ndevices);
-	if (o->transport) {
-		int t = xd_transport_from_name(o->transport);
-		if (t < 0) {
-			xd_log(XD_LOG_ERR, "--transport must be auto, rdma or tcp");
-			return -EINVAL;
-		}
-		d->cfg.transport = t;
+	if (o->transport && xd_config_set_transport(&d->cfg, o->transport) < 0)
+		xd_config_set_transport(&d->cfg, "?");
+	if (!xd_transport_valid(d->cfg.transport)) {
+		char names[128];
+		xd_transport_names(names, sizeof(names));
+		xd_log(XD_LOG_ERR, "config: transport must be %s, %s", XD_TRANSPORT_AUTO, names);
+		return -EINVAL;
 	}
 	const char *level = o->log_level ? o->log_level : d->cfg.log_level;
 	if (level && xd_log_set_level(level) < 0) {
@@ -196,7 +196,7 @@ static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
 	struct xd_daemon *d = arg;
 	static unsigned ticks;
 	bool drained = !xd_copier_busy(d->copier) && !xd_ctl_pending_output(d) &&
-		       !xd_peer_pending_output(d);
+		       !xd_peers_pending_output(d);
 
 	if (drained || ++ticks * 10 >= XD_SHUTDOWN_FLUSH_MS)
 		event_base_loopexit(d->base, NULL);
@@ -242,11 +242,11 @@ void xd_daemon_clear(struct xd_daemon *d)
 	TAILQ_INIT(&d->regions);
 	TAILQ_INIT(&d->ops);
 	TAILQ_INIT(&d->peers);
-	TAILQ_INIT(&d->pconns_hello);
 	TAILQ_INIT(&d->xfers);
 	TAILQ_INIT(&d->deferred);
 	d->listen_fd = -1;
 	d->start_us = xd_now_us();
+	d->transports = xd_transports;
 }
 
 static int daemon_init(struct xd_daemon *d, const struct options *o)
@@ -264,9 +264,10 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 	if (!d->base)
 		return -ENOMEM;
 	if ((rc = xd_defer_init(d)) < 0 || (rc = init_signals(d)) < 0 ||
-	    (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0)
+	    (rc = xd_transport_local()->start(d)) < 0)
 		return rc;
-	if ((rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0)
+	xd_claims_start(d);
+	if ((rc = xd_peers_start(d)) < 0)
 		return rc;
 	if ((rc = xd_ctl_start(d, xd_dispatch_packet)) < 0) {
 		xd_log(XD_LOG_ERR, "control socket %s: %s", d->cfg.socket_path, strerror(-rc));
@@ -278,11 +279,11 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 /* The reverse of daemon_init, safe on a partly initialised daemon. */
 static void daemon_fini(struct xd_daemon *d)
 {
-	xd_copier_destroy(d->copier); /* first: no worker may touch a mapping after this */
+	xd_transport_local()->fini(d); /* first: no worker may touch a mapping after this */
 	xd_ctl_fini(d);
-	xd_peer_fini(d);
+	xd_peers_stop(d);
 	xd_ops_fini(d);
-	xd_rdma_fini(d); /* last: every registration and queue pair is gone by now */
+	xd_peers_fini(d); /* last: every registration and queue pair is gone by now */
 	xd_defer_fini(d);
 	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)

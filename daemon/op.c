@@ -15,9 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include "xferd.h"
-
-#define XD_MAX_TIMEOUT_MS 86400000ull
+#include "transport.h"
 
 /* ---- lookup, listing, notification ---- */
 
@@ -31,8 +29,7 @@ static struct xd_op *op_find(struct xd_daemon *d, uint64_t id)
 	return NULL;
 }
 
-/* Looks up op @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */
-static struct xd_op *op_lookup(struct xd_call *call, uint64_t id)
+struct xd_op *xd_op_lookup(struct xd_call *call, uint64_t id)
 {
 	struct xd_op *op = op_find(call->conn->d, id);
 
@@ -51,7 +48,7 @@ static struct xd_op *op_lookup(struct xd_call *call, uint64_t id)
 static uint64_t op_bytes(const struct xd_op *op)
 {
 	if (op->job)
-		return xd_copy_progress(op->job);
+		return xd_transport_local()->copy_progress(op->job);
 	return op->xfer ? xd_xfer_bytes(op->xfer) : op->bytes;
 }
 
@@ -106,7 +103,7 @@ static void waiter_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	waiter_free(w);
 }
 
-static int waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms)
+int xd_waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms)
 {
 	struct xd_waiter *w = calloc(1, sizeof(*w));
 
@@ -190,11 +187,10 @@ static void count_end(struct xd_op *op)
 }
 
 static void op_free(struct xd_op *op);
-static void op_forget(struct xd_op *op);
 
 static void forget_cb(void *arg)
 {
-	op_forget(arg);
+	xd_op_forget(arg);
 }
 
 /* Takes @op off its owner's books (its count of operations; lookups find it no more). */
@@ -256,7 +252,7 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 		snprintf(op->cause, sizeof(op->cause), "%s", cause);
 	utf8_trim_tail(op->cause);
 	if (op->xfer)
-		xd_remote_op_ended(op);
+		op->d->remote->op_ended(op);
 	event_del(op->deadline);
 	drop_regions(op);
 	count_end(op);
@@ -286,11 +282,11 @@ void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, 
 	vsnprintf(op->cause, sizeof(op->cause), fmt, ap);
 	va_end(ap);
 	if (op->job) {
-		op->end_pending = true; /* applied in xd_op_copy_done() */
-		xd_copy_cancel(op->job);
+		op->end_pending = true; /* applied in local_copy_done() */
+		xd_transport_local()->copy_cancel(op->job);
 		return;
 	}
-	if (op->xfer && xd_remote_drain(op)) {
+	if (op->xfer && op->d->remote->drain(op)) {
 		/* Bytes of an RDMA claimer may still land in the buffer: the owner hears of the
 		 * end once they cannot, so that it never reuses a buffer still being written. */
 		op->end_pending = true;
@@ -318,8 +314,7 @@ static void op_free(struct xd_op *op)
 	free(op);
 }
 
-/* Detaches @op from its owner; frees it now, or when its running copy or its drain ends. */
-static void op_forget(struct xd_op *op)
+void xd_op_forget(struct xd_op *op)
 {
 	detach_owner(op);
 	if (op->job || op->end_pending)
@@ -344,8 +339,10 @@ void xd_op_drained(struct xd_op *op)
 		op_free(op);
 }
 
-void xd_op_copy_done(struct xd_op *active, int err, uint64_t bytes)
+/* The local transport's report on the copy of @arg (the active op), on the loop thread. */
+static void local_copy_done(void *arg, int err, uint64_t bytes)
 {
+	struct xd_op *active = arg;
 	struct xd_op *passive = active->pair;
 	struct xd_op *sides[2] = { passive, active }; /* the owner hears first */
 
@@ -385,111 +382,28 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 		  op->state == XP_ST_INITIALIZED ? "a peer claimed it" : "the transfer finished");
 }
 
-static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
-{
-	json_int_t region, offset, length;
-	json_error_t jerr;
-	uint64_t end;
-
-	if (json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region", &region, "offset",
-			   &offset, "length", &length))
-		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
-	if (region < 0 || offset < 0 || length <= 0)
-		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "descriptor offset must be >= 0 and length > 0");
-	seg->region = xd_region_lookup(call, (uint64_t)region);
-	if (!seg->region)
-		return -call->err;
-	if (__builtin_add_overflow((uint64_t)offset, (uint64_t)length, &end) ||
-	    end > seg->region->length)
-		return xd_fail(
-			call, XP_E_FAILED, EINVAL,
-			"descriptor [%lld, +%lld) passes the end of region %lld (%llu bytes)",
-			(long long)offset, (long long)length, (long long)region,
-			(unsigned long long)seg->region->length);
-	seg->offset = (uint64_t)offset;
-	seg->length = (uint64_t)length;
-	return 0;
-}
-
-static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
-{
-	size_t n = json_array_size(arr), i;
-	json_t *v;
-
-	if (!json_is_array(arr) || n == 0 || n > XP_MAX_DESCS)
-		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "descs must be an array of 1 to %d descriptors", XP_MAX_DESCS);
-	op->segs = calloc(n, sizeof(*op->segs));
-	if (!op->segs)
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	json_array_foreach(arr, i, v) {
-		int rc = parse_desc(call, v, &op->segs[i]);
-		if (rc)
-			return rc;
-		if (__builtin_add_overflow(op->length, op->segs[i].length, &op->length))
-			return xd_fail(call, XP_E_FAILED, EINVAL, "total length overflows");
-	}
-	op->nsegs = (uint32_t)n;
-	return 0;
-}
-
-/* @timeout is -1 when the request had none. */
-static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out)
-{
-	if (timeout == -1) {
-		*out = call->conn->d->cfg.default_timeout_ms;
-		return 0;
-	}
-	if (timeout <= 0 || (uint64_t)timeout > XD_MAX_TIMEOUT_MS)
-		return xd_fail(call, XP_E_FAILED, EINVAL, "timeout_ms must be 1 to %llu",
-			       XD_MAX_TIMEOUT_MS);
-	*out = (uint64_t)timeout;
-	return 0;
-}
-
-/* Frees an op from op_new() that was never started. */
-static void op_discard(struct xd_op *op)
+void xd_op_discard(struct xd_op *op)
 {
 	free(op->segs);
 	xd_event_free(op->deadline);
 	free(op);
 }
 
-/* Builds an op from the descriptors; not yet listed, no deadline running. */
-static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
-			    json_int_t timeout, int release_on_end)
+struct xd_op *xd_op_create(struct xd_daemon *d, enum xp_kind kind)
 {
-	struct xd_conn *c = call->conn;
 	struct xd_op *op = calloc(1, sizeof(*op));
 
-	if (!op) {
-		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	if (!op)
+		return NULL;
+	op->d = d;
+	op->kind = kind;
+	TAILQ_INIT(&op->waiters);
+	op->deadline = evtimer_new(d->base, deadline_cb, op);
+	if (!op->deadline) {
+		free(op);
 		return NULL;
 	}
-	op->d = c->d;
-	op->kind = kind;
-	op->release_on_end = release_on_end;
-	op->client_id = c->id;
-	TAILQ_INIT(&op->waiters);
-	if (c->nops + 1 > c->d->cfg.limits.ops) {
-		xd_fail(call, XP_E_FAILED, EDQUOT,
-			"per-client limit of %llu operations reached; release ended operations",
-			(unsigned long long)c->d->cfg.limits.ops);
-		goto err;
-	}
-	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op))
-		goto err;
-	op->deadline = evtimer_new(c->d->base, deadline_cb, op);
-	if (!op->deadline) {
-		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		goto err;
-	}
 	return op;
-err:
-	free(op->segs);
-	free(op);
-	return NULL;
 }
 
 void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
@@ -507,98 +421,19 @@ void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
 	evtimer_add(op->deadline, &tv);
 }
 
-static json_t *passive_result(struct xd_op *op)
+/* Starts the copy of the local pair (@active, @passive). Returns 0 or -errno. */
+static int start_local_copy(struct xd_op *active, struct xd_op *passive)
 {
-	struct xd_daemon *d = op->d;
-	struct xp_meta m = { .kind = op->kind, .epoch = d->epoch, .op = op->id };
-	char *metadata = NULL;
+	const struct xd_transport_ops *t = xd_transport_local();
+	int rc = active->kind == XP_KIND_READ ?
+			 t->copy(active->d, active->segs, active->nsegs, passive->segs,
+				 passive->nsegs, local_copy_done, active, &active->job) :
+			 t->copy(active->d, passive->segs, passive->nsegs, active->segs,
+				 active->nsegs, local_copy_done, active, &active->job);
 
-	memcpy(m.node, d->node, sizeof(m.node));
-	memcpy(m.token, op->token, sizeof(m.token));
-	memcpy(m.endpoints, d->endpoints, sizeof(m.endpoints));
-	m.nendpoints = d->nendpoints;
-	m.nlengths = op->nsegs;
-	m.lengths = calloc(op->nsegs, sizeof(*m.lengths));
-	if (!m.lengths)
-		return NULL;
-	for (uint32_t i = 0; i < op->nsegs; i++)
-		m.lengths[i] = op->segs[i].length;
-	int rc = xp_meta_encode(&m, &metadata);
-	xp_meta_fini(&m);
-	if (rc)
-		return NULL;
-	json_t *result = json_pack("{s:I, s:s}", "op", (json_int_t)op->id, "metadata", metadata);
-	free(metadata);
-	return result;
-}
-
-int xd_handle_op_passive(struct xd_call *call)
-{
-	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
-	json_int_t timeout = -1;
-	int release_on_end = 0;
-	json_t *descs;
-
-	if (xd_unpack_params(call, "{s:o, s?I, s?b}", "descs", &descs, "timeout_ms", &timeout,
-			     "release_on_end", &release_on_end))
-		return -EINVAL;
-	if (call->conn->d->stopping)
-		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *op = op_new(call, kind, descs, timeout, release_on_end);
-	if (!op)
-		return -call->err;
-	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
-		op_discard(op);
-		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
-	}
-	xd_op_start(call, op, XP_ST_INITIALIZED);
-	call->result = passive_result(op);
-	if (!call->result) /* nothing was given out: take the op back */
-		op_forget(op);
-	return 0;
-}
-
-/* Copy pieces from @src's segments to @dst's: boundaries of the two sides need not agree. */
-static struct xd_copy_piece *plan_pieces(const struct xd_op *dst, const struct xd_op *src,
-					 uint32_t *n)
-{
-	struct xd_copy_piece *p = calloc(dst->nsegs + src->nsegs, sizeof(*p));
-	uint32_t i = 0, j = 0, k = 0;
-	uint64_t di = 0, sj = 0; /* bytes used of dst->segs[i] and src->segs[j] */
-
-	if (!p)
-		return NULL;
-	while (i < dst->nsegs && j < src->nsegs) {
-		const struct xd_seg *ds = &dst->segs[i], *ss = &src->segs[j];
-		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di :
-								   ss->length - sj;
-		p[k++] = (struct xd_copy_piece){ ds->region->base + ds->offset + di,
-						 ss->region->base + ss->offset + sj, len };
-		di += len;
-		sj += len;
-		if (di == ds->length) {
-			i++;
-			di = 0;
-		}
-		if (sj == ss->length) {
-			j++;
-			sj = 0;
-		}
-	}
-	*n = k;
-	return p;
-}
-
-static int start_local_copy(struct xd_call *call, struct xd_op *active, struct xd_op *passive)
-{
-	bool reading = active->kind == XP_KIND_READ;
-	uint32_t n;
-	struct xd_copy_piece *pieces = reading ? plan_pieces(active, passive, &n) :
-						 plan_pieces(passive, active, &n);
-
-	if (!pieces)
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	return xd_copy_submit(call->conn->d->copier, active, pieces, n);
+	if (rc == 0 && active->pair) /* both sides stay open until the copy reports back */
+		active->pair->job = active->job;
+	return rc;
 }
 
 #define REFUSE(e, ...)                              \
@@ -648,31 +483,6 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 	return passive;
 }
 
-/* A local claim: the same refusals, all decided before any byte moves. */
-static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
-				 const struct xd_op *active)
-{
-	struct xd_claim cl = {
-		.want = active->kind == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE,
-		.method = xp_method_name(call->method),
-		.epoch = m->epoch,
-		.op = m->op,
-		.length = active->length,
-		.meta_kind = m->kind,
-	};
-	int err;
-
-	memcpy(cl.node, m->node, XP_ID_BYTES);
-	memcpy(cl.token, m->token, XP_ID_BYTES);
-	struct xd_op *passive =
-		xd_claim_lookup(call->conn->d, &cl, &err, call->message, sizeof(call->message));
-	if (!passive) {
-		call->code = XP_E_FAILED;
-		call->err = -err;
-	}
-	return passive;
-}
-
 void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer)
 {
 	if (xp_kind_passive(op->kind))
@@ -693,154 +503,19 @@ void xd_op_complete(struct xd_op *op)
 
 static void pair_local(struct xd_op *active, struct xd_op *passive)
 {
+	const char *name = xd_transport_local()->name;
+
 	active->pair = passive;
 	passive->pair = active;
-	strcpy(active->transport, "local");
-	strcpy(active->peer, "local");
-	xd_op_set_in_progress(passive, "local", "local");
+	snprintf(active->transport, sizeof(active->transport), "%s", name);
+	snprintf(active->peer, sizeof(active->peer), "%s", name);
+	xd_op_set_in_progress(passive, name, name);
 }
 
-static int decode_metadata(struct xd_call *call, const char *metadata, struct xp_meta *m)
+int xd_op_start_local(struct xd_op *active, struct xd_op *passive)
 {
-	char err[200];
-	int rc = xp_meta_decode(metadata, m, err, sizeof(err));
-
-	if (rc == -ENOMEM)
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	return rc ? xd_fail(call, XP_E_FAILED, EBADMSG, "%s", err) : 0;
-}
-
-int xd_handle_op_active(struct xd_call *call)
-{
-	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
-	const char *metadata;
-	json_int_t timeout = -1;
-	int release_on_end = 0;
-	json_t *descs;
-	struct xp_meta m;
-
-	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b}", "metadata", &metadata, "descs", &descs,
-			     "timeout_ms", &timeout, "release_on_end", &release_on_end))
-		return -EINVAL;
-	if (call->conn->d->stopping)
-		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *active = op_new(call, kind, descs, timeout, release_on_end);
-	if (!active)
-		return -call->err;
-	int rc = decode_metadata(call, metadata, &m);
-	if (rc == 0 && memcmp(m.node, call->conn->d->node, XP_ID_BYTES) != 0) {
-		rc = xd_remote_claim(call, active, &m); /* the reply waits for the owner */
-		xp_meta_fini(&m);
-		if (rc)
-			op_discard(active);
-		return rc;
-	}
-	struct xd_op *passive = rc ? NULL : claim_check(call, &m, active);
-	xp_meta_fini(&m);
-	if (!passive) {
-		op_discard(active);
-		return -call->err;
-	}
-	xd_op_start(call, active, XP_ST_IN_PROGRESS);
 	pair_local(active, passive);
-	rc = start_local_copy(call, active, passive);
-	if (rc) /* the op exists and has ended: the client learns why from its state */
-		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s",
-			  strerror(-rc));
-	call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
-	return 0;
-}
-
-/* ---- status, wait, cancel, release, list ---- */
-
-static int unpack_op(struct xd_call *call, struct xd_op **op)
-{
-	json_int_t id;
-
-	if (xd_unpack_params(call, "{s:I}", "op", &id))
-		return -EINVAL;
-	*op = op_lookup(call, (uint64_t)id);
-	return *op ? 0 : -call->err;
-}
-
-int xd_handle_op_status(struct xd_call *call)
-{
-	struct xd_op *op;
-	int rc = unpack_op(call, &op);
-
-	if (rc)
-		return rc;
-	call->result = xd_op_to_json(op);
-	return 0;
-}
-
-int xd_handle_op_wait(struct xd_call *call)
-{
-	json_int_t id, timeout = -1;
-
-	if (xd_unpack_params(call, "{s:I, s?I}", "op", &id, "timeout_ms", &timeout))
-		return -EINVAL;
-	if (timeout < -1 || timeout > (json_int_t)XD_MAX_TIMEOUT_MS)
-		return xd_fail(call, XP_E_FAILED, EINVAL, "timeout_ms must be 0 to %llu",
-			       XD_MAX_TIMEOUT_MS);
-	struct xd_op *op = op_lookup(call, (uint64_t)id);
-	if (!op)
-		return -call->err;
-	if (xp_state_terminal(op->state)) {
-		call->result = xd_op_to_json(op);
-		return 0;
-	}
-	return waiter_add(call, op, timeout);
-}
-
-int xd_handle_op_cancel(struct xd_call *call)
-{
-	struct xd_op *op;
-	int rc = unpack_op(call, &op);
-
-	if (rc)
-		return rc;
-	if (op->owner == call->conn)
-		xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "cancelled by its owner");
-	else
-		xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "cancelled by root (client %llu)",
-			  (unsigned long long)call->conn->id);
-	if (xp_state_terminal(op->state)) {
-		call->result = xd_op_to_json(op);
-		return 0;
-	}
-	return waiter_add(call, op, -1); /* replies once the running copy has stopped */
-}
-
-int xd_handle_op_release(struct xd_call *call)
-{
-	struct xd_op *op;
-	int rc = unpack_op(call, &op);
-
-	if (rc)
-		return rc;
-	xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "released by its owner before it ended");
-	op_forget(op);
-	call->result = json_object();
-	return 0;
-}
-
-int xd_handle_list_ops(struct xd_call *call)
-{
-	struct xd_op *op;
-
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	json_t *arr = json_array();
-	TAILQ_FOREACH(op, &call->conn->d->ops, link) {
-		if (op->owner && xd_conn_may_access(call->conn, op->owner) &&
-		    json_array_append_new(arr, xd_op_to_json(op))) {
-			json_decref(arr);
-			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
-	}
-	call->result = json_pack("{s:o}", "ops", arr);
-	return 0;
+	return start_local_copy(active, passive);
 }
 
 /* ---- whole-daemon events ---- */
@@ -858,7 +533,7 @@ void xd_ops_conn_closed(struct xd_conn *c)
 		xd_op_end(op, XP_ST_ERRORED, ECONNRESET,
 			  "its client %llu (%s, pid %d) disconnected", (unsigned long long)c->id,
 			  c->name, (int)c->pid);
-		op_forget(op);
+		xd_op_forget(op);
 	}
 }
 

@@ -60,7 +60,7 @@ static void cq_reap(struct xd_rdma_dev *dev)
 	if (n < 0)
 		xd_log(XD_LOG_ERR, "%s: ibv_poll_cq failed", dev->name);
 	for (int i = 0; i < n; i++)
-		xd_rconn_completion(dev, &wc[i]);
+		dev->rdma->completion(dev, &wc[i]);
 	if (n == XD_POLL_BATCH && event_add(dev->next_batch_ev, &next_turn) < 0)
 		xd_log(XD_LOG_ERR, "%s: event_add failed: completions wait for the next event",
 		       dev->name);
@@ -212,7 +212,7 @@ static int open_devices(struct xd_daemon *d, struct xd_rdma *rd)
 	return 0;
 }
 
-int xd_rdma_start(struct xd_daemon *d)
+int xd_rdma_devices_open(struct xd_daemon *d, bool wanted, xd_rdma_completion_cb completion)
 {
 	struct xd_rdma *rd = calloc(1, sizeof(*rd));
 
@@ -220,30 +220,22 @@ int xd_rdma_start(struct xd_daemon *d)
 		return -ENOMEM;
 	d->rdma = rd;
 	rd->d = d;
+	rd->completion = completion;
 	TAILQ_INIT(&rd->live);
 	TAILQ_INIT(&rd->dying);
-	if (d->cfg.transport == XD_TRANSPORT_TCP) {
-		snprintf(rd->why, sizeof(rd->why), "unused: transport is tcp");
+	if (!wanted) {
+		snprintf(rd->why, sizeof(rd->why), "unused: transport is %s", d->cfg.transport);
 		return 0;
 	}
-	int rc = open_devices(d, rd);
-	if (rc == 0 && rd->ndevs)
-		rc = xd_rconn_start(d);
-	if (rc == 0 && d->cfg.transport == XD_TRANSPORT_RDMA && !xd_rdma_available(d)) {
-		xd_log(XD_LOG_ERR,
-		       "transport rdma needs an RDMA device and an rdma_cm listener: %s", rd->why);
-		rc = -ENODEV;
-	}
-	return rc;
+	return open_devices(d, rd);
 }
 
-void xd_rdma_fini(struct xd_daemon *d)
+void xd_rdma_devices_close(struct xd_daemon *d)
 {
 	struct xd_rdma *rd = d->rdma;
 
 	if (!rd)
 		return;
-	xd_rconn_fini(d);
 	for (int i = 0; i < rd->ndevs; i++)
 		dev_close(&rd->devs[i]);
 	if (rd->list)
@@ -390,16 +382,12 @@ static json_t *unused_devices_json(void)
 	return arr;
 }
 
-int xd_handle_list_devices(struct xd_call *call)
+json_t *xd_rdma_devices_json(const struct xd_daemon *d)
 {
-	struct xd_rdma *rd = call->conn->d->rdma;
-
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
+	const struct xd_rdma *rd = d->rdma;
 	json_t *arr = rd && rd->ndevs ? json_array() : unused_devices_json();
+
 	for (int i = 0; rd && arr && i < rd->ndevs; i++)
 		json_array_append_new(arr, dev_json(&rd->devs[i]));
-	call->result =
-		json_pack("{s:s, s:o}", "rdma", rd ? rd->why : "unavailable", "devices", arr);
-	return 0;
+	return json_pack("{s:s, s:o}", "rdma", rd ? rd->why : "unavailable", "devices", arr);
 }

@@ -10,6 +10,10 @@
 #include <rdma/rdma_cma.h>
 #include "xferd.h"
 
+struct xd_rdma_grant;
+struct xd_seg;
+struct xd_peer;
+
 struct xd_rdma_counters {
 	uint64_t reads, read_bytes, writes, write_bytes, sends, recvs, errors;
 	uint64_t windows_bound; /**< memory windows bound for claims, ever */
@@ -36,8 +40,13 @@ struct xd_rdma_dev {
 	struct xd_rdma_counters counters;
 };
 
+struct xd_rdma_dev;
+/* rdma_conn.c's handler of every work completion of a device's CQ. */
+typedef void (*xd_rdma_completion_cb)(struct xd_rdma_dev *dev, const struct ibv_wc *wc);
+
 struct xd_rdma {
 	struct xd_daemon *d;
+	xd_rdma_completion_cb completion;
 	struct ibv_context **list; /**< rdma_get_devices(), freed last */
 	struct xd_rdma_dev devs[XD_MAX_DEVICES];
 	int ndevs;
@@ -51,16 +60,57 @@ struct xd_rdma {
 	uint32_t next_conn_id;
 };
 
-/* rdma.c */
+/* One work request: a local piece and the remote piece it pairs with. */
+struct xd_rdma_piece {
+	uint64_t laddr, raddr;
+	uint32_t lkey, rkey, len;
+};
+
+/* rdma.c: devices and registrations */
 /* The device a verbs context belongs to, or NULL if this daemon does not use it. */
 struct xd_rdma_dev *xd_rdma_dev_for(struct xd_daemon *d, struct ibv_context *ctx);
+/*
+ * Makes d->rdma and, when @wanted, opens the devices to use, each with its CQ on the event
+ * loop; every work completion goes to @completion. Returns 0 or -errno.
+ */
+int xd_rdma_devices_open(struct xd_daemon *d, bool wanted, xd_rdma_completion_cb completion);
+/* Closes the devices and frees d->rdma (every QP and MR must be gone). */
+void xd_rdma_devices_close(struct xd_daemon *d);
+/* The ops table's device entries (transport.h says what each does). */
+json_t *xd_rdma_devices_json(const struct xd_daemon *d);
+int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len);
+void xd_rdma_deregister_region(struct xd_region *r);
+json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r);
+/* Whether this daemon can take and make RDMA connections. */
+bool xd_rdma_available(const struct xd_daemon *d);
+/* @r's keys on device @dev. */
+uint32_t xd_rdma_lkey(const struct xd_region *r, int dev);
+uint32_t xd_rdma_rkey(const struct xd_region *r, int dev);
 
-/* rdma_conn.c */
-/* Creates the CM event channel and the rdma_cm listeners. Returns 0 or -errno. */
-int xd_rconn_start(struct xd_daemon *d);
-/* Destroys every connection, the listeners and the CM channel. */
-void xd_rconn_fini(struct xd_daemon *d);
-/* One work completion from @dev's CQ. */
-void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc);
+/* rdma_conn.c: the connections behind its ops table (xd_transport_rdma_ops) */
+int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep);
+/* Queues a control message on connection @via (0: the set's first). Returns 0 or -errno. */
+int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+		      const json_t *json);
+/* Posts RDMA READ/WRITE for the peer's transfers while the window has room. */
+void xd_rdma_kick(struct xd_peer *p);
+void xd_rdma_close_peer(struct xd_peer *p);
+void xd_rdma_keepalive(struct xd_peer *p);
+int xd_rdma_peer_conns(const struct xd_peer *p);
+/* When the peer's connections last received anything (monotonic us), 0 if never. */
+uint64_t xd_rdma_peer_last_rx(const struct xd_peer *p);
+/*
+ * Memory windows onto one operation's ranges, for a claimer over RDMA (PROTOCOL.md §10.5):
+ * opens remote access to @n ranges, reads only or writes only, for the peer's end of RDMA
+ * connection @via, and fills @rkeys (one per range). Where the device has memory windows,
+ * *grant owns them and the rkeys reach those bytes, through that queue pair, and nothing else;
+ * where it has none, *grant is NULL and the rkeys are the regions' own. Returns 0 or -errno
+ * with the cause in @msg.
+ */
+int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
+		       bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
+		       size_t len);
+/* Revokes @g's windows: at once, or as soon as their binds have left the send queue. */
+void xd_rdma_grant_close(struct xd_rdma_grant *g);
 
 #endif /* XFERD_RDMA_H */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "rdma.h"
+#include "transport.h"
 #include "xp_peer.h"
 
 #define RC_RECV_BUFS 16
@@ -107,13 +108,30 @@ struct rpeer {
 static void rconn_pump(struct xd_rconn *rc);
 static void rconn_flush(struct xd_rconn *rc);
 
+/* The RDMA part of set @p (p->tstate), made on first use when @create. */
 static struct rpeer *rpeer_of(struct xd_peer *p, bool create)
 {
-	struct rpeer **slot = (struct rpeer **)xd_peer_rdma_state(p);
+	struct rpeer *rp = p->tstate;
 
-	if (!*slot && create && (*slot = calloc(1, sizeof(**slot))))
-		TAILQ_INIT(&(*slot)->conns);
-	return *slot;
+	if (!rp && create && (rp = calloc(1, sizeof(*rp)))) {
+		TAILQ_INIT(&rp->conns);
+		p->tstate = rp;
+	}
+	return rp;
+}
+
+/* Reports a failure of a connection of @p: the whole set fails (peer.c). */
+static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
+{
+	char cause[XD_CAUSE_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cause, sizeof(cause), fmt, ap);
+	va_end(ap);
+	p->d->link_events->failed(p, err, cause);
 }
 
 static struct xd_rconn *rconn_find(struct xd_rdma *rd, uint32_t id)
@@ -249,13 +267,13 @@ void xd_rdma_close_peer(struct xd_peer *p)
 		rc->peer = NULL;
 	}
 	free(rp);
-	*(struct rpeer **)xd_peer_rdma_state(p) = NULL;
+	p->tstate = NULL;
 }
 
 static void rconn_fail(struct xd_rconn *rc, int err, const char *what)
 {
 	if (rc->peer)
-		xd_peer_failed(rc->peer, err, "%s", what);
+		link_failed(rc->peer, err, "%s", what);
 	else
 		rconn_kill(rc);
 }
@@ -379,7 +397,7 @@ static int resolve_ep(const char *addr, uint16_t port, struct sockaddr_storage *
 
 int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
 {
-	struct xd_daemon *d = xd_peer_daemon(p);
+	struct xd_daemon *d = p->d;
 	struct sockaddr_storage dst, src;
 	struct sockaddr *srcp = NULL;
 	struct xd_rconn *rc = rconn_new(d, p, true);
@@ -666,7 +684,7 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 			return -EPROTO;
 		}
 	}
-	int err = xd_remote_ctrl(rc->peer, rc->id, &h, json);
+	int err = rc->d->xfer_events->ctrl(rc->peer, rc->id, &h, json);
 	json_decref(json);
 	return err;
 }
@@ -677,7 +695,7 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 		     bool signaled)
 {
 	uint64_t idx = rc->sq_head;
-	bool read = !xd_xfer_is_source(x);
+	bool read = !x->source;
 	struct ibv_sge sge = { pc->laddr, pc->len, pc->lkey };
 	struct ibv_send_wr wr = {
 		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
@@ -695,11 +713,72 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 	dp_log("conn %u: posted %s of %u bytes, sq %llu, signaled %d", rc->id,
 	       read ? "READ" : "WRITE", pc->len, (unsigned long long)idx, signaled);
 	xd_xfer_ref(x);
-	xd_xfer_rdma_wr_posted(x);
+	xd_xfer_request_posted(x);
 	rc->sq[idx % RC_SQ_DEPTH] =
 		(struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len, .read = read };
 	rc->sq_head++;
 	return 0;
+}
+
+/* Where transfer offset @off falls in @n ranges of lengths @len(i): index and offset in it. */
+#define LOCATE(n, len, off, idx, in)                      \
+	do {                                              \
+		(idx) = 0;                                \
+		(in) = (off);                             \
+		while ((idx) < (n) && (in) >= len(idx)) { \
+			(in) -= len(idx);                 \
+			(idx)++;                          \
+		}                                         \
+	} while (0)
+
+/*
+ * Takes the next chunk (at most @max bytes, pieces at most @max_request, each within one local
+ * and one remote segment) of @x for device @dev: fills @pieces (at most @maxp) and returns the
+ * bytes they cover (0: nothing left).
+ */
+static uint32_t next_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_request,
+			   struct xd_rdma_piece *pieces, int maxp, int *np)
+{
+	uint64_t off = x->next_off, left = x->length - x->next_off, lin, rin;
+	uint32_t li, ri, done = 0;
+
+	if (left > max)
+		left = max;
+#define LLEN(i) x->segs[i].length
+#define RLEN(i) x->rsegs[i].len
+	LOCATE(x->nsegs, LLEN, off, li, lin);
+	LOCATE(x->nrsegs, RLEN, off, ri, rin);
+	*np = 0;
+	while (done < left && *np < maxp && li < x->nsegs && ri < x->nrsegs) {
+		const struct xd_seg *ls = &x->segs[li];
+		uint64_t len = left - done;
+		if (len > ls->length - lin)
+			len = ls->length - lin;
+		if (len > x->rsegs[ri].len - rin)
+			len = x->rsegs[ri].len - rin;
+		if (len > max_request)
+			len = max_request;
+		pieces[(*np)++] = (struct xd_rdma_piece){
+			.laddr = (uintptr_t)(ls->region->base + ls->offset + lin),
+			.lkey = xd_rdma_lkey(ls->region, dev),
+			.raddr = x->rsegs[ri].addr + rin,
+			.rkey = x->rsegs[ri].rkey,
+			.len = (uint32_t)len,
+		};
+		done += (uint32_t)len;
+		if ((lin += len) == ls->length) {
+			li++;
+			lin = 0;
+		}
+		if ((rin += len) == x->rsegs[ri].len) {
+			ri++;
+			rin = 0;
+		}
+	}
+#undef LLEN
+#undef RLEN
+	xd_xfer_advance(x, done);
+	return done;
 }
 
 /*
@@ -717,13 +796,12 @@ static bool pump_one(struct xd_rconn *rc)
 {
 	struct xd_rdma_piece pieces[XD_RDMA_MAX_PIECES];
 	int n = 0;
-	struct xd_xfer *x = xd_peer_next_stream(rc->peer, rc->id);
+	struct xd_xfer *x = xd_xfer_sendq_next(&rc->peer->sendq, rc->id);
 
 	if (!x)
 		return false;
-	uint32_t len = xd_xfer_next_rdma_chunk(x, rc->dev->index, XD_RDMA_CHUNK,
-					       rc->dev->max_request, pieces, XD_RDMA_MAX_PIECES,
-					       &n);
+	uint32_t len = next_chunk(x, rc->dev->index, XD_RDMA_CHUNK, rc->dev->max_request, pieces,
+				  XD_RDMA_MAX_PIECES, &n);
 	if (len == 0)
 		return false;
 	for (int i = 0; i < n; i++) {
@@ -735,8 +813,8 @@ static bool pump_one(struct xd_rconn *rc)
 	}
 	rc->chunks++;
 	rc->last_tx_us = xd_now_us();
-	if (xd_xfer_is_source(x) && !xd_xfer_has_more(x))
-		xd_xfer_rdma_all_posted(x);
+	if (x->source && !xd_xfer_has_more(x))
+		xd_xfer_all_posted(x);
 	return true;
 }
 
@@ -772,14 +850,17 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 			struct xd_xfer *x = e->x;
 			*(e->read ? &c->reads : &c->writes) += 1;
 			*(e->read ? &c->read_bytes : &c->write_bytes) += e->bytes;
-			xd_peer_add_bytes(rc->peer, e->read ? 0 : e->bytes, e->read ? e->bytes : 0);
+			if (rc->peer) {
+				rc->peer->bytes_sent += e->read ? 0 : e->bytes;
+				rc->peer->bytes_received += e->read ? e->bytes : 0;
+			}
 			if (last)
 				rc->chunks--;
 			if (e->read)
 				xd_xfer_data_received(x, e->bytes);
 			else
 				xd_xfer_data_sent(x, e->bytes);
-			xd_xfer_rdma_wr_done(x);
+			xd_xfer_request_done(x);
 			xd_xfer_unref(x);
 		}
 		e->kind = SQ_FREE;
@@ -819,7 +900,8 @@ static void completion_error(struct xd_rconn *rc, const struct ibv_wc *wc)
 	rconn_fail(rc, ECONNRESET, what);
 }
 
-void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
+/* One work completion from @dev's CQ. */
+static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 {
 	struct xd_rconn *rc = rconn_find(dev->rdma, (uint32_t)(wc->wr_id >> 32));
 	uint32_t low = (uint32_t)wc->wr_id;
@@ -857,7 +939,7 @@ void xd_rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 void xd_rdma_keepalive(struct xd_peer *p)
 {
 	struct rpeer *rp = rpeer_of(p, false);
-	struct xd_daemon *d = xd_peer_daemon(p);
+	struct xd_daemon *d = p->d;
 	uint64_t now = xd_now_us();
 	struct xd_rconn *rc;
 
@@ -868,11 +950,11 @@ void xd_rdma_keepalive(struct xd_peer *p)
 			continue;
 		uint64_t silent_ms = (now - rc->last_rx_us) / 1000;
 		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			xd_peer_failed(p, ETIMEDOUT,
-				       "nothing heard from the peer for %llu ms "
-				       "(keepalive_timeout_ms %llu)",
-				       (unsigned long long)silent_ms,
-				       (unsigned long long)d->cfg.keepalive_timeout_ms);
+			link_failed(p, ETIMEDOUT,
+				    "nothing heard from the peer for %llu ms "
+				    "(keepalive_timeout_ms %llu)",
+				    (unsigned long long)silent_ms,
+				    (unsigned long long)d->cfg.keepalive_timeout_ms);
 			return;
 		}
 		if ((now - rc->last_tx_us) / 1000 >= d->cfg.keepalive_ms)
@@ -880,10 +962,10 @@ void xd_rdma_keepalive(struct xd_peer *p)
 	}
 }
 
-int xd_rdma_peer_conns(struct xd_peer *p)
+int xd_rdma_peer_conns(const struct xd_peer *p)
 {
-	struct rpeer *rp = rpeer_of(p, false);
-	struct xd_rconn *rc;
+	const struct rpeer *rp = p->tstate;
+	const struct xd_rconn *rc;
 	int n = 0;
 
 	if (rp)
@@ -892,10 +974,10 @@ int xd_rdma_peer_conns(struct xd_peer *p)
 	return n;
 }
 
-uint64_t xd_rdma_peer_last_rx(struct xd_peer *p)
+uint64_t xd_rdma_peer_last_rx(const struct xd_peer *p)
 {
-	struct rpeer *rp = rpeer_of(p, false);
-	struct xd_rconn *rc;
+	const struct rpeer *rp = p->tstate;
+	const struct xd_rconn *rc;
 	uint64_t last = 0;
 
 	if (rp)
@@ -949,11 +1031,11 @@ static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 				   "the peer's HELLO (accept private data) is not valid");
 			return;
 		}
-		if (memcmp(hello.node, xd_peer_node(rc->peer), XP_ID_BYTES) != 0) {
+		if (memcmp(hello.node, rc->peer->node, XP_ID_BYTES) != 0) {
 			rconn_fail(rc, EHOSTUNREACH, "the daemon at that address is another node");
 			return;
 		}
-		xd_peer_mark_up(rc->peer, hello.epoch);
+		rc->d->link_events->up(rc->peer, hello.epoch);
 	}
 	rconn_flush(rc);
 	rconn_pump(rc);
@@ -980,7 +1062,8 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 		rdma_reject(ev->id, NULL, 0);
 		return ev->id;
 	}
-	struct xd_peer *p = xd_peer_attach(d, hello.node, hello.epoch, true, from);
+	struct xd_peer *p =
+		d->link_events->attach(d, &xd_transport_rdma_ops, hello.node, hello.epoch, from);
 	struct xd_rconn *rc = p ? rconn_new(d, p, false) : NULL;
 	if (!rc) {
 		rdma_reject(ev->id, NULL, 0);
@@ -997,7 +1080,7 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 		rconn_fail(rc, err ? -err : errno, "could not accept the RDMA connection");
 		return NULL; /* rconn_free() destroys the id */
 	}
-	xd_peer_mark_up(p, hello.epoch);
+	d->link_events->up(p, hello.epoch);
 	return NULL;
 }
 
@@ -1114,15 +1197,17 @@ static void advertise_rdma(struct xd_daemon *d)
 	int n = d->nendpoints;
 
 	for (int i = 0; i < n && d->nendpoints < XP_MAX_ENDPOINTS; i++) {
+		/* rdma_cm listens where TCP does (d->listen_eps): the same addresses. */
 		if (strcmp(d->endpoints[i].transport, "tcp") != 0)
 			continue;
 		d->endpoints[d->nendpoints] = d->endpoints[i];
-		strcpy(d->endpoints[d->nendpoints].transport, "rdma");
+		strcpy(d->endpoints[d->nendpoints].transport, xd_transport_rdma_ops.name);
 		d->nendpoints++;
 	}
 }
 
-int xd_rconn_start(struct xd_daemon *d)
+/* Creates the CM event channel and the rdma_cm listeners. Returns 0 or -errno. */
+static int rconn_start(struct xd_daemon *d)
 {
 	struct xd_rdma *rd = d->rdma;
 
@@ -1137,7 +1222,7 @@ int xd_rconn_start(struct xd_daemon *d)
 		return -ENOMEM;
 	for (int i = 0; i < d->nlisten_eps; i++) {
 		int err = listen_one(d, &d->listen_eps[i]);
-		if (err && d->cfg.transport == XD_TRANSPORT_RDMA)
+		if (err && strcmp(d->cfg.transport, xd_transport_rdma_ops.name) == 0)
 			return err;
 	}
 	if (rd->nlisteners)
@@ -1149,12 +1234,13 @@ int xd_rconn_start(struct xd_daemon *d)
 	return 0;
 }
 
-void xd_rconn_fini(struct xd_daemon *d)
+/* Destroys every connection, the listeners and the CM channel. */
+static void rconn_fini(struct xd_daemon *d)
 {
 	struct xd_rdma *rd = d->rdma;
 	struct xd_rconn *rc;
 
-	/* Peers were failed before this (xd_peer_fini): what is left here has none. */
+	/* Peers were failed before this (xd_peers_stop): what is left here has none. */
 	while ((rc = TAILQ_FIRST(&rd->live)))
 		rconn_kill(rc);
 	xd_defer_flush(d);
@@ -1167,3 +1253,70 @@ void xd_rconn_fini(struct xd_daemon *d)
 		rdma_destroy_event_channel(rd->cm);
 	rd->cm = NULL;
 }
+
+/* ---- the ops table ---- */
+
+static int rdma_start(struct xd_daemon *d)
+{
+	bool forced = strcmp(d->cfg.transport, xd_transport_rdma_ops.name) == 0;
+	bool wanted = forced || strcmp(d->cfg.transport, XD_TRANSPORT_AUTO) == 0;
+	int rc = xd_rdma_devices_open(d, wanted, rconn_completion);
+
+	if (rc == 0 && d->rdma->ndevs)
+		rc = rconn_start(d);
+	if (rc == 0 && forced && !xd_rdma_available(d)) {
+		xd_log(XD_LOG_ERR,
+		       "transport rdma needs an RDMA device and an rdma_cm listener: %s",
+		       d->rdma->why);
+		rc = -ENODEV;
+	}
+	return rc;
+}
+
+/* After every peer set failed and every region was deregistered. */
+static void rdma_fini(struct xd_daemon *d)
+{
+	if (!d->rdma)
+		return;
+	rconn_fini(d);
+	xd_rdma_devices_close(d);
+}
+
+/*
+ * Control messages on RDMA wait only for send credits, which the peer returns at once: unlike
+ * TCP's, they are never stuck behind bulk data, so shutdown has nothing to wait for here.
+ */
+static bool rdma_pending_output(const struct xd_peer *p)
+{
+	return false;
+}
+
+static bool rdma_usable(const struct xd_daemon *d, const char **why)
+{
+	*why = "this daemon has no RDMA device and listener";
+	return xd_rdma_available(d);
+}
+
+const struct xd_transport_ops xd_transport_rdma_ops = {
+	.name = "rdma",
+	.network = true,
+	.preferred = true,
+	.one_sided = true,
+	.start = rdma_start,
+	.fini = rdma_fini,
+	.usable = rdma_usable,
+	.devices_json = xd_rdma_devices_json,
+	.register_region = xd_rdma_register_region,
+	.deregister_region = xd_rdma_deregister_region,
+	.region_json = xd_rdma_region_json,
+	.connect = xd_rdma_connect,
+	.send_ctrl = xd_rdma_send_ctrl,
+	.kick = xd_rdma_kick,
+	.keepalive = xd_rdma_keepalive,
+	.close = xd_rdma_close_peer,
+	.nconns = xd_rdma_peer_conns,
+	.last_rx_us = xd_rdma_peer_last_rx,
+	.pending_output = rdma_pending_output,
+	.grant_open = xd_rdma_grant_open,
+	.grant_close = xd_rdma_grant_close,
+};

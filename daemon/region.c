@@ -11,13 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "xferd.h"
-
-struct register_args {
-	const char *name;
-	uint64_t offset, length;
-	bool has_length;
-};
+#include "transport.h"
 
 static const char *fd_type_name(mode_t mode)
 {
@@ -57,7 +51,7 @@ static int64_t check_memfd(struct xd_call *call, int fd)
 	return st.st_size;
 }
 
-static int check_range(struct xd_call *call, struct register_args *a, uint64_t size)
+static int check_range(struct xd_call *call, struct xd_region_args *a, uint64_t size)
 {
 	uint64_t end;
 
@@ -112,23 +106,6 @@ static int map_region(struct xd_call *call, struct xd_region *r, int fd, uint64_
 	return 0;
 }
 
-static int parse_register_args(struct xd_call *call, struct register_args *a)
-{
-	json_int_t offset = 0, length = -1;
-
-	a->name = "";
-	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset, "length",
-			     &length))
-		return -EINVAL;
-	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
-		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "offset and length must not be negative; name at most 64 bytes");
-	a->offset = (uint64_t)offset;
-	a->has_length = length >= 0;
-	a->length = a->has_length ? (uint64_t)length : 0;
-	return 0;
-}
-
 static json_t *region_result(struct xd_region *r)
 {
 	return json_pack("{s:I, s:I}", "region", (json_int_t)r->id, "length",
@@ -169,7 +146,7 @@ static void register_populated(void *arg, int err)
 		xd_client_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT,
 				      msg);
 		reg_undo(c, r);
-	} else if ((err = xd_rdma_register_region(d, r, msg, sizeof(msg))) < 0) {
+	} else if ((err = xd_region_register_transports(r, msg, sizeof(msg))) < 0) {
 		xd_client_reply_error(c, pr->request, XP_E_FAILED, -err, msg);
 		reg_undo(c, r);
 	} else {
@@ -187,18 +164,16 @@ static void register_populated(void *arg, int err)
  * Validates and maps now; the pages are faulted in by a worker (a gigabyte of fresh memory
  * takes long enough to stall every other client and peer), and the reply comes after that.
  */
-int xd_handle_region_register(struct xd_call *call)
+int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 {
 	struct xd_conn *c = call->conn;
-	struct register_args a;
 	struct pending_reg *pr = NULL;
 	struct xd_region *r = NULL;
-	int fd = xp_fdset_take(call->fds, 0);
-	int rc = parse_register_args(call, &a);
-	int64_t size = rc ? rc : check_memfd(call, fd);
+	int rc = 0;
+	int64_t size = check_memfd(call, fd);
 
-	if (size < 0 || (rc = check_range(call, &a, (uint64_t)size)) ||
-	    (rc = check_limits(call, a.length)))
+	if (size < 0 || (rc = check_range(call, a, (uint64_t)size)) ||
+	    (rc = check_limits(call, a->length)))
 		goto out;
 	r = calloc(1, sizeof(*r));
 	pr = calloc(1, sizeof(*pr));
@@ -206,13 +181,13 @@ int xd_handle_region_register(struct xd_call *call)
 		rc = xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 		goto out;
 	}
-	r->length = a.length;
-	if ((rc = map_region(call, r, fd, a.offset)))
+	r->length = a->length;
+	if ((rc = map_region(call, r, fd, a->offset)))
 		goto out;
 	r->d = c->d;
 	r->pid = c->pid;
 	r->uid = c->uid;
-	snprintf(r->name, sizeof(r->name), "%s", a.name);
+	snprintf(r->name, sizeof(r->name), "%s", a->name);
 	*pr = (struct pending_reg){ r, c->id, call->id, xd_now_us() };
 	/* Counted now, so that registrations in flight cannot get past the limits. */
 	c->nregions++;
@@ -229,7 +204,6 @@ int xd_handle_region_register(struct xd_call *call)
 	r = NULL;
 	pr = NULL;
 out:
-	close(fd); /* kept or not, the mapping is what the daemon holds on to */
 	free(r);
 	free(pr);
 	return size < 0 ? (int)size : rc;
@@ -253,22 +227,6 @@ struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id)
 	return NULL;
 }
 
-void xd_region_ref(struct xd_region *r)
-{
-	r->refs++;
-}
-
-void xd_region_unref(struct xd_region *r)
-{
-	if (!r || --r->refs > 0)
-		return;
-	xd_rdma_deregister_region(r); /* before the unmap: the registration pins these pages */
-	if (munmap(r->map, r->map_len) < 0)
-		xd_log(XD_LOG_ERR, "munmap of region %llu: %s", (unsigned long long)r->id,
-		       strerror(errno));
-	free(r);
-}
-
 void xd_region_release(struct xd_region *r)
 {
 	TAILQ_REMOVE(&r->d->regions, r, link);
@@ -278,59 +236,12 @@ void xd_region_release(struct xd_region *r)
 	xd_region_unref(r);
 }
 
-int xd_handle_region_deregister(struct xd_call *call)
-{
-	json_int_t id;
-	int force = 0;
-
-	if (xd_unpack_params(call, "{s:I, s?b}", "region", &id, "force", &force))
-		return -EINVAL;
-	struct xd_region *r = xd_region_lookup(call, (uint64_t)id);
-	if (!r)
-		return -call->err;
-	if (r->live_ops && !force)
-		return xd_fail(call, XP_E_FAILED, EBUSY,
-			       "region %llu is used by %u operation(s) that have not ended; "
-			       "cancel them or pass force",
-			       (unsigned long long)r->id, r->live_ops);
-	if (r->live_ops) {
-		struct xd_op *op, *tmp;
-		TAILQ_FOREACH_SAFE(op, &call->conn->d->ops, link, tmp)
-			for (uint32_t i = 0; i < op->nsegs && !xp_state_terminal(op->state); i++)
-				if (op->segs[i].region == r)
-					xd_op_end(op, XP_ST_CANCELLED, ECANCELED,
-						  "region %llu was deregistered with force",
-						  (unsigned long long)r->id);
-	}
-	xd_region_release(r);
-	call->result = json_object();
-	return 0;
-}
-
-static json_t *region_to_json(const struct xd_region *r)
+json_t *xd_region_to_json(const struct xd_region *r)
 {
 	return json_pack("{s:I, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:o}", "region",
 			 (json_int_t)r->id, "name", r->name, "client", (json_int_t)r->owner->id,
 			 "pid", (int)r->pid, "uid", (json_int_t)r->uid, "length",
 			 (json_int_t)r->length, "ops", (json_int_t)r->live_ops, "register_us",
 			 (json_int_t)r->register_us, "rdma_register_us",
-			 (json_int_t)r->rdma_register_us, "devices", xd_rdma_region_json(r->d, r));
-}
-
-int xd_handle_list_regions(struct xd_call *call)
-{
-	struct xd_region *r;
-
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	json_t *arr = json_array();
-	TAILQ_FOREACH(r, &call->conn->d->regions, link) {
-		if (xd_conn_may_access(call->conn, r->owner) &&
-		    json_array_append_new(arr, region_to_json(r))) {
-			json_decref(arr);
-			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
-	}
-	call->result = json_pack("{s:o}", "regions", arr);
-	return 0;
+			 (json_int_t)r->rdma_register_us, "devices", xd_region_devices_json(r));
 }

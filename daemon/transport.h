@@ -32,6 +32,11 @@ struct xd_transport_ops {
 	bool network;	  /**< connects peer sets (tcp, rdma); false: this daemon only (local) */
 	/* Whether auto picks this transport before others that both daemons have (rdma). */
 	bool preferred;
+	/*
+	 * Whether the active side alone moves the bytes, reading or writing the owner's memory with
+	 * keys the owner grants per claim (grant_open); else both sides send and receive frames.
+	 */
+	bool one_sided;
 
 	/* Both kinds. Starts listening / opens devices. Returns 0 or -errno. */
 	int (*start)(struct xd_daemon *d);
@@ -39,8 +44,16 @@ struct xd_transport_ops {
 	void (*fini)(struct xd_daemon *d);
 	/* Whether this daemon can use the transport now; when not, *why (static text) says why. */
 	bool (*usable)(const struct xd_daemon *d, const char **why);
-	/* [{...}] of the devices behind it (list.devices), or NULL when it has none. */
+	/* Its part of the list.devices result ({"rdma": ..., "devices": [...]}); NULL entry: none. */
 	json_t *(*devices_json)(const struct xd_daemon *d);
+	/*
+	 * Transports that register memory with a device (rdma; NULL elsewhere): registers @r's
+	 * range (Returns 0 or -errno with the cause in @msg), drops every registration of @r
+	 * (idempotent), and describes them for list.regions.
+	 */
+	int (*register_region)(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len);
+	void (*deregister_region)(struct xd_region *r);
+	json_t *(*region_json)(const struct xd_daemon *d, const struct xd_region *r);
 
 	/* Network transports. */
 	/* Opens the first connection of set @p towards @ep; HELLO follows. Returns 0 or -errno. */
@@ -94,6 +107,14 @@ extern const struct xd_transport_ops *const xd_transports[];
 const struct xd_transport_ops *xd_transport_find(const char *name);
 /* The one transport that is not a network transport (local). */
 const struct xd_transport_ops *xd_transport_local(void);
+/* Whether @name is "auto" or a network transport's. */
+bool xd_transport_valid(const char *name);
+/* "rdma or tcp": the network transports, preferred first. */
+void xd_transport_names(char *buf, size_t len);
+/* Each transport's table (local.c, tcp.c, rdma.c). */
+extern const struct xd_transport_ops xd_transport_local_ops;
+extern const struct xd_transport_ops xd_transport_tcp_ops;
+extern const struct xd_transport_ops xd_transport_rdma_ops;
 
 /* What a network transport reports about its peer sets (peer.c fills d->link_events). */
 struct xd_link_events {
@@ -102,7 +123,8 @@ struct xd_link_events {
 	 * (made if new; a new epoch of a known node replaces the old set), or NULL (no memory).
 	 */
 	struct xd_peer *(*attach)(struct xd_daemon *d, const struct xd_transport_ops *t,
-				  const uint8_t node[XP_ID_BYTES], uint64_t epoch, const char *from);
+				  const uint8_t node[XP_ID_BYTES], uint64_t epoch,
+				  const char *from);
 	/* The set's first connection is through HELLO: the claims that waited may go. */
 	void (*up)(struct xd_peer *p, uint64_t epoch);
 	/* A connection of @p failed: the whole set fails, every transfer on it ends. */
@@ -147,5 +169,105 @@ struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const 
 json_t *xd_hello_json(const struct xd_daemon *d);
 /* Checks a HELLO payload; fills @node and @epoch. Returns 0 or -EPROTO. */
 int xd_hello_parse(json_t *json, uint8_t node[XP_ID_BYTES], uint64_t *epoch, int64_t *version);
+
+/* xfer.c: one cross-node transfer's bytes, as every network transport moves them */
+/* One range of the owner's buffer, as CLAIM_OK gives it to a one-sided claimer. */
+struct xd_rseg {
+	uint64_t addr, len;
+	uint32_t rkey;
+};
+/*
+ * A transfer as this daemon sees it. claim.c makes it and decides what it means (claim, DONE,
+ * CANCEL); transports move its bytes through xfer.c. It holds references on the regions its
+ * bytes come from or go to, so a frame already begun can finish when its operation ended.
+ */
+struct xd_xfer {
+	TAILQ_ENTRY(xd_xfer) link;	/**< in d->xfers */
+	TAILQ_ENTRY(xd_xfer) send_link; /**< in its peer's send queue while queued */
+	bool queued;
+	struct xd_peer *peer;
+	uint64_t id;	     /**< the active side's op id */
+	bool active;	     /**< this daemon claimed (op.read / op.write) */
+	bool source;	     /**< this daemon's buffer is where the bytes come from */
+	bool one_sided;	     /**< moved by the active side alone (RDMA READ/WRITE) */
+	struct xd_op *op;    /**< NULL once the operation ended */
+	struct xd_seg *segs; /**< a copy; each holds a region reference */
+	uint32_t nsegs;
+	uint64_t length;
+	uint64_t next_off; /**< next byte to cut into a chunk */
+	uint64_t sent, received;
+	int refs; /**< d->xfers' own, plus frames and requests under way */
+	/*
+	 * One-sided: the connection that carries the transfer, the one the owner received the
+	 * CLAIM on and answered it on. Its windows are bound to that queue pair, and DONE must
+	 * follow the data on the same one, so data, DONE and release all go there (0 until
+	 * CLAIM_OK).
+	 */
+	uint32_t via;
+	unsigned requests_out; /**< one-sided, active: requests posted, not yet completed */
+	struct xd_rseg *rsegs; /**< one-sided, active side: the owner's ranges from CLAIM_OK */
+	uint32_t nrsegs;
+	struct xd_rdma_grant *grant; /**< one-sided, owner: the claimer's windows onto our ranges */
+	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
+	bool claim_sent, done_rx;
+	/*
+	 * One-sided keys outlive an operation's end until the active side has no request left on
+	 * them: the owner keeps an ended transfer draining (its registrations held) until the
+	 * active side's CANCEL, which that side sends only once its last request completed.
+	 */
+	bool draining;		 /**< owner: ended here, waiting for the active side's release */
+	uint64_t drain_since_us; /**< owner: when draining began */
+	bool release_pending, release_sent;
+	int release_err;
+	char release_msg[XD_CAUSE_MAX];
+	/* active side: what the owner's metadata said, for the CLAIM */
+	uint8_t owner_node[XP_ID_BYTES];
+	uint64_t owner_op, owner_epoch;
+	enum xp_kind meta_kind;
+};
+void xd_xfer_ref(struct xd_xfer *x);
+/* Drops a reference; the last frees @x and its region references. Accepts NULL. */
+void xd_xfer_unref(struct xd_xfer *x);
+/* Whether the transfer's operation is still there to send or receive bytes. */
+bool xd_xfer_live(const struct xd_xfer *x);
+/* Bytes moved so far for this daemon's side. */
+uint64_t xd_xfer_bytes(const struct xd_xfer *x);
+/* Whether @x has bytes not yet cut into chunks. */
+bool xd_xfer_has_more(const struct xd_xfer *x);
+/* Queues @x on @q if it has bytes left / takes it off. */
+void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x);
+void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x);
+/*
+ * The next transfer to cut a chunk of, moved to the back of the queue; NULL if none. @via (not
+ * 0) takes only transfers bound to that connection.
+ */
+struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q, uint32_t via);
+/* Takes the next chunk of @x to send: returns its length (0: nothing left) and its header. */
+uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint64_t *xfer,
+			    uint8_t *flags);
+/* Marks @len more bytes cut (one-sided transports cut their own pieces). */
+void xd_xfer_advance(struct xd_xfer *x, uint64_t len);
+/* Fills up to @max iovecs for @len bytes at transfer offset @off. Returns the count. */
+int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max);
+/* @len bytes of @x were sent / received: counts them and tells claim.c. */
+void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
+void xd_xfer_data_received(struct xd_xfer *x, uint32_t len);
+/*
+ * One-sided transports: a request of @x was posted / completed (the owner's keys stay until
+ * none is out), and every request of @x is posted.
+ */
+void xd_xfer_request_posted(struct xd_xfer *x);
+void xd_xfer_request_done(struct xd_xfer *x);
+void xd_xfer_all_posted(struct xd_xfer *x);
+
+/* mem.c: a region's mapping and registrations, and the references that keep them */
+/* Registers @r with every transport that registers memory. Returns 0 or -errno with @msg. */
+int xd_region_register_transports(struct xd_region *r, char *msg, size_t len);
+void xd_region_deregister_transports(struct xd_region *r);
+/* [{"device", "lkey", "rkey"}] of every registration of @r, or NULL. */
+json_t *xd_region_devices_json(const struct xd_region *r);
+void xd_region_ref(struct xd_region *r);
+/* Drops a reference; the last one deregisters, unmaps and frees @r. Accepts NULL. */
+void xd_region_unref(struct xd_region *r);
 
 #endif /* XFERD_TRANSPORT_H */

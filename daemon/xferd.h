@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "xfer_proto.h"
+#include "xp_peer.h"
 #include "xp_fdmsg.h"
 #include "xp_json.h"
 #include "xp_meta.h"
@@ -35,15 +36,34 @@
 #define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
 #define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
-#define XD_MAX_LISTEN 8		 /* listen and advertise addresses */
-#define XD_MAX_DEVICES 8	 /* RDMA devices used */
-#define XD_RDMA_MAX_PIECES 32	 /* work requests one RDMA chunk may take */
-#define XD_RDMA_CHUNK (4u << 20) /* one round-robin turn of a transfer on a queue pair */
+#define XD_MAX_LISTEN 8	 /* listen and advertise addresses */
+#define XD_MAX_DEVICES 8 /* RDMA devices used */
+
+/*
+ * Sizes of the data path, in one place; PROTOCOL.md names these constants.
+ * A transfer is cut into chunks, one per round-robin turn of its peer set, so that a small
+ * transfer waits behind a large one for one chunk at most; RDMA posts a chunk as requests of
+ * at most rdma_request_size (config); the local transport copies in slices, the granularity
+ * at which a cancel lands.
+ */
+#define XD_TCP_CHUNK (1u << 20)	  /* bytes of one DATA frame */
+#define XD_RDMA_CHUNK (4u << 20)  /* one turn of a transfer on a queue pair */
+#define XD_RDMA_MAX_PIECES 32	  /* work requests one RDMA chunk may take */
+#define XD_RDMA_REQUEST_MIN 4096u /* rdma_request_size bounds */
+#define XD_RDMA_REQUEST_MAX XD_RDMA_CHUNK
+#define XD_RDMA_REQUEST_DEFAULT (128u << 10)
+#define XD_COPY_SLICE (256ull << 20) /* above glibc's non-temporal threshold here */
+_Static_assert(XD_TCP_CHUNK <= XP_PEER_MAX_DATA, "a DATA frame must fit the peer protocol");
+_Static_assert(XD_RDMA_REQUEST_DEFAULT >= XD_RDMA_REQUEST_MIN &&
+		       XD_RDMA_REQUEST_DEFAULT <= XD_RDMA_REQUEST_MAX,
+	       "the default request size must be a valid one");
+_Static_assert((uint64_t)XD_RDMA_MAX_PIECES *XD_RDMA_REQUEST_DEFAULT >= XD_RDMA_CHUNK,
+	       "at the default request size a chunk must fit its pieces");
 
 struct xd_conn;
 struct xd_op;
 struct xd_xfer;
-struct xd_listener;
+struct xd_tcp;
 struct xp_peer_hdr;
 struct iovec;
 struct ibv_mr;
@@ -76,11 +96,8 @@ void xd_log_write(int level, const char *func, const char *fmt, ...)
 void xd_escape(const char *in, char *out, size_t n);
 
 /* config.c */
-enum xd_transport {
-	XD_TRANSPORT_AUTO, /**< RDMA when both daemons have it and a route exists, else TCP */
-	XD_TRANSPORT_RDMA,
-	XD_TRANSPORT_TCP,
-};
+#define XD_TRANSPORT_AUTO "auto" /* cfg.transport: the best both daemons have */
+#define XD_TRANSPORT_NAME_MAX 16
 
 struct xd_limits {
 	uint64_t regions; /**< regions per client */
@@ -102,15 +119,16 @@ struct xd_config {
 	int nadvertise;
 	int peer_connections; /**< TCP connections per peer daemon */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
-	enum xd_transport transport;
+	/** "auto" or a transport's name; main.c checks it against transport.c's table */
+	char transport[XD_TRANSPORT_NAME_MAX];
 	bool require_rdma;		    /**< a fallback from RDMA to TCP is an error */
 	int rdma_ack_timeout;		    /**< QP local ACK timeout: 4.096 us * 2^N */
 	uint32_t rdma_request_size;	    /**< largest RDMA READ/WRITE work request */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
 };
-/* Parses "auto", "rdma" or "tcp". Returns the transport or -EINVAL. */
-int xd_transport_from_name(const char *name);
+/* Sets cfg.transport to @name (checked later against the transports). Returns 0 or -EINVAL. */
+int xd_config_set_transport(struct xd_config *cfg, const char *name);
 /* Adds "addr:port" to a list of @cfg (listen or advertise). Returns 0 or -errno. */
 int xd_config_add_addr(char **list, int *n, const char *addr);
 /* Fills defaults. */
@@ -171,17 +189,20 @@ struct xd_daemon {
 	TAILQ_HEAD(, xd_op) ops;
 	uint64_t next_client, next_region, next_op;
 	struct xd_copier *copier;
-	struct xd_listener *listeners;
-	int nlisteners;
+	struct xd_tcp *tcp; /**< tcp.c: listeners, connections not yet through HELLO */
 	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS]; /**< advertised in metadata */
 	int nendpoints;
 	struct xp_endpoint listen_eps[XD_MAX_LISTEN]; /**< bound listen addresses, real ports */
 	int nlisten_eps;
 	struct xd_rdma *rdma;		     /**< rdma.c: devices and listeners */
 	const struct xd_client_ops *clients; /**< ctl.c's, for the layers below it */
-	xd_packet_cb ctl_dispatch;	     /**< where ctl.c hands each packet */
+	/** transport.c's table, NULL-terminated, for mem.c (which transports call) */
+	const struct xd_transport_ops *const *transports;
+	const struct xd_link_events *link_events; /**< peer.c's, for the transports */
+	const struct xd_xfer_events *xfer_events; /**< claim.c's, for transports and peer.c */
+	const struct xd_remote_ops *remote;	  /**< claim.c's, for op.c */
+	xd_packet_cb ctl_dispatch;		  /**< where ctl.c hands each packet */
 	TAILQ_HEAD(, xd_peer) peers;
-	TAILQ_HEAD(, xd_pconn) pconns_hello;	 /**< accepted, HELLO not yet received */
 	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< remote.c: every cross-node transfer */
 	bool stopping;
 	struct {
@@ -319,15 +340,29 @@ struct xd_region {
 	pid_t pid;
 	uid_t uid;
 };
+/* What region.register asks for: a name and a range of the memfd. */
+struct xd_region_args {
+	const char *name;
+	uint64_t offset, length;
+	bool has_length; /**< false: to the end of the memfd */
+};
+/*
+ * Validates @fd (borrowed) against the memfd rules and @a's range against it and the limits,
+ * maps it, and has a worker fault the pages in; @call's reply is sent once they are
+ * (deferred). Returns 0 or fails @call.
+ */
+int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a);
+/* Looks up region @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */
+struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id);
+/* Deregisters @r: gone from listings, mapping freed once no operation holds it. */
+void xd_region_release(struct xd_region *r);
+/* {"region", "name", "client", ...} of @r, or NULL. */
+json_t *xd_region_to_json(const struct xd_region *r);
+
+/* method_region.c: the region.* and list.regions methods */
 int xd_handle_region_register(struct xd_call *call);
 int xd_handle_region_deregister(struct xd_call *call);
 int xd_handle_list_regions(struct xd_call *call);
-/* Looks up region @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */
-struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id);
-void xd_region_ref(struct xd_region *r);
-void xd_region_unref(struct xd_region *r);
-/* Deregisters @r: gone from listings, mapping freed once no operation holds it. */
-void xd_region_release(struct xd_region *r);
 
 /* op.c: operations and their state machine */
 struct xd_seg {
@@ -364,12 +399,8 @@ struct xd_op {
 	uint64_t created_us, timeout_ms;
 	struct event *deadline;
 	struct xd_copy_job *job; /**< running copy; the op cannot end until it returns */
-	struct xd_xfer *xfer;	 /**< cross-node transfer (remote.c), while it runs */
-	/* active op with a remote owner: what its metadata said, for the CLAIM */
-	uint8_t pair_node[XP_ID_BYTES];
-	uint64_t pair_op, pair_epoch;
-	enum xp_kind pair_kind;
-	bool end_pending; /**< an end was requested while the copy ran, or while an RDMA
+	struct xd_xfer *xfer;	 /**< cross-node transfer (claim.c), while it runs */
+	bool end_pending;	 /**< an end was requested while the copy ran, or while an RDMA
 				      claimer still held keys to the buffer (see xd_op_drained()) */
 	enum xp_state end_state;
 	int err; /**< positive errno once CANCELLED or ERRORED */
@@ -381,14 +412,39 @@ struct xd_op {
 	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
-int xd_handle_op_passive(struct xd_call *call);
-int xd_handle_op_active(struct xd_call *call);
-int xd_handle_op_status(struct xd_call *call);
-int xd_handle_op_wait(struct xd_call *call);
-int xd_handle_op_cancel(struct xd_call *call);
-int xd_handle_op_release(struct xd_call *call);
-int xd_handle_list_ops(struct xd_call *call);
 
+/*
+ * What op.c asks of an operation's cross-node transfer (claim.c fills d->remote): op.c sits
+ * below claim.c, which drives it.
+ */
+struct xd_remote_ops {
+	/*
+	 * @op (an owner's, claimed one-sidedly) is ending: tells the claimer, which may still be
+	 * reading or writing with its keys, and keeps the transfer until it lets go
+	 * (xd_op_drained() follows). Returns false when @op's transfer holds no such keys.
+	 */
+	bool (*drain)(struct xd_op *op);
+	/* @op ended here: tell the peer (unless it already knows), let go of the transfer. */
+	void (*op_ended)(struct xd_op *op);
+};
+
+/* Makes an op of @kind with its deadline timer, not yet listed. NULL when out of memory. */
+struct xd_op *xd_op_create(struct xd_daemon *d, enum xp_kind kind);
+/* Frees an op from xd_op_create() that was never started. */
+void xd_op_discard(struct xd_op *op);
+/* Looks up op @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */
+struct xd_op *xd_op_lookup(struct xd_call *call, uint64_t id);
+/* Detaches @op from its owner; frees it now, or when its running copy or its drain ends. */
+void xd_op_forget(struct xd_op *op);
+/* Defers @call's reply until @op ends, or @timeout_ms (-1: none) passes. Returns 0 or -errno. */
+int xd_waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms);
+/* Pairs the started @active with @passive on this node and starts the copy. 0 or -errno. */
+int xd_op_start_local(struct xd_op *active, struct xd_op *passive);
+/*
+ * An ended owner's operation whose one-sided claimer has let go of its keys (or is gone):
+ * applies the end that xd_op_end() left pending, and frees the op if its owner released it.
+ */
+void xd_op_drained(struct xd_op *op);
 /* A claim of a passive operation, from a local op.read/op.write or a peer's CLAIM. */
 struct xd_claim {
 	enum xp_kind want;  /**< the passive kind the claimer needs */
@@ -416,207 +472,89 @@ void xd_ops_conn_closed(struct xd_conn *c);
 void xd_ops_shutdown(struct xd_daemon *d);
 /* Frees every operation (final teardown, after the copier stopped). */
 void xd_ops_fini(struct xd_daemon *d);
-/* Whether @r is used by an operation that has not ended. */
+/* {"op", "kind", "state", ...} of @op, or NULL. */
 json_t *xd_op_to_json(const struct xd_op *op);
 
-/* copy.c: the local transport, memcpy between two mappings on worker threads */
-struct xd_copy_piece {
-	uint8_t *dst;
-	const uint8_t *src;
-	uint64_t len;
-};
-/* Starts the copier with @threads workers. Returns 0 or -errno. */
-int xd_copier_create(struct xd_daemon *d, int threads);
-/* Stops the workers (running jobs are cancelled and finish first) and frees the copier. */
-void xd_copier_destroy(struct xd_copier *cp);
-/*
- * Copies @n pieces (consumed) for @op; xd_op_copy_done(op, err) is called on the loop thread
- * when it has finished (err 0), been cancelled (ECANCELED) or failed. Returns 0 or -errno.
- */
-int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces,
-		   uint32_t n);
+/* method_op.c: the op.* and list.ops methods */
+int xd_handle_op_passive(struct xd_call *call);
+int xd_handle_op_active(struct xd_call *call);
+int xd_handle_op_status(struct xd_call *call);
+int xd_handle_op_wait(struct xd_call *call);
+int xd_handle_op_cancel(struct xd_call *call);
+int xd_handle_op_release(struct xd_call *call);
+int xd_handle_list_ops(struct xd_call *call);
+
+/* local.c: the local transport (transport.h), and populating new regions on its workers */
 /* Called on the loop thread when a populate job is done (err: 0 or a positive errno). */
 typedef void (*xd_populate_cb)(void *arg, int err);
 /* Faults in [@addr, +@len) on a worker, then calls @done. Returns 0 or -errno. */
 int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_populate_cb done,
 		       void *arg);
-/* Asks the job to stop at its next chunk boundary; its completion still arrives. */
-void xd_copy_cancel(struct xd_copy_job *job);
-/* Bytes the job has copied so far (may be read from the loop thread at any time). */
-uint64_t xd_copy_progress(const struct xd_copy_job *job);
+/* Whether a copy or populate job was submitted and not yet reported back. */
 bool xd_copier_busy(const struct xd_copier *cp);
-/* op.c: called by the copier on the loop thread. */
-void xd_op_copy_done(struct xd_op *op, int err, uint64_t bytes);
 
-/* peer.c: connection sets to other daemons, peer-protocol framing, keepalive */
-struct xd_peer;
-struct xd_pconn;
-/* A peer-protocol message ready to send: the 24-byte header, then the payload. */
-struct xd_frame {
-	STAILQ_ENTRY(xd_frame) link;
-	uint32_t len;
-	uint8_t data[];
+/* peer.c: the transfer engine's peer sets (connections to one other daemon) */
+struct xd_transport_ops;
+enum xd_peer_state {
+	XD_PEER_CONNECTING, /**< first connection not yet through HELLO */
+	XD_PEER_UP,	    /**< at least one connection has exchanged HELLO */
+	XD_PEER_DEAD,	    /**< failed; freed at the next loop turn */
 };
 /*
- * Builds a control message with @json (borrowed; NULL: no payload) as its payload. Returns it
- * (free() it), or NULL with -ENOMEM or -EMSGSIZE (over 64 KiB) in *err.
+ * One set of connections to one other daemon over one transport, shared by every local client.
+ * peer.c owns it; its transport reads it and keeps its own per-set state in @tstate.
  */
-struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const json_t *json,
-			      int *err);
-/* Starts listening on cfg.listen and fills d->endpoints. Returns 0 or -errno. */
-int xd_peer_start(struct xd_daemon *d);
+struct xd_peer {
+	TAILQ_ENTRY(xd_peer) link; /**< in d->peers until it fails */
+	struct xd_daemon *d;
+	const struct xd_transport_ops *transport;
+	void *tstate; /**< the transport's part of the set */
+	uint8_t node[XP_ID_BYTES];
+	char node_hex[2 * XP_ID_BYTES + 1];
+	uint64_t epoch;
+	enum xd_peer_state state;
+	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS];
+	int nendpoints, next_endpoint;
+	char endpoint[100];	   /**< where we connected, or "accepted from ..." */
+	struct xd_xfer_list sendq; /**< transfers with bytes left to move, round-robin */
+	struct event *keepalive, *connect_timer;
+	uint64_t bytes_sent, bytes_received, created_us;
+	unsigned transfers; /**< transfers on this set, for listings */
+	struct xd_deferred free_later;
+};
+/* Starts the network transports and fills d->endpoints. Returns 0 or -errno. */
+int xd_peers_start(struct xd_daemon *d);
 /* Whether a control message (a CANCEL at shutdown, say) still waits to be sent. */
-bool xd_peer_pending_output(struct xd_daemon *d);
-/* Closes every peer and listener (shutdown). */
-void xd_peer_fini(struct xd_daemon *d);
+bool xd_peers_pending_output(struct xd_daemon *d);
+/* Fails every peer set (shutdown); the transports stay until xd_peers_fini(). */
+void xd_peers_stop(struct xd_daemon *d);
 /*
- * The connection set to the node metadata @m names, made on first use (connecting in the
- * background). Returns NULL and fails @call when @m names no TCP endpoint.
+ * Stops the network transports, after the last operation is gone (their registrations must be
+ * dropped before the devices close).
+ */
+void xd_peers_fini(struct xd_daemon *d);
+/*
+ * The connection set to the node metadata @m names, over the transport config and both
+ * daemons allow, made on first use (connecting in the background). Returns NULL and fails
+ * @call when no transport can reach it.
  */
 struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m);
-bool xd_peer_is_up(const struct xd_peer *p);
-struct xd_daemon *xd_peer_daemon(const struct xd_peer *p);
-const char *xd_peer_node_hex(const struct xd_peer *p);
 /* Queues a control message (payload @json borrowed, may be NULL). Returns 0 or -errno. */
-int xd_peer_send_ctrl(struct xd_peer *p, uint8_t type, uint8_t flags, uint64_t xfer,
+int xd_peer_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
 		      const json_t *json);
-/* Offers @x's bytes to the connections' round-robin data scheduler. */
+/* Offers @x's bytes to the set's round-robin scheduler / takes them back. */
 void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x);
 void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x);
-int xd_handle_list_peers(struct xd_call *call);
+/* Fails @p: every transfer on it ends with @err and the cause. */
+void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* [{node, transport, state, ...}] of every set (list.peers), or NULL. */
+json_t *xd_peers_json(struct xd_daemon *d);
 
-/*
- * An ended owner's operation whose RDMA claimer has let go of its keys (or is gone): applies
- * the end that xd_op_end() left pending, and frees the op if its owner released it meanwhile.
- */
-void xd_op_drained(struct xd_op *op);
-
-/* remote.c: operations whose pair is on another node */
+/* claim.c: operations whose pair is on another node (PROTOCOL.md §10.3-10.5) */
+/* Listens to the peer sets and transports (d->xfer_events) and to op.c (d->remote). */
+void xd_claims_start(struct xd_daemon *d);
 /* Claims the passive op @m names on its owner for @op (not yet listed). Defers the reply. */
 int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m);
-/* The peer's first connection is up: send the claims that waited for it. */
-void xd_remote_peer_up(struct xd_peer *p);
-/*
- * @op (an owner's, claimed over RDMA) is ending: tells the claimer, which may still be reading
- * or writing with its keys, and keeps the transfer until it lets go (xd_op_drained() follows).
- * Returns false when @op's transfer holds no such keys: end it now.
- */
-bool xd_remote_drain(struct xd_op *op);
-/* The peer is gone: end every transfer with it. */
-void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause);
-/* Fails the peer if it kept the RDMA keys of an ended transfer too long (keepalive tick). */
-void xd_remote_check_drains(struct xd_peer *p);
-/*
- * A control message from @p (@json is NULL for an empty payload), received on RDMA connection
- * @via (0 over TCP). Returns 0 or -EPROTO.
- */
-int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
-/*
- * DATA frame @h arrived: returns its transfer with a reference (the payload goes there), or NULL
- * to read and drop the payload. Returns -EPROTO through @err for a frame out of range.
- */
-struct xd_xfer *xd_remote_data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err);
-/* Fills up to @max iovecs for @len bytes at transfer offset @off. Returns the count. */
-int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max);
-/* Whether the transfer's operation is still there to receive bytes. */
-bool xd_xfer_live(const struct xd_xfer *x);
-void xd_xfer_data_received(struct xd_xfer *x, uint32_t len);
-/* Takes the next chunk of @x to send: returns its length (0: nothing left) and its header. */
-uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint64_t *xfer,
-			    uint8_t *flags);
-/* The peer's round-robin queue of transfers with bytes to send (the head lives in peer.c). */
-struct xd_xfer_list;
-void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x);
-void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x);
-/*
- * The next transfer to send a chunk of, moved to the back of the queue; NULL if none. @via
- * (not 0) takes only RDMA transfers bound to that connection.
- */
-struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q, uint32_t via);
-void xd_peer_count_transfer(struct xd_peer *p, int delta);
-/* For rdma_conn.c: its per-peer state slot, and the peer-set events it reports. */
-void **xd_peer_rdma_state(struct xd_peer *p);
-bool xd_peer_is_rdma(const struct xd_peer *p);
-const uint8_t *xd_peer_node(const struct xd_peer *p);
-void xd_peer_failed(struct xd_peer *p, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-/* The RDMA peer a connecting @node is, made if new (a new @epoch replaces an old set). */
-struct xd_peer *xd_peer_attach(struct xd_daemon *d, const uint8_t node[XP_ID_BYTES], uint64_t epoch,
-			       bool rdma, const char *from);
-/* The set's first connection is up: send the claims that waited. */
-void xd_peer_mark_up(struct xd_peer *p, uint64_t epoch);
-/* The next transfer with bytes to move on RDMA connection @via (see xd_xfer_sendq_next()). */
-struct xd_xfer *xd_peer_next_stream(struct xd_peer *p, uint32_t via);
-void xd_peer_add_bytes(struct xd_peer *p, uint64_t sent, uint64_t received);
-void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
-void xd_xfer_ref(struct xd_xfer *x);
-void xd_xfer_unref(struct xd_xfer *x);
-/* @op ended here: tell the peer (unless it already knows) and let go of the transfer. */
-void xd_remote_op_ended(struct xd_op *op);
-uint64_t xd_xfer_bytes(const struct xd_xfer *x);
-/* Whether @x has bytes not yet cut into chunks. */
-bool xd_xfer_has_more(const struct xd_xfer *x);
-/* Whether this daemon's buffer is the source of @x's bytes. */
-bool xd_xfer_is_source(const struct xd_xfer *x);
-/* rdma_conn.c counts the RDMA requests of @x in flight: the owner's keys stay until none is. */
-void xd_xfer_rdma_wr_posted(struct xd_xfer *x);
-void xd_xfer_rdma_wr_done(struct xd_xfer *x);
-/* Every RDMA request of @x is posted (its last chunk was taken). */
-void xd_xfer_rdma_all_posted(struct xd_xfer *x);
-/* One RDMA work request: a local piece and the remote piece it pairs with. */
-struct xd_rdma_piece {
-	uint64_t laddr, raddr;
-	uint32_t lkey, rkey, len;
-};
-/*
- * Takes the next chunk (at most @max bytes, pieces at most @max_request, each within one local
- * and one remote segment) of @x for device @dev: fills @pieces (at most @maxp) and returns the
- * bytes they cover (0: nothing left).
- */
-uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_request,
-				 struct xd_rdma_piece *pieces, int maxp, int *np);
-
-/* rdma.c: verbs devices and registrations */
-/* Opens the RDMA devices to use and their listeners. Returns 0 or -errno. */
-int xd_rdma_start(struct xd_daemon *d);
-void xd_rdma_fini(struct xd_daemon *d);
-/* Whether this daemon can take and make RDMA connections. */
-bool xd_rdma_available(const struct xd_daemon *d);
-/* Registers @r with every device. Returns 0 or -errno with the cause in @msg. */
-int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len);
-void xd_rdma_deregister_region(struct xd_region *r);
-/* @r's keys on device @dev. */
-uint32_t xd_rdma_lkey(const struct xd_region *r, int dev);
-uint32_t xd_rdma_rkey(const struct xd_region *r, int dev);
-/* [{"device","lkey","rkey"}] of @r. */
-json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r);
-int xd_handle_list_devices(struct xd_call *call);
-
-/* rdma_conn.c: RDMA connection sets, driven through peer.c */
-int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep);
-/* Queues a control message on connection @via (0: the set's first). Returns 0 or -errno. */
-int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
-		      const json_t *json);
-/* Posts RDMA READ/WRITE for the peer's transfers while the window has room. */
-void xd_rdma_kick(struct xd_peer *p);
-void xd_rdma_close_peer(struct xd_peer *p);
-void xd_rdma_keepalive(struct xd_peer *p);
-int xd_rdma_peer_conns(struct xd_peer *p);
-/* When the peer's connections last received anything (monotonic us), 0 if never. */
-uint64_t xd_rdma_peer_last_rx(struct xd_peer *p);
-/* Memory windows onto one operation's ranges, for a claimer over RDMA (PROTOCOL.md §10.5). */
-struct xd_rdma_grant;
-/*
- * Opens remote access to @n ranges, reads only or writes only, for the peer's end of RDMA
- * connection @via, and fills @rkeys (one per range). Where the device has memory windows,
- * *grant owns them and the rkeys reach those bytes, through that queue pair, and nothing else;
- * where it has none, *grant is NULL and the rkeys are the regions' own. Returns 0 or -errno
- * with the cause in @msg.
- */
-int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
-		       bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
-		       size_t len);
-/* Revokes @g's windows: at once, or as soon as their binds have left the send queue. */
-void xd_rdma_grant_close(struct xd_rdma_grant *g);
 
 #endif /* XFERD_H */

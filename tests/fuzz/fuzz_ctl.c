@@ -33,7 +33,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../../daemon/xferd.h"
+#include "../../daemon/transport.h"
 #include "fuzz_ctl.h"
 
 /* Fixed, so that metadata in the seed corpus names this daemon and gets to the token check. */
@@ -180,9 +180,9 @@ static void daemon_start(struct xd_daemon *d)
 	d->base = event_base_new();
 	if (!d->base)
 		die("event_base_new failed");
-	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_copier_create(d, d->cfg.copy_threads)) < 0 ||
-	    (rc = xd_peer_start(d)) < 0 || (rc = xd_rdma_start(d)) < 0 ||
-	    (rc = xd_ctl_start(d, xd_dispatch_packet)) < 0)
+	xd_claims_start(d);
+	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_transport_local()->start(d)) < 0 ||
+	    (rc = xd_peers_start(d)) < 0 || (rc = xd_ctl_start(d, xd_dispatch_packet)) < 0)
 		die("daemon start: %s", strerror(-rc));
 }
 
@@ -217,11 +217,12 @@ void fuzz_ctl_fini(void)
 	if (!F.started)
 		return;
 	/* main.c's daemon_fini(), in its order */
-	xd_copier_destroy(d->copier);
+	xd_transport_local()->fini(d);
 	xd_ctl_fini(d);
-	xd_peer_fini(d);
+	xd_peers_stop(d);
 	xd_ops_fini(d);
-	xd_rdma_fini(d);
+	xd_peers_fini(d);
+	xd_defer_fini(d);
 	event_base_free(d->base);
 	xd_config_fini(&d->cfg);
 	for (int i = 0; i < 3; i++) {
@@ -398,7 +399,7 @@ static void check_baseline(int fds_before)
 	if (!TAILQ_EMPTY(&d->ops))
 		die("operation %llu outlived its client",
 		    (unsigned long long)TAILQ_FIRST(&d->ops)->id);
-	if (!TAILQ_EMPTY(&d->peers) || !TAILQ_EMPTY(&d->pconns_hello))
+	if (!TAILQ_EMPTY(&d->peers) || !TAILQ_EMPTY(&d->xfers))
 		die("a peer connection was made");
 	if (xd_copier_busy(d->copier))
 		die("a copy is still outstanding");

@@ -1,62 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * Operations whose pair is on another node (PROTOCOL.md §10.3-10.4): the claim, the data
- * accounting of a transfer, and DONE / DONE_ACK / CANCEL. A struct xd_xfer is one transfer as
- * this daemon sees it; it holds references on the regions its bytes come from or go to, so a
- * frame already begun can finish even when its operation ended under it.
+ * Operations whose pair is on another node (PROTOCOL.md §10.3-10.5): the claim, and what the
+ * ends of a transfer tell each other (CLAIM_OK, DONE, DONE_ACK, CANCEL). Peer sets and
+ * transports report here through d->xfer_events; this file never knows which transport moves
+ * the bytes, only whether it is one-sided (the active side reads or writes the owner's memory
+ * with keys the owner grants per operation).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include "xferd.h"
+#include "transport.h"
 #include "xp_peer.h"
-
-struct xd_xfer {
-	TAILQ_ENTRY(xd_xfer) link;	/**< in the daemon-wide list */
-	TAILQ_ENTRY(xd_xfer) send_link; /**< in its peer's send queue while queued */
-	bool queued;
-	struct xd_peer *peer;
-	uint64_t id;	     /**< the active side's op id */
-	bool active;	     /**< this daemon claimed (op.read / op.write) */
-	bool source;	     /**< this daemon sends the DATA */
-	struct xd_op *op;    /**< NULL once the operation ended */
-	struct xd_seg *segs; /**< a copy; each holds a region reference */
-	uint32_t nsegs;
-	uint64_t length;
-	uint64_t next_off; /**< source: next byte to cut into a frame */
-	uint64_t sent, received;
-	bool claim_sent, done_rx;
-	int refs;  /**< the list's own, plus frames being sent or received */
-	bool rdma; /**< moved by one-sided RDMA from the active side */
-	/*
-	 * RDMA: the connection that carries the transfer, the one the owner received the CLAIM on
-	 * and answered it on. Its windows are bound to that queue pair, and DONE must follow the
-	 * data on the same one, so data, DONE and release all go there (0 until CLAIM_OK).
-	 */
-	uint32_t via;
-	/*
-	 * RDMA keys outlive an operation's end until the active side has no request left on
-	 * them: the owner keeps an ended transfer draining (its registrations held) until the
-	 * active side's CANCEL, which that side sends only once its last request completed.
-	 */
-	bool draining;		 /**< owner: ended here, waiting for the active side's release */
-	uint64_t drain_since_us; /**< owner: when draining began */
-	unsigned wrs_out;	 /**< active: RDMA requests posted and not yet completed */
-	bool release_pending, release_sent;
-	int release_err;
-	char release_msg[XD_CAUSE_MAX];
-	struct xd_rseg *rsegs; /**< RDMA, active side: the owner's ranges from CLAIM_OK */
-	uint32_t nrsegs;
-	struct xd_rdma_grant *grant; /**< RDMA, owner: the claimer's windows onto our ranges */
-};
-
-/* One range of the owner's buffer, as CLAIM_OK gives it to an RDMA claimer. */
-struct xd_rseg {
-	uint64_t addr, len;
-	uint32_t rkey;
-};
 
 /* ---- lifetime ---- */
 
@@ -71,7 +27,7 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	x->peer = p;
 	x->id = id;
 	x->active = active;
-	x->rdma = xd_peer_is_rdma(p);
+	x->one_sided = p->transport->one_sided;
 	x->source = op->kind == XP_KIND_READABLE || op->kind == XP_KIND_WRITE;
 	x->op = op;
 	x->nsegs = op->nsegs;
@@ -82,25 +38,9 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 		xd_region_ref(x->segs[i].region);
 	}
 	op->xfer = x;
-	TAILQ_INSERT_TAIL(&xd_peer_daemon(p)->xfers, x, link);
-	xd_peer_count_transfer(p, 1);
+	TAILQ_INSERT_TAIL(&p->d->xfers, x, link);
+	p->transfers++;
 	return x;
-}
-
-void xd_xfer_ref(struct xd_xfer *x)
-{
-	x->refs++;
-}
-
-void xd_xfer_unref(struct xd_xfer *x)
-{
-	if (!x || --x->refs > 0)
-		return;
-	for (uint32_t i = 0; i < x->nsegs; i++)
-		xd_region_unref(x->segs[i].region);
-	free(x->segs);
-	free(x->rsegs);
-	free(x);
 }
 
 /* Ends the transfer here: no more frames for it, its operation let go. */
@@ -111,11 +51,12 @@ static void xfer_close(struct xd_xfer *x)
 		x->op->xfer = NULL;
 		x->op = NULL;
 	}
-	xd_rdma_grant_close(x->grant); /* the claimer's keys die with the transfer */
+	if (x->grant) /* the claimer's keys die with the transfer */
+		x->peer->transport->grant_close(x->grant);
 	x->grant = NULL;
 	xd_peer_stream_remove(x->peer, x);
-	TAILQ_REMOVE(&xd_peer_daemon(x->peer)->xfers, x, link);
-	xd_peer_count_transfer(x->peer, -1);
+	TAILQ_REMOVE(&x->peer->d->xfers, x, link);
+	x->peer->transfers--;
 	xd_xfer_unref(x);
 }
 
@@ -145,153 +86,10 @@ static struct xd_xfer *xfer_find(struct xd_peer *p, uint64_t id, bool active)
 {
 	struct xd_xfer *x;
 
-	TAILQ_FOREACH(x, &xd_peer_daemon(p)->xfers, link)
+	TAILQ_FOREACH(x, &p->d->xfers, link)
 		if (x->peer == p && x->id == id && x->active == active)
 			return x;
 	return NULL;
-}
-
-bool xd_xfer_live(const struct xd_xfer *x)
-{
-	return x->op != NULL;
-}
-
-bool xd_xfer_has_more(const struct xd_xfer *x)
-{
-	return x->next_off < x->length;
-}
-
-bool xd_xfer_is_source(const struct xd_xfer *x)
-{
-	return x->source;
-}
-
-uint64_t xd_xfer_bytes(const struct xd_xfer *x)
-{
-	return x->source ? x->sent : x->received;
-}
-
-/* ---- the peer's send queue ---- */
-
-void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x)
-{
-	if (!x->queued && x->next_off < x->length) {
-		TAILQ_INSERT_TAIL(q, x, send_link);
-		x->queued = true;
-	}
-}
-
-void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x)
-{
-	if (x->queued) {
-		TAILQ_REMOVE(q, x, send_link);
-		x->queued = false;
-	}
-}
-
-struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q, uint32_t via)
-{
-	struct xd_xfer *x;
-
-	TAILQ_FOREACH(x, q, send_link)
-		if (!via || x->via == via)
-			break;
-	if (x) {
-		TAILQ_REMOVE(q, x, send_link);
-		TAILQ_INSERT_TAIL(q, x, send_link); /* round-robin: one chunk per turn */
-	}
-	return x;
-}
-
-uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint64_t *xfer,
-			    uint8_t *flags)
-{
-	uint64_t left = x->length - x->next_off;
-	uint32_t len = left < max ? (uint32_t)left : max;
-
-	*off = x->next_off;
-	*xfer = x->id;
-	*flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
-	x->next_off += len;
-	if (x->next_off == x->length)
-		xd_peer_stream_remove(x->peer, x);
-	return len;
-}
-
-int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max)
-{
-	int n = 0;
-
-	for (uint32_t i = 0; i < x->nsegs && len > 0 && n < max; i++) {
-		const struct xd_seg *s = &x->segs[i];
-		if (off >= s->length) {
-			off -= s->length;
-			continue;
-		}
-		uint64_t take = s->length - off < len ? s->length - off : len;
-		iov[n++] = (struct iovec){ s->region->base + s->offset + off, take };
-		len -= take;
-		off = 0;
-	}
-	return n;
-}
-
-/* Where transfer offset @off falls in @n ranges of lengths @len(i): index and offset in it. */
-#define LOCATE(n, len, off, idx, in)                      \
-	do {                                              \
-		(idx) = 0;                                \
-		(in) = (off);                             \
-		while ((idx) < (n) && (in) >= len(idx)) { \
-			(in) -= len(idx);                 \
-			(idx)++;                          \
-		}                                         \
-	} while (0)
-
-uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t max_request,
-				 struct xd_rdma_piece *pieces, int maxp, int *np)
-{
-	uint64_t off = x->next_off, left = x->length - x->next_off, lin, rin;
-	uint32_t li, ri, done = 0;
-
-	if (left > max)
-		left = max;
-#define LLEN(i) x->segs[i].length
-#define RLEN(i) x->rsegs[i].len
-	LOCATE(x->nsegs, LLEN, off, li, lin);
-	LOCATE(x->nrsegs, RLEN, off, ri, rin);
-	*np = 0;
-	while (done < left && *np < maxp && li < x->nsegs && ri < x->nrsegs) {
-		const struct xd_seg *ls = &x->segs[li];
-		uint64_t len = left - done;
-		if (len > ls->length - lin)
-			len = ls->length - lin;
-		if (len > x->rsegs[ri].len - rin)
-			len = x->rsegs[ri].len - rin;
-		if (len > max_request)
-			len = max_request;
-		pieces[(*np)++] = (struct xd_rdma_piece){
-			.laddr = (uintptr_t)(ls->region->base + ls->offset + lin),
-			.lkey = xd_rdma_lkey(ls->region, dev),
-			.raddr = x->rsegs[ri].addr + rin,
-			.rkey = x->rsegs[ri].rkey,
-			.len = (uint32_t)len,
-		};
-		done += (uint32_t)len;
-		if ((lin += len) == ls->length) {
-			li++;
-			lin = 0;
-		}
-		if ((rin += len) == x->rsegs[ri].len) {
-			ri++;
-			rin = 0;
-		}
-	}
-#undef LLEN
-#undef RLEN
-	x->next_off += done;
-	if (x->next_off == x->length)
-		xd_peer_stream_remove(x->peer, x);
-	return done;
 }
 
 /* ---- messages ---- */
@@ -299,8 +97,7 @@ uint32_t xd_xfer_next_rdma_chunk(struct xd_xfer *x, int dev, uint32_t max, uint3
 static int send_ctrl(struct xd_xfer *x, uint8_t type, json_t *json)
 {
 	uint8_t flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
-	int rc = x->rdma ? xd_rdma_send_ctrl(x->peer, x->via, type, flags, x->id, json) :
-			   xd_peer_send_ctrl(x->peer, type, flags, x->id, json);
+	int rc = xd_peer_send_ctrl(x->peer, x->via, type, flags, x->id, json);
 
 	json_decref(json);
 	return rc;
@@ -317,12 +114,12 @@ static void send_claim(struct xd_xfer *x)
 	char token[2 * XP_ID_BYTES + 1], node[2 * XP_ID_BYTES + 1];
 
 	xp_hex_encode(op->token, XP_ID_BYTES, token);
-	xp_hex_encode(op->pair_node, XP_ID_BYTES, node);
+	xp_hex_encode(x->owner_node, XP_ID_BYTES, node);
 	json_t *claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op",
-				  (json_int_t)op->pair_op, "token", token, "kind",
+				  (json_int_t)x->owner_op, "token", token, "kind",
 				  xp_kind_name(op->kind), "node", node, "epoch",
-				  (json_int_t)op->pair_epoch, "length", (json_int_t)op->length,
-				  "metadata_kind", xp_kind_name(op->pair_kind));
+				  (json_int_t)x->owner_epoch, "length", (json_int_t)op->length,
+				  "metadata_kind", xp_kind_name(x->meta_kind));
 	int rc = claim ? send_ctrl(x, XP_PEER_CLAIM, claim) : -ENOMEM;
 	if (rc)
 		xfer_fail(x, XP_ST_ERRORED, -rc, "could not send the claim to the owner");
@@ -336,33 +133,32 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 
 	if (!p)
 		return -call->err;
-	/* The claim travels with the op until the owner answers; the token stays in it. */
+	/* The claim travels with the transfer until the owner answers; the token in the op. */
 	memcpy(op->token, m->token, XP_ID_BYTES);
-	memcpy(op->pair_node, m->node, XP_ID_BYTES);
-	op->pair_op = m->op;
-	op->pair_epoch = m->epoch;
-	op->pair_kind = m->kind;
 	op->id = ++call->conn->d->next_op;
-	if (!xfer_new(p, op->id, true, op))
+	struct xd_xfer *x = xfer_new(p, op->id, true, op);
+	if (!x)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	memcpy(x->owner_node, m->node, XP_ID_BYTES);
+	x->owner_op = m->op;
+	x->owner_epoch = m->epoch;
+	x->meta_kind = m->kind;
 	xd_op_start(call, op, XP_ST_INITIALIZED);
-	snprintf(op->transport, sizeof(op->transport), "tcp");
-	snprintf(op->peer, sizeof(op->peer), "%s", xd_peer_node_hex(p));
+	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
+	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
 	op->reply_pending = true;
 	op->reply_id = call->id;
 	call->deferred = true;
-	if (xd_peer_is_rdma(p))
-		snprintf(op->transport, sizeof(op->transport), "rdma");
-	if (xd_peer_is_up(p))
-		send_claim(op->xfer);
+	if (p->state == XD_PEER_UP)
+		send_claim(x);
 	return 0;
 }
 
-void xd_remote_peer_up(struct xd_peer *p)
+static void peer_up(struct xd_peer *p)
 {
 	struct xd_xfer *x, *tmp;
 
-	TAILQ_FOREACH_SAFE(x, &xd_peer_daemon(p)->xfers, link, tmp)
+	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp)
 		if (x->peer == p && x->active && !x->claim_sent && x->op)
 			send_claim(x);
 }
@@ -373,39 +169,38 @@ void xd_remote_peer_up(struct xd_peer *p)
  * keepalive_timeout_ms is stuck or hostile: failing the connection set destroys the queue pair,
  * and with it every window the peer holds.
  */
-void xd_remote_check_drains(struct xd_peer *p)
+static void check_drains(struct xd_peer *p)
 {
-	uint64_t limit_ms = xd_peer_daemon(p)->cfg.keepalive_timeout_ms, now = xd_now_us();
+	uint64_t limit_ms = p->d->cfg.keepalive_timeout_ms, now = xd_now_us();
 	struct xd_xfer *x;
 
-	TAILQ_FOREACH(x, &xd_peer_daemon(p)->xfers, link) {
+	TAILQ_FOREACH(x, &p->d->xfers, link) {
 		uint64_t kept_ms = (now - x->drain_since_us) / 1000;
 		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
 			continue;
-		xd_peer_failed(
-			p, ETIMEDOUT,
-			"the peer kept the RDMA keys of ended transfer %llu "
-			"for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
-			(unsigned long long)x->id, (unsigned long long)kept_ms);
+		xd_peer_fail(p, ETIMEDOUT,
+			     "the peer kept the RDMA keys of ended transfer %llu "
+			     "for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
+			     (unsigned long long)x->id, (unsigned long long)kept_ms);
 		return;
 	}
 }
 
-void xd_remote_peer_lost(struct xd_peer *p, int err, const char *cause)
+static void peer_lost(struct xd_peer *p, int err, const char *cause)
 {
 	struct xd_xfer *x, *tmp;
 	char msg[XD_CAUSE_MAX];
 
-	snprintf(msg, sizeof(msg), "peer %s: %s", xd_peer_node_hex(p), cause);
-	TAILQ_FOREACH_SAFE(x, &xd_peer_daemon(p)->xfers, link, tmp)
+	snprintf(msg, sizeof(msg), "peer %s: %s", p->node_hex, cause);
+	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp)
 		if (x->peer == p)
 			xfer_fail(x, XP_ST_ERRORED, err, msg);
 }
 
-/* Active RDMA side: tells the owner it may let go of its keys, once nothing uses them. */
-static void rdma_release(struct xd_xfer *x)
+/* Active one-sided side: tells the owner it may let go of its keys, once nothing uses them. */
+static void one_sided_release(struct xd_xfer *x)
 {
-	if (!x->release_pending || x->release_sent || x->wrs_out > 0)
+	if (!x->release_pending || x->release_sent || x->requests_out > 0)
 		return;
 	x->release_sent = true;
 	send_ctrl(x, XP_PEER_CANCEL, error_json(x->release_err, x->release_msg));
@@ -416,21 +211,15 @@ static void defer_release(struct xd_xfer *x, int err, const char *msg)
 	x->release_pending = true;
 	x->release_err = err;
 	snprintf(x->release_msg, sizeof(x->release_msg), "%s", msg);
-	rdma_release(x);
+	one_sided_release(x);
 }
 
-void xd_xfer_rdma_wr_posted(struct xd_xfer *x)
+static void request_done(struct xd_xfer *x)
 {
-	x->wrs_out++;
+	one_sided_release(x);
 }
 
-void xd_xfer_rdma_wr_done(struct xd_xfer *x)
-{
-	x->wrs_out--;
-	rdma_release(x);
-}
-
-void xd_remote_op_ended(struct xd_op *op)
+static void op_ended(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
@@ -438,7 +227,7 @@ void xd_remote_op_ended(struct xd_op *op)
 		xfer_close(x);
 		return;
 	}
-	if (x->rdma && x->active) {
+	if (x->one_sided && x->active) {
 		if (x->claim_sent)
 			defer_release(x, op->err, op->cause);
 		xfer_close(x);
@@ -450,11 +239,12 @@ void xd_remote_op_ended(struct xd_op *op)
 	xfer_close(x);
 }
 
-bool xd_remote_drain(struct xd_op *op)
+/* See struct xd_remote_ops. */
+static bool drain(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
-	if (!x->rdma || x->active || x->draining)
+	if (!x->one_sided || x->active || x->draining)
 		return false;
 	send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
 	x->draining = true;
@@ -521,8 +311,8 @@ static json_t *claim_ok_segs(struct xd_xfer *x, int *err, char *msg, size_t len)
 
 	if (!rkeys)
 		return NULL;
-	rc = xd_rdma_grant_open(x->peer, x->via, x->segs, x->nsegs, !x->source, rkeys, &x->grant,
-				msg, len);
+	rc = x->peer->transport->grant_open(x->peer, x->via, x->segs, x->nsegs, !x->source, rkeys,
+					    &x->grant, msg, len);
 	if (rc < 0)
 		*err = rc;
 	else
@@ -549,10 +339,9 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl) < 0)
 		return -EPROTO;
-	struct xd_op *passive =
-		xfer_find(p, h->xfer, false) ?
-			NULL :
-			xd_claim_lookup(xd_peer_daemon(p), &cl, &err, msg, sizeof(msg));
+	struct xd_op *passive = xfer_find(p, h->xfer, false) ?
+					NULL :
+					xd_claim_lookup(p->d, &cl, &err, msg, sizeof(msg));
 	if (!passive) {
 		if (xfer_find(p, h->xfer, false)) {
 			err = -EALREADY;
@@ -560,7 +349,7 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 				 (unsigned long long)h->xfer);
 		}
 		json_t *e = error_json(-err, msg);
-		int rc = xd_peer_send_ctrl(p, XP_PEER_CLAIM_ERR, 0, h->xfer, e);
+		int rc = xd_peer_send_ctrl(p, via, XP_PEER_CLAIM_ERR, 0, h->xfer, e);
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
@@ -570,14 +359,14 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	x->via = via;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
-	json_t *ok = x->rdma ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
+	json_t *ok = x->one_sided ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
 	if (!ok) {
 		refuse_claim(x, -err, msg);
 		return 0;
 	}
 	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
-	xd_op_set_in_progress(passive, x->rdma ? "rdma" : "tcp", xd_peer_node_hex(p));
-	if (x->source && !x->rdma)
+	xd_op_set_in_progress(passive, p->transport->name, p->node_hex);
+	if (x->source && !x->one_sided)
 		xd_peer_stream_add(p, x);
 	return 0;
 }
@@ -595,8 +384,8 @@ static void complete_passive(struct xd_xfer *x)
 
 static void maybe_complete_passive(struct xd_xfer *x)
 {
-	/* Over RDMA, DONE follows the data on the same queue pair: it is all in place. */
-	if (x->done_rx && (x->source || x->rdma || x->received == x->length))
+	/* One-sided, DONE follows the data on the same queue pair: it is all in place. */
+	if (x->done_rx && (x->source || x->one_sided || x->received == x->length))
 		complete_passive(x);
 }
 
@@ -631,14 +420,14 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	if (!op)
 		return 0;
 	x->via = via;
-	if (x->rdma && parse_rsegs(x, json) < 0)
+	if (x->one_sided && parse_rsegs(x, json) < 0)
 		return -EPROTO;
 	op->reply_pending = false;
 	if (op->owner)
 		xd_client_reply(op->owner, op->reply_id,
 				json_pack("{s:I}", "op", (json_int_t)op->id));
-	xd_op_set_in_progress(op, x->rdma ? "rdma" : "tcp", xd_peer_node_hex(x->peer));
-	if (x->source || x->rdma) /* over RDMA the active side moves both directions */
+	xd_op_set_in_progress(op, x->peer->transport->name, x->peer->node_hex);
+	if (x->source || x->one_sided) /* one-sided, the active side moves both directions */
 		xd_peer_stream_add(x->peer, x);
 	return 0;
 }
@@ -648,27 +437,25 @@ static void send_done(struct xd_xfer *x)
 	send_ctrl(x, XP_PEER_DONE, json_pack("{s:I}", "bytes", (json_int_t)x->length));
 }
 
-void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len)
+static void data_sent(struct xd_xfer *x)
 {
-	x->sent += len;
-	/* TCP writer: every DATA frame is on the wire (RDMA: see xd_xfer_rdma_all_posted()). */
-	if (x->active && !x->rdma && x->op && x->sent == x->length)
+	/* Two-sided writer: every DATA frame is on the wire (one-sided: see all_posted()). */
+	if (x->active && !x->one_sided && x->op && x->sent == x->length)
 		send_done(x);
 }
 
-void xd_xfer_rdma_all_posted(struct xd_xfer *x)
+static void all_posted(struct xd_xfer *x)
 {
 	/*
-	 * RDMA writer: DONE may follow the last WRITE at once. RC executes the SEND only after
-	 * every earlier WRITE on the queue pair was placed, and a failed WRITE flushes it.
+	 * One-sided writer: DONE may follow the last WRITE at once. RC executes the SEND only
+	 * after every earlier WRITE on the queue pair was placed, and a failed WRITE flushes it.
 	 */
 	if (x->active && x->source && x->op)
 		send_done(x);
 }
 
-void xd_xfer_data_received(struct xd_xfer *x, uint32_t len)
+static void data_received(struct xd_xfer *x)
 {
-	x->received += len;
 	if (!x->op || x->received < x->length)
 		return;
 	if (x->active)
@@ -677,7 +464,7 @@ void xd_xfer_data_received(struct xd_xfer *x, uint32_t len)
 		maybe_complete_passive(x);
 }
 
-struct xd_xfer *xd_remote_data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err)
+static struct xd_xfer *data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err)
 {
 	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	uint64_t end;
@@ -693,7 +480,7 @@ struct xd_xfer *xd_remote_data_target(struct xd_peer *p, const struct xp_peer_hd
 }
 
 /* A control message about transfer @h->xfer. */
-int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
+static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
 	if (h->type == XP_PEER_CLAIM)
 		return handle_claim(p, via, h, json);
@@ -734,7 +521,7 @@ int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 			drain_done(x);
 			return 0;
 		}
-		if (x->rdma && x->active)
+		if (x->one_sided && x->active)
 			defer_release(x, ECANCELED, "transfer released after the owner ended it");
 		snprintf(cause, sizeof(cause), "peer: %s", message);
 		xfer_fail(x, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
@@ -743,4 +530,27 @@ int xd_remote_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 	default:
 		return -EPROTO;
 	}
+}
+
+static const struct xd_xfer_events claim_events = {
+	.ctrl = ctrl_received,
+	.data_target = data_target,
+	.data_sent = data_sent,
+	.data_received = data_received,
+	.all_posted = all_posted,
+	.request_done = request_done,
+	.peer_up = peer_up,
+	.peer_lost = peer_lost,
+	.peer_tick = check_drains,
+};
+
+static const struct xd_remote_ops claim_remote_ops = {
+	.drain = drain,
+	.op_ended = op_ended,
+};
+
+void xd_claims_start(struct xd_daemon *d)
+{
+	d->xfer_events = &claim_events;
+	d->remote = &claim_remote_ops;
 }

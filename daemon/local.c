@@ -2,7 +2,9 @@
 /*
  * The local transport: memcpy between two mappings of this daemon, on worker threads so the
  * event loop never stalls behind a gigabyte. Workers talk to the loop through a mutex-guarded
- * queue and an eventfd; the loop owns every op and region, workers only touch the bytes.
+ * queue and an eventfd; the loop owns every op and region, workers only touch the bytes, and a
+ * finished job is reported through the callback its submitter gave (transport.h), never by
+ * calling up into the operations.
  *
  * Copies are cut into 256 MiB chunks so a cancel lands within a few milliseconds, yet each
  * memcpy call stays above glibc's non-temporal threshold (~192 MiB here): smaller calls run at
@@ -16,18 +18,25 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "xferd.h"
+#include "transport.h"
 
 #define XD_COPY_CHUNK (256ull << 20)
 #define XD_COPY_INLINE (64ull << 10) /* smaller copies run on the loop thread */
 
+/* One memmove of a copy: a stretch where neither side crosses a segment boundary. */
+struct xd_copy_piece {
+	uint8_t *dst;
+	const uint8_t *src;
+	uint64_t len;
+};
+
 struct xd_copy_job {
 	STAILQ_ENTRY(xd_copy_job) link;
-	struct xd_op *op;  /**< a copy: the op to tell */
-	uint8_t *populate; /**< a populate job: the range to fault in (pieces unused) */
+	xd_copy_done_cb copied; /**< a copy: whom to tell */
+	uint8_t *populate;	/**< a populate job: the range to fault in (pieces unused) */
 	uint64_t populate_len;
 	xd_populate_cb populated; /**< a populate job: whom to tell */
-	void *arg;
+	void *arg;		  /**< for copied or populated */
 	struct xd_copy_piece *pieces;
 	uint32_t npieces;
 	uint64_t total;
@@ -130,7 +139,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Reports every finished job to its op, on the loop thread. */
+/* Reports every finished job to whoever submitted it, on the loop thread. */
 static void deliver_finished(struct xd_copier *cp)
 {
 	struct xd_job_list done = STAILQ_HEAD_INITIALIZER(done);
@@ -142,7 +151,7 @@ static void deliver_finished(struct xd_copier *cp)
 	while ((job = STAILQ_FIRST(&done))) {
 		STAILQ_REMOVE_HEAD(&done, link);
 		cp->outstanding--;
-		struct xd_op *op = job->op;
+		xd_copy_done_cb copied = job->copied;
 		xd_populate_cb populated = job->populated;
 		void *arg = job->arg;
 		int err = job->err;
@@ -152,7 +161,7 @@ static void deliver_finished(struct xd_copier *cp)
 		if (populated)
 			populated(arg, err);
 		else
-			xd_op_copy_done(op, err, bytes);
+			copied(arg, err, bytes);
 	}
 }
 
@@ -166,7 +175,8 @@ static void efd_cb(evutil_socket_t fd, short what, void *arg)
 	deliver_finished(cp);
 }
 
-int xd_copier_create(struct xd_daemon *d, int threads)
+/* Starts the copier with @threads workers. Returns 0 or -errno (d->copier is set even then). */
+static int copier_create(struct xd_daemon *d, int threads)
 {
 	struct xd_copier *cp = calloc(1, sizeof(*cp));
 
@@ -194,7 +204,8 @@ int xd_copier_create(struct xd_daemon *d, int threads)
 	return 0;
 }
 
-void xd_copier_destroy(struct xd_copier *cp)
+/* Stops the workers (running jobs are cancelled and finish first) and frees the copier. */
+static void copier_destroy(struct xd_copier *cp)
 {
 	struct xd_copy_job *job;
 
@@ -250,33 +261,71 @@ int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_popula
 	return 0;
 }
 
-int xd_copy_submit(struct xd_copier *cp, struct xd_op *op, struct xd_copy_piece *pieces, uint32_t n)
+/* Copy pieces from @src's segments to @dst's: boundaries of the two sides need not agree. */
+static struct xd_copy_piece *plan_pieces(const struct xd_seg *dst, uint32_t ndst,
+					 const struct xd_seg *src, uint32_t nsrc, uint32_t *n)
 {
-	struct xd_copy_job *job = calloc(1, sizeof(*job));
+	struct xd_copy_piece *p = calloc((size_t)ndst + nsrc, sizeof(*p));
+	uint32_t i = 0, j = 0, k = 0;
+	uint64_t di = 0, sj = 0; /* bytes used of dst[i] and src[j] */
+
+	if (!p)
+		return NULL;
+	while (i < ndst && j < nsrc) {
+		const struct xd_seg *ds = &dst[i], *ss = &src[j];
+		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di :
+								   ss->length - sj;
+		p[k++] = (struct xd_copy_piece){ ds->region->base + ds->offset + di,
+						 ss->region->base + ss->offset + sj, len };
+		di += len;
+		sj += len;
+		if (di == ds->length) {
+			i++;
+			di = 0;
+		}
+		if (sj == ss->length) {
+			j++;
+			sj = 0;
+		}
+	}
+	*n = k;
+	return p;
+}
+
+static int local_copy(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
+		      const struct xd_seg *src, uint32_t nsrc, xd_copy_done_cb done, void *arg,
+		      struct xd_copy_job **jobp)
+{
+	uint32_t n;
+	struct xd_copy_piece *pieces = plan_pieces(dst, ndst, src, nsrc, &n);
+	struct xd_copy_job *job = pieces ? calloc(1, sizeof(*job)) : NULL;
 
 	if (!job) {
 		free(pieces);
 		return -ENOMEM;
 	}
-	job->op = op;
+	job->copied = done;
+	job->arg = arg;
 	job->pieces = pieces;
 	job->npieces = n;
 	for (uint32_t i = 0; i < n; i++)
 		job->total += pieces[i].len;
-	op->job = job;
-	if (op->pair)
-		op->pair->job = job;
+	/*
+	 * Set before the job can run: the caller keeps its op from ending while *jobp is set, and
+	 * the job is freed only on the loop thread (this one), after @done ran.
+	 */
+	*jobp = job;
 	/* Small copies run now but report through the queue, so the op.read reply goes first. */
-	job_start(cp, job, job->total);
+	job_start(d->copier, job, job->total);
 	return 0;
 }
 
-void xd_copy_cancel(struct xd_copy_job *job)
+static void local_copy_cancel(struct xd_copy_job *job)
 {
 	atomic_store(&job->cancel, true);
 }
 
-uint64_t xd_copy_progress(const struct xd_copy_job *job)
+static uint64_t local_copy_progress(const struct xd_copy_job *job)
 {
 	return atomic_load_explicit(&job->done, memory_order_relaxed);
 }
@@ -285,3 +334,31 @@ bool xd_copier_busy(const struct xd_copier *cp)
 {
 	return cp && cp->outstanding > 0;
 }
+
+static int local_start(struct xd_daemon *d)
+{
+	return copier_create(d, d->cfg.copy_threads);
+}
+
+static void local_fini(struct xd_daemon *d)
+{
+	copier_destroy(d->copier);
+}
+
+static bool local_usable(const struct xd_daemon *d, const char **why)
+{
+	return true;
+}
+
+const struct xd_transport_ops xd_transport_local_ops = {
+	.name = "local",
+	.network = false,
+	.preferred = false,
+	.start = local_start,
+	.fini = local_fini,
+	.usable = local_usable,
+	.copy = local_copy,
+	.copy_cancel = local_copy_cancel,
+	.copy_progress = local_copy_progress,
+	/* No devices, no peers, no registrations: every other entry stays NULL. */
+};

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The op.* and list.ops methods: their params checked and turned into operations (descriptors,
+ * deadlines, metadata), then handed to the state machine in op.c, to a local copy, or to a
+ * claim on another node (claim.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include "transport.h"
+
+#define XD_MAX_TIMEOUT_MS 86400000ull /* a day: op and wait timeouts */
+
+static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
+{
+	json_int_t region, offset, length;
+	json_error_t jerr;
+	uint64_t end;
+
+	if (json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region", &region, "offset",
+			   &offset, "length", &length))
+		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
+	if (region < 0 || offset < 0 || length <= 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "descriptor offset must be >= 0 and length > 0");
+	seg->region = xd_region_lookup(call, (uint64_t)region);
+	if (!seg->region)
+		return -call->err;
+	if (__builtin_add_overflow((uint64_t)offset, (uint64_t)length, &end) ||
+	    end > seg->region->length)
+		return xd_fail(
+			call, XP_E_FAILED, EINVAL,
+			"descriptor [%lld, +%lld) passes the end of region %lld (%llu bytes)",
+			(long long)offset, (long long)length, (long long)region,
+			(unsigned long long)seg->region->length);
+	seg->offset = (uint64_t)offset;
+	seg->length = (uint64_t)length;
+	return 0;
+}
+
+static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
+{
+	size_t n = json_array_size(arr), i;
+	json_t *v;
+
+	if (!json_is_array(arr) || n == 0 || n > XP_MAX_DESCS)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "descs must be an array of 1 to %d descriptors", XP_MAX_DESCS);
+	op->segs = calloc(n, sizeof(*op->segs));
+	if (!op->segs)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	json_array_foreach(arr, i, v) {
+		int rc = parse_desc(call, v, &op->segs[i]);
+		if (rc)
+			return rc;
+		if (__builtin_add_overflow(op->length, op->segs[i].length, &op->length))
+			return xd_fail(call, XP_E_FAILED, EINVAL, "total length overflows");
+	}
+	op->nsegs = (uint32_t)n;
+	return 0;
+}
+
+/* @timeout is -1 when the request had none. */
+static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out)
+{
+	if (timeout == -1) {
+		*out = call->conn->d->cfg.default_timeout_ms;
+		return 0;
+	}
+	if (timeout <= 0 || (uint64_t)timeout > XD_MAX_TIMEOUT_MS)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "timeout_ms must be 1 to %llu",
+			       XD_MAX_TIMEOUT_MS);
+	*out = (uint64_t)timeout;
+	return 0;
+}
+
+/* Builds an op from the descriptors; not yet listed, no deadline running. */
+static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
+			    json_int_t timeout, int release_on_end)
+{
+	struct xd_conn *c = call->conn;
+
+	if (c->nops + 1 > c->d->cfg.limits.ops) {
+		xd_fail(call, XP_E_FAILED, EDQUOT,
+			"per-client limit of %llu operations reached; release ended operations",
+			(unsigned long long)c->d->cfg.limits.ops);
+		return NULL;
+	}
+	struct xd_op *op = xd_op_create(c->d, kind);
+	if (!op) {
+		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		return NULL;
+	}
+	op->release_on_end = release_on_end;
+	op->client_id = c->id;
+	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op)) {
+		xd_op_discard(op);
+		return NULL;
+	}
+	return op;
+}
+
+static json_t *passive_result(struct xd_op *op)
+{
+	struct xd_daemon *d = op->d;
+	struct xp_meta m = { .kind = op->kind, .epoch = d->epoch, .op = op->id };
+	char *metadata = NULL;
+
+	memcpy(m.node, d->node, sizeof(m.node));
+	memcpy(m.token, op->token, sizeof(m.token));
+	memcpy(m.endpoints, d->endpoints, sizeof(m.endpoints));
+	m.nendpoints = d->nendpoints;
+	m.nlengths = op->nsegs;
+	m.lengths = calloc(op->nsegs, sizeof(*m.lengths));
+	if (!m.lengths)
+		return NULL;
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		m.lengths[i] = op->segs[i].length;
+	int rc = xp_meta_encode(&m, &metadata);
+	xp_meta_fini(&m);
+	if (rc)
+		return NULL;
+	json_t *result = json_pack("{s:I, s:s}", "op", (json_int_t)op->id, "metadata", metadata);
+	free(metadata);
+	return result;
+}
+
+int xd_handle_op_passive(struct xd_call *call)
+{
+	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
+	json_int_t timeout = -1;
+	int release_on_end = 0;
+	json_t *descs;
+
+	if (xd_unpack_params(call, "{s:o, s?I, s?b}", "descs", &descs, "timeout_ms", &timeout,
+			     "release_on_end", &release_on_end))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	struct xd_op *op = op_new(call, kind, descs, timeout, release_on_end);
+	if (!op)
+		return -call->err;
+	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
+		xd_op_discard(op);
+		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
+	}
+	xd_op_start(call, op, XP_ST_INITIALIZED);
+	call->result = passive_result(op);
+	if (!call->result) /* nothing was given out: take the op back */
+		xd_op_forget(op);
+	return 0;
+}
+
+/* A local claim: the same refusals, all decided before any byte moves. */
+static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
+				 const struct xd_op *active)
+{
+	struct xd_claim cl = {
+		.want = active->kind == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE,
+		.method = xp_method_name(call->method),
+		.epoch = m->epoch,
+		.op = m->op,
+		.length = active->length,
+		.meta_kind = m->kind,
+	};
+	int err;
+
+	memcpy(cl.node, m->node, XP_ID_BYTES);
+	memcpy(cl.token, m->token, XP_ID_BYTES);
+	struct xd_op *passive =
+		xd_claim_lookup(call->conn->d, &cl, &err, call->message, sizeof(call->message));
+	if (!passive) {
+		call->code = XP_E_FAILED;
+		call->err = -err;
+	}
+	return passive;
+}
+
+static int decode_metadata(struct xd_call *call, const char *metadata, struct xp_meta *m)
+{
+	char err[200];
+	int rc = xp_meta_decode(metadata, m, err, sizeof(err));
+
+	if (rc == -ENOMEM)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return rc ? xd_fail(call, XP_E_FAILED, EBADMSG, "%s", err) : 0;
+}
+
+int xd_handle_op_active(struct xd_call *call)
+{
+	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
+	const char *metadata;
+	json_int_t timeout = -1;
+	int release_on_end = 0;
+	json_t *descs;
+	struct xp_meta m;
+
+	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b}", "metadata", &metadata, "descs", &descs,
+			     "timeout_ms", &timeout, "release_on_end", &release_on_end))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	struct xd_op *active = op_new(call, kind, descs, timeout, release_on_end);
+	if (!active)
+		return -call->err;
+	int rc = decode_metadata(call, metadata, &m);
+	if (rc == 0 && memcmp(m.node, call->conn->d->node, XP_ID_BYTES) != 0) {
+		rc = xd_remote_claim(call, active, &m); /* the reply waits for the owner */
+		xp_meta_fini(&m);
+		if (rc)
+			xd_op_discard(active);
+		return rc;
+	}
+	struct xd_op *passive = rc ? NULL : claim_check(call, &m, active);
+	xp_meta_fini(&m);
+	if (!passive) {
+		xd_op_discard(active);
+		return -call->err;
+	}
+	xd_op_start(call, active, XP_ST_IN_PROGRESS);
+	rc = xd_op_start_local(active, passive);
+	if (rc) /* the op exists and has ended: the client learns why from its state */
+		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s",
+			  strerror(-rc));
+	call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+	return 0;
+}
+
+static int unpack_op(struct xd_call *call, struct xd_op **op)
+{
+	json_int_t id;
+
+	if (xd_unpack_params(call, "{s:I}", "op", &id))
+		return -EINVAL;
+	*op = xd_op_lookup(call, (uint64_t)id);
+	return *op ? 0 : -call->err;
+}
+
+int xd_handle_op_status(struct xd_call *call)
+{
+	struct xd_op *op;
+	int rc = unpack_op(call, &op);
+
+	if (rc)
+		return rc;
+	call->result = xd_op_to_json(op);
+	return 0;
+}
+
+int xd_handle_op_wait(struct xd_call *call)
+{
+	json_int_t id, timeout = -1;
+
+	if (xd_unpack_params(call, "{s:I, s?I}", "op", &id, "timeout_ms", &timeout))
+		return -EINVAL;
+	if (timeout < -1 || timeout > (json_int_t)XD_MAX_TIMEOUT_MS)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "timeout_ms must be 0 to %llu",
+			       XD_MAX_TIMEOUT_MS);
+	struct xd_op *op = xd_op_lookup(call, (uint64_t)id);
+	if (!op)
+		return -call->err;
+	if (xp_state_terminal(op->state)) {
+		call->result = xd_op_to_json(op);
+		return 0;
+	}
+	return xd_waiter_add(call, op, timeout);
+}
+
+int xd_handle_op_cancel(struct xd_call *call)
+{
+	struct xd_op *op;
+	int rc = unpack_op(call, &op);
+
+	if (rc)
+		return rc;
+	if (op->owner == call->conn)
+		xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "cancelled by its owner");
+	else
+		xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "cancelled by root (client %llu)",
+			  (unsigned long long)call->conn->id);
+	if (xp_state_terminal(op->state)) {
+		call->result = xd_op_to_json(op);
+		return 0;
+	}
+	return xd_waiter_add(call, op, -1); /* replies once the running copy has stopped */
+}
+
+int xd_handle_op_release(struct xd_call *call)
+{
+	struct xd_op *op;
+	int rc = unpack_op(call, &op);
+
+	if (rc)
+		return rc;
+	xd_op_end(op, XP_ST_CANCELLED, ECANCELED, "released by its owner before it ended");
+	xd_op_forget(op);
+	call->result = json_object();
+	return 0;
+}
+
+int xd_handle_list_ops(struct xd_call *call)
+{
+	struct xd_op *op;
+
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *arr = json_array();
+	TAILQ_FOREACH(op, &call->conn->d->ops, link) {
+		if (op->owner && xd_conn_may_access(call->conn, op->owner) &&
+		    json_array_append_new(arr, xd_op_to_json(op))) {
+			json_decref(arr);
+			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
+	call->result = json_pack("{s:o}", "ops", arr);
+	return 0;
+}

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The region.* and list.regions methods: their params checked, then handed to region.c, which
+ * validates and maps the memfd; a forced deregistration first ends the operations using it.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include "transport.h"
+
+static int parse_register_args(struct xd_call *call, struct xd_region_args *a);
+
+/*
+ * Validates and maps now; the pages are faulted in by a worker and the reply comes after that
+ * (region.c). The fd is the daemon's to close whatever happens: the mapping is what it keeps.
+ */
+int xd_handle_region_register(struct xd_call *call)
+{
+	struct xd_region_args a;
+	int fd = xp_fdset_take(call->fds, 0);
+	int rc = parse_register_args(call, &a);
+
+	if (rc == 0)
+		rc = xd_region_register(call, fd, &a);
+	close(fd);
+	return rc;
+}
+
+/* Ends every operation using @r that has not ended (region.deregister with force). */
+static void end_ops_using(struct xd_daemon *d, struct xd_region *r)
+{
+	struct xd_op *op, *tmp;
+
+	TAILQ_FOREACH_SAFE(op, &d->ops, link, tmp)
+		for (uint32_t i = 0; i < op->nsegs && !xp_state_terminal(op->state); i++)
+			if (op->segs[i].region == r)
+				xd_op_end(op, XP_ST_CANCELLED, ECANCELED,
+					  "region %llu was deregistered with force",
+					  (unsigned long long)r->id);
+}
+
+static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
+{
+	json_int_t offset = 0, length = -1;
+
+	a->name = "";
+	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset, "length",
+			     &length))
+		return -EINVAL;
+	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "offset and length must not be negative; name at most 64 bytes");
+	a->offset = (uint64_t)offset;
+	a->has_length = length >= 0;
+	a->length = a->has_length ? (uint64_t)length : 0;
+	return 0;
+}
+
+int xd_handle_region_deregister(struct xd_call *call)
+{
+	json_int_t id;
+	int force = 0;
+
+	if (xd_unpack_params(call, "{s:I, s?b}", "region", &id, "force", &force))
+		return -EINVAL;
+	struct xd_region *r = xd_region_lookup(call, (uint64_t)id);
+	if (!r)
+		return -call->err;
+	if (r->live_ops && !force)
+		return xd_fail(call, XP_E_FAILED, EBUSY,
+			       "region %llu is used by %u operation(s) that have not ended; "
+			       "cancel them or pass force",
+			       (unsigned long long)r->id, r->live_ops);
+	if (r->live_ops)
+		end_ops_using(call->conn->d, r);
+	xd_region_release(r);
+	call->result = json_object();
+	return 0;
+}
+
+int xd_handle_list_regions(struct xd_call *call)
+{
+	struct xd_region *r;
+
+	if (xd_unpack_params(call, "{}"))
+		return -EINVAL;
+	json_t *arr = json_array();
+	TAILQ_FOREACH(r, &call->conn->d->regions, link) {
+		if (xd_conn_may_access(call->conn, r->owner) &&
+		    json_array_append_new(arr, xd_region_to_json(r))) {
+			json_decref(arr);
+			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
+	call->result = json_pack("{s:o}", "regions", arr);
+	return 0;
+}

@@ -1,0 +1,896 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The TCP transport (PROTOCOL.md §10): listeners, on-demand connects, the HELLO exchange,
+ * keepalive, and the per-connection framing state machines. Each connection reads DATA payloads
+ * straight into the destination mapping and writes them straight from the source mapping; the
+ * data of all transfers to a peer is cut into chunks that the set's connections take
+ * round-robin, so a small transfer never waits behind a large one for more than one chunk.
+ *
+ * What a message means is told upward through d->xfer_events, and what happens to the set
+ * (HELLO seen, a connection failed) through d->link_events. A connection is freed at the next
+ * loop turn (defer.c), never inside its own callbacks.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include "transport.h"
+#include "xp_peer.h"
+
+#define XD_MAX_PCONNS 16
+#define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
+#define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
+#define XD_IOV_MAX 64
+
+struct xd_listener {
+	int fd;
+	struct event *ev;
+};
+
+struct xd_pconn {
+	TAILQ_ENTRY(xd_pconn) link; /**< in its set's conns, or d->tcp->hello */
+	struct xd_daemon *d;
+	struct xd_peer *peer; /**< NULL until an accepted connection says HELLO */
+	int fd;
+	struct event *rev, *wev;
+	bool outgoing, connected, hello_rx, dead;
+	struct xd_deferred free_later; /**< freed at the next loop turn once dead */
+	char addr[80];
+	uint64_t last_rx_us, last_tx_us, started_us;
+	/* receive state: header, then payload */
+	uint8_t rx_hdr[XP_PEER_HDR_LEN];
+	uint32_t rx_hdr_got, rx_got;
+	struct xp_peer_hdr rx;
+	char *rx_ctrl;		 /**< control payload being read */
+	struct xd_xfer *rx_xfer; /**< DATA target (a reference), NULL to drop */
+	/* send state: control frames first, then one DATA frame at a time */
+	STAILQ_HEAD(, xd_frame) ctrlq;
+	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
+	struct xd_xfer *tx_xfer; /**< DATA frame being sent (a reference) */
+	uint8_t tx_hdr[XP_PEER_HDR_LEN];
+	uint64_t tx_off;
+	uint32_t tx_len, tx_sent; /**< tx_sent counts header + payload bytes */
+};
+
+/* The TCP part of a peer set (p->tstate). */
+struct tcp_set {
+	TAILQ_HEAD(, xd_pconn) conns;
+	int nconns;
+};
+
+/* The daemon's TCP state (d->tcp). */
+struct xd_tcp {
+	struct xd_listener listeners[XD_MAX_LISTEN];
+	int nlisteners;
+	TAILQ_HEAD(, xd_pconn) hello; /**< accepted, HELLO not yet received */
+	/* Where the payload of a DATA frame nobody wants is read to (and dropped). */
+	char scratch[64 * 1024];
+};
+
+const struct xd_transport_ops xd_transport_tcp_ops;
+
+static void pconn_update_write(struct xd_pconn *pc);
+static int pconn_send_hello(struct xd_pconn *pc);
+static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoint *ep, int *err);
+static void pconn_write_cb(evutil_socket_t fd, short what, void *arg);
+static int handle_hello(struct xd_pconn *pc, json_t *json);
+
+static struct tcp_set *tcp_set(const struct xd_peer *p)
+{
+	return p->tstate;
+}
+
+/* The TCP part of @p, made on first use. NULL when out of memory. */
+static struct tcp_set *tcp_set_get(struct xd_peer *p)
+{
+	struct tcp_set *set = p->tstate;
+
+	if (!set && (set = calloc(1, sizeof(*set)))) {
+		TAILQ_INIT(&set->conns);
+		p->tstate = set;
+	}
+	return set;
+}
+
+/* Reports the failure of a connection of @p: the whole set fails (peer.c). */
+static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
+{
+	char cause[XD_CAUSE_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cause, sizeof(cause), fmt, ap);
+	va_end(ap);
+	p->d->link_events->failed(p, err, cause);
+}
+
+/* ---- connections ---- */
+
+static void pconn_free(void *arg)
+{
+	struct xd_pconn *pc = arg;
+	struct xd_frame *f;
+
+	while ((f = STAILQ_FIRST(&pc->ctrlq))) {
+		STAILQ_REMOVE_HEAD(&pc->ctrlq, link);
+		free(f);
+	}
+	xd_xfer_unref(pc->rx_xfer);
+	xd_xfer_unref(pc->tx_xfer);
+	free(pc->rx_ctrl);
+	xd_event_free(pc->rev);
+	xd_event_free(pc->wev);
+	if (pc->fd >= 0)
+		close(pc->fd);
+	free(pc);
+}
+
+/* Stops @pc at once (fd closed, no more callbacks); its memory goes at the next loop turn. */
+static void pconn_kill(struct xd_pconn *pc)
+{
+	if (pc->dead)
+		return;
+	pc->dead = true;
+	event_del(pc->rev);
+	event_del(pc->wev);
+	close(pc->fd);
+	pc->fd = -1;
+	if (pc->peer) {
+		TAILQ_REMOVE(&tcp_set(pc->peer)->conns, pc, link);
+		tcp_set(pc->peer)->nconns--;
+	} else {
+		TAILQ_REMOVE(&pc->d->tcp->hello, pc, link);
+	}
+	xd_defer(pc->d, &pc->free_later, pconn_free, pc);
+}
+
+/* Queues a control message on @pc (@json borrowed, may be NULL). Returns 0 or -errno. */
+static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
+		       const json_t *json)
+{
+	int err;
+	struct xd_frame *f = xd_frame_new(type, flags, xfer, json, &err);
+
+	if (!f)
+		return err;
+	STAILQ_INSERT_TAIL(&pc->ctrlq, f, link);
+	pconn_update_write(pc);
+	return 0;
+}
+
+static bool pconn_wants_write(const struct xd_pconn *pc)
+{
+	if (!pc->connected)
+		return true; /* the connect completes when the socket turns writable */
+	if (!STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer)
+		return true;
+	return pc->hello_rx && !TAILQ_EMPTY(&pc->peer->sendq);
+}
+
+static void pconn_update_write(struct xd_pconn *pc)
+{
+	if (pc->dead)
+		return;
+	if (pconn_wants_write(pc))
+		event_add(pc->wev, NULL);
+	else
+		event_del(pc->wev);
+}
+
+/* Starts the next DATA frame from the round-robin queue. Returns false if there is none. */
+static bool pconn_start_data(struct xd_pconn *pc)
+{
+	struct xd_xfer *x = xd_xfer_sendq_next(&pc->peer->sendq, 0);
+	struct xp_peer_hdr h = { .type = XP_PEER_DATA };
+
+	if (!x)
+		return false;
+	h.length = xd_xfer_next_chunk(x, XD_TCP_CHUNK, &h.offset, &h.xfer, &h.flags);
+	if (!h.length)
+		return false;
+	xd_xfer_ref(x);
+	pc->tx_xfer = x;
+	pc->tx_off = h.offset;
+	pc->tx_len = h.length;
+	pc->tx_sent = 0;
+	xp_peer_hdr_pack(&h, pc->tx_hdr);
+	return true;
+}
+
+/* Writes what it can of the current DATA frame. Returns bytes written, or -errno. */
+static ssize_t pconn_write_data(struct xd_pconn *pc)
+{
+	struct iovec iov[XD_IOV_MAX];
+	int n = 0;
+	uint32_t payload_done = pc->tx_sent > XP_PEER_HDR_LEN ? pc->tx_sent - XP_PEER_HDR_LEN : 0;
+
+	if (pc->tx_sent < XP_PEER_HDR_LEN)
+		iov[n++] =
+			(struct iovec){ pc->tx_hdr + pc->tx_sent, XP_PEER_HDR_LEN - pc->tx_sent };
+	n += xd_xfer_iov(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done, iov + n,
+			 XD_IOV_MAX - n);
+	ssize_t w = writev(pc->fd, iov, n);
+	if (w < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	pc->tx_sent += (uint32_t)w;
+	if (pc->tx_sent == XP_PEER_HDR_LEN + pc->tx_len) {
+		struct xd_xfer *x = pc->tx_xfer;
+		pc->tx_xfer = NULL;
+		xd_xfer_data_sent(x, pc->tx_len);
+		xd_xfer_unref(x);
+	}
+	return w;
+}
+
+/* Writes what it can of the head control frame. Returns bytes written, or -errno. */
+static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
+{
+	struct xd_frame *f = STAILQ_FIRST(&pc->ctrlq);
+	ssize_t w = send(pc->fd, f->data + pc->ctrl_sent, f->len - pc->ctrl_sent, MSG_NOSIGNAL);
+
+	if (w < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	pc->ctrl_sent += (uint32_t)w;
+	if (pc->ctrl_sent == f->len) {
+		STAILQ_REMOVE_HEAD(&pc->ctrlq, link);
+		free(f);
+		pc->ctrl_sent = 0;
+	}
+	return w;
+}
+
+/*
+ * Sends until the socket is full, nothing is left, or the budget is spent. The budget matters:
+ * a fast reader can keep a socket writable for a whole gigabyte, and a loop that never yields
+ * would starve this daemon's reads and timers, keepalive among them.
+ */
+static int pconn_flush(struct xd_pconn *pc)
+{
+	uint64_t budget = XD_PEER_WRITE_BUDGET;
+
+	while (budget > 0) {
+		ssize_t w;
+		/* A control frame may not cut into a DATA frame already begun, nor the reverse. */
+		if (pc->tx_xfer)
+			w = pconn_write_data(pc);
+		else if (!STAILQ_EMPTY(&pc->ctrlq))
+			w = pconn_write_ctrl(pc);
+		else if (pc->hello_rx && pconn_start_data(pc))
+			continue;
+		else
+			break;
+		if (w < 0)
+			return (int)w;
+		if (w == 0)
+			break;
+		pc->last_tx_us = xd_now_us();
+		if (pc->peer)
+			pc->peer->bytes_sent += (uint64_t)w;
+		budget = (uint64_t)w < budget ? budget - (uint64_t)w : 0;
+	}
+	pconn_update_write(pc); /* still armed if anything is left: the loop comes back */
+	return 0;
+}
+
+/* A complete control frame arrived. Returns 0 or -errno (a protocol error). */
+static int pconn_dispatch_ctrl(struct xd_pconn *pc)
+{
+	json_t *json = NULL;
+
+	if (pc->rx.length) {
+		json = json_loadb(pc->rx_ctrl, pc->rx.length, JSON_REJECT_DUPLICATES, NULL);
+		if (!json_is_object(json)) {
+			json_decref(json);
+			return -EPROTO;
+		}
+	}
+	int rc;
+	if (pc->rx.type == XP_PEER_HELLO)
+		rc = handle_hello(pc, json);
+	else if (!pc->hello_rx)
+		rc = -EPROTO; /* HELLO must come first */
+	else if (pc->rx.type == XP_PEER_PING)
+		rc = pconn_queue(pc, XP_PEER_PONG, 0, 0, NULL);
+	else if (pc->rx.type == XP_PEER_PONG)
+		rc = 0;
+	else
+		rc = pc->d->xfer_events->ctrl(pc->peer, 0, &pc->rx, json);
+	json_decref(json);
+	return rc;
+}
+
+/* The header is complete: check it and get ready for the payload. Returns 0 or -errno. */
+static int pconn_begin_payload(struct xd_pconn *pc)
+{
+	xp_peer_hdr_unpack(pc->rx_hdr, &pc->rx);
+	pc->rx_got = 0;
+	if (!xp_peer_hdr_valid(&pc->rx))
+		return -EPROTO;
+	if (pc->rx.type == XP_PEER_DATA) {
+		if (!pc->hello_rx)
+			return -EPROTO;
+		int err = 0;
+		pc->rx_xfer = pc->d->xfer_events->data_target(pc->peer, &pc->rx, &err);
+		return err;
+	}
+	pc->rx_ctrl = malloc(pc->rx.length + 1);
+	return pc->rx_ctrl ? 0 : -ENOMEM;
+}
+
+/* Reads DATA payload into the transfer's mapping, or drops it. Returns bytes or -errno. */
+static ssize_t pconn_read_data(struct xd_pconn *pc)
+{
+	char *scratch = pc->d->tcp->scratch;
+	size_t cap = sizeof(pc->d->tcp->scratch);
+	uint32_t left = pc->rx.length - pc->rx_got;
+
+	if (pc->rx_xfer && !xd_xfer_live(pc->rx_xfer)) {
+		/* Its operation ended: no byte may land in that buffer any more. */
+		xd_xfer_unref(pc->rx_xfer);
+		pc->rx_xfer = NULL;
+	}
+	if (!pc->rx_xfer)
+		return read(pc->fd, scratch, left < cap ? left : cap);
+	struct iovec iov[XD_IOV_MAX];
+	int n = xd_xfer_iov(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, iov, XD_IOV_MAX);
+	return readv(pc->fd, iov, n);
+}
+
+static int pconn_finish_frame(struct xd_pconn *pc)
+{
+	int rc = 0;
+
+	if (pc->rx.type == XP_PEER_DATA) {
+		struct xd_xfer *x = pc->rx_xfer;
+		pc->rx_xfer = NULL;
+		if (x)
+			xd_xfer_data_received(x, pc->rx.length);
+		xd_xfer_unref(x);
+	} else {
+		rc = pconn_dispatch_ctrl(pc);
+		free(pc->rx_ctrl);
+		pc->rx_ctrl = NULL;
+	}
+	pc->rx_hdr_got = 0;
+	return rc;
+}
+
+/* One read step. Returns bytes consumed (> 0), 0 when the socket is drained, or -errno. */
+static ssize_t pconn_read_step(struct xd_pconn *pc)
+{
+	ssize_t r;
+
+	if (pc->rx_hdr_got < XP_PEER_HDR_LEN) {
+		r = read(pc->fd, pc->rx_hdr + pc->rx_hdr_got, XP_PEER_HDR_LEN - pc->rx_hdr_got);
+		if (r > 0 && (pc->rx_hdr_got += (uint32_t)r) == XP_PEER_HDR_LEN) {
+			int rc = pconn_begin_payload(pc);
+			if (rc == 0 && pc->rx.length == 0)
+				rc = pconn_finish_frame(pc);
+			if (rc)
+				return rc;
+		}
+	} else {
+		if (pc->rx.type == XP_PEER_DATA)
+			r = pconn_read_data(pc);
+		else
+			r = read(pc->fd, pc->rx_ctrl + pc->rx_got, pc->rx.length - pc->rx_got);
+		if (r > 0 && (pc->rx_got += (uint32_t)r) == pc->rx.length) {
+			int rc = pconn_finish_frame(pc);
+			if (rc)
+				return rc;
+		}
+	}
+	if (r == 0)
+		return -ECONNRESET;
+	if (r < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	return r;
+}
+
+/* PROTOCOL.md §10.4: whatever broke the connection, the transfers on it end ECONNRESET. */
+static void pconn_error(struct xd_pconn *pc, int err)
+{
+	if (!pc->peer) {
+		xd_log(XD_LOG_INFO, "peer connection from %s dropped before HELLO: %s", pc->addr,
+		       strerror(-err));
+		pconn_kill(pc);
+	} else if (err == -EPROTO) {
+		link_failed(pc->peer, ECONNRESET,
+			    "protocol error on a connection (message type %s)",
+			    xp_peer_type_name(pc->rx.type));
+	} else if (err == -ECONNRESET) {
+		link_failed(pc->peer, ECONNRESET, "peer daemon closed the connection");
+	} else {
+		link_failed(pc->peer, ECONNRESET, "connection to %s failed: %s", pc->addr,
+			    strerror(-err));
+	}
+}
+
+static void pconn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_pconn *pc = arg;
+	uint64_t budget = XD_PEER_READ_BUDGET;
+
+	while (!pc->dead) {
+		ssize_t r = pconn_read_step(pc);
+		if (r < 0) {
+			pconn_error(pc, (int)r);
+			return;
+		}
+		if (r == 0)
+			break;
+		pc->last_rx_us = xd_now_us();
+		if (pc->peer)
+			pc->peer->bytes_received += (uint64_t)r;
+		if ((uint64_t)r >= budget)
+			break; /* let the other connections and clients have a turn */
+		budget -= (uint64_t)r;
+	}
+}
+
+static struct xd_pconn *pconn_new(struct xd_daemon *d, int fd, bool outgoing)
+{
+	struct xd_pconn *pc = calloc(1, sizeof(*pc));
+
+	if (!pc)
+		return NULL;
+	pc->d = d;
+	pc->fd = fd;
+	pc->outgoing = outgoing;
+	pc->started_us = pc->last_rx_us = pc->last_tx_us = xd_now_us();
+	STAILQ_INIT(&pc->ctrlq);
+	pc->rev = event_new(d->base, fd, EV_READ | EV_PERSIST, pconn_read_cb, pc);
+	pc->wev = event_new(d->base, fd, EV_WRITE | EV_PERSIST, pconn_write_cb, pc);
+	if (!pc->rev || !pc->wev) {
+		pc->fd = -1; /* the caller still owns fd */
+		pconn_free(pc);
+		return NULL;
+	}
+	return pc;
+}
+
+static void set_tcp_options(struct xd_daemon *d, int fd)
+{
+	int one = 1;
+	unsigned timeout = (unsigned)d->cfg.keepalive_timeout_ms;
+
+	/* Control messages are small and latency-bound; DATA frames are large anyway. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* Bounds how long unacknowledged data may sit on a cut link before the kernel gives up. */
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
+}
+
+static int pconn_send_hello(struct xd_pconn *pc)
+{
+	json_t *hello = xd_hello_json(pc->d);
+	int rc = hello ? pconn_queue(pc, XP_PEER_HELLO, 0, 0, hello) : -ENOMEM;
+
+	json_decref(hello);
+	return rc;
+}
+
+/* Files an accepted connection under the peer its HELLO names. Returns 0 or -errno. */
+static int attach_accepted(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+{
+	struct xd_daemon *d = pc->d;
+	struct xd_peer *p = d->link_events->attach(d, &xd_transport_tcp_ops, node, epoch, pc->addr);
+	struct tcp_set *set = p ? tcp_set_get(p) : NULL;
+
+	if (!set)
+		return -ENOMEM;
+	if (set->nconns >= XD_MAX_PCONNS)
+		return -EMFILE;
+	TAILQ_REMOVE(&d->tcp->hello, pc, link);
+	TAILQ_INSERT_TAIL(&set->conns, pc, link);
+	set->nconns++;
+	pc->peer = p;
+	int rc = pconn_send_hello(pc);
+	if (rc == 0)
+		d->link_events->up(p, epoch);
+	return rc;
+}
+
+/* The first HELLO of an outgoing connection makes the set usable; more connections follow. */
+static int outgoing_hello(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+{
+	struct xd_peer *p = pc->peer;
+
+	if (memcmp(node, p->node, XP_ID_BYTES) != 0) {
+		char got[2 * XP_ID_BYTES + 1];
+		xp_hex_encode(node, XP_ID_BYTES, got);
+		link_failed(p, EHOSTUNREACH, "the daemon at %s is node %s, not the owner", pc->addr,
+			    got);
+		return 0;
+	}
+	if (p->state == XD_PEER_UP) {
+		if (epoch != p->epoch)
+			link_failed(p, ECONNRESET, "peer daemon restarted while connecting");
+		return 0;
+	}
+	for (int i = tcp_set(p)->nconns; i < p->d->cfg.peer_connections; i++) {
+		int err;
+		if (!pconn_connect(p, &p->endpoints[p->next_endpoint], &err))
+			xd_log(XD_LOG_WARN, "peer %s: extra connection failed: %s", p->node_hex,
+			       strerror(-err));
+	}
+	p->d->link_events->up(p, epoch);
+	return 0;
+}
+
+static int handle_hello(struct xd_pconn *pc, json_t *json)
+{
+	int64_t version;
+	uint64_t epoch;
+	uint8_t node[XP_ID_BYTES];
+
+	if (pc->hello_rx || xd_hello_parse(json, node, &epoch, &version) < 0)
+		return -EPROTO;
+	if (version != XP_PEER_VERSION) {
+		xd_log(XD_LOG_WARN, "peer %s speaks peer protocol %lld, not %d", pc->addr,
+		       (long long)version, XP_PEER_VERSION);
+		return -EPROTO;
+	}
+	pc->hello_rx = true;
+	if (pc->outgoing)
+		return outgoing_hello(pc, node, epoch);
+	return attach_accepted(pc, node, epoch);
+}
+
+static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_pconn *pc = arg;
+	int rc = 0;
+
+	if (!pc->connected) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+			err = errno;
+		if (err) {
+			link_failed(pc->peer, EHOSTUNREACH, "could not connect to %s: %s", pc->addr,
+				    strerror(err));
+			return;
+		}
+		pc->connected = true;
+		event_add(pc->rev, NULL);
+		rc = pconn_send_hello(pc);
+	}
+	if (rc == 0)
+		rc = pconn_flush(pc);
+	if (rc < 0)
+		pconn_error(pc, rc);
+}
+
+static int resolve(const struct xp_endpoint *ep, struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai;
+	char port[8];
+
+	snprintf(port, sizeof(port), "%u", ep->port);
+	if (getaddrinfo(ep->addr, port, &hints, &ai) != 0)
+		return -EHOSTUNREACH;
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoint *ep, int *err)
+{
+	struct tcp_set *set = tcp_set_get(p);
+	struct sockaddr_storage ss;
+	socklen_t len;
+
+	if (!set) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	if ((*err = resolve(ep, &ss, &len)) < 0)
+		return NULL;
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*err = -errno;
+		return NULL;
+	}
+	set_tcp_options(p->d, fd);
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS) {
+		*err = -errno;
+		close(fd);
+		return NULL;
+	}
+	struct xd_pconn *pc = pconn_new(p->d, fd, true);
+	if (!pc) {
+		close(fd);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	snprintf(pc->addr, sizeof(pc->addr), "%s:%u", ep->addr, ep->port);
+	pc->peer = p;
+	TAILQ_INSERT_TAIL(&set->conns, pc, link);
+	set->nconns++;
+	event_add(pc->wev, NULL); /* writable = connected (or failed) */
+	return pc;
+}
+
+static void accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	struct xd_daemon *d = arg;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char host[64] = "?", port[8] = "?";
+
+	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (d->stopping) {
+		close(fd);
+		return;
+	}
+	getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
+		    NI_NUMERICHOST | NI_NUMERICSERV);
+	set_tcp_options(d, fd);
+	struct xd_pconn *pc = pconn_new(d, fd, false);
+	if (!pc) {
+		close(fd);
+		return;
+	}
+	snprintf(pc->addr, sizeof(pc->addr), "%s:%s", host, port);
+	pc->connected = true;
+	TAILQ_INSERT_TAIL(&d->tcp->hello, pc, link);
+	event_add(pc->rev, NULL);
+}
+
+/* Splits "addr:port" ("[v6]:port" too). Returns 0 or -EINVAL. */
+static int split_addr(const char *s, struct xp_endpoint *ep)
+{
+	const char *colon = strrchr(s, ':');
+	char *end;
+
+	if (!colon || colon == s)
+		return -EINVAL;
+	size_t alen = (size_t)(colon - s);
+	if (s[0] == '[' && alen >= 2 && s[alen - 1] == ']') {
+		s++;
+		alen -= 2;
+	}
+	long port = strtol(colon + 1, &end, 10);
+	if (*end || port < 0 || port > 65535 || alen >= sizeof(ep->addr))
+		return -EINVAL;
+	memcpy(ep->addr, s, alen);
+	ep->addr[alen] = '\0';
+	strcpy(ep->transport, xd_transport_tcp_ops.name);
+	ep->port = (uint16_t)port;
+	return 0;
+}
+
+/* Binds one listener; fills @bound with the address and the real port. */
+static int listen_on(struct xd_daemon *d, const char *addr, struct xp_endpoint *bound)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int one = 1;
+
+	if (split_addr(addr, bound) < 0 || resolve(bound, &ss, &len) < 0) {
+		xd_log(XD_LOG_ERR, "listen address \"%s\" must be ADDR:PORT", addr);
+		return -EINVAL;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, len) < 0 || listen(fd, 64) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+		int err = -errno;
+		xd_log(XD_LOG_ERR, "listen on %s: %s", addr, strerror(errno));
+		close(fd);
+		return err;
+	}
+	bound->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port :
+						      ((struct sockaddr_in6 *)&ss)->sin6_port);
+	struct xd_listener *l = &d->tcp->listeners[d->tcp->nlisteners];
+	l->fd = fd;
+	l->ev = event_new(d->base, fd, EV_READ | EV_PERSIST, accept_cb, d);
+	if (!l->ev || event_add(l->ev, NULL) < 0) {
+		xd_event_free(l->ev);
+		close(fd);
+		return -ENOMEM;
+	}
+	d->tcp->nlisteners++;
+	xd_log(XD_LOG_INFO, "accepting peer daemons on %s:%u", bound->addr, bound->port);
+	return 0;
+}
+
+static bool wildcard(const char *addr)
+{
+	return strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0 || addr[0] == '\0';
+}
+
+/* Metadata endpoints: the advertised (or listened-on) TCP addresses. */
+static int fill_endpoints(struct xd_daemon *d, const struct xp_endpoint *bound)
+{
+	int before = d->nendpoints;
+
+	for (int i = 0; i < d->cfg.nadvertise && d->nendpoints < XP_MAX_ENDPOINTS; i++) {
+		if (split_addr(d->cfg.advertise[i], &d->endpoints[d->nendpoints]) < 0) {
+			xd_log(XD_LOG_ERR, "advertise address \"%s\" must be ADDR:PORT",
+			       d->cfg.advertise[i]);
+			return -EINVAL;
+		}
+		d->nendpoints++;
+	}
+	for (int i = 0; !d->cfg.nadvertise && i < d->tcp->nlisteners; i++)
+		if (!wildcard(bound[i].addr) && d->nendpoints < XP_MAX_ENDPOINTS)
+			d->endpoints[d->nendpoints++] = bound[i];
+	if (d->tcp->nlisteners && d->nendpoints == before)
+		xd_log(XD_LOG_WARN, "listening on a wildcard address only: pass --advertise so "
+				    "metadata tells peers where to connect");
+	return 0;
+}
+
+/* ---- the ops table ---- */
+
+static int tcp_connect(struct xd_peer *p, const struct xp_endpoint *ep)
+{
+	int err;
+
+	return pconn_connect(p, ep, &err) ? 0 : err;
+}
+
+static int tcp_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags,
+			 uint64_t xfer, const json_t *json)
+{
+	struct tcp_set *set = tcp_set(p);
+	struct xd_pconn *pc;
+
+	/* Control messages go on the first connection that has said HELLO. */
+	if (set)
+		TAILQ_FOREACH(pc, &set->conns, link)
+			if (pc->hello_rx)
+				return pconn_queue(pc, type, flags, xfer, json);
+	return -ENOTCONN;
+}
+
+static void tcp_kick(struct xd_peer *p)
+{
+	struct tcp_set *set = tcp_set(p);
+	struct xd_pconn *pc;
+
+	if (set)
+		TAILQ_FOREACH(pc, &set->conns, link)
+			pconn_update_write(pc);
+}
+
+static void tcp_keepalive(struct xd_peer *p)
+{
+	struct xd_daemon *d = p->d;
+	struct tcp_set *set = tcp_set(p);
+	uint64_t now = xd_now_us();
+	struct xd_pconn *pc, *tmp;
+
+	if (!set)
+		return;
+	TAILQ_FOREACH_SAFE(pc, &set->conns, link, tmp) {
+		if (!pc->hello_rx)
+			continue;
+		uint64_t silent_ms = (now - pc->last_rx_us) / 1000;
+		if (silent_ms > d->cfg.keepalive_timeout_ms) {
+			link_failed(p, ETIMEDOUT,
+				    "nothing heard from the peer for %llu ms "
+				    "(keepalive_timeout_ms %llu)",
+				    (unsigned long long)silent_ms,
+				    (unsigned long long)d->cfg.keepalive_timeout_ms);
+			return;
+		}
+		if ((now - pc->last_tx_us) / 1000 >= d->cfg.keepalive_ms &&
+		    STAILQ_EMPTY(&pc->ctrlq) && !pc->tx_xfer)
+			pconn_queue(pc, XP_PEER_PING, 0, 0, NULL);
+	}
+}
+
+static void tcp_close(struct xd_peer *p)
+{
+	struct tcp_set *set = tcp_set(p);
+	struct xd_pconn *pc;
+
+	if (!set)
+		return;
+	while ((pc = TAILQ_FIRST(&set->conns)))
+		pconn_kill(pc);
+	free(set);
+	p->tstate = NULL;
+}
+
+static int tcp_nconns(const struct xd_peer *p)
+{
+	return tcp_set(p) ? tcp_set(p)->nconns : 0;
+}
+
+static uint64_t tcp_last_rx_us(const struct xd_peer *p)
+{
+	const struct xd_pconn *pc;
+	uint64_t last = 0;
+
+	if (tcp_set(p))
+		TAILQ_FOREACH(pc, &tcp_set(p)->conns, link)
+			if (pc->last_rx_us > last)
+				last = pc->last_rx_us;
+	return last;
+}
+
+static bool tcp_pending_output(const struct xd_peer *p)
+{
+	const struct xd_pconn *pc;
+
+	if (tcp_set(p))
+		TAILQ_FOREACH(pc, &tcp_set(p)->conns, link)
+			if (!STAILQ_EMPTY(&pc->ctrlq))
+				return true;
+	return false;
+}
+
+static int tcp_start(struct xd_daemon *d)
+{
+	struct xp_endpoint bound[XD_MAX_LISTEN];
+
+	d->tcp = calloc(1, sizeof(*d->tcp));
+	if (!d->tcp)
+		return -ENOMEM;
+	TAILQ_INIT(&d->tcp->hello);
+	for (int i = 0; i < d->cfg.nlisten; i++) {
+		int rc = listen_on(d, d->cfg.listen[i], &bound[i]);
+		if (rc < 0)
+			return rc;
+		d->listen_eps[d->nlisten_eps++] = bound[i];
+	}
+	return fill_endpoints(d, bound);
+}
+
+/* After every peer set failed (peer.c): what is left are connections before HELLO. */
+static void tcp_fini(struct xd_daemon *d)
+{
+	struct xd_tcp *t = d->tcp;
+	struct xd_pconn *pc;
+
+	if (!t)
+		return;
+	while ((pc = TAILQ_FIRST(&t->hello)))
+		pconn_kill(pc);
+	for (int i = 0; i < t->nlisteners; i++) {
+		xd_event_free(t->listeners[i].ev);
+		close(t->listeners[i].fd);
+	}
+	xd_defer_flush(d);
+	free(t);
+	d->tcp = NULL;
+}
+
+static bool tcp_usable(const struct xd_daemon *d, const char **why)
+{
+	return true; /* connecting out needs no listener */
+}
+
+const struct xd_transport_ops xd_transport_tcp_ops = {
+	.name = "tcp",
+	.network = true,
+	.start = tcp_start,
+	.fini = tcp_fini,
+	.usable = tcp_usable,
+	.connect = tcp_connect,
+	.send_ctrl = tcp_send_ctrl,
+	.kick = tcp_kick,
+	.keepalive = tcp_keepalive,
+	.close = tcp_close,
+	.nconns = tcp_nconns,
+	.last_rx_us = tcp_last_rx_us,
+	.pending_output = tcp_pending_output,
+};

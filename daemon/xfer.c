@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+/*
+ * One cross-node transfer's bytes: where they are (segments of regions, each referenced), the
+ * cursor that cuts them into chunks for the peer set's round-robin queue, and the counts of
+ * what left and landed. Transports call these; what a count means (DONE, completion) is told
+ * upward through d->xfer_events.
+ */
+#include <stdlib.h>
+#include <sys/uio.h>
+#include "transport.h"
+#include "xp_peer.h"
+
+void xd_xfer_ref(struct xd_xfer *x)
+{
+	x->refs++;
+}
+
+void xd_xfer_unref(struct xd_xfer *x)
+{
+	if (!x || --x->refs > 0)
+		return;
+	for (uint32_t i = 0; i < x->nsegs; i++)
+		xd_region_unref(x->segs[i].region);
+	free(x->segs);
+	free(x->rsegs);
+	free(x);
+}
+
+bool xd_xfer_live(const struct xd_xfer *x)
+{
+	return x->op != NULL;
+}
+
+bool xd_xfer_has_more(const struct xd_xfer *x)
+{
+	return x->next_off < x->length;
+}
+
+uint64_t xd_xfer_bytes(const struct xd_xfer *x)
+{
+	return x->source ? x->sent : x->received;
+}
+
+/* ---- the peer set's send queue ---- */
+
+void xd_xfer_sendq_insert(struct xd_xfer_list *q, struct xd_xfer *x)
+{
+	if (!x->queued && x->next_off < x->length) {
+		TAILQ_INSERT_TAIL(q, x, send_link);
+		x->queued = true;
+	}
+}
+
+void xd_xfer_sendq_remove(struct xd_xfer_list *q, struct xd_xfer *x)
+{
+	if (x->queued) {
+		TAILQ_REMOVE(q, x, send_link);
+		x->queued = false;
+	}
+}
+
+struct xd_xfer *xd_xfer_sendq_next(struct xd_xfer_list *q, uint32_t via)
+{
+	struct xd_xfer *x;
+
+	TAILQ_FOREACH(x, q, send_link)
+		if (!via || x->via == via)
+			break;
+	if (x) {
+		TAILQ_REMOVE(q, x, send_link);
+		TAILQ_INSERT_TAIL(q, x, send_link); /* round-robin: one chunk per turn */
+	}
+	return x;
+}
+
+void xd_xfer_advance(struct xd_xfer *x, uint64_t len)
+{
+	x->next_off += len;
+	if (x->next_off == x->length)
+		xd_xfer_sendq_remove(&x->peer->sendq, x);
+}
+
+uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint64_t *xfer,
+			    uint8_t *flags)
+{
+	uint64_t left = x->length - x->next_off;
+	uint32_t len = left < max ? (uint32_t)left : max;
+
+	*off = x->next_off;
+	*xfer = x->id;
+	*flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
+	xd_xfer_advance(x, len);
+	return len;
+}
+
+int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < x->nsegs && len > 0 && n < max; i++) {
+		const struct xd_seg *s = &x->segs[i];
+		if (off >= s->length) {
+			off -= s->length;
+			continue;
+		}
+		uint64_t take = s->length - off < len ? s->length - off : len;
+		iov[n++] = (struct iovec){ s->region->base + s->offset + off, take };
+		len -= take;
+		off = 0;
+	}
+	return n;
+}
+
+/* ---- counts, told upward ---- */
+
+void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len)
+{
+	x->sent += len;
+	x->peer->d->xfer_events->data_sent(x);
+}
+
+void xd_xfer_data_received(struct xd_xfer *x, uint32_t len)
+{
+	x->received += len;
+	x->peer->d->xfer_events->data_received(x);
+}
+
+void xd_xfer_request_posted(struct xd_xfer *x)
+{
+	x->requests_out++;
+}
+
+void xd_xfer_request_done(struct xd_xfer *x)
+{
+	x->requests_out--;
+	x->peer->d->xfer_events->request_done(x);
+}
+
+void xd_xfer_all_posted(struct xd_xfer *x)
+{
+	x->peer->d->xfer_events->all_posted(x);
+}
