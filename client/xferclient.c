@@ -160,7 +160,7 @@ static int op_info_parse(const json_t *obj, struct xfer_op_info *info)
 	memset(info, 0, sizeof(*info));
 	kind = xp_kind_from_name(obj_str(obj, "kind"));
 	state = xp_state_from_name(obj_str(obj, "state"));
-	if (xp_get_u64(obj, "op", &info->op) != 1 || kind < 0 || state < 0)
+	if (xp_get_u64(obj, "op", &info->op) < 0 || kind < 0 || state < 0)
 		return -EBADMSG;
 	info->kind = (enum xfer_kind)kind;
 	info->state = (enum xfer_state)state;
@@ -479,7 +479,7 @@ static int client_request(struct xfer_client *c, const char *method, json_t *par
 /* Reads the non-negative integer @key of a result. Returns 0 or -EPROTO. */
 static int result_u64(struct xfer_client *c, const json_t *result, const char *key, uint64_t *out)
 {
-	if (xp_get_u64(result, key, out) == 1)
+	if (xp_get_u64(result, key, out) == 0)
 		return 0;
 	client_set_error(c, "xferd's reply lacks a valid \"%s\"", key);
 	return -EPROTO;
@@ -534,7 +534,7 @@ static int client_hello(struct xfer_client *c, const char *name)
 	if (rc < 0)
 		return rc;
 	rc = result_u64(c, result, "client", &c->id);
-	if (!rc && xp_get_u64(result, "version", &version) == 1 && version != XP_PROTO_VERSION)
+	if (!rc && xp_get_u64(result, "version", &version) == 0 && version != XP_PROTO_VERSION)
 		rc = -EPROTONOSUPPORT;
 	json_decref(result);
 	return rc;

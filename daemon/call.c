@@ -10,7 +10,7 @@
 #include <string.h>
 #include "xferd.h"
 
-int xd_fail(struct xd_call *call, int code, int err, const char *fmt, ...)
+int xd_fail(struct xd_call *call, int code, int cause_errno, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -18,8 +18,8 @@ int xd_fail(struct xd_call *call, int code, int err, const char *fmt, ...)
 	vsnprintf(call->message, sizeof(call->message), fmt, ap);
 	va_end(ap);
 	call->code = code;
-	call->err = err;
-	return -err;
+	call->cause_errno = cause_errno;
+	return -cause_errno;
 }
 
 /*

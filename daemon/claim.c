@@ -66,7 +66,7 @@ static void xfer_fail(struct xd_xfer *x, enum xp_state state, int err, const cha
 	struct xd_op *op = x->op;
 
 	xfer_close(x);
-	if (op && op->end_pending)
+	if (op && xd_op_ending(op))
 		xd_op_drained(op); /* it was ending already: with its own cause */
 	else if (op)
 		xd_op_end(op, state, err, "%s", cause);
@@ -132,7 +132,7 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 	struct xd_peer *p = xd_peer_for_meta(call, m);
 
 	if (!p)
-		return -call->err;
+		return -call->cause_errno;
 	/* The claim travels with the transfer until the owner answers; the token in the op. */
 	memcpy(op->token, m->token, XP_ID_BYTES);
 	op->id = ++call->conn->d->next_op;
@@ -143,12 +143,9 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 	x->owner_op = m->op;
 	x->owner_epoch = m->epoch;
 	x->meta_kind = m->kind;
-	xd_op_start(call, op, XP_ST_INITIALIZED);
+	xd_op_start_claim(call, op);
 	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
 	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
-	op->reply_pending = true;
-	op->reply_id = call->id;
-	call->deferred = true;
 	if (p->state == XD_PEER_UP)
 		send_claim(x);
 	return 0;
@@ -203,13 +200,13 @@ static void one_sided_release(struct xd_xfer *x)
 	if (!x->release_pending || x->release_sent || x->requests_out > 0)
 		return;
 	x->release_sent = true;
-	send_ctrl(x, XP_PEER_CANCEL, error_json(x->release_err, x->release_msg));
+	send_ctrl(x, XP_PEER_CANCEL, error_json(x->release_cause_errno, x->release_msg));
 }
 
 static void defer_release(struct xd_xfer *x, int err, const char *msg)
 {
 	x->release_pending = true;
-	x->release_err = err;
+	x->release_cause_errno = err;
 	snprintf(x->release_msg, sizeof(x->release_msg), "%s", msg);
 	one_sided_release(x);
 }
@@ -229,13 +226,13 @@ static void op_ended(struct xd_op *op)
 	}
 	if (x->one_sided && x->active) {
 		if (x->claim_sent)
-			defer_release(x, op->err, op->cause);
+			defer_release(x, op->cause_errno, op->cause);
 		xfer_close(x);
 		return;
 	}
 	/* The peer learns of the end unless it never heard of the transfer. */
 	if (!x->active || x->claim_sent)
-		send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
+		send_ctrl(x, XP_PEER_CANCEL, error_json(op->cause_errno, op->cause));
 	xfer_close(x);
 }
 
@@ -246,7 +243,7 @@ static bool drain(struct xd_op *op)
 
 	if (!x->one_sided || x->active || x->draining)
 		return false;
-	send_ctrl(x, XP_PEER_CANCEL, error_json(op->err, op->cause));
+	send_ctrl(x, XP_PEER_CANCEL, error_json(op->cause_errno, op->cause));
 	x->draining = true;
 	x->drain_since_us = xd_now_us();
 	return true;
@@ -422,7 +419,6 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	x->via = via;
 	if (x->one_sided && parse_rsegs(x, json) < 0)
 		return -EPROTO;
-	op->reply_pending = false;
 	if (op->owner)
 		xd_client_reply(op->owner, op->reply_id,
 				json_pack("{s:I}", "op", (json_int_t)op->id));

@@ -217,7 +217,7 @@ static void run_handler(struct xd_call *call, enum xp_method m)
 		rc = xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory building the reply");
 	if (rc < 0) {
 		json_decref(call->result);
-		xd_reply_error(call->conn, call->id, call->code, call->err, call->message);
+		xd_reply_error(call->conn, call->id, call->code, call->cause_errno, call->message);
 	} else if (!call->deferred) {
 		xd_reply_result(call->conn, call->id, call->result);
 	}

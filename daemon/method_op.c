@@ -27,7 +27,7 @@ static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
 			       "descriptor offset must be >= 0 and length > 0");
 	seg->region = xd_region_lookup(call, (uint64_t)region);
 	if (!seg->region)
-		return -call->err;
+		return -call->cause_errno;
 	if (__builtin_add_overflow((uint64_t)offset, (uint64_t)length, &end) ||
 	    end > seg->region->length)
 		return xd_fail(
@@ -141,7 +141,7 @@ int xd_handle_op_passive(struct xd_call *call)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
 	struct xd_op *op = op_new(call, kind, descs, timeout, release_on_end);
 	if (!op)
-		return -call->err;
+		return -call->cause_errno;
 	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
 		xd_op_discard(op);
 		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
@@ -173,7 +173,7 @@ static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
 		xd_claim_lookup(call->conn->d, &cl, &err, call->message, sizeof(call->message));
 	if (!passive) {
 		call->code = XP_E_FAILED;
-		call->err = -err;
+		call->cause_errno = -err;
 	}
 	return passive;
 }
@@ -204,7 +204,7 @@ int xd_handle_op_active(struct xd_call *call)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
 	struct xd_op *active = op_new(call, kind, descs, timeout, release_on_end);
 	if (!active)
-		return -call->err;
+		return -call->cause_errno;
 	int rc = decode_metadata(call, metadata, &m);
 	if (rc == 0 && memcmp(m.node, call->conn->d->node, XP_ID_BYTES) != 0) {
 		rc = xd_remote_claim(call, active, &m); /* the reply waits for the owner */
@@ -217,7 +217,7 @@ int xd_handle_op_active(struct xd_call *call)
 	xp_meta_fini(&m);
 	if (!passive) {
 		xd_op_discard(active);
-		return -call->err;
+		return -call->cause_errno;
 	}
 	xd_op_start(call, active, XP_ST_IN_PROGRESS);
 	rc = xd_op_start_local(active, passive);
@@ -235,7 +235,7 @@ static int unpack_op(struct xd_call *call, struct xd_op **op)
 	if (xd_unpack_params(call, "{s:I}", "op", &id))
 		return -EINVAL;
 	*op = xd_op_lookup(call, (uint64_t)id);
-	return *op ? 0 : -call->err;
+	return *op ? 0 : -call->cause_errno;
 }
 
 int xd_handle_op_status(struct xd_call *call)
@@ -260,7 +260,7 @@ int xd_handle_op_wait(struct xd_call *call)
 			       XD_MAX_TIMEOUT_MS);
 	struct xd_op *op = xd_op_lookup(call, (uint64_t)id);
 	if (!op)
-		return -call->err;
+		return -call->cause_errno;
 	if (xp_state_terminal(op->state)) {
 		call->result = xd_op_to_json(op);
 		return 0;

@@ -65,7 +65,7 @@ int xd_handle_region_deregister(struct xd_call *call)
 		return -EINVAL;
 	struct xd_region *r = xd_region_lookup(call, (uint64_t)id);
 	if (!r)
-		return -call->err;
+		return -call->cause_errno;
 	if (r->live_ops && !force)
 		return xd_fail(call, XP_E_FAILED, EBUSY,
 			       "region %llu is used by %u operation(s) that have not ended; "

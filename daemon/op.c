@@ -10,6 +10,7 @@
  * runs is applied when the copy returns, so no one is told CANCELLED while bytes still land in
  * their buffer, and no mapping goes away under a worker thread.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,8 +63,8 @@ json_t *xd_op_to_json(const struct xd_op *op)
 			      op->peer, "client", (json_int_t)op->client_id, "timeout_ms",
 			      (json_int_t)op->timeout_ms, "age_ms", (json_int_t)age);
 
-	if (o && op->err &&
-	    (json_object_set_new(o, "errno", json_string(xp_errno_name(op->err))) ||
+	if (o && op->cause_errno &&
+	    (json_object_set_new(o, "errno", json_string(xp_errno_name(op->cause_errno))) ||
 	     json_object_set_new(o, "cause", json_string(op->cause)))) {
 		json_decref(o);
 		return NULL;
@@ -73,8 +74,8 @@ json_t *xd_op_to_json(const struct xd_op *op)
 
 static void notify_owner(struct xd_op *op)
 {
-	if (!op->owner || op->reply_pending)
-		return;
+	if (!op->owner || op->life == XD_OP_CLAIMING)
+		return; /* (a claiming op's client learns of it from the reply to op.read/op.write) */
 	json_t *msg = xp_build_notification(XP_NOTIFY_OP_CHANGED, xd_op_to_json(op));
 	if (msg)
 		xd_client_send(op->owner, msg);
@@ -156,20 +157,53 @@ static void hold_regions(struct xd_op *op)
 		if (!region_seen_before(op, i))
 			op->segs[i].region->live_ops++;
 	}
-	op->holds_regions = true;
 }
 
 static void drop_regions(struct xd_op *op)
 {
-	if (!op->holds_regions)
-		return;
 	for (uint32_t i = 0; i < op->nsegs; i++)
 		if (!region_seen_before(op, i))
 			op->segs[i].region->live_ops--;
 	/* Unref after counting: an unref may free a region an earlier seg names again. */
 	for (uint32_t i = 0; i < op->nsegs; i++)
 		xd_region_unref(op->segs[i].region);
-	op->holds_regions = false;
+}
+
+/* ---- the lifecycle (enum xd_op_life in xferd.h) ---- */
+
+/* Whether @life holds the op's regions (listed, not yet ended). */
+static bool life_holds_regions(enum xd_op_life life)
+{
+	return life != XD_OP_NEW && life != XD_OP_ENDED;
+}
+
+bool xd_op_ending(const struct xd_op *op)
+{
+	return op->life == XD_OP_ENDING || op->life == XD_OP_ENDING_RELEASED;
+}
+
+/*
+ * The one place an op's life changes. Takes the regions on entering a life that holds them
+ * and lets them go on leaving it; anything else a move needs is its caller's. A move the
+ * diagram does not have is a bug here, never something a client or peer can cause.
+ */
+static void op_enter(struct xd_op *op, enum xd_op_life to)
+{
+	static const unsigned allowed[] = {
+		[XD_OP_NEW] = 1u << XD_OP_CLAIMING | 1u << XD_OP_OPEN,
+		[XD_OP_CLAIMING] = 1u << XD_OP_OPEN | 1u << XD_OP_ENDED,
+		[XD_OP_OPEN] = 1u << XD_OP_ENDING | 1u << XD_OP_ENDED,
+		[XD_OP_ENDING] = 1u << XD_OP_ENDING_RELEASED | 1u << XD_OP_ENDED,
+		[XD_OP_ENDING_RELEASED] = 1u << XD_OP_ENDED,
+		[XD_OP_ENDED] = 0,
+	};
+
+	assert(allowed[op->life] & (1u << to));
+	if (!life_holds_regions(op->life) && life_holds_regions(to))
+		hold_regions(op);
+	else if (life_holds_regions(op->life) && !life_holds_regions(to))
+		drop_regions(op);
+	op->life = to;
 }
 
 /* ---- ending ---- */
@@ -214,9 +248,9 @@ static void forget_soon(struct xd_op *op)
  */
 static void refuse_pending_claim(struct xd_op *op)
 {
-	op->reply_pending = false;
 	if (op->owner)
-		xd_client_reply_error(op->owner, op->reply_id, XP_E_FAILED, op->err, op->cause);
+		xd_client_reply_error(op->owner, op->reply_id, XP_E_FAILED, op->cause_errno,
+				      op->cause);
 	forget_soon(op);
 }
 
@@ -246,17 +280,19 @@ static void utf8_trim_tail(char *s)
  */
 static void op_finish(struct xd_op *op, enum xp_state state, int err, const char *cause)
 {
+	bool claiming = op->life == XD_OP_CLAIMING;
+
 	op->state = state;
-	op->err = err;
+	op->cause_errno = err;
 	if (cause != op->cause)
 		snprintf(op->cause, sizeof(op->cause), "%s", cause);
 	utf8_trim_tail(op->cause);
 	if (op->xfer)
 		op->d->remote->op_ended(op);
 	event_del(op->deadline);
-	drop_regions(op);
+	op_enter(op, XD_OP_ENDED);
 	count_end(op);
-	if (op->reply_pending)
+	if (claiming)
 		refuse_pending_claim(op);
 	notify_owner(op);
 	waiters_reply(op);
@@ -274,22 +310,22 @@ void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, 
 {
 	va_list ap;
 
-	if (xp_state_terminal(op->state) || op->end_pending)
+	if (xp_state_terminal(op->state) || xd_op_ending(op))
 		return;
 	op->end_state = state;
-	op->err = err;
+	op->cause_errno = err;
 	va_start(ap, fmt);
 	vsnprintf(op->cause, sizeof(op->cause), fmt, ap);
 	va_end(ap);
 	if (op->job) {
-		op->end_pending = true; /* applied in local_copy_done() */
+		op_enter(op, XD_OP_ENDING); /* applied in local_copy_done() */
 		xd_transport_local()->copy_cancel(op->job);
 		return;
 	}
 	if (op->xfer && op->d->remote->drain(op)) {
-		/* Bytes of an RDMA claimer may still land in the buffer: the owner hears of the
-		 * end once they cannot, so that it never reuses a buffer still being written. */
-		op->end_pending = true;
+		/* Bytes of a one-sided claimer may still land in the buffer: the owner hears of
+		 * the end once they cannot, so that it never reuses a buffer still being written. */
+		op_enter(op, XD_OP_ENDING);
 		return;
 	}
 	op_finish(op, state, err, op->cause);
@@ -306,7 +342,8 @@ static void op_free(struct xd_op *op)
 	}
 	if (op->pair)
 		op->pair->pair = NULL;
-	drop_regions(op);
+	if (life_holds_regions(op->life))
+		drop_regions(op);
 	TAILQ_REMOVE(&op->d->ops, op, link);
 	xd_event_free(op->deadline);
 	xd_defer_cancel(op->d, &op->forget_later);
@@ -316,26 +353,30 @@ static void op_free(struct xd_op *op)
 
 void xd_op_forget(struct xd_op *op)
 {
+	/* Every caller ended the op first: a running copy has left it ENDING, not OPEN. */
+	assert(!op->job || xd_op_ending(op));
 	detach_owner(op);
-	if (op->job || op->end_pending)
-		op->released = true;
-	else
+	if (op->life == XD_OP_ENDING)
+		op_enter(op, XD_OP_ENDING_RELEASED);
+	else if (op->life != XD_OP_ENDING_RELEASED)
 		op_free(op);
 }
 
-/* Applies the end that xd_op_end() recorded while a copy or an RDMA claimer held the buffer. */
-static void apply_pending_end(struct xd_op *op)
+/*
+ * Applies the end that xd_op_end() recorded while a copy or a one-sided claimer held the
+ * buffer. Returns whether the op is now to be freed (its owner released it meanwhile).
+ */
+static bool apply_pending_end(struct xd_op *op)
 {
-	op->end_pending = false;
-	op_finish(op, op->end_state, op->err, op->cause);
+	bool released = op->life == XD_OP_ENDING_RELEASED;
+
+	op_finish(op, op->end_state, op->cause_errno, op->cause);
+	return released;
 }
 
 void xd_op_drained(struct xd_op *op)
 {
-	if (!op->end_pending)
-		return;
-	apply_pending_end(op);
-	if (op->released)
+	if (xd_op_ending(op) && apply_pending_end(op))
 		op_free(op);
 }
 
@@ -345,6 +386,7 @@ static void local_copy_done(void *arg, int err, uint64_t bytes)
 	struct xd_op *active = arg;
 	struct xd_op *passive = active->pair;
 	struct xd_op *sides[2] = { passive, active }; /* the owner hears first */
+	bool free_side[2] = { false, false };
 
 	for (int i = 0; i < 2; i++) {
 		if (sides[i]) {
@@ -352,22 +394,21 @@ static void local_copy_done(void *arg, int err, uint64_t bytes)
 			sides[i]->bytes = bytes;
 		}
 	}
-	if (err == 0 && !active->end_pending && !(passive && passive->end_pending)) {
+	if (err == 0 && !xd_op_ending(active) && !(passive && xd_op_ending(passive))) {
 		active->d->stats.bytes_moved += bytes;
 		if (passive)
 			op_finish(passive, XP_ST_COMPLETE, 0, "");
 		op_finish(active, XP_ST_COMPLETE, 0, "");
 	} else {
-		for (int i = 0; i < 2; i++) {
-			struct xd_op *op = sides[i];
-			if (op && op->end_pending && !xp_state_terminal(op->state))
-				apply_pending_end(op);
-		}
+		for (int i = 0; i < 2; i++)
+			if (sides[i] && xd_op_ending(sides[i]))
+				free_side[i] = apply_pending_end(sides[i]);
 		if (!xp_state_terminal(active->state))
 			op_finish(active, XP_ST_ERRORED, err ? err : EIO, "local copy failed");
 	}
+	/* Freed last: ending one side may end the other, which must still be there. */
 	for (int i = 0; i < 2; i++)
-		if (sides[i] && sides[i]->released)
+		if (free_side[i])
 			op_free(sides[i]);
 }
 
@@ -406,7 +447,9 @@ struct xd_op *xd_op_create(struct xd_daemon *d, enum xp_kind kind)
 	return op;
 }
 
-void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
+/* Lists @op under @call's client as @state, in @life (which holds its regions). */
+static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state,
+		     enum xd_op_life life)
 {
 	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
 
@@ -417,8 +460,20 @@ void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
 	op->created_us = xd_now_us();
 	call->conn->nops++;
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
-	hold_regions(op);
+	op_enter(op, life);
 	evtimer_add(op->deadline, &tv);
+}
+
+void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
+{
+	op_start(call, op, state, XD_OP_OPEN);
+}
+
+void xd_op_start_claim(struct xd_call *call, struct xd_op *op)
+{
+	op->reply_id = call->id;
+	call->deferred = true;
+	op_start(call, op, XP_ST_INITIALIZED, XD_OP_CLAIMING);
 }
 
 /* Starts the copy of the local pair (@active, @passive). Returns 0 or -errno. */
@@ -471,7 +526,7 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 	if (diff || passive->kind != cl->want)
 		REFUSE(EACCES, "metadata token does not match operation %llu",
 		       (unsigned long long)cl->op);
-	if (passive->claimed)
+	if (passive->transport[0]) /* set when a claim was accepted: exactly once */
 		REFUSE(EALREADY, "operation %llu was already claimed; a claim is exactly-once",
 		       (unsigned long long)cl->op);
 	if (passive->state != XP_ST_INITIALIZED)
@@ -485,8 +540,8 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 
 void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer)
 {
-	if (xp_kind_passive(op->kind))
-		op->claimed = true;
+	if (op->life == XD_OP_CLAIMING)
+		op_enter(op, XD_OP_OPEN);
 	op->state = XP_ST_IN_PROGRESS;
 	snprintf(op->transport, sizeof(op->transport), "%s", transport);
 	snprintf(op->peer, sizeof(op->peer), "%s", peer);

@@ -218,7 +218,7 @@ struct xd_xfer {
 	bool draining;		 /**< owner: ended here, waiting for the active side's release */
 	uint64_t drain_since_us; /**< owner: when draining began */
 	bool release_pending, release_sent;
-	int release_err;
+	int release_cause_errno;
 	char release_msg[XD_CAUSE_MAX];
 	/* active side: what the owner's metadata said, for the CLAIM */
 	uint8_t owner_node[XP_ID_BYTES];

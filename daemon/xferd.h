@@ -160,6 +160,25 @@ void xd_defer_flush(struct xd_daemon *d);
 /* Flushes, then frees the event (teardown). */
 void xd_defer_fini(struct xd_daemon *d);
 
+/* call.c: the record of one request being handled */
+struct xd_call {
+	struct xd_conn *conn;
+	int64_t id;
+	enum xp_method method;
+	json_t *params;	      /**< borrowed */
+	struct xp_fdset *fds; /**< borrowed; a handler takes what it keeps */
+	json_t *result;	      /**< set by a handler that succeeds */
+	bool deferred;	      /**< the handler will reply later (op.wait, op.cancel) */
+	int code;	      /**< a refusal's JSON-RPC error code */
+	int cause_errno;      /**< a refusal's positive errno */
+	char message[256];
+};
+/* Records a refusal (@cause_errno positive): returns -@cause_errno, for `return xd_fail(...)`. */
+int xd_fail(struct xd_call *call, int code, int cause_errno, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* json_unpack_ex(JSON_STRICT) of the params, failing with XP_E_PARAMS and jansson's text. */
+int xd_unpack_params(struct xd_call *call, const char *fmt, ...);
+
 /* clock.c */
 /* Monotonic microseconds. */
 uint64_t xd_now_us(void);
@@ -282,6 +301,10 @@ int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch);
 void xd_ctl_stop_listening(struct xd_daemon *d);
 /* Queues @msg (borrowed) to @c. Returns 0 or -errno; on overflow the connection is closed. */
 int xd_conn_send(struct xd_conn *c, const json_t *msg);
+/* Sends a reply to @id on @c: the result @result (consumed). */
+void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result);
+/* Sends an error reply. @cause_errno is a positive errno. */
+void xd_reply_error(struct xd_conn *c, int64_t id, int code, int cause_errno, const char *message);
 /* The open connection with id @id, or NULL (closed, or never). */
 struct xd_conn *xd_conn_find(struct xd_daemon *d, uint64_t id);
 /* Ends @c: its operations end, its regions are released, it is freed at a safe point. */
@@ -296,29 +319,9 @@ static inline bool xd_conn_may_access(const struct xd_conn *c, const struct xd_c
 	return c->uid == 0 || c == owner;
 }
 
-/* dispatch.c: one request from parse to reply */
-struct xd_call {
-	struct xd_conn *conn;
-	int64_t id;
-	enum xp_method method;
-	json_t *params;	      /* borrowed */
-	struct xp_fdset *fds; /* borrowed; a handler takes what it keeps */
-	json_t *result;	      /* set by a handler that succeeds */
-	bool deferred;	      /* the handler will reply later (op.wait, op.cancel) */
-	int code, err;
-	char message[256];
-};
+/* dispatch.c: one request from packet to handler */
 /* Handles one received packet of @c (consumes @fds). */
 void xd_dispatch_packet(struct xd_conn *c, const char *buf, size_t len, struct xp_fdset *fds);
-/* Records a refusal: returns -@err so handlers can `return xd_fail(...)`. */
-int xd_fail(struct xd_call *call, int code, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-/* json_unpack_ex(JSON_STRICT) of the params, failing with XP_E_PARAMS and jansson's text. */
-int xd_unpack_params(struct xd_call *call, const char *fmt, ...);
-/* Sends a reply to @id on @c: the result @result (consumed). */
-void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result);
-/* Sends an error reply. @err is a positive errno. */
-void xd_reply_error(struct xd_conn *c, int64_t id, int code, int err, const char *message);
 
 /* region.c */
 struct xd_region {
@@ -380,6 +383,27 @@ struct xd_waiter {
 	uint64_t timeout_ms;
 };
 
+/*
+ * An operation's lifecycle as this daemon holds it; what clients see is op->state (the wire
+ * state). op.c's op_enter() is the one place it changes:
+ *
+ *   NEW --start--> OPEN --end--> ENDED
+ *    |              `--end while a copy or a one-sided claimer holds the buffer--> ENDING
+ *    |                                         ENDING --copy/claimer let go--> ENDED
+ *    |                                         ENDING --owner released it--> ENDING_RELEASED
+ *    |                                         ENDING_RELEASED --let go--> (freed)
+ *    `--start (remote claim)--> CLAIMING --owner's answer--> OPEN
+ *                                    `--refused, or ended before the answer--> ENDED
+ */
+enum xd_op_life {
+	XD_OP_NEW,	/**< made, not listed: no id given out, no region held */
+	XD_OP_CLAIMING, /**< listed, regions held; op.read/op.write awaits the owner's answer */
+	XD_OP_OPEN,	/**< listed, regions held, deadline running (INITIALIZED, IN_PROGRESS) */
+	XD_OP_ENDING,	/**< end requested while a copy or claimer held the buffer: applied later */
+	XD_OP_ENDING_RELEASED, /**< the same, and its owner let go of it: freed once ended */
+	XD_OP_ENDED,	       /**< terminal state told; regions let go */
+};
+
 struct xd_op {
 	TAILQ_ENTRY(xd_op) link; /**< in d->ops until released */
 	struct xd_daemon *d;
@@ -390,25 +414,20 @@ struct xd_op {
 	uint64_t client_id;
 	struct xd_seg *segs;
 	uint32_t nsegs;
-	bool holds_regions; /**< segs hold region refs (until the op ends) */
 	uint64_t length, bytes;
 	uint8_t token[XP_ID_BYTES];
-	bool claimed;	    /**< passive: a claim was accepted (exactly once) */
 	struct xd_op *pair; /**< the other side, local transport */
 	char transport[8], peer[2 * XP_ID_BYTES + 1];
 	uint64_t created_us, timeout_ms;
 	struct event *deadline;
 	struct xd_copy_job *job; /**< running copy; the op cannot end until it returns */
 	struct xd_xfer *xfer;	 /**< cross-node transfer (claim.c), while it runs */
-	bool end_pending;	 /**< an end was requested while the copy ran, or while an RDMA
-				      claimer still held keys to the buffer (see xd_op_drained()) */
-	enum xp_state end_state;
-	int err; /**< positive errno once CANCELLED or ERRORED */
+	enum xd_op_life life;
+	enum xp_state end_state; /**< ENDING: the state it will end in */
+	int cause_errno;	 /**< positive errno once CANCELLED or ERRORED (or ENDING) */
 	char cause[XD_CAUSE_MAX];
-	bool released;	     /**< freed once the copy returns */
-	bool release_on_end; /**< forgotten once its end was pushed (op params) */
-	bool reply_pending;  /**< op.read/op.write awaits the remote claim's answer */
-	int64_t reply_id;
+	bool release_on_end; /**< the client's option: forgotten once its end was pushed */
+	int64_t reply_id;    /**< CLAIMING: the op.read/op.write to answer */
 	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
@@ -463,6 +482,13 @@ void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *
 void xd_op_complete(struct xd_op *op);
 /* Lists @op under @call's client, holds its regions, starts its deadline. */
 void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state);
+/*
+ * The same for an active op whose claim goes to another node: CLAIMING, and @call's reply
+ * waits for the owner's answer (claim.c sends it, or op.c the refusal).
+ */
+void xd_op_start_claim(struct xd_call *call, struct xd_op *op);
+/* Whether an end of @op waits for a copy or a one-sided claimer to let go (ENDING). */
+bool xd_op_ending(const struct xd_op *op);
 /* Ends @op (and its pair) as @state with positive errno @err and a cause. */
 void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

@@ -105,7 +105,7 @@ enum xp_kind {
 
 /* Returns the wire name, or NULL when out of range. */
 const char *xp_method_name(enum xp_method m);
-/* Returns the method for @name, or -1 when there is none. */
+/* Returns the method for @name, or -EINVAL when there is none. */
 int xp_method_from_name(const char *name);
 /* Fds a request of method @m must carry. */
 int xp_method_fds(enum xp_method m);
@@ -113,7 +113,7 @@ int xp_method_fds(enum xp_method m);
 bool xp_method_needs_hello(enum xp_method m);
 
 const char *xp_state_name(enum xp_state s);
-/* Returns the state for @name, or -1 when there is none. */
+/* Returns the state for @name, or -EINVAL when there is none. */
 int xp_state_from_name(const char *name);
 static inline bool xp_state_terminal(enum xp_state s)
 {
@@ -121,7 +121,7 @@ static inline bool xp_state_terminal(enum xp_state s)
 }
 
 const char *xp_kind_name(enum xp_kind k);
-/* Returns the kind for @name, or -1 when there is none. */
+/* Returns the kind for @name, or -EINVAL when there is none. */
 int xp_kind_from_name(const char *name);
 /* Whether @k is a passive kind (readable or writable). */
 static inline bool xp_kind_passive(enum xp_kind k)

@@ -12,8 +12,8 @@
 
 int xp_fdset_take(struct xp_fdset *set, int i)
 {
-	if (i < 0 || i >= set->count)
-		return -1;
+	if (i < 0 || i >= set->count || set->fds[i] < 0)
+		return -EBADF;
 	int fd = set->fds[i];
 	set->fds[i] = -1;
 	return fd;

@@ -21,7 +21,7 @@ static inline void xp_fdset_init(struct xp_fdset *set)
 	set->count = 0;
 }
 
-/* Takes fd @i out of @set: the caller now owns it. Returns the fd, or -1 if already taken. */
+/* Takes fd @i out of @set: the caller now owns it. Returns the fd, or -EBADF if none is there. */
 int xp_fdset_take(struct xp_fdset *set, int i);
 
 /* Closes every fd still owned by @set and empties it. */

@@ -190,9 +190,9 @@ int xp_get_u64(const json_t *obj, const char *key, uint64_t *out)
 	json_t *v = json_object_get(obj, key);
 
 	if (!v)
-		return 0;
+		return -ENOENT;
 	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return -1;
+		return -EINVAL;
 	*out = (uint64_t)json_integer_value(v);
-	return 1;
+	return 0;
 }

@@ -60,8 +60,8 @@ json_t *xp_build_error(int64_t id, int code, int err, const char *message);
 int xp_dump(const json_t *msg, char **out);
 
 /*
- * Reads a non-negative integer member @key of @obj into @out. Returns 1 if present and valid,
- * 0 if absent, -1 if present with the wrong type or negative.
+ * Reads a non-negative integer member @key of @obj into *out. Returns 0, -ENOENT when it is
+ * absent, or -EINVAL when it has the wrong type or is negative (*out unchanged then).
  */
 int xp_get_u64(const json_t *obj, const char *key, uint64_t *out);
 

@@ -51,10 +51,10 @@ const char *xp_peer_type_name(int type)
 	return "UNKNOWN";
 }
 
-int xp_peer_hdr_valid(const struct xp_peer_hdr *h)
+bool xp_peer_hdr_valid(const struct xp_peer_hdr *h)
 {
 	if (h->type < XP_PEER_HELLO || h->type > XP_PEER_TYPE_MAX)
-		return 0;
+		return false;
 	if (h->type == XP_PEER_DATA)
 		return h->length > 0 && h->length <= XP_PEER_MAX_DATA;
 	return h->length <= XP_PEER_MAX_CTRL;

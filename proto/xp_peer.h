@@ -50,7 +50,7 @@ void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h
 /* The message name ("CLAIM_OK"), or "UNKNOWN". */
 const char *xp_peer_type_name(int type);
 /* Whether @h obeys the framing limits: known type, payload within its limit. */
-int xp_peer_hdr_valid(const struct xp_peer_hdr *h);
+bool xp_peer_hdr_valid(const struct xp_peer_hdr *h);
 
 /*
  * The HELLO of an RDMA connection, in the rdma_cm connect and accept private data (PROTOCOL.md

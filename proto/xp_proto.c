@@ -42,7 +42,7 @@ int xp_method_from_name(const char *name)
 	for (int i = 0; i < XP_M_COUNT; i++)
 		if (strcmp(methods[i].name, name) == 0)
 			return i;
-	return -1;
+	return -EINVAL;
 }
 
 int xp_method_fds(enum xp_method m)
@@ -65,7 +65,7 @@ int xp_state_from_name(const char *name)
 	for (int i = 0; i < XP_ST_COUNT; i++)
 		if (strcmp(states[i], name) == 0)
 			return i;
-	return -1;
+	return -EINVAL;
 }
 
 const char *xp_kind_name(enum xp_kind k)
@@ -78,7 +78,7 @@ int xp_kind_from_name(const char *name)
 	for (int i = 0; i < XP_KIND_COUNT; i++)
 		if (strcmp(kinds[i], name) == 0)
 			return i;
-	return -1;
+	return -EINVAL;
 }
 
 /* clang-format off */

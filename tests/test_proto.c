@@ -135,9 +135,9 @@ TEST(packet_one_fd_passes)
 	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
 	/* take moves ownership: the slot is emptied and close leaves the fd alone */
 	CHECK_EQ_INT(xp_fdset_take(&set, 0), fd);
-	CHECK_EQ_INT(xp_fdset_take(&set, 0), -1);
-	CHECK_EQ_INT(xp_fdset_take(&set, 1), -1);
-	CHECK_EQ_INT(xp_fdset_take(&set, -1), -1);
+	CHECK_EQ_INT(xp_fdset_take(&set, 0), -EBADF);
+	CHECK_EQ_INT(xp_fdset_take(&set, 1), -EBADF);
+	CHECK_EQ_INT(xp_fdset_take(&set, -1), -EBADF);
 	xp_fdset_close(&set);
 	CHECK_EQ_INT(set.count, 0);
 	CHECK(fd_is_open(fd));
@@ -354,19 +354,19 @@ TEST(request_parse_params)
 	CHECK_OK(xp_request_parse(t, strlen(t), &req, err, sizeof(err)));
 	CHECK_EQ_INT(req.method, XP_M_OP_WAIT);
 	CHECK_EQ_INT(json_object_size(req.params), 2);
-	CHECK_EQ_INT(xp_get_u64(req.params, "op", &v), 1);
+	CHECK_EQ_INT(xp_get_u64(req.params, "op", &v), 0);
 	CHECK_EQ_INT(v, 8);
-	CHECK_EQ_INT(xp_get_u64(req.params, "absent", &v), 0);
+	CHECK_EQ_INT(xp_get_u64(req.params, "absent", &v), -ENOENT);
 	xp_request_fini(&req);
 
 	t = "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"op.status\",\"params\":{\"a\":\"abc\","
 	    "\"b\":-5,\"c\":1.5,\"d\":null,\"e\":9007199254740993}}";
 	CHECK_OK(xp_request_parse(t, strlen(t), &req, err, sizeof(err)));
-	CHECK_EQ_INT(xp_get_u64(req.params, "a", &v), -1);
-	CHECK_EQ_INT(xp_get_u64(req.params, "b", &v), -1);
-	CHECK_EQ_INT(xp_get_u64(req.params, "c", &v), -1);
-	CHECK_EQ_INT(xp_get_u64(req.params, "d", &v), -1);
-	CHECK_EQ_INT(xp_get_u64(req.params, "e", &v), 1);
+	CHECK_EQ_INT(xp_get_u64(req.params, "a", &v), -EINVAL);
+	CHECK_EQ_INT(xp_get_u64(req.params, "b", &v), -EINVAL);
+	CHECK_EQ_INT(xp_get_u64(req.params, "c", &v), -EINVAL);
+	CHECK_EQ_INT(xp_get_u64(req.params, "d", &v), -EINVAL);
+	CHECK_EQ_INT(xp_get_u64(req.params, "e", &v), 0);
 	CHECK_EQ_INT(v, 9007199254740993ULL);
 	xp_request_fini(&req);
 }
@@ -973,8 +973,8 @@ TEST(method_table)
 	}
 	CHECK(xp_method_name(XP_M_COUNT) == NULL);
 	CHECK(xp_method_name(-1) == NULL);
-	CHECK_EQ_INT(xp_method_from_name("no.such"), -1);
-	CHECK_EQ_INT(xp_method_from_name(XP_NOTIFY_OP_CHANGED), -1);
+	CHECK_EQ_INT(xp_method_from_name("no.such"), -EINVAL);
+	CHECK_EQ_INT(xp_method_from_name(XP_NOTIFY_OP_CHANGED), -EINVAL);
 	CHECK_STR_EQ(xp_method_name(XP_M_REGION_REGISTER), "region.register");
 }
 
@@ -991,13 +991,13 @@ TEST(state_and_kind_tables)
 		CHECK_EQ_INT(xp_state_terminal(s),
 			     s == XP_ST_COMPLETE || s == XP_ST_CANCELLED || s == XP_ST_ERRORED);
 	}
-	CHECK_EQ_INT(xp_state_from_name("DONE"), -1);
+	CHECK_EQ_INT(xp_state_from_name("DONE"), -EINVAL);
 	for (int k = 0; k < XP_KIND_COUNT; k++) {
 		CHECK_STR_EQ(xp_kind_name(k), kinds[k]);
 		CHECK_EQ_INT(xp_kind_from_name(kinds[k]), k);
 		CHECK_EQ_INT(xp_kind_passive(k), k == XP_KIND_READABLE || k == XP_KIND_WRITABLE);
 	}
-	CHECK_EQ_INT(xp_kind_from_name("readwrite"), -1);
+	CHECK_EQ_INT(xp_kind_from_name("readwrite"), -EINVAL);
 }
 
 /* ---- the spec check: PROTOCOL.md against xfer_proto.h ---- */
