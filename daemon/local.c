@@ -6,9 +6,10 @@
  * finished job is reported through the callback its submitter gave (transport.h), never by
  * calling up into the operations.
  *
- * Copies are cut into 256 MiB chunks so a cancel lands within a few milliseconds, yet each
- * memcpy call stays above glibc's non-temporal threshold (~192 MiB here): smaller calls run at
- * about 60% of the speed of one large copy on this machine (shared/MACHINE-FACTS.md).
+ * Copies are cut into slices of XD_COPY_SLICE (256 MiB, xferd.h) so that a cancel lands within
+ * a few milliseconds, yet each memcpy call stays above glibc's non-temporal threshold (~192 MiB
+ * here): smaller calls run at about 60% of the speed of one large copy on this machine
+ * (shared/MACHINE-FACTS.md).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,7 +21,6 @@
 #include <unistd.h>
 #include "transport.h"
 
-#define XD_COPY_CHUNK (256ull << 20)
 #define XD_COPY_INLINE (64ull << 10) /* smaller copies run on the loop thread */
 
 /* One memmove of a copy: a stretch where neither side crosses a segment boundary. */
@@ -69,9 +69,9 @@ static void run_populate(struct xd_copy_job *job)
 {
 	long page = sysconf(_SC_PAGESIZE);
 
-	for (uint64_t off = 0; off < job->populate_len; off += XD_COPY_CHUNK) {
-		uint64_t n = job->populate_len - off < XD_COPY_CHUNK ? job->populate_len - off :
-								       XD_COPY_CHUNK;
+	for (uint64_t off = 0; off < job->populate_len; off += XD_COPY_SLICE) {
+		uint64_t n = job->populate_len - off < XD_COPY_SLICE ? job->populate_len - off :
+								       XD_COPY_SLICE;
 		if (madvise(job->populate + off, n, MADV_POPULATE_WRITE) < 0) {
 			if (errno != EINVAL) {
 				job->err = errno;
@@ -93,12 +93,12 @@ static void run_job(struct xd_copy_job *job)
 	}
 	for (uint32_t i = 0; i < job->npieces; i++) {
 		const struct xd_copy_piece *p = &job->pieces[i];
-		for (uint64_t off = 0; off < p->len; off += XD_COPY_CHUNK) {
+		for (uint64_t off = 0; off < p->len; off += XD_COPY_SLICE) {
 			if (atomic_load_explicit(&job->cancel, memory_order_relaxed)) {
 				job->err = ECANCELED;
 				return;
 			}
-			uint64_t n = p->len - off < XD_COPY_CHUNK ? p->len - off : XD_COPY_CHUNK;
+			uint64_t n = p->len - off < XD_COPY_SLICE ? p->len - off : XD_COPY_SLICE;
 			/* memmove: a client may hand both sides overlapping ranges of one region. */
 			memmove(p->dst + off, p->src + off, n);
 			atomic_fetch_add_explicit(&job->done, n, memory_order_relaxed);
