@@ -176,7 +176,7 @@ static void check_drains(struct xd_peer *p)
 		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
 			continue;
 		xd_peer_fail(p, ETIMEDOUT,
-			     "the peer kept the RDMA keys of ended transfer %llu "
+			     "the peer kept the remote-access keys of ended transfer %llu "
 			     "for %llu ms (keepalive_timeout_ms): connection closed to revoke them",
 			     (unsigned long long)x->id, (unsigned long long)kept_ms);
 		return;
@@ -295,9 +295,10 @@ static json_t *segs_json(const struct xd_xfer *x, const uint32_t *rkeys)
 }
 
 /*
- * CLAIM_OK for an RDMA claimer (PROTOCOL.md §10.5): the address, length and rkey of each of
- * this operation's ranges. The rkeys are memory windows onto those ranges alone, readable for a
- * read, writable for a write, revoked when the transfer ends. NULL when they could not be
+ * CLAIM_OK for a one-sided claimer (PROTOCOL.md §10.5): the address, length and rkey of each
+ * of this operation's ranges. The transport's grant makes the rkeys reach those ranges alone
+ * (RDMA memory windows), readable for a read, writable for a write, revoked when the transfer
+ * ends. NULL when they could not be
  * opened: @err and @msg then say why (the caller presets them to out of memory).
  */
 static json_t *claim_ok_segs(struct xd_xfer *x, int *err, char *msg, size_t len)
@@ -388,7 +389,7 @@ static void maybe_complete_passive(struct xd_xfer *x)
 
 /* ---- active side: CLAIM_OK, CLAIM_ERR, DONE_ACK ---- */
 
-/* The owner's ranges for RDMA. Returns 0 or -EPROTO when they do not cover the transfer. */
+/* The owner's ranges, one-sided. Returns 0 or -EPROTO when they do not cover the transfer. */
 static int parse_rsegs(struct xd_xfer *x, json_t *json)
 {
 	json_t *segs = json ? json_object_get(json, "segs") : NULL, *v;

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * Peer-protocol messages as the network transports send them (PROTOCOL.md §10): a control
- * frame built from JSON, and the HELLO every connection begins with. Framing on the wire is the
- * transports' own; what a message means is claim.c's.
+ * What the network transports share: peer-protocol messages as they send them (PROTOCOL.md
+ * §10), a control frame built from JSON and the HELLO every connection begins with, and the
+ * report of a failed connection. Framing on the wire is each transport's own; what a message
+ * means is claim.c's, what a failure means peer.c's.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "transport.h"
@@ -50,4 +53,15 @@ int xd_hello_parse(json_t *json, uint8_t node[XP_ID_BYTES], uint64_t *epoch, int
 	*epoch = (uint64_t)e;
 	*version = v;
 	return 0;
+}
+
+void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
+{
+	char cause[XD_CAUSE_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cause, sizeof(cause), fmt, ap);
+	va_end(ap);
+	p->d->link_events->failed(p, err, cause);
 }

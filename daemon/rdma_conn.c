@@ -120,20 +120,6 @@ static struct rpeer *rpeer_of(struct xd_peer *p, bool create)
 	return rp;
 }
 
-/* Reports a failure of a connection of @p: the whole set fails (peer.c). */
-static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
-{
-	char cause[XD_CAUSE_MAX];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cause, sizeof(cause), fmt, ap);
-	va_end(ap);
-	p->d->link_events->failed(p, err, cause);
-}
-
 static struct xd_rconn *rconn_find(struct xd_rdma *rd, uint32_t id)
 {
 	struct xd_rconn *rc;
@@ -273,7 +259,7 @@ void xd_rdma_close_peer(struct xd_peer *p)
 static void rconn_fail(struct xd_rconn *rc, int err, const char *what)
 {
 	if (rc->peer)
-		link_failed(rc->peer, err, "%s", what);
+		xd_link_fail(rc->peer, err, "%s", what);
 	else
 		rconn_kill(rc);
 }
@@ -950,11 +936,11 @@ void xd_rdma_keepalive(struct xd_peer *p)
 			continue;
 		uint64_t silent_ms = (now - rc->last_rx_us) / 1000;
 		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			link_failed(p, ETIMEDOUT,
-				    "nothing heard from the peer for %llu ms "
-				    "(keepalive_timeout_ms %llu)",
-				    (unsigned long long)silent_ms,
-				    (unsigned long long)d->cfg.keepalive_timeout_ms);
+			xd_link_fail(p, ETIMEDOUT,
+				     "nothing heard from the peer for %llu ms "
+				     "(keepalive_timeout_ms %llu)",
+				     (unsigned long long)silent_ms,
+				     (unsigned long long)d->cfg.keepalive_timeout_ms);
 			return;
 		}
 		if ((now - rc->last_tx_us) / 1000 >= d->cfg.keepalive_ms)

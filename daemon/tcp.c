@@ -99,20 +99,6 @@ static struct tcp_set *tcp_set_get(struct xd_peer *p)
 	return set;
 }
 
-/* Reports the failure of a connection of @p: the whole set fails (peer.c). */
-static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void link_failed(struct xd_peer *p, int err, const char *fmt, ...)
-{
-	char cause[XD_CAUSE_MAX];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cause, sizeof(cause), fmt, ap);
-	va_end(ap);
-	p->d->link_events->failed(p, err, cause);
-}
-
 /* ---- connections ---- */
 
 static void pconn_free(void *arg)
@@ -404,14 +390,14 @@ static void pconn_error(struct xd_pconn *pc, int err)
 		       strerror(-err));
 		pconn_kill(pc);
 	} else if (err == -EPROTO) {
-		link_failed(pc->peer, ECONNRESET,
-			    "protocol error on a connection (message type %s)",
-			    xp_peer_type_name(pc->rx.type));
+		xd_link_fail(pc->peer, ECONNRESET,
+			     "protocol error on a connection (message type %s)",
+			     xp_peer_type_name(pc->rx.type));
 	} else if (err == -ECONNRESET) {
-		link_failed(pc->peer, ECONNRESET, "peer daemon closed the connection");
+		xd_link_fail(pc->peer, ECONNRESET, "peer daemon closed the connection");
 	} else {
-		link_failed(pc->peer, ECONNRESET, "connection to %s failed: %s", pc->addr,
-			    strerror(-err));
+		xd_link_fail(pc->peer, ECONNRESET, "connection to %s failed: %s", pc->addr,
+			     strerror(-err));
 	}
 }
 
@@ -507,13 +493,13 @@ static int outgoing_hello(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], 
 	if (memcmp(node, p->node, XP_ID_BYTES) != 0) {
 		char got[2 * XP_ID_BYTES + 1];
 		xp_hex_encode(node, XP_ID_BYTES, got);
-		link_failed(p, EHOSTUNREACH, "the daemon at %s is node %s, not the owner", pc->addr,
-			    got);
+		xd_link_fail(p, EHOSTUNREACH, "the daemon at %s is node %s, not the owner",
+			     pc->addr, got);
 		return 0;
 	}
 	if (p->state == XD_PEER_UP) {
 		if (epoch != p->epoch)
-			link_failed(p, ECONNRESET, "peer daemon restarted while connecting");
+			xd_link_fail(p, ECONNRESET, "peer daemon restarted while connecting");
 		return 0;
 	}
 	for (int i = tcp_set(p)->nconns; i < p->d->cfg.peer_connections; i++) {
@@ -556,8 +542,8 @@ static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
 		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 			err = errno;
 		if (err) {
-			link_failed(pc->peer, EHOSTUNREACH, "could not connect to %s: %s", pc->addr,
-				    strerror(err));
+			xd_link_fail(pc->peer, EHOSTUNREACH, "could not connect to %s: %s",
+				     pc->addr, strerror(err));
 			return;
 		}
 		pc->connected = true;
@@ -784,11 +770,11 @@ static void tcp_keepalive(struct xd_peer *p)
 			continue;
 		uint64_t silent_ms = (now - pc->last_rx_us) / 1000;
 		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			link_failed(p, ETIMEDOUT,
-				    "nothing heard from the peer for %llu ms "
-				    "(keepalive_timeout_ms %llu)",
-				    (unsigned long long)silent_ms,
-				    (unsigned long long)d->cfg.keepalive_timeout_ms);
+			xd_link_fail(p, ETIMEDOUT,
+				     "nothing heard from the peer for %llu ms "
+				     "(keepalive_timeout_ms %llu)",
+				     (unsigned long long)silent_ms,
+				     (unsigned long long)d->cfg.keepalive_timeout_ms);
 			return;
 		}
 		if ((now - pc->last_tx_us) / 1000 >= d->cfg.keepalive_ms &&

@@ -101,7 +101,8 @@ struct xd_transport_ops {
 	uint64_t (*copy_progress)(const struct xd_copy_job *job);
 };
 
-/* The transports, preferred first, NULL-terminated (transport.c). */
+/* transport.c: the table of transports */
+/* Every transport, in start order (local, tcp, rdma), NULL-terminated. */
 extern const struct xd_transport_ops *const xd_transports[];
 /* The transport named @name, or NULL. */
 const struct xd_transport_ops *xd_transport_find(const char *name);
@@ -111,9 +112,12 @@ const struct xd_transport_ops *xd_transport_local(void);
 bool xd_transport_valid(const char *name);
 /* "rdma or tcp": the network transports, preferred first. */
 void xd_transport_names(char *buf, size_t len);
-/* Each transport's table (local.c, tcp.c, rdma.c). */
+
+/* local.c: memcpy between two mappings of this daemon, on worker threads */
 extern const struct xd_transport_ops xd_transport_local_ops;
+/* tcp.c: frames over TCP connections, DATA straight to and from the mappings */
 extern const struct xd_transport_ops xd_transport_tcp_ops;
+/* rdma_conn.c: rdma_cm connections, SEND/RECV control, one-sided READ/WRITE (rdma.h) */
 extern const struct xd_transport_ops xd_transport_rdma_ops;
 
 /* What a network transport reports about its peer sets (peer.c fills d->link_events). */
@@ -152,7 +156,7 @@ struct xd_xfer_events {
 	void (*peer_tick)(struct xd_peer *p);
 };
 
-/* transport.c: peer-protocol frames, shared by the network transports */
+/* frame.c: peer-protocol frames, shared by the network transports */
 /* A peer-protocol message ready to send: the 24-byte header, then the payload. */
 struct xd_frame {
 	STAILQ_ENTRY(xd_frame) link;
@@ -169,6 +173,9 @@ struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const 
 json_t *xd_hello_json(const struct xd_daemon *d);
 /* Checks a HELLO payload; fills @node and @epoch. Returns 0 or -EPROTO. */
 int xd_hello_parse(json_t *json, uint8_t node[XP_ID_BYTES], uint64_t *epoch, int64_t *version);
+/* Reports that a connection of set @p failed (the whole set fails: d->link_events). */
+void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* xfer.c: one cross-node transfer's bytes, as every network transport moves them */
 /* One range of the owner's buffer, as CLAIM_OK gives it to a one-sided claimer. */
