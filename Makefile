@@ -155,6 +155,20 @@ $(B)/fuzz_ctl: $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) $(B)/libxferproto.a
 
 all test-build: $(FUZZ_REPLAY)
 
+# tests/test_engine.c runs two in-process daemons over a fake transport it defines, with its own
+# transport table in place of transport.o's (which names tcp and rdma). This explicit rule
+# overrides the pattern rule above for that one program; TEST_BINS already lists it.
+ENGINE_TEST := $(B)/tests/test_engine
+ENGINE_DAEMON_OBJ := $(filter-out $(B)/daemon/transport.o,$(FUZZ_DAEMON_OBJ))
+
+$(ENGINE_TEST): $(B)/tests/test_engine.o $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ) \
+		$(B)/libxferproto.a $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ) \
+		$(B)/libxferproto.a -L$(B) -lxferclient $(RPATH) $(call PKG_LIBS,$(PKGS)) -lpthread
+
+all test-build: $(ENGINE_TEST)
+
 # New inputs go to build/fuzz/corpus (the seeds in tests/fuzz/corpus stay as they are), crash
 # and leak reproducers to build/fuzz/; replay one with build/tests/test_fuzz_replay FILE.
 # FUZZ_ARGS passes more libFuzzer options (-jobs=2, -max_len=70000, ...).
