@@ -174,9 +174,9 @@ static void protocol_violation(struct xd_conn *c, int err, const char *message)
 /* Reads one packet. Returns true if the connection may be read again. */
 static bool conn_read_one(struct xd_conn *c)
 {
-	static char buf[XP_MAX_MSG];
+	char *buf = c->d->ctl_rxbuf;
 	struct xp_fdset fds;
-	int n = xp_packet_recv(c->fd, buf, sizeof(buf), &fds, 1);
+	int n = xp_packet_recv(c->fd, buf, sizeof(c->d->ctl_rxbuf), &fds, 1);
 
 	if (n == -EAGAIN)
 		return false;

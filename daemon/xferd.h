@@ -221,8 +221,9 @@ struct xd_daemon {
 	const struct xd_xfer_events *xfer_events; /**< claim.c's, for transports and peer.c */
 	const struct xd_remote_ops *remote;	  /**< claim.c's, for op.c */
 	xd_packet_cb ctl_dispatch;		  /**< where ctl.c hands each packet */
+	char ctl_rxbuf[XP_MAX_MSG]; /**< ctl.c: the packet being handled (one at a time) */
 	TAILQ_HEAD(, xd_peer) peers;
-	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< remote.c: every cross-node transfer */
+	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< claim.c: every cross-node transfer */
 	bool stopping;
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;

@@ -938,7 +938,7 @@ static void pending_claim_cb(void *arg)
 	struct xd_op *op;
 
 	TAILQ_FOREACH(op, &W.d[f->daemon].ops, link)
-		if (op->reply_pending)
+		if (op->life == XD_OP_CLAIMING)
 			f->id = op->id;
 }
 
