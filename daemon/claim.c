@@ -337,15 +337,15 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl) < 0)
 		return -EPROTO;
-	struct xd_op *passive = xfer_find(p, h->xfer, false) ?
-					NULL :
-					xd_claim_lookup(p->d, &cl, &err, msg, sizeof(msg));
+	/*
+	 * A transfer is named by the claimer's op id, which it never reuses: a second CLAIM for a
+	 * live transfer breaks the protocol. Answered with a CLAIM_ERR under that id, it would end
+	 * the claimer's transfer without a word to us, leaving our op to its deadline.
+	 */
+	if (xfer_find(p, h->xfer, false))
+		return -EPROTO;
+	struct xd_op *passive = xd_claim_lookup(p->d, &cl, &err, msg, sizeof(msg));
 	if (!passive) {
-		if (xfer_find(p, h->xfer, false)) {
-			err = -EALREADY;
-			snprintf(msg, sizeof(msg), "transfer %llu was already claimed",
-				 (unsigned long long)h->xfer);
-		}
 		json_t *e = error_json(-err, msg);
 		int rc = xd_peer_send_ctrl(p, via, XP_PEER_CLAIM_ERR, 0, h->xfer, e);
 		json_decref(e);

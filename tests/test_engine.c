@@ -95,7 +95,11 @@ struct fake_msg {
  * direction, as on a stream; held DATA lets control messages pass, as tcp.c sends them before
  * the next chunk) or cut the link. @caught (under W.lock) tells the test it happened.
  */
-enum fake_action { FAKE_HOLD, FAKE_CUT };
+enum fake_action {
+	FAKE_HOLD,   /**< hold the message (and what follows it, as said above) */
+	FAKE_CUT,    /**< cut the link there */
+	FAKE_REPEAT, /**< deliver it, then a copy: a peer that breaks the protocol */
+};
 struct fake_rule {
 	bool armed, caught;
 	int to;
@@ -230,7 +234,7 @@ static bool rule_stops(int to, uint8_t type, struct fake_link *l)
 {
 	struct fake_rule *r = &W.rule;
 
-	if (!r->armed || r->caught || r->to != to || r->type != type ||
+	if (!r->armed || r->caught || r->action == FAKE_REPEAT || r->to != to || r->type != type ||
 	    (type == XP_PEER_DATA && r->seen < r->after))
 		return false;
 	if (r->action == FAKE_CUT)
@@ -240,6 +244,25 @@ static bool rule_stops(int to, uint8_t type, struct fake_link *l)
 	pthread_cond_broadcast(&W.cond);
 	pthread_mutex_unlock(&W.lock);
 	return true;
+}
+
+/* FAKE_REPEAT: queues a copy of control message @m (to daemon @to) when it is the knob's. */
+static void rule_repeats(int to, const struct fake_msg *m)
+{
+	struct fake_rule *r = &W.rule;
+	const struct xd_frame *f = m->frame;
+
+	if (!r->armed || r->caught || r->action != FAKE_REPEAT || r->to != to ||
+	    r->type != f->data[0])
+		return;
+	struct xd_frame *copy = malloc(sizeof(*copy) + f->len);
+	CHECK(copy);
+	memcpy(copy, f, sizeof(*copy) + f->len);
+	msg_queue(m->l, m->to, MSG_CTRL, copy);
+	pthread_mutex_lock(&W.lock);
+	r->caught = true;
+	pthread_cond_broadcast(&W.cond);
+	pthread_mutex_unlock(&W.lock);
 }
 
 /* Whether the knob holds DATA (@data) or control messages to daemon @to now. */
@@ -416,6 +439,8 @@ static bool pump_one(void)
 			continue;
 		if (m->kind == MSG_CTRL && rule_stops(to, m->frame->data[0], m->l))
 			return true;
+		if (m->kind == MSG_CTRL)
+			rule_repeats(to, m);
 		TAILQ_REMOVE(&W.msgs, m, link);
 		deliver(m);
 		msg_free(m);
@@ -1717,6 +1742,44 @@ TEST(second_claim_refused_ealready)
  * metadata from its earlier run is refused ESTALE, even where the new run has an operation with
  * the same id: the claim cannot land on an operation it was never given.
  */
+/*
+ * A peer that sends one transfer's CLAIM twice breaks the protocol (a transfer is named by the
+ * claimer's op id, never reused). The owner must not answer the copy with a CLAIM_ERR under the
+ * live transfer's id: the claimer would end its transfer on it without telling the owner, whose
+ * op would then wait for its deadline. The set fails instead, and both ends end at once.
+ */
+static void run_duplicate_claim(enum xfer_kind pkind)
+{
+	struct pair p;
+
+	world_start();
+	pair_open(&p, pkind, LEN);
+	fake_arm(DA, XP_PEER_CLAIM, 0, FAKE_REPEAT);
+	int rc = pair_claim(&p, &p.aop);
+	fake_wait();
+	/* The claimer hears the set close, whether its CLAIM_OK came first or not. */
+	if (rc == 0)
+		CHECK_END(p.ac, p.aop, XFER_ERRORED, -ECONNRESET, "closed the connection", -1);
+	else
+		CHECK_ERR(rc, -ECONNRESET);
+	CHECK_END(p.pc, p.pop, XFER_ERRORED, -ECONNRESET, "protocol error", -1);
+	fake_release();
+	EXPECT_QUIET(0);
+	pair_close(&p);
+	EXPECT_BASELINE(0);
+	world_stop();
+}
+
+TEST(duplicate_claim_fails_the_set_read)
+{
+	run_duplicate_claim(XFER_READABLE);
+}
+
+TEST(duplicate_claim_fails_the_set_write)
+{
+	run_duplicate_claim(XFER_WRITABLE);
+}
+
 TEST(restarted_owner_metadata_refused_estale)
 {
 	struct pair p;
