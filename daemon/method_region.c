@@ -8,7 +8,22 @@
 #include <unistd.h>
 #include "transport.h"
 
-static int parse_register_args(struct xd_call *call, struct xd_region_args *a);
+static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
+{
+	json_int_t offset = 0, length = -1;
+
+	a->name = "";
+	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset, "length",
+			     &length))
+		return -EINVAL;
+	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "offset and length must not be negative; name at most 64 bytes");
+	a->offset = (uint64_t)offset;
+	a->has_length = length >= 0;
+	a->length = a->has_length ? (uint64_t)length : 0;
+	return 0;
+}
 
 /*
  * Validates and maps now; the pages are faulted in by a worker and the reply comes after that
@@ -37,23 +52,6 @@ static void end_ops_using(struct xd_daemon *d, struct xd_region *r)
 				xd_op_end(op, XP_ST_CANCELLED, ECANCELED,
 					  "region %llu was deregistered with force",
 					  (unsigned long long)r->id);
-}
-
-static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
-{
-	json_int_t offset = 0, length = -1;
-
-	a->name = "";
-	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset, "length",
-			     &length))
-		return -EINVAL;
-	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
-		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "offset and length must not be negative; name at most 64 bytes");
-	a->offset = (uint64_t)offset;
-	a->has_length = length >= 0;
-	a->length = a->has_length ? (uint64_t)length : 0;
-	return 0;
 }
 
 int xd_handle_region_deregister(struct xd_call *call)
