@@ -26,7 +26,7 @@ UNITDIR := $(PREFIX)/lib/systemd/system
 SYSUSERSDIR := $(PREFIX)/lib/sysusers.d
 
 CC ?= cc
-PKGS := libevent jansson libibverbs librdmacm
+PKGS := libevent jansson libibverbs librdmacm libcrypto
 HAVE_SYSTEMD := $(shell pkg-config --exists libsystemd && echo 1)
 ifeq ($(HAVE_SYSTEMD),1)
 PKGS += libsystemd

@@ -108,19 +108,43 @@ static json_t *error_json(int err, const char *message)
 	return json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", message);
 }
 
+/*
+ * The claim's credential: on a keyed daemon a proof of the token bound to both daemons and this
+ * transfer (PROTOCOL.md §10.3), so that the token never crosses the wire; else the token.
+ * Returns {"proof": HEX} or {"token": HEX} merged into @claim, or -errno.
+ */
+static int claim_credential(struct xd_xfer *x, json_t *claim)
+{
+	struct xd_daemon *d = x->peer->d;
+	uint8_t proof[XD_MAC_LEN];
+	char hex[2 * XD_MAC_LEN + 1];
+
+	if (!d->peer_key_len) {
+		xp_hex_encode(x->op->token, XP_ID_BYTES, hex);
+		return json_object_set_new(claim, "token", json_string(hex)) ? -ENOMEM : 0;
+	}
+	if (xd_claim_proof(d, x->owner_node, x->owner_epoch, d->node, d->epoch, x->owner_op, x->id,
+			   x->op->token, proof) < 0)
+		return -EIO;
+	xp_hex_encode(proof, sizeof(proof), hex);
+	return json_object_set_new(claim, "proof", json_string(hex)) ? -ENOMEM : 0;
+}
+
 static void send_claim(struct xd_xfer *x)
 {
 	struct xd_op *op = x->op;
-	char token[2 * XP_ID_BYTES + 1], node[2 * XP_ID_BYTES + 1];
+	char node[2 * XP_ID_BYTES + 1];
 
-	xp_hex_encode(op->token, XP_ID_BYTES, token);
 	xp_hex_encode(x->owner_node, XP_ID_BYTES, node);
-	json_t *claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op",
-				  (json_int_t)x->owner_op, "token", token, "kind",
-				  xp_kind_name(op->kind), "node", node, "epoch",
+	json_t *claim = json_pack("{s:I, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)x->owner_op,
+				  "kind", xp_kind_name(op->kind), "node", node, "epoch",
 				  (json_int_t)x->owner_epoch, "length", (json_int_t)op->length,
 				  "metadata_kind", xp_kind_name(x->meta_kind));
-	int rc = claim ? send_ctrl(x, XP_PEER_CLAIM, claim) : -ENOMEM;
+	int rc = claim ? claim_credential(x, claim) : -ENOMEM;
+	if (rc == 0)
+		rc = send_ctrl(x, XP_PEER_CLAIM, claim);
+	else
+		json_decref(claim);
 	if (rc)
 		xfer_fail(x, XP_ST_ERRORED, -rc, "could not send the claim to the owner");
 	else
@@ -253,25 +277,47 @@ static bool drain(struct xd_op *op)
 
 static int parse_claim(json_t *json, struct xd_claim *cl)
 {
-	const char *token, *kind, *node, *meta_kind;
+	const char *token = NULL, *proof = NULL, *kind, *node, *meta_kind;
 	json_int_t op, epoch, length;
 
 	if (!json ||
-	    json_unpack(json, "{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", &op, "token", &token,
-			"kind", &kind, "node", &node, "epoch", &epoch, "length", &length,
-			"metadata_kind", &meta_kind) ||
-	    xp_hex_decode(token, cl->token, XP_ID_BYTES) ||
+	    json_unpack(json, "{s:I, s?s, s?s, s:s, s:s, s:I, s:I, s:s}", "op", &op, "token",
+			&token, "proof", &proof, "kind", &kind, "node", &node, "epoch", &epoch,
+			"length", &length, "metadata_kind", &meta_kind) ||
+	    !token == !proof || (token && xp_hex_decode(token, cl->token, XP_ID_BYTES)) ||
+	    (proof && xp_hex_decode(proof, cl->proof, XD_MAC_LEN)) ||
 	    xp_hex_decode(node, cl->node, XP_ID_BYTES) || op < 0 || epoch < 0 || length <= 0)
 		return -EPROTO;
 	int k = xp_kind_from_name(kind), mk = xp_kind_from_name(meta_kind);
 	if ((k != XP_KIND_READ && k != XP_KIND_WRITE) || mk < 0)
 		return -EPROTO;
+	cl->has_proof = proof != NULL;
 	cl->want = k == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE;
 	cl->method = k == XP_KIND_READ ? "op.read" : "op.write";
 	cl->meta_kind = mk;
 	cl->op = (uint64_t)op;
 	cl->epoch = (uint64_t)epoch;
 	cl->length = (uint64_t)length;
+	return 0;
+}
+
+/*
+ * Whether the claim's credential is one this daemon takes: a keyed owner checks proofs and
+ * never takes a token sent in clear, and an owner without the key cannot check a proof.
+ * Returns 0, or -EACCES with the cause in @msg.
+ */
+static int check_credential(struct xd_daemon *d, const struct xd_claim *cl, char *msg, size_t len)
+{
+	if (d->peer_key_len && !cl->has_proof) {
+		snprintf(msg, len,
+			 "the owner takes claims with a proof of the token only (it has "
+			 "a cluster key); this claim carries the token in clear");
+		return -EACCES;
+	}
+	if (!d->peer_key_len && cl->has_proof) {
+		snprintf(msg, len, "the owner has no cluster key to check the claim's proof");
+		return -EACCES;
+	}
 	return 0;
 }
 
@@ -344,7 +390,14 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	 */
 	if (xfer_find(p, h->xfer, false))
 		return -EPROTO;
-	struct xd_op *passive = xd_claim_lookup(p->d, &cl, &err, msg, sizeof(msg));
+	/* Who claims: the set's node and epoch, which its handshake proved (keyed daemons). */
+	memcpy(cl.claimer, p->node, XP_ID_BYTES);
+	cl.claimer_epoch = p->epoch;
+	cl.xfer = h->xfer;
+	struct xd_op *passive = NULL;
+	err = check_credential(p->d, &cl, msg, sizeof(msg));
+	if (err == 0)
+		passive = xd_claim_lookup(p->d, &cl, &err, msg, sizeof(msg));
 	if (!passive) {
 		json_t *e = error_json(-err, msg);
 		int rc = xd_peer_send_ctrl(p, via, XP_PEER_CLAIM_ERR, 0, h->xfer, e);

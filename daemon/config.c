@@ -147,6 +147,22 @@ static int replace(char **slot, const char *value)
 	return 0;
 }
 
+/* peer_key_file and insecure_peers (main.c loads the key: it may refuse to start). */
+static int load_peer_auth(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
+{
+	const char *key_file = NULL;
+	int insecure = cfg->insecure_peers;
+	json_error_t jerr;
+
+	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?b}", "peer_key_file", &key_file,
+			   "insecure_peers", &insecure)) {
+		snprintf(err, errlen, "%s", jerr.text);
+		return -EINVAL;
+	}
+	cfg->insecure_peers = insecure;
+	return key_file && replace(&cfg->peer_key_file, key_file) ? -ENOMEM : 0;
+}
+
 static int load_limits(struct xd_config *cfg, json_t *limits, char *err, size_t errlen)
 {
 	json_int_t regions = (json_int_t)cfg->limits.regions, ops = (json_int_t)cfg->limits.ops;
@@ -173,13 +189,13 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *limits = NULL, *ignored[11];
+	json_t *limits = NULL, *ignored[13];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
 			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o, s?o}",
+			   "s?o, s?o, s?o, s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
 			   "copy_threads", &threads, "listen", &ignored[0], "advertise",
@@ -187,7 +203,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 			   &ignored[3], "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms",
 			   &ignored[5], "transport", &ignored[6], "rdma_devices", &ignored[7],
 			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9],
-			   "rdma_request_size", &ignored[10])) {
+			   "rdma_request_size", &ignored[10], "peer_key_file", &ignored[11],
+			   "insecure_peers", &ignored[12])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -208,6 +225,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	int rc = load_limits(cfg, limits, err, errlen);
 	if (rc == 0)
 		rc = load_peer(cfg, root, err, errlen);
+	if (rc == 0)
+		rc = load_peer_auth(cfg, root, err, errlen);
 	return rc ? rc : load_rdma(cfg, root, err, errlen);
 }
 
@@ -233,6 +252,7 @@ void xd_config_fini(struct xd_config *cfg)
 	free(cfg->socket_path);
 	free(cfg->log_level);
 	free(cfg->node_id);
+	free(cfg->peer_key_file);
 	for (int i = 0; i < cfg->nlisten; i++)
 		free(cfg->listen[i]);
 	for (int i = 0; i < cfg->nadvertise; i++)

@@ -35,24 +35,90 @@ struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const 
 	return f;
 }
 
-json_t *xd_hello_json(const struct xd_daemon *d)
+json_t *xd_hello_json(const struct xd_daemon *d, const uint8_t *nonce)
 {
-	return json_pack("{s:i, s:s, s:I}", "version", XP_PEER_VERSION, "node", d->node_hex,
-			 "epoch", (json_int_t)d->epoch);
+	char hex[2 * XD_NONCE_LEN + 1];
+	json_t *o = json_pack("{s:i, s:s, s:I}", "version", XP_PEER_VERSION, "node", d->node_hex,
+			      "epoch", (json_int_t)d->epoch);
+
+	if (o && nonce) {
+		xp_hex_encode(nonce, XD_NONCE_LEN, hex);
+		if (json_object_set_new(o, "nonce", json_string(hex))) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	return o;
 }
 
-int xd_hello_parse(json_t *json, uint8_t node[XP_ID_BYTES], uint64_t *epoch, int64_t *version)
+int xd_hello_parse(json_t *json, struct xd_hello *h)
 {
-	const char *node_hex;
+	const char *node_hex, *nonce = NULL;
 	json_int_t v, e;
 
 	if (!json ||
-	    json_unpack(json, "{s:I, s:s, s:I}", "version", &v, "node", &node_hex, "epoch", &e) ||
-	    xp_hex_decode(node_hex, node, XP_ID_BYTES) || e < 0)
+	    json_unpack(json, "{s:I, s:s, s:I, s?s}", "version", &v, "node", &node_hex, "epoch", &e,
+			"nonce", &nonce) ||
+	    xp_hex_decode(node_hex, h->node, XP_ID_BYTES) || e < 0 ||
+	    (nonce && xp_hex_decode(nonce, h->nonce, XD_NONCE_LEN)))
 		return -EPROTO;
-	*epoch = (uint64_t)e;
-	*version = v;
+	h->epoch = (uint64_t)e;
+	h->version = v;
+	h->has_nonce = nonce != NULL;
 	return 0;
+}
+
+/* A node id and epoch as MAC parts: 16 bytes, then 8 bytes little-endian. */
+struct mac_ident {
+	uint8_t node[XP_ID_BYTES];
+	uint8_t epoch[8];
+};
+
+static void ident_fill(struct mac_ident *id, const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+{
+	memcpy(id->node, node, XP_ID_BYTES);
+	for (int i = 0; i < 8; i++)
+		id->epoch[i] = (uint8_t)(epoch >> (8 * i));
+}
+
+/* The MAC of an AUTH whose sender is (@from, @from_nonce) and receiver (@to, @challenge). */
+static int auth_mac(const struct xd_daemon *d, bool from_connector, const struct mac_ident *from,
+		    const struct mac_ident *to, const uint8_t challenge[XD_NONCE_LEN],
+		    const uint8_t from_nonce[XD_NONCE_LEN], uint8_t out[XD_MAC_LEN])
+{
+	static const char label[] = "xferd-auth-v1";
+	const uint8_t role = from_connector ? 'C' : 'A';
+	const struct xd_mac_part parts[] = {
+		{ label, sizeof(label) },    { &role, 1 },
+		{ from, sizeof(*from) },     { to, sizeof(*to) },
+		{ challenge, XD_NONCE_LEN }, { from_nonce, XD_NONCE_LEN },
+	};
+
+	return xd_hmac(d->peer_key, d->peer_key_len, parts, 6, out);
+}
+
+int xd_auth_mac_out(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
+		    const uint8_t my_nonce[XD_NONCE_LEN], uint8_t out[XD_MAC_LEN])
+{
+	struct mac_ident me, them;
+
+	ident_fill(&me, d->node, d->epoch);
+	ident_fill(&them, peer->node, peer->epoch);
+	return auth_mac(d, connector, &me, &them, peer->nonce, my_nonce, out);
+}
+
+int xd_auth_check(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
+		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN])
+{
+	struct mac_ident me, them;
+	uint8_t want[XD_MAC_LEN];
+
+	ident_fill(&me, d->node, d->epoch);
+	ident_fill(&them, peer->node, peer->epoch);
+	/* The peer is the other role: a MAC reflected back at its maker does not pass. */
+	if (auth_mac(d, !connector, &them, &me, my_nonce, peer->nonce, want) < 0)
+		return -EIO;
+	return xd_mac_equal(want, mac) ? 0 : -EACCES;
 }
 
 void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)

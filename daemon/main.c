@@ -21,6 +21,8 @@ struct options {
 	const char *config;
 	const char *socket;
 	const char *log_level;
+	const char *peer_key;
+	bool insecure_peers;
 	bool systemd;
 };
 
@@ -30,6 +32,7 @@ static void usage(FILE *f)
 		"usage: xferd [--socket PATH] [--config FILE] [--log-level err|warn|info|debug]\n"
 		"             [--listen ADDR:PORT]... [--advertise ADDR:PORT]...\n"
 		"             [--transport auto|rdma|tcp] [--rdma-device NAME]...\n"
+		"             [--peer-key FILE | --insecure-peers]\n"
 		"             [--foreground] [--systemd] [--version]\n"
 		"Node-level data transfer daemon. Logs go to stderr; it never forks.\n");
 }
@@ -47,6 +50,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "advertise", required_argument, NULL, 'A' },
 		{ "transport", required_argument, NULL, 'T' },
 		{ "rdma-device", required_argument, NULL, 'D' },
+		{ "peer-key", required_argument, NULL, 'K' },
+		{ "insecure-peers", no_argument, NULL, 'I' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -71,6 +76,12 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'T':
 			o->transport = optarg;
+			break;
+		case 'K':
+			o->peer_key = optarg;
+			break;
+		case 'I':
+			o->insecure_peers = true;
 			break;
 		case 'D':
 			if (o->ndevices == XD_MAX_DEVICES) {
@@ -149,6 +160,36 @@ static void replace_addrs(char **list, int *n, const char *const *with, int nwit
 		xd_config_add_addr(list, n, with[i]);
 }
 
+/*
+ * The cluster key authenticates peer daemons (PROTOCOL.md §10.2). Without one, any host that
+ * reaches the peer port could pose as a node: listening then takes an explicit
+ * --insecure-peers. Returns 0 or -errno (logged).
+ */
+static int init_peer_key(struct xd_daemon *d, const struct options *o)
+{
+	const char *path = o->peer_key ? o->peer_key : d->cfg.peer_key_file;
+	char err[300];
+
+	d->cfg.insecure_peers |= o->insecure_peers;
+	if (path) {
+		int rc = xd_key_load(path, d->peer_key, &d->peer_key_len, err, sizeof(err));
+		if (rc < 0)
+			xd_log(XD_LOG_ERR, "%s", err);
+		return rc;
+	}
+	if (d->cfg.nlisten && !d->cfg.insecure_peers) {
+		xd_log(XD_LOG_ERR,
+		       "listening for peer daemons (--listen) needs the cluster key "
+		       "(--peer-key FILE, config peer_key_file), or --insecure-peers to let "
+		       "any host that reaches the port act as a peer");
+		return -EPERM;
+	}
+	if (d->cfg.insecure_peers)
+		xd_log(XD_LOG_WARN, "peers are not authenticated (--insecure-peers): any host that "
+				    "reaches the peer port can pose as a node");
+	return 0;
+}
+
 static int init_config(struct xd_daemon *d, const struct options *o)
 {
 	char err[300];
@@ -188,17 +229,19 @@ static int init_config(struct xd_daemon *d, const struct options *o)
 		xd_log(XD_LOG_ERR, "config: node_id must be 32 hex digits");
 		return -EINVAL;
 	}
+	int rc = init_peer_key(d, o);
+	if (rc < 0)
+		return rc;
 	return d->cfg.socket_path ? 0 : -ENOMEM;
 }
 
 static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_daemon *d = arg;
-	static unsigned ticks;
 	bool drained = !xd_copier_busy(d->copier) && !xd_ctl_pending_output(d) &&
 		       !xd_peers_pending_output(d);
 
-	if (drained || ++ticks * 10 >= XD_SHUTDOWN_FLUSH_MS)
+	if (drained || ++d->shutdown_ticks * 10 >= XD_SHUTDOWN_FLUSH_MS)
 		event_base_loopexit(d->base, NULL);
 }
 

@@ -491,6 +491,25 @@ static int start_local_copy(struct xd_op *active, struct xd_op *passive)
 	return rc;
 }
 
+/*
+ * Whether @cl holds @passive's token, or proves it (a keyed peer's claim). Constant-time: the
+ * token is the capability.
+ */
+static bool token_matches(const struct xd_daemon *d, const struct xd_claim *cl,
+			  const struct xd_op *passive)
+{
+	uint8_t want[XD_MAC_LEN];
+	unsigned char diff = 0;
+
+	if (cl->has_proof)
+		return xd_claim_proof(d, d->node, d->epoch, cl->claimer, cl->claimer_epoch, cl->op,
+				      cl->xfer, passive->token, want) == 0 &&
+		       xd_mac_equal(want, cl->proof);
+	for (int i = 0; i < XP_ID_BYTES; i++)
+		diff |= (unsigned char)(cl->token[i] ^ passive->token[i]);
+	return diff == 0;
+}
+
 #define REFUSE(e, ...)                              \
 	do {                                        \
 		*err = -(e);                        \
@@ -519,11 +538,7 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 	if (!passive || !xp_kind_passive(passive->kind))
 		REFUSE(ENOENT, "the owner has no operation %llu (released, or never made)",
 		       (unsigned long long)cl->op);
-	/* Constant-time compare: the token is the capability. */
-	unsigned char diff = 0;
-	for (int i = 0; i < XP_ID_BYTES; i++)
-		diff |= (unsigned char)(cl->token[i] ^ passive->token[i]);
-	if (diff || passive->kind != cl->want)
+	if (!token_matches(d, cl, passive) || passive->kind != cl->want)
 		REFUSE(EACCES, "metadata token does not match operation %llu",
 		       (unsigned long long)cl->op);
 	if (passive->transport[0]) /* set when a claim was accepted: exactly once */

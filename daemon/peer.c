@@ -318,16 +318,17 @@ static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 {
 	static const char *const states[] = { "connecting", "connected", "failed" };
 	uint64_t last_rx = p->transport->last_rx_us(p);
+	bool authenticated = p->d->peer_key_len && p->transport->authenticates;
 
 	if (last_rx < p->created_us)
 		last_rx = p->created_us;
-	return json_pack("{s:s, s:I, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I}", "node",
+	return json_pack("{s:s, s:I, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:I, s:I, s:I}", "node",
 			 p->node_hex, "epoch", (json_int_t)p->epoch, "transport",
 			 p->transport->name, "endpoint", p->endpoint, "connections",
-			 p->transport->nconns(p), "state", states[p->state], "bytes_sent",
-			 (json_int_t)p->bytes_sent, "bytes_received", (json_int_t)p->bytes_received,
-			 "transfers", (json_int_t)p->transfers, "age_ms",
-			 (json_int_t)((now - p->created_us) / 1000), "idle_ms",
+			 p->transport->nconns(p), "state", states[p->state], "authenticated",
+			 authenticated, "bytes_sent", (json_int_t)p->bytes_sent, "bytes_received",
+			 (json_int_t)p->bytes_received, "transfers", (json_int_t)p->transfers,
+			 "age_ms", (json_int_t)((now - p->created_us) / 1000), "idle_ms",
 			 (json_int_t)((now - last_rx) / 1000));
 }
 

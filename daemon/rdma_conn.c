@@ -1246,8 +1246,14 @@ static int rdma_start(struct xd_daemon *d)
 {
 	bool forced = strcmp(d->cfg.transport, xd_transport_rdma_ops.name) == 0;
 	bool wanted = forced || strcmp(d->cfg.transport, XD_TRANSPORT_AUTO) == 0;
-	int rc = xd_rdma_devices_open(d, wanted, rconn_completion);
+	/* Its handshake does not prove the key yet: a keyed daemon takes it only if told to. */
+	bool refused = d->peer_key_len && !d->cfg.insecure_peers;
+	int rc = xd_rdma_devices_open(d, wanted && !refused, rconn_completion);
 
+	if (rc == 0 && wanted && refused)
+		snprintf(d->rdma->why, sizeof(d->rdma->why),
+			 "unused: RDMA peers are not authenticated yet; with a cluster key "
+			 "--insecure-peers lets them in");
 	if (rc == 0 && d->rdma->ndevs)
 		rc = rconn_start(d);
 	if (rc == 0 && forced && !xd_rdma_available(d)) {

@@ -41,6 +41,9 @@ struct xd_pconn {
 	int fd;
 	struct event *rev, *wev;
 	bool outgoing, connected, hello_rx, dead;
+	bool authenticated; /**< keyed daemons: its AUTH checked out (PROTOCOL.md §10.2) */
+	uint8_t nonce[XD_NONCE_LEN];   /**< keyed daemons: the challenge in our HELLO */
+	struct xd_hello hello;	       /**< what the peer's HELLO said */
 	struct xd_deferred free_later; /**< freed at the next loop turn once dead */
 	char addr[80];
 	uint64_t last_rx_us, last_tx_us, started_us;
@@ -81,6 +84,7 @@ static int pconn_send_hello(struct xd_pconn *pc);
 static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoint *ep, int *err);
 static void pconn_write_cb(evutil_socket_t fd, short what, void *arg);
 static int handle_hello(struct xd_pconn *pc, json_t *json);
+static int handle_auth(struct xd_pconn *pc, json_t *json);
 
 static struct tcp_set *tcp_set(const struct xd_peer *p)
 {
@@ -97,6 +101,15 @@ static struct tcp_set *tcp_set_get(struct xd_peer *p)
 		p->tstate = set;
 	}
 	return set;
+}
+
+/*
+ * Whether @pc may carry anything but the handshake: HELLO seen and, on a daemon with the
+ * cluster key, the peer's AUTH checked.
+ */
+static bool pconn_ready(const struct xd_pconn *pc)
+{
+	return pc->hello_rx && (pc->d->peer_key_len == 0 || pc->authenticated);
 }
 
 /* ---- connections ---- */
@@ -159,7 +172,7 @@ static bool pconn_wants_write(const struct xd_pconn *pc)
 		return true; /* the connect completes when the socket turns writable */
 	if (!STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer)
 		return true;
-	return pc->hello_rx && !TAILQ_EMPTY(&pc->peer->sendq);
+	return pconn_ready(pc) && !TAILQ_EMPTY(&pc->peer->sendq);
 }
 
 static void pconn_update_write(struct xd_pconn *pc)
@@ -250,7 +263,7 @@ static int pconn_flush(struct xd_pconn *pc)
 			w = pconn_write_data(pc);
 		else if (!STAILQ_EMPTY(&pc->ctrlq))
 			w = pconn_write_ctrl(pc);
-		else if (pc->hello_rx && pconn_start_data(pc))
+		else if (pconn_ready(pc) && pconn_start_data(pc))
 			continue;
 		else
 			break;
@@ -282,8 +295,10 @@ static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 	int rc;
 	if (pc->rx.type == XP_PEER_HELLO)
 		rc = handle_hello(pc, json);
-	else if (!pc->hello_rx)
-		rc = -EPROTO; /* HELLO must come first */
+	else if (pc->rx.type == XP_PEER_AUTH)
+		rc = handle_auth(pc, json);
+	else if (!pconn_ready(pc))
+		rc = -EPROTO; /* HELLO (and AUTH) must come first */
 	else if (pc->rx.type == XP_PEER_PING)
 		rc = pconn_queue(pc, XP_PEER_PONG, 0, 0, NULL);
 	else if (pc->rx.type == XP_PEER_PONG)
@@ -302,7 +317,7 @@ static int pconn_begin_payload(struct xd_pconn *pc)
 	if (!xp_peer_hdr_valid(&pc->rx))
 		return -EPROTO;
 	if (pc->rx.type == XP_PEER_DATA) {
-		if (!pc->hello_rx)
+		if (!pconn_ready(pc))
 			return -EPROTO;
 		int err = 0;
 		pc->rx_xfer = pc->d->xfer_events->data_target(pc->peer, &pc->rx, &err);
@@ -393,8 +408,18 @@ static void pconn_error(struct xd_pconn *pc, int err)
 		xd_link_fail(pc->peer, ECONNRESET,
 			     "protocol error on a connection (message type %s)",
 			     xp_peer_type_name(pc->rx.type));
+	} else if (err == -ECONNRESET && !pc->hello_rx && !pc->d->peer_key_len) {
+		/* A keyed daemon cuts a connection that offers no authentication at its HELLO. */
+		xd_link_fail(pc->peer, ECONNRESET,
+			     "the daemon at %s closed the connection at the handshake (does it "
+			     "require a cluster key, which this daemon has none of?)",
+			     pc->addr);
 	} else if (err == -ECONNRESET) {
 		xd_link_fail(pc->peer, ECONNRESET, "peer daemon closed the connection");
+	} else if (err == -EACCES) {
+		xd_link_fail(pc->peer, EACCES,
+			     "the daemon at %s did not authenticate with the cluster key",
+			     pc->addr);
 	} else {
 		xd_link_fail(pc->peer, ECONNRESET, "connection to %s failed: %s", pc->addr,
 			     strerror(-err));
@@ -457,10 +482,30 @@ static void set_tcp_options(struct xd_daemon *d, int fd)
 
 static int pconn_send_hello(struct xd_pconn *pc)
 {
-	json_t *hello = xd_hello_json(pc->d);
+	bool keyed = pc->d->peer_key_len > 0;
+
+	if (keyed && xd_random(pc->nonce, sizeof(pc->nonce)) < 0)
+		return -EIO;
+	json_t *hello = xd_hello_json(pc->d, keyed ? pc->nonce : NULL);
 	int rc = hello ? pconn_queue(pc, XP_PEER_HELLO, 0, 0, hello) : -ENOMEM;
 
 	json_decref(hello);
+	return rc;
+}
+
+/* Keyed daemons: answers the peer's HELLO with our proof (PROTOCOL.md §10.2). */
+static int pconn_send_auth(struct xd_pconn *pc)
+{
+	uint8_t mac[XD_MAC_LEN];
+	char hex[2 * XD_MAC_LEN + 1];
+
+	if (xd_auth_mac_out(pc->d, pc->outgoing, &pc->hello, pc->nonce, mac) < 0)
+		return -EIO;
+	xp_hex_encode(mac, sizeof(mac), hex);
+	json_t *auth = json_pack("{s:s}", "mac", hex);
+	int rc = auth ? pconn_queue(pc, XP_PEER_AUTH, 0, 0, auth) : -ENOMEM;
+
+	json_decref(auth);
 	return rc;
 }
 
@@ -479,7 +524,8 @@ static int attach_accepted(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES],
 	TAILQ_INSERT_TAIL(&set->conns, pc, link);
 	set->nconns++;
 	pc->peer = p;
-	int rc = pconn_send_hello(pc);
+	/* Keyed, our HELLO went out with the challenge, before the peer's AUTH. */
+	int rc = d->peer_key_len ? 0 : pconn_send_hello(pc);
 	if (rc == 0)
 		d->link_events->up(p, epoch);
 	return rc;
@@ -512,23 +558,62 @@ static int outgoing_hello(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], 
 	return 0;
 }
 
+/* What a connection's peer says it is, once it is proven (or unkeyed, believed). */
+static int pconn_trusted(struct xd_pconn *pc)
+{
+	if (pc->outgoing)
+		return outgoing_hello(pc, pc->hello.node, pc->hello.epoch);
+	return attach_accepted(pc, pc->hello.node, pc->hello.epoch);
+}
+
 static int handle_hello(struct xd_pconn *pc, json_t *json)
 {
-	int64_t version;
-	uint64_t epoch;
-	uint8_t node[XP_ID_BYTES];
+	bool keyed = pc->d->peer_key_len > 0;
+	char node[2 * XP_ID_BYTES + 1];
 
-	if (pc->hello_rx || xd_hello_parse(json, node, &epoch, &version) < 0)
+	if (pc->hello_rx || xd_hello_parse(json, &pc->hello) < 0)
 		return -EPROTO;
-	if (version != XP_PEER_VERSION) {
+	if (pc->hello.version != XP_PEER_VERSION) {
 		xd_log(XD_LOG_WARN, "peer %s speaks peer protocol %lld, not %d", pc->addr,
-		       (long long)version, XP_PEER_VERSION);
+		       (long long)pc->hello.version, XP_PEER_VERSION);
 		return -EPROTO;
 	}
 	pc->hello_rx = true;
-	if (pc->outgoing)
-		return outgoing_hello(pc, node, epoch);
-	return attach_accepted(pc, node, epoch);
+	if (!keyed)
+		return pconn_trusted(pc);
+	xp_hex_encode(pc->hello.node, XP_ID_BYTES, node);
+	if (!pc->hello.has_nonce) {
+		xd_log(XD_LOG_WARN,
+		       "peer connection %s (says node %s) refused: it offers no authentication "
+		       "(no cluster key, or --insecure-peers)",
+		       pc->addr, node);
+		return -EACCES;
+	}
+	/* The acceptor answers with its own challenge, then both prove the key. */
+	int rc = pc->outgoing ? 0 : pconn_send_hello(pc);
+	return rc ? rc : pconn_send_auth(pc);
+}
+
+static int handle_auth(struct xd_pconn *pc, json_t *json)
+{
+	const char *hex;
+	uint8_t mac[XD_MAC_LEN];
+	char node[2 * XP_ID_BYTES + 1];
+
+	if (!pc->d->peer_key_len || !pc->hello_rx || pc->authenticated || !json ||
+	    json_unpack(json, "{s:s}", "mac", &hex) || xp_hex_decode(hex, mac, sizeof(mac)))
+		return -EPROTO;
+	int rc = xd_auth_check(pc->d, pc->outgoing, &pc->hello, pc->nonce, mac);
+	if (rc < 0) {
+		xp_hex_encode(pc->hello.node, XP_ID_BYTES, node);
+		xd_log(XD_LOG_WARN,
+		       "peer connection %s (says node %s) failed authentication: its proof does "
+		       "not match the cluster key",
+		       pc->addr, node);
+		return -EACCES;
+	}
+	pc->authenticated = true;
+	return pconn_trusted(pc);
 }
 
 static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
@@ -738,10 +823,10 @@ static int tcp_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t 
 	struct tcp_set *set = tcp_set(p);
 	struct xd_pconn *pc;
 
-	/* Control messages go on the first connection that has said HELLO. */
+	/* Control messages go on the first connection through the handshake. */
 	if (set)
 		TAILQ_FOREACH(pc, &set->conns, link)
-			if (pc->hello_rx)
+			if (pconn_ready(pc))
 				return pconn_queue(pc, type, flags, xfer, json);
 	return -ENOTCONN;
 }
@@ -766,7 +851,7 @@ static void tcp_keepalive(struct xd_peer *p)
 	if (!set)
 		return;
 	TAILQ_FOREACH_SAFE(pc, &set->conns, link, tmp) {
-		if (!pc->hello_rx)
+		if (!pconn_ready(pc))
 			continue;
 		uint64_t silent_ms = (now - pc->last_rx_us) / 1000;
 		if (silent_ms > d->cfg.keepalive_timeout_ms) {
@@ -868,6 +953,7 @@ static bool tcp_usable(const struct xd_daemon *d, const char **why)
 const struct xd_transport_ops xd_transport_tcp_ops = {
 	.name = "tcp",
 	.network = true,
+	.authenticates = true,
 	.start = tcp_start,
 	.fini = tcp_fini,
 	.usable = tcp_usable,

@@ -37,6 +37,11 @@ struct xd_transport_ops {
 	 * keys the owner grants per claim (grant_open); else both sides send and receive frames.
 	 */
 	bool one_sided;
+	/*
+	 * Whether its handshake proves the cluster key (PROTOCOL.md §10.2). A keyed daemon uses a
+	 * network transport that does not only under --insecure-peers.
+	 */
+	bool authenticates;
 
 	/* Both kinds. Starts listening / opens devices. Returns 0 or -errno. */
 	int (*start)(struct xd_daemon *d);
@@ -169,10 +174,29 @@ struct xd_frame {
  */
 struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const json_t *json,
 			      int *err);
-/* The HELLO payload of this daemon (node, epoch, version), or NULL. */
-json_t *xd_hello_json(const struct xd_daemon *d);
-/* Checks a HELLO payload; fills @node and @epoch. Returns 0 or -EPROTO. */
-int xd_hello_parse(json_t *json, uint8_t node[XP_ID_BYTES], uint64_t *epoch, int64_t *version);
+/* What a peer's HELLO says. */
+struct xd_hello {
+	uint8_t node[XP_ID_BYTES];
+	uint64_t epoch;
+	int64_t version;
+	bool has_nonce; /**< it offers authentication (it has the cluster key) */
+	uint8_t nonce[XD_NONCE_LEN];
+};
+/* This daemon's HELLO payload, with @nonce (NULL: none, no key), or NULL. */
+json_t *xd_hello_json(const struct xd_daemon *d, const uint8_t *nonce);
+/* Checks a HELLO payload into @h. Returns 0 or -EPROTO. */
+int xd_hello_parse(json_t *json, struct xd_hello *h);
+/*
+ * The MAC of an AUTH message (PROTOCOL.md §10.2): under the cluster key, the sender's role
+ * (connector or acceptor), both nodes and epochs, the receiver's nonce (the challenge) and the
+ * sender's. xd_auth_mac_out() is what this daemon sends on a connection where it is
+ * @connector; xd_auth_check() verifies what @peer sent there against our @my_nonce. Return
+ * 0, or -EIO (no MAC could be made) / -EACCES (it does not match).
+ */
+int xd_auth_mac_out(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
+		    const uint8_t my_nonce[XD_NONCE_LEN], uint8_t out[XD_MAC_LEN]);
+int xd_auth_check(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
+		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN]);
 /* Reports that a connection of set @p failed (the whole set fails: d->link_events). */
 void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

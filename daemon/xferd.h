@@ -118,6 +118,8 @@ struct xd_config {
 	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
 	int nadvertise;
 	int peer_connections; /**< TCP connections per peer daemon */
+	char *peer_key_file;  /**< the cluster key (crypto.c), or NULL */
+	bool insecure_peers;  /**< peers unauthenticated: allowed only when asked for */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
 	/** "auto" or a transport's name; main.c checks it against transport.c's table */
 	char transport[XD_TRANSPORT_NAME_MAX];
@@ -179,6 +181,39 @@ int xd_fail(struct xd_call *call, int code, int cause_errno, const char *fmt, ..
 /* json_unpack_ex(JSON_STRICT) of the params, failing with XP_E_PARAMS and jansson's text. */
 int xd_unpack_params(struct xd_call *call, const char *fmt, ...);
 
+/* crypto.c: the cluster key, nonces and HMAC-SHA256 (libcrypto) */
+#define XD_KEY_MIN 32	/* bytes of a cluster key, at least */
+#define XD_KEY_MAX 64	/* bytes read from the key file, at most */
+#define XD_NONCE_LEN 16 /* bytes of a handshake nonce */
+#define XD_MAC_LEN 32	/* HMAC-SHA256 */
+/* One input of a MAC. */
+struct xd_mac_part {
+	const void *data;
+	size_t len;
+};
+/*
+ * Loads the cluster key from @path: at least XD_KEY_MIN bytes as hex, the file readable by its
+ * owner only. Returns 0 and the key in @key (XD_KEY_MAX bytes) / @len, or -errno with @err.
+ */
+int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t errlen);
+/* Fills @buf with @len random bytes. Returns 0 or -EIO. */
+int xd_random(void *buf, size_t len);
+/* HMAC-SHA256 of the @nparts parts, in order, under @key. Returns 0 or -EIO. */
+int xd_hmac(const uint8_t *key, size_t keylen, const struct xd_mac_part *parts, int nparts,
+	    uint8_t out[XD_MAC_LEN]);
+/* Constant-time comparison of two MACs. */
+bool xd_mac_equal(const uint8_t a[XD_MAC_LEN], const uint8_t b[XD_MAC_LEN]);
+struct xd_daemon;
+/*
+ * The proof of a claim's token that travels instead of the token (keyed daemons): a MAC under
+ * the cluster key of the owner's and the claimer's node and epoch, the op, the transfer and the
+ * token. Returns 0 or -EIO.
+ */
+int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
+		   uint64_t owner_epoch, const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch,
+		   uint64_t op, uint64_t xfer, const uint8_t token[XP_ID_BYTES],
+		   uint8_t out[XD_MAC_LEN]);
+
 /* clock.c */
 /* Monotonic microseconds. */
 uint64_t xd_now_us(void);
@@ -194,7 +229,9 @@ struct xd_daemon {
 	struct xd_config cfg;
 	uint8_t node[XP_ID_BYTES];
 	char node_hex[2 * XP_ID_BYTES + 1];
-	uint64_t epoch;	   /**< start time in us: changes on every restart */
+	uint64_t epoch;		      /**< start time in us: changes on every restart */
+	uint8_t peer_key[XD_KEY_MAX]; /**< the cluster key; peer_key_len 0: none (insecure) */
+	size_t peer_key_len;
 	uint64_t start_us; /**< monotonic start */
 	int listen_fd;
 	bool listen_from_systemd;
@@ -225,6 +262,7 @@ struct xd_daemon {
 	TAILQ_HEAD(, xd_peer) peers;
 	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< claim.c: every cross-node transfer */
 	bool stopping;
+	unsigned shutdown_ticks; /**< main.c: 10 ms turns spent draining after SIGTERM */
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
 	} stats;
@@ -473,6 +511,11 @@ struct xd_claim {
 	uint64_t epoch, op, length;
 	uint8_t token[XP_ID_BYTES];
 	enum xp_kind meta_kind; /**< the kind the metadata says */
+	/* a claim from a keyed peer: a proof of the token instead of the token */
+	bool has_proof;
+	uint8_t proof[XD_MAC_LEN];
+	uint8_t claimer[XP_ID_BYTES]; /**< the proof is bound to the claimer and the transfer */
+	uint64_t claimer_epoch, xfer;
 };
 /* The refusals of PROTOCOL.md §5. Returns the passive op, or NULL with -errno in *err. */
 struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, int *err, char *msg,

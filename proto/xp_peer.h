@@ -27,13 +27,14 @@
 	X(CANCEL, 8)     \
 	X(PING, 9)       \
 	X(PONG, 10)      \
-	X(CREDIT, 11)
+	X(CREDIT, 11)    \
+	X(AUTH, 12)
 
 enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-		XP_PEER_TYPE_MAX = 11
+		XP_PEER_TYPE_MAX = 12
 };
 
 struct xp_peer_hdr {

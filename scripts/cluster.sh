@@ -65,11 +65,23 @@ xc_log_tail()
 }
 
 # xc__write_config NODE
+# xc_key: the cluster key every node of this cluster shares (made once, mode 0600), printed.
+xc_key()
+{
+	local key="$XN_DIR/peer.key"
+	if [ ! -f "$key" ]; then
+		(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$key") || return 1
+	fi
+	echo "$key"
+}
+
 xc__write_config()
 {
-	local extra=${XC_CONFIG_EXTRA:-}
-	printf '{"keepalive_ms": 300, "keepalive_timeout_ms": 1500, "peer_connections": %s%s}\n' \
-		"${XC_PEER_CONNECTIONS:-2}" "${extra:+, $extra}" >"$(xc_config "$1")"
+	local extra=${XC_CONFIG_EXTRA:-} key
+	key=$(xc_key) || return 1
+	printf '{"keepalive_ms": 300, "keepalive_timeout_ms": 1500, "peer_connections": %s, %s%s}\n' \
+		"${XC_PEER_CONNECTIONS:-2}" "\"peer_key_file\": \"$key\"" "${extra:+, $extra}" \
+		>"$(xc_config "$1")"
 }
 
 # xc_wait_ready NODE: waits until the daemon answers `xferctl status`; 1 if it died or did not.

@@ -12,6 +12,7 @@ PKGS=(
 	librdmacm-dev
 	libevent-dev
 	libjansson-dev
+	libssl-dev # libcrypto: HMAC-SHA256 of the peer handshake (daemon/crypto.c)
 	libsystemd-dev
 	iproute2
 	python3

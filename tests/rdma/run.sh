@@ -125,7 +125,7 @@ node_log() { echo "$D/n$1.log"; }
 node_start() {
 	local n=$1 args i
 	args=(--socket "$(node_sock "$n")" --foreground --log-level "${XFER_RDMA_LOG:-warn}"
-		--config "$D/n$n.json" --listen "${IP[$n]}:$PORT")
+		--config "$D/n$n.json" --listen "${IP[$n]}:$PORT" --insecure-peers)
 	if [ "$HAS_TRANSPORT" = 1 ]; then
 		args+=(--transport "$TRANSPORT")
 		[ "$TRANSPORT" = tcp ] || args+=(--rdma-device "${DEV[$n]}")

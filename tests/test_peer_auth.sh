@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# Peer authentication with the cluster key (PROTOCOL.md §10.2), tried as an attacker would:
+# daemons on 127.0.0.1 ports, a hostile peer speaking the handshake by hand
+# (tests/hostile_peer.py: no nonce, a wrong key, a replayed AUTH, posing as a known node) and a
+# relay in the middle that records the wire. Each case checks that the daemon refuses, names
+# why in its log, keeps serving, and gives nothing away: transfers still move the right bytes,
+# the token never crosses the wire, fds return to their baseline.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PY=/usr/bin/python3
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+
+require_built
+D=$(mktemp -d /tmp/xferd-auth.XXXXXX)
+PIDS=()
+cleanup()
+{
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$D"
+}
+trap cleanup EXIT
+[ -n "${KEEP:-}" ] && trap - EXIT
+BASE=$((20000 + RANDOM % 20000))
+
+mkkey() { (umask 077 && od -An -tx1 -N"${2:-32}" /dev/urandom | tr -d ' \n' >"$1"); }
+mkkey "$D/key"
+mkkey "$D/other.key"
+
+# start NAME PORT ARGS...: a daemon on $D/NAME.sock listening on 127.0.0.1:PORT; 1 if it does
+# not answer within 10 s.
+start()
+{
+	local name=$1 port=$2 i
+	shift 2
+	"$BUILD/xferd" --socket "$D/$name.sock" --foreground --log-level info \
+		--listen "127.0.0.1:$port" "$@" 2>"$D/$name.log" &
+	PIDS+=($!)
+	eval "PID_$name=$!"
+	for ((i = 0; i < 100; i++)); do
+		"$BUILD/xferctl" --socket "$D/$name.sock" status >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+pid_of() { eval "echo \$PID_$1"; }
+nfds() { ls "/proc/$(pid_of "$1")/fd" 2>/dev/null | wc -l; }
+
+# refused_start WHAT PATTERN ARGS...: xferd with ARGS exits 1 and its log says PATTERN.
+refused_start()
+{
+	local what=$1 pattern=$2 rc=0
+	shift 2
+	timeout 10 "$BUILD/xferd" --socket "$D/refused.sock" --foreground "$@" 2>"$D/refused.log" ||
+		rc=$?
+	if [ "$rc" -eq 1 ] && grep -q "$pattern" "$D/refused.log"; then
+		ok "refused to start: $what"
+	else
+		fail "refused to start: $what" "exit $rc, log: $(tr '\n' '|' <"$D/refused.log")"
+	fi
+}
+
+# transfer OWNER READER NAME: a 1 MiB readable on OWNER read by READER; 0 when the bytes match.
+# The reader's stderr goes to $D/NAME.err.
+transfer()
+{
+	local owner=$1 reader=$2 name=$3 rp i rc=0
+	head -c $((1 << 20)) /dev/urandom >"$D/$name.src"
+	"$BUILD/xferctl" --socket "$D/$owner.sock" readable "$D/$name.src" >"$D/$name.meta" \
+		2>"$D/$name.oerr" &
+	rp=$!
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$D/$name.meta" ] && break
+		sleep 0.05
+	done
+	timeout 20 "$BUILD/xferctl" --socket "$D/$reader.sock" read "$(head -n 1 "$D/$name.meta")" \
+		"$D/$name.dst" 2>"$D/$name.err" || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		kill "$rp" 2>/dev/null
+		wait "$rp" 2>/dev/null
+		return 1
+	fi
+	wait "$rp" && cmp -s "$D/$name.src" "$D/$name.dst"
+}
+
+# --- starting
+chmod 644 "$D/other.key"
+refused_start "key file readable by others" "readable by its owner only" \
+	--listen 127.0.0.1:$((BASE + 9)) --peer-key "$D/other.key"
+chmod 600 "$D/other.key"
+mkkey "$D/short.key" 16
+refused_start "key shorter than 32 bytes" "at least 32 random bytes" \
+	--listen 127.0.0.1:$((BASE + 9)) --peer-key "$D/short.key"
+refused_start "listening without a key" "needs the cluster key" --listen 127.0.0.1:$((BASE + 9))
+
+start A $((BASE + 1)) --peer-key "$D/key" || abort_setup "daemon A did not start: $(tail -n 3 "$D/A.log")"
+start B $((BASE + 2)) --peer-key "$D/key" || abort_setup "daemon B did not start"
+if start I $((BASE + 3)) --insecure-peers && grep -q "not authenticated" "$D/I.log"; then
+	ok "--insecure-peers starts without a key, and says what it exposes"
+else
+	fail "--insecure-peers starts without a key" "$(tail -n 2 "$D/I.log")"
+fi
+if transfer A B t1; then
+	ok "A and B (same key) move 1 MiB, bytes identical"
+else
+	fail "A and B (same key) move 1 MiB" "$(cat "$D/t1.err")"
+fi
+FDS_A=$(nfds A) # with B's set up
+
+# --- the hostile peer against A
+PA=$((BASE + 1))
+if $PY tests/hostile_peer.py auth 127.0.0.1 "$PA" "$D/key"; then
+	ok "a peer with the key completes the handshake, and A's own proof verifies"
+else
+	fail "a peer with the key completes the handshake" "see above"
+fi
+if $PY tests/hostile_peer.py noauth 127.0.0.1 "$PA" &&
+	grep -q "offers no authentication" "$D/A.log"; then
+	ok "a HELLO without a challenge is cut off, and the log says why"
+else
+	fail "a HELLO without a challenge is cut off" "$(tail -n 2 "$D/A.log")"
+fi
+if $PY tests/hostile_peer.py wrongkey 127.0.0.1 "$PA" &&
+	grep -q "failed authentication" "$D/A.log"; then
+	ok "a peer with another key is cut off before any message, and the log says why"
+else
+	fail "a peer with another key is cut off" "$(tail -n 2 "$D/A.log")"
+fi
+if $PY tests/hostile_peer.py replay 127.0.0.1 "$PA" "$D/key"; then
+	ok "an AUTH replayed from an earlier connection is cut off (the challenge is new)"
+else
+	fail "a replayed AUTH is cut off" "see above"
+fi
+
+# --- someone posing as B
+# A's one peer set so far is B's.
+read -r NODE_B EPOCH_B < <("$BUILD/xferctl" --socket "$D/A.sock" --json peers |
+	$PY -c 'import json,sys; p = json.load(sys.stdin)["peers"][0]; print(p["node"], p["epoch"])')
+if $PY tests/hostile_peer.py pose 127.0.0.1 "$PA" "$NODE_B"; then
+	ok "a HELLO posing as node B with a new epoch is cut off"
+else
+	fail "a HELLO posing as node B is cut off" "see above"
+fi
+PEERS=$("$BUILD/xferctl" --socket "$D/A.sock" --json peers)
+if $PY -c '
+import json, sys
+peers = json.loads(sys.argv[1])["peers"]
+b = [p for p in peers if p["node"] == sys.argv[2]]
+sys.exit(0 if len(b) == 1 and str(b[0]["epoch"]) == sys.argv[3] and b[0]["authenticated"]
+         and b[0]["state"] == "connected" else 1)' "$PEERS" "$NODE_B" "$EPOCH_B" &&
+	transfer A B t2; then
+	ok "B's set on A survives the impostor (same epoch, authenticated) and still moves bytes"
+else
+	fail "B's set on A survives the impostor" "peers: $PEERS; $(cat "$D/t2.err" 2>/dev/null)"
+fi
+
+sleep 0.5
+FDS_A2=$(nfds A)
+if [ "$FDS_A2" -le "$FDS_A" ]; then
+	ok "A's fds back to their baseline after the hostile connections ($FDS_A2 <= $FDS_A)"
+else
+	fail "A's fds back to their baseline" "$FDS_A before, $FDS_A2 after"
+fi
+
+# --- wrong or no key on the other side
+start K $((BASE + 4)) --peer-key "$D/other.key" || abort_setup "daemon K did not start"
+if ! transfer A K t3 && grep -q "did not authenticate" "$D/t3.err"; then
+	ok "a reader with another key is refused, and told why: $(cat "$D/t3.err")"
+else
+	fail "a reader with another key is refused" "$(cat "$D/t3.err")"
+fi
+if ! transfer A I t4 && grep -q "cluster key" "$D/t4.err"; then
+	ok "a reader without a key is refused by a keyed owner: $(cat "$D/t4.err")"
+else
+	fail "a reader without a key is refused by a keyed owner" "$(cat "$D/t4.err")"
+fi
+
+# --- a relay in the middle: it can pass bytes along, but the token never crosses the wire
+PR=$((BASE + 5))
+start M $((BASE + 6)) --peer-key "$D/key" --advertise "127.0.0.1:$PR" ||
+	abort_setup "daemon M did not start"
+$PY tests/hostile_peer.py relay "$PR" 127.0.0.1 $((BASE + 6)) "$D/wire" &
+PIDS+=($!)
+sleep 0.3
+if transfer M B t5; then
+	TOKEN=$($PY -c '
+import base64, json, sys
+m = sys.argv[1].strip().split(".", 1)[1]
+print(json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))["token"])' "$(head -n 1 "$D/t5.meta")")
+	# Neither as hex (a CLAIM's JSON) nor as raw bytes (the exit status is whether found).
+	if [ -s "$D/wire" ] && ! grep -qi "$TOKEN" "$D/wire" &&
+		$PY -c 'import sys; sys.exit(bytes.fromhex(sys.argv[1]) in open(sys.argv[2], "rb").read())' \
+			"$TOKEN" "$D/wire"; then
+		ok "through a recording relay: bytes identical, the token ($TOKEN) not on the wire"
+	else
+		fail "the token does not cross the wire" "found $TOKEN in $(wc -c <"$D/wire") recorded bytes"
+	fi
+else
+	fail "a transfer through a relay" "$(cat "$D/t5.err")"
+fi
+
+summary
+[ "$failed" -eq 0 ]
