@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,7 +194,7 @@ static void check_serves(struct td *d)
 
 static void check_efault(const char *side, const struct xfer_op_info *info)
 {
-	if (info->state != XFER_ERRORED || info->error != EFAULT || !strstr(info->cause, "vanish"))
+	if (info->state != XFER_ERRORED || info->error != -EFAULT || !strstr(info->cause, "vanish"))
 		harness_fail(__FILE__, __LINE__, "%s: op %llu is %s (%s: %s), want ERRORED EFAULT",
 			     side, (unsigned long long)info->op, xfer_state_name(info->state),
 			     harness_errname(info->error), info->cause);
@@ -229,7 +230,7 @@ static void huge_punched_after(size_t len, size_t hole)
 	td_check_alive(&d, "after a copy from punched hugetlb pages");
 	check_efault("reader", &ai);
 	CHECK_EQ_INT(pi.state, XFER_ERRORED);
-	CHECK_EQ_INT(pi.error, EFAULT);
+	CHECK_EQ_INT(pi.error, -EFAULT);
 	CHECK(ai.bytes <= hole);
 	check_serves(&d);
 	close(hog);
@@ -405,4 +406,16 @@ TEST(plain_punched_after_register_inline_copy)
 TEST(plain_punched_before_register)
 {
 	plain_punched(8 * MiB, true);
+}
+
+/* The guard covers client memory only: any other SIGBUS still has its default action. */
+TEST(sigbus_outside_a_copy_still_kills)
+{
+	struct td d;
+
+	CHECK_OK(td_start(&d, NULL));
+	cur_daemon = NULL;
+	check_serves(&d); /* the handler is installed and has guarded copies */
+	CHECK_OK(td_signal(&d, SIGBUS));
+	CHECK_EQ_INT(td_wait_exit(&d), 128 + SIGBUS);
 }
