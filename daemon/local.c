@@ -10,9 +10,17 @@
  * a few milliseconds, yet each memcpy call stays above glibc's non-temporal threshold (~192 MiB
  * here): smaller calls run at about 60% of the speed of one large copy on this machine
  * (shared/MACHINE-FACTS.md).
+ *
+ * Every touch of client memory is guarded against SIGBUS: a page of a client's memfd can vanish
+ * after registration (a hole punched in a hugetlb memfd with no free huge page left to refill
+ * it; F_SEAL_SHRINK does not stop hole punching). The fault ends that job with EFAULT, as
+ * Wayland's wl_shm does for its pools; a SIGBUS anywhere else keeps its previous action.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +36,7 @@ struct xd_copy_piece {
 	uint8_t *dst;
 	const uint8_t *src;
 	uint64_t len;
+	uint64_t dst_region, src_region; /**< ids, for the cause of a fault */
 };
 
 struct xd_copy_job {
@@ -43,6 +52,7 @@ struct xd_copy_job {
 	atomic_bool cancel;
 	atomic_uint_fast64_t done;
 	int err;
+	char why[128]; /**< the cause of a fault ("" otherwise) */
 };
 
 STAILQ_HEAD(xd_job_list, xd_copy_job);
@@ -62,12 +72,108 @@ struct xd_copier {
 };
 
 /*
+ * The SIGBUS guard. The handler is the process's, as a signal disposition is, and is installed
+ * once; a thread arms its guard only around a memmove or page touch of client memory, so the
+ * siglongjmp never crosses a frame other than that memmove's (never libevent's on the loop
+ * thread, where small copies run). SA_NODEFER keeps SIGBUS unblocked in the handler, so the
+ * jump needs no saved signal mask (sigsetjmp(env, 0): no system call per slice).
+ */
+struct bus_guard {
+	sigjmp_buf env;
+	uintptr_t lo, hi;	 /**< the client memory being touched: [lo, hi) */
+	uintptr_t lo2, hi2;	 /**< the other side of a copy (empty for a populate) */
+	volatile uintptr_t addr; /**< where the fault hit */
+};
+
+static __thread struct bus_guard *volatile bus_armed;
+static struct sigaction bus_prev;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static int bus_install_err;
+
+static bool bus_in(const struct bus_guard *g, uintptr_t a)
+{
+	return (a >= g->lo && a < g->hi) || (a >= g->lo2 && a < g->hi2);
+}
+
+/* Async-signal-safe: reads a thread-local, then jumps or restores the previous action. */
+static void bus_handler(int sig, siginfo_t *si, void *uc)
+{
+	struct bus_guard *g = bus_armed;
+
+	if (g && si->si_code > 0 && bus_in(g, (uintptr_t)si->si_addr)) {
+		bus_armed = NULL;
+		g->addr = (uintptr_t)si->si_addr;
+		siglongjmp(g->env, 1);
+	}
+	/* Not ours: the previous action applies, to the re-executed fault or to a raise. */
+	sigaction(SIGBUS, &bus_prev, NULL);
+	if (si->si_code <= 0)
+		raise(SIGBUS);
+}
+
+static void bus_install(void)
+{
+	struct sigaction sa = { .sa_sigaction = bus_handler, .sa_flags = SA_SIGINFO | SA_NODEFER };
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &bus_prev) < 0)
+		bus_install_err = errno;
+}
+
+/* Installs the handler on first use. Returns 0 or -errno. */
+static int bus_guard_init(void)
+{
+	pthread_once(&bus_once, bus_install);
+	return -bus_install_err;
+}
+
+/*
+ * memmove(@dst, @src, @n) of client memory. Returns 0, or -EFAULT with *@fault the address of a
+ * page that vanished under it.
+ */
+static int guarded_move(uint8_t *dst, const uint8_t *src, uint64_t n, uintptr_t *fault)
+{
+	struct bus_guard g = { .lo = (uintptr_t)dst,
+			       .hi = (uintptr_t)dst + n,
+			       .lo2 = (uintptr_t)src,
+			       .hi2 = (uintptr_t)src + n };
+
+	if (sigsetjmp(g.env, 0)) {
+		*fault = g.addr;
+		return -EFAULT;
+	}
+	bus_armed = &g;
+	atomic_signal_fence(memory_order_seq_cst);
+	memmove(dst, src, n);
+	atomic_signal_fence(memory_order_seq_cst);
+	bus_armed = NULL;
+	return 0;
+}
+
+/* Reads a byte of every page of [@p, @p + @n). Returns 0 or -EFAULT. */
+static int guarded_touch(const uint8_t *p, uint64_t n, uint64_t page)
+{
+	struct bus_guard g = { .lo = (uintptr_t)p, .hi = (uintptr_t)p + n };
+
+	if (sigsetjmp(g.env, 0))
+		return -EFAULT;
+	bus_armed = &g;
+	atomic_signal_fence(memory_order_seq_cst);
+	for (uint64_t off = 0; off < n; off += page)
+		(void)*(volatile const uint8_t *)(p + off);
+	atomic_signal_fence(memory_order_seq_cst);
+	bus_armed = NULL;
+	return 0;
+}
+
+/*
  * Faults in every page of a new region, so that no transfer ever takes a page fault, without
- * stalling the event loop for the second a gigabyte of fresh memory can take.
+ * stalling the event loop for the second a gigabyte of fresh memory can take. A page that
+ * cannot be had (a hugetlb hole with the pool empty) is EFAULT, from madvise or the guard.
  */
 static void run_populate(struct xd_copy_job *job)
 {
-	long page = sysconf(_SC_PAGESIZE);
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
 	for (uint64_t off = 0; off < job->populate_len; off += XD_COPY_SLICE) {
 		uint64_t n = job->populate_len - off < XD_COPY_SLICE ? job->populate_len - off :
@@ -78,15 +184,30 @@ static void run_populate(struct xd_copy_job *job)
 				return;
 			}
 			/* Kernels before 5.14: touch a byte of every page instead. */
-			for (uint64_t p = 0; p < n; p += (uint64_t)page)
-				(void)*(volatile uint8_t *)(job->populate + off + p);
+			if (guarded_touch(job->populate + off, n, page) < 0) {
+				job->err = EFAULT;
+				return;
+			}
 		}
 		atomic_fetch_add_explicit(&job->done, n, memory_order_relaxed);
 	}
 }
 
+/* Ends @job with EFAULT and a cause naming the region whose page at @addr vanished. */
+static void copy_faulted(struct xd_copy_job *job, const struct xd_copy_piece *p, uintptr_t addr)
+{
+	bool in_dst = addr >= (uintptr_t)p->dst && addr < (uintptr_t)p->dst + p->len;
+
+	job->err = EFAULT;
+	snprintf(job->why, sizeof(job->why),
+		 "a page of region %llu vanished under the copy (hole punched in its memfd?)",
+		 (unsigned long long)(in_dst ? p->dst_region : p->src_region));
+}
+
 static void run_job(struct xd_copy_job *job)
 {
+	uintptr_t fault = 0;
+
 	if (job->populate) {
 		run_populate(job);
 		return;
@@ -100,7 +221,10 @@ static void run_job(struct xd_copy_job *job)
 			}
 			uint64_t n = p->len - off < XD_COPY_SLICE ? p->len - off : XD_COPY_SLICE;
 			/* memmove: a client may hand both sides overlapping ranges of one region. */
-			memmove(p->dst + off, p->src + off, n);
+			if (guarded_move(p->dst + off, p->src + off, n, &fault) < 0) {
+				copy_faulted(job, p, fault);
+				return;
+			}
 			atomic_fetch_add_explicit(&job->done, n, memory_order_relaxed);
 		}
 	}
@@ -156,12 +280,14 @@ static void deliver_finished(struct xd_copier *cp)
 		void *arg = job->arg;
 		int err = job->err;
 		uint64_t bytes = atomic_load(&job->done);
+		char why[sizeof(job->why)];
+		snprintf(why, sizeof(why), "%s", job->why);
 		free(job->pieces);
 		free(job);
 		if (populated)
 			populated(arg, err);
 		else
-			copied(arg, err, bytes);
+			copied(arg, err, bytes, why[0] ? why : NULL);
 	}
 }
 
@@ -276,7 +402,8 @@ static struct xd_copy_piece *plan_pieces(const struct xd_seg *dst, uint32_t ndst
 		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di :
 								   ss->length - sj;
 		p[k++] = (struct xd_copy_piece){ ds->region->base + ds->offset + di,
-						 ss->region->base + ss->offset + sj, len };
+						 ss->region->base + ss->offset + sj, len,
+						 ds->region->id, ss->region->id };
 		di += len;
 		sj += len;
 		if (di == ds->length) {
@@ -337,7 +464,9 @@ bool xd_copier_busy(const struct xd_copier *cp)
 
 static int local_start(struct xd_daemon *d)
 {
-	return copier_create(d, d->cfg.copy_threads);
+	int rc = bus_guard_init();
+
+	return rc ? rc : copier_create(d, d->cfg.copy_threads);
 }
 
 static void local_fini(struct xd_daemon *d)

@@ -381,7 +381,7 @@ void xd_op_drained(struct xd_op *op)
 }
 
 /* The local transport's report on the copy of @arg (the active op), on the loop thread. */
-static void local_copy_done(void *arg, int err, uint64_t bytes)
+static void local_copy_done(void *arg, int err, uint64_t bytes, const char *why)
 {
 	struct xd_op *active = arg;
 	struct xd_op *passive = active->pair;
@@ -404,7 +404,8 @@ static void local_copy_done(void *arg, int err, uint64_t bytes)
 			if (sides[i] && xd_op_ending(sides[i]))
 				free_side[i] = apply_pending_end(sides[i]);
 		if (!xp_state_terminal(active->state))
-			op_finish(active, XP_ST_ERRORED, err ? err : EIO, "local copy failed");
+			op_finish(active, XP_ST_ERRORED, err ? err : EIO,
+				  why ? why : "local copy failed");
 	}
 	/* Freed last: ending one side may end the other, which must still be there. */
 	for (int i = 0; i < 2; i++)

@@ -141,8 +141,13 @@ static void register_populated(void *arg, int err)
 	if (!c) { /* the client went away meanwhile: nobody to tell */
 		reg_undo(NULL, r);
 	} else if (err) {
-		snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s",
-			 strerror(err));
+		if (err == EFAULT) /* a hugetlb hole with the pool empty (local.c's guard) */
+			snprintf(msg, sizeof(msg),
+				 "a page of the memfd vanished while faulting it "
+				 "in (hole punched in it?)");
+		else
+			snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s",
+				 strerror(err));
 		xd_client_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT,
 				      msg);
 		reg_undo(c, r);

@@ -24,8 +24,11 @@ struct xp_peer_hdr;
 struct xd_seg;
 struct xd_copy_job;
 struct xd_rdma_grant;
-/* A local copy ended: err 0, ECANCELED or a positive errno; @bytes copied. */
-typedef void (*xd_copy_done_cb)(void *arg, int err, uint64_t bytes);
+/*
+ * A local copy ended: err 0, ECANCELED or a positive errno; @bytes copied; @why NULL or a cause
+ * for @err (EFAULT: which region's page vanished).
+ */
+typedef void (*xd_copy_done_cb)(void *arg, int err, uint64_t bytes, const char *why);
 
 struct xd_transport_ops {
 	const char *name; /**< "tcp": in metadata endpoints, listings and op.transport */
