@@ -98,7 +98,6 @@ int xd_page_begin(struct xd_call *call, struct xd_page *pg)
 	return 0;
 }
 
-
 /*
  * The byte budget is what keeps a reply within one packet whatever the entries hold: a reply
  * larger than XP_MAX_MSG cannot be sent at all, and the client would wait for it forever. The

@@ -25,8 +25,8 @@ static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
 	json_t *jlength = NULL;
 
 	a->name = "";
-	if (xd_unpack_params(call, "{s?s, s?I, s?o}", "name", &a->name, "offset", &offset,
-			     "length", &jlength))
+	if (xd_unpack_params(call, "{s?s, s?I, s?o}", "name", &a->name, "offset", &offset, "length",
+			     &jlength))
 		return -EINVAL;
 	if (jlength && !json_is_integer(jlength))
 		return xd_fail(call, XP_E_PARAMS, EINVAL,

@@ -184,8 +184,8 @@ int xd_unpack_params(struct xd_call *call, const char *fmt, ...);
  * cursor is greater than the request's "after", in cursor order, at most "limit" of them and
  * never more than fit one reply packet; "next" tells the client where the following page starts.
  */
-#define XD_PAGE_LIMIT 100	/* entries in a page when the request names no limit */
-#define XD_PAGE_LIMIT_MAX 10000 /* the bytes budget ends a page long before this */
+#define XD_PAGE_LIMIT 100		  /* entries in a page when the request names no limit */
+#define XD_PAGE_LIMIT_MAX 10000		  /* the bytes budget ends a page long before this */
 #define XD_PAGE_BYTES (XP_MAX_MSG - 1024) /* entries' JSON; the rest is for the envelope */
 struct xd_page {
 	json_int_t after; /**< the request's cursor, -1 when absent */
