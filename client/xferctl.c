@@ -688,18 +688,21 @@ static int file_save(const struct ctl *ctl, const char *path, const struct xfer_
 }
 
 /*
- * Reads all of @fd (@what names it in messages) into a new string of at most XP_METADATA_MAX
- * bytes after one trailing newline ("\n" or "\r\n") is stripped. Returns a status and *out.
+ * Reads one line of @fd (@what names it in messages): up to a newline or the end, without
+ * that newline (or CR LF), at most XP_METADATA_MAX bytes. Byte by byte, so that nothing after
+ * the line is consumed and `xferctl readable F | xferctl read - G` does not wait for readable
+ * to exit. Returns a status and *out (free() it).
  */
 static int meta_read_fd(const struct ctl *ctl, int fd, const char *what, char **out)
 {
-	size_t cap = XP_METADATA_MAX + 3, len = 0; /* the string, CR LF, and one byte too many */
-	char *buf = malloc(cap);
+	size_t cap = XP_METADATA_MAX + 2, len = 0; /* the string, CR, and one byte too many */
+	char *buf = malloc(cap + 1);
+	bool newline = false;
 	ssize_t n;
 
 	if (!buf)
 		return ctl_fail(ctl, ENOMEM, "out of memory");
-	while (len < cap && (n = read(fd, buf + len, cap - len)) != 0) {
+	while (len < cap && (n = read(fd, buf + len, 1)) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -707,10 +710,14 @@ static int meta_read_fd(const struct ctl *ctl, int fd, const char *what, char **
 			return ctl_fail(ctl, errno, "reading metadata from %s: %s", what,
 					strerror(errno));
 		}
-		len += (size_t)n;
+		if (buf[len] == '\n') {
+			newline = true;
+			break;
+		}
+		len++;
 	}
-	if (len && buf[len - 1] == '\n')
-		len -= len > 1 && buf[len - 2] == '\r' ? 2 : 1;
+	if (newline && len && buf[len - 1] == '\r')
+		len--;
 	if (len == 0 || len > XP_METADATA_MAX || memchr(buf, '\0', len)) {
 		free(buf);
 		return ctl_fail(ctl, len ? EMSGSIZE : EINVAL,

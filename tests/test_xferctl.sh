@@ -148,6 +148,17 @@ test_read_metadata_from_stdin() {
 	ok "$name"
 }
 
+# `readable | read -`: read takes the one line it needs and does not wait for readable to end.
+test_pipe_readable_to_read() {
+	local name=pipe_readable_to_read rc
+	head -c 5000 /dev/urandom >"$DIR/pp-in"
+	ctl readable "$DIR/pp-in" 2>"$DIR/pp-err" | ctl read - "$DIR/pp-out" 2>>"$DIR/pp-err"
+	rc=$?
+	[ $rc -eq 0 ] || { fail "$name" "exit $rc: $(cat "$DIR/pp-err")"; return; }
+	cmp -s "$DIR/pp-in" "$DIR/pp-out" || { fail "$name" "bytes differ"; return; }
+	ok "$name"
+}
+
 # A size mismatch is refused (exit 1) and leaves the writable claimable by the right size.
 test_size_mismatch() {
 	local name=size_mismatch_exits_1 meta=$DIR/sm-meta out=$DIR/sm-out pid m rc
@@ -536,6 +547,7 @@ if start_daemon; then
 	test_writable_write 1048576
 	test_writable_write 3000017
 	test_read_metadata_from_stdin
+	test_pipe_readable_to_read
 	test_size_mismatch
 	test_listings
 	test_listings_show_pending_op
