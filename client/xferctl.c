@@ -44,6 +44,7 @@ struct ctl {
 	bool json;
 	int timeout_ms; /* -1: the daemon's default deadline */
 	const char *cmd;
+	const char *meta_file; /* readable, writable: the metadata goes here, not to stdout */
 	struct xfer_client *c;
 };
 
@@ -78,12 +79,62 @@ __attribute__((format(printf, 3, 4))) static int ctl_fail(const struct ctl *ctl,
 	return EXIT_FAILED;
 }
 
+/*
+ * Copies @s into @out with every control byte (below 0x20, 0x7f, and the C1 controls U+0080 to
+ * U+009F as UTF-8) written as \xNN, cut to @len. Every string the daemon sends goes through
+ * here before a terminal sees it: region names, causes and peer endpoints can come from other
+ * users or other hosts, and an escape sequence in them could retitle or rewrite root's terminal.
+ */
+static const char *esc(const char *s, char *out, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = 0;
+	bool c1;
+
+	for (; *p && n + 1 < len; p++) {
+		c1 = p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f;
+		if (*p >= 0x20 && *p != 0x7f && !c1) {
+			out[n++] = (char)*p;
+			continue;
+		}
+		if (n + 4 + (c1 ? 4 : 0) >= len)
+			break;
+		n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
+		if (c1)
+			n += (size_t)snprintf(out + n, len - n, "\\x%02x", *++p);
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/*
+ * Prints @v as one line of ASCII JSON. jansson escapes the bytes below 0x20 and, with
+ * JSON_ENSURE_ASCII, everything above 0x7f, but leaves DEL as it is: DEL can only be inside a
+ * string here, where \u007f means the same. Returns 0 or -ENOMEM.
+ */
+static int json_print(const json_t *v)
+{
+	char *text = json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII);
+
+	if (!text)
+		return -ENOMEM;
+	for (const char *p = text; *p; p++)
+		if (*p == 0x7f)
+			fputs("\\u007f", stdout);
+		else
+			putchar(*p);
+	putchar('\n');
+	free(text);
+	return 0;
+}
+
 /* Reports a failed library call: the daemon's sentence when it gave one, else errno's text. */
 static int ctl_refused(const struct ctl *ctl, int rc)
 {
 	const char *msg = xfer_last_error(ctl->c);
+	char safe[1024];
 
-	return ctl_fail(ctl, rc, "%s", *msg ? msg : xfer_strerror(rc));
+	return ctl_fail(ctl, rc, "%s", esc(*msg ? msg : xfer_strerror(rc), safe, sizeof(safe)));
 }
 
 static const char *ctl_socket_path(const struct ctl *ctl)
@@ -174,12 +225,12 @@ static void fmt_value(const json_t *v, char *out, size_t len)
 	if (!v || json_is_null(v) || (json_is_string(v) && !*json_string_value(v))) {
 		snprintf(out, len, "-");
 	} else if (json_is_string(v)) {
-		snprintf(out, len, "%s", json_string_value(v));
+		esc(json_string_value(v), out, len);
 	} else if (json_is_integer(v)) {
 		snprintf(out, len, "%lld", (long long)json_integer_value(v));
 	} else {
-		dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		snprintf(out, len, "%s", dump ? dump : "?");
+		dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+		esc(dump ? dump : "?", out, len);
 		free(dump);
 	}
 }
@@ -214,11 +265,13 @@ static void fmt_progress(const json_t *row, const char *key, char *out, size_t l
 static void fmt_cause(const json_t *row, const char *key, char *out, size_t len)
 {
 	const char *err = obj_str(row, "errno"), *cause = obj_str(row, "cause");
+	char text[CELL_MAX];
 
 	if (*err && *cause)
-		snprintf(out, len, "%s: %s", err, cause);
+		snprintf(text, sizeof(text), "%s: %s", err, cause);
 	else
-		snprintf(out, len, "%s", *err ? err : *cause ? cause : "-");
+		snprintf(text, sizeof(text), "%s", *err ? err : *cause ? cause : "-");
+	esc(text, out, len);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -315,7 +368,9 @@ static void generic_cols_init(struct generic_cols *g, const json_t *first)
 		if (n == MAX_COLS)
 			break;
 		for (size_t i = 0; i + 1 < sizeof(g->titles[n]) && key[i]; i++)
-			g->titles[n][i] = (char)toupper((unsigned char)key[i]);
+			g->titles[n][i] = isprint((unsigned char)key[i]) ?
+						  (char)toupper((unsigned char)key[i]) :
+						  '?'; /* a title is a key the daemon chose */
 		g->cols[n] = (struct col){ g->titles[n], key, fmt_text, json_is_integer(v) };
 		n++;
 	}
@@ -349,6 +404,8 @@ struct ctl_cmd {
 	int (*run)(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv);
 	const char *method;	/* listings: the method to call */
 	const char *key;	/* listings: the result's array */
+	bool paged;		/* listings: the method answers by pages (PROTOCOL.md §7) */
+	bool meta_out;		/* readable, writable: takes --meta-file */
 	const struct col *cols; /* listings: its columns (NULL: generic) */
 	void (*render)(const struct ctl_cmd *cmd, const json_t *result);
 };
@@ -361,9 +418,10 @@ static void render_table(const struct ctl_cmd *cmd, const json_t *result)
 static void render_devices(const struct ctl_cmd *cmd, const json_t *result)
 {
 	const char *rdma = obj_str(result, "rdma");
+	char safe[CELL_MAX];
 
 	if (*rdma)
-		printf("rdma: %s\n", rdma);
+		printf("rdma: %s\n", esc(rdma, safe, sizeof(safe)));
 	render_rows(result, cmd->key, cmd->cols);
 }
 
@@ -385,7 +443,7 @@ static void stat_value(const char *key, const json_t *v, char *out, size_t len)
 
 static void render_stats(const struct ctl_cmd *cmd, const json_t *result)
 {
-	char cell[CELL_MAX];
+	char cell[CELL_MAX], safe[CELL_MAX];
 	const char *key;
 	size_t width = 0;
 	json_t *v;
@@ -395,45 +453,104 @@ static void render_stats(const struct ctl_cmd *cmd, const json_t *result)
 			width = strlen(key);
 	json_object_foreach((json_t *)result, key, v) {
 		stat_value(key, v, cell, sizeof(cell));
-		printf("%-*s  %s\n", (int)width, key, cell);
+		printf("%-*s  %s\n", (int)width, esc(key, safe, sizeof(safe)), cell);
 	}
+}
+
+/* Calls @method with @params (NULL: none) and parses its result. Returns a status and *out. */
+static int ctl_call_json(struct ctl *ctl, const char *method, const char *params, json_t **out)
+{
+	char *text;
+	int rc;
+
+	rc = xfer_call(ctl->c, method, params, &text);
+	if (rc < 0)
+		return ctl_refused(ctl, rc);
+	*out = json_loads(text, 0, NULL);
+	free(text);
+	if (!json_is_object(*out)) {
+		json_decref(*out);
+		return ctl_fail(ctl, EPROTO, "xferd's %s result is not a JSON object", method);
+	}
+	return EXIT_OK;
+}
+
+/*
+ * The whole listing: a paged method is called again from each page's "next" until a page has
+ * none, and the pages' arrays are joined into the first page's object (without "next").
+ */
+static int list_fetch(struct ctl *ctl, const struct ctl_cmd *cmd, json_t **out)
+{
+	json_t *all = NULL, *page = NULL, *next;
+	json_int_t after = -1;
+	char params[64];
+	int rc;
+
+	for (;;) {
+		snprintf(params, sizeof(params), "{\"after\": %lld}", (long long)after);
+		rc = ctl_call_json(ctl, cmd->method, after >= 0 ? params : NULL, &page);
+		if (rc)
+			break;
+		if (!cmd->paged) {
+			*out = page;
+			return EXIT_OK;
+		}
+		next = json_object_get(page, "next");
+		if (!json_is_array(json_object_get(page, cmd->key)) ||
+		    (next && (!json_is_integer(next) || json_integer_value(next) <= after))) {
+			/* a cursor that does not advance would make this loop forever */
+			json_decref(page);
+			rc = ctl_fail(ctl, EPROTO, "xferd's %s page is malformed", cmd->method);
+			break;
+		}
+		after = next ? json_integer_value(next) : -1;
+		if (!all)
+			all = json_incref(page);
+		else if (json_array_extend(json_object_get(all, cmd->key),
+					   json_object_get(page, cmd->key)))
+			rc = ctl_fail(ctl, ENOMEM, "out of memory");
+		json_decref(page);
+		if (rc || after < 0)
+			break;
+	}
+	if (rc) {
+		json_decref(all);
+		return rc;
+	}
+	json_object_del(all, "next");
+	*out = all;
+	return EXIT_OK;
 }
 
 static int cmd_list(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
-	json_error_t jerr;
 	json_t *result;
-	char *text;
 	int rc;
 
-	rc = ctl_call(ctl, cmd->method, &text);
+	rc = ctl_connect(ctl);
+	if (!rc)
+		rc = list_fetch(ctl, cmd, &result);
 	if (rc)
 		return rc;
-	if (ctl->json) {
-		puts(text);
-		free(text);
+	if (!ctl->json) {
+		cmd->render(cmd, result);
+		json_decref(result);
 		return EXIT_OK;
 	}
-	result = json_loads(text, 0, &jerr);
-	free(text);
-	if (!json_is_object(result)) {
-		json_decref(result);
-		return ctl_fail(ctl, EPROTO, "xferd's %s result is not a JSON object", cmd->method);
-	}
-	cmd->render(cmd, result);
+	rc = json_print(result);
 	json_decref(result);
-	return EXIT_OK;
+	return rc ? ctl_fail(ctl, ENOMEM, "out of memory") : EXIT_OK;
 }
 
 static void status_print(const struct ctl *ctl, const json_t *s)
 {
-	char up[32], reg[32], moved[32];
+	char up[32], reg[32], moved[32], daemon[CELL_MAX], node[CELL_MAX];
 
 	human_duration(obj_u64(s, "uptime_ms"), up, sizeof(up));
 	human_size(obj_u64(s, "registered_bytes"), reg, sizeof(reg));
 	human_size(obj_u64(s, "bytes_moved"), moved, sizeof(moved));
-	printf("daemon:   %s, up %s\n", obj_str(s, "daemon"), up);
-	printf("node:     %s (epoch %llu)\n", obj_str(s, "node"),
+	printf("daemon:   %s, up %s\n", esc(obj_str(s, "daemon"), daemon, sizeof(daemon)), up);
+	printf("node:     %s (epoch %llu)\n", esc(obj_str(s, "node"), node, sizeof(node)),
 	       (unsigned long long)obj_u64(s, "epoch"));
 	printf("socket:   %s (this is client %llu)\n", ctl_socket_path(ctl),
 	       (unsigned long long)xfer_client_id(ctl->c));
@@ -451,17 +568,13 @@ static void status_print(const struct ctl *ctl, const json_t *s)
 static int status_print_json(const struct ctl *ctl, json_t *stats)
 {
 	json_t *out;
-	char *text;
+	int rc;
 
 	out = json_pack("{s:s, s:I, s:O}", "socket", ctl_socket_path(ctl), "client",
 			(json_int_t)xfer_client_id(ctl->c), "stats", stats);
-	text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+	rc = out ? json_print(out) : -ENOMEM;
 	json_decref(out);
-	if (!text)
-		return ctl_fail(ctl, ENOMEM, "out of memory");
-	puts(text);
-	free(text);
-	return EXIT_OK;
+	return rc ? ctl_fail(ctl, ENOMEM, "out of memory") : EXIT_OK;
 }
 
 static int cmd_status(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
@@ -574,41 +687,102 @@ static int file_save(const struct ctl *ctl, const char *path, const struct xfer_
 	return ctl_fail(ctl, rc, "writing %s: %s", path, strerror(-rc));
 }
 
-/* Trims blanks and the newline around @s in place. */
-static char *trim(char *s)
+/*
+ * Reads one line of @fd (@what names it in messages): up to a newline or the end, without
+ * that newline (or CR LF), at most XP_METADATA_MAX bytes. Byte by byte, so that nothing after
+ * the line is consumed and `xferctl readable F | xferctl read - G` does not wait for readable
+ * to exit. Returns a status and *out (free() it).
+ */
+static int meta_read_fd(const struct ctl *ctl, int fd, const char *what, char **out)
 {
-	size_t n;
+	size_t cap = XP_METADATA_MAX + 2, len = 0; /* the string, CR, and one byte too many */
+	char *buf = malloc(cap + 1);
+	bool newline = false;
+	ssize_t n;
 
-	while (isspace((unsigned char)*s))
-		s++;
-	n = strlen(s);
-	while (n && isspace((unsigned char)s[n - 1]))
-		s[--n] = '\0';
-	return s;
+	if (!buf)
+		return ctl_fail(ctl, ENOMEM, "out of memory");
+	while (len < cap && (n = read(fd, buf + len, 1)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			free(buf);
+			return ctl_fail(ctl, errno, "reading metadata from %s: %s", what,
+					strerror(errno));
+		}
+		if (buf[len] == '\n') {
+			newline = true;
+			break;
+		}
+		len++;
+	}
+	if (newline && len && buf[len - 1] == '\r')
+		len--;
+	if (len == 0 || len > XP_METADATA_MAX || memchr(buf, '\0', len)) {
+		free(buf);
+		return ctl_fail(ctl, len ? EMSGSIZE : EINVAL,
+				len == 0	      ? "no metadata in %s" :
+				len > XP_METADATA_MAX ? "metadata in %s is larger than %d bytes" :
+							"metadata in %s holds a NUL byte",
+				what, XP_METADATA_MAX);
+	}
+	buf[len] = '\0';
+	*out = buf;
+	return EXIT_OK;
 }
 
-/* The metadata argument, or one line of stdin for "-". Returns a status and *out (free() it). */
+/*
+ * The metadata of `read` and `write`: "@FILE" reads FILE, "-" stdin, anything else is the
+ * metadata itself. Metadata is a capability (whoever holds it can take the bytes), and a
+ * command line is readable by every local user in /proc/PID/cmdline, hence the warning.
+ * Returns a status and *out (free() it).
+ */
 static int meta_get(const struct ctl *ctl, const char *arg, char **out)
 {
-	size_t cap = XP_METADATA_MAX + 3; /* the string, CR LF, NUL */
-	char *line, *trimmed;
+	int fd, rc;
 
-	if (strcmp(arg, "-") != 0) {
-		line = strdup(arg);
-	} else {
-		line = malloc(cap);
-		if (line && !fgets(line, (int)cap, stdin))
-			line[0] = '\0';
+	if (!strcmp(arg, "-"))
+		return meta_read_fd(ctl, STDIN_FILENO, "stdin", out);
+	if (arg[0] == '@') {
+		fd = open(arg + 1, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return ctl_fail(ctl, errno, "cannot open %s: %s", arg + 1, strerror(errno));
+		rc = meta_read_fd(ctl, fd, arg + 1, out);
+		close(fd);
+		return rc;
 	}
-	if (!line)
-		return ctl_fail(ctl, ENOMEM, "out of memory");
-	trimmed = trim(line);
-	memmove(line, trimmed, strlen(trimmed) + 1);
-	if (!*line) {
-		free(line);
-		return ctl_fail(ctl, EINVAL, "no metadata%s", strcmp(arg, "-") ? "" : " on stdin");
+	fprintf(stderr,
+		"xferctl: %s: warning: metadata on the command line is visible to every local "
+		"user (/proc/PID/cmdline); pass @FILE or - (stdin)\n",
+		ctl->cmd);
+	if (strlen(arg) > XP_METADATA_MAX)
+		return ctl_fail(ctl, EMSGSIZE, "metadata is larger than %d bytes", XP_METADATA_MAX);
+	*out = strdup(arg);
+	return *out ? EXIT_OK : ctl_fail(ctl, ENOMEM, "out of memory");
+}
+
+/*
+ * Creates the --meta-file: a new file (an existing one is never overwritten: it could be a
+ * link planted by someone else) that only its owner can read, whatever the umask: the
+ * metadata in it is a capability. Returns a status and *fd.
+ */
+static int meta_file_create(const struct ctl *ctl, int *fd)
+{
+	*fd = -1;
+	if (!ctl->meta_file)
+		return EXIT_OK;
+	*fd = open(ctl->meta_file, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	if (*fd < 0)
+		return ctl_fail(ctl, errno, "cannot create %s: %s", ctl->meta_file,
+				strerror(errno));
+	if (fchmod(*fd, 0600) < 0) {
+		int err = errno;
+
+		close(*fd);
+		*fd = -1;
+		unlink(ctl->meta_file);
+		return ctl_fail(ctl, err, "cannot chmod %s: %s", ctl->meta_file, strerror(err));
 	}
-	*out = line;
 	return EXIT_OK;
 }
 
@@ -623,6 +797,7 @@ struct file_op {
 	int in_fd;  /* loaded into the buffer before the operation, or -1 */
 	const char *in_path;
 	const char *out_path; /* the buffer is saved here on COMPLETE, or NULL */
+	int meta_fd;	      /* readable, writable: --meta-file, or -1 for stdout */
 	struct xfer_buf buf;
 	uint64_t region;
 	uint64_t op;
@@ -648,6 +823,17 @@ static int file_op_start(struct ctl *ctl, struct file_op *fo)
 		return ctl_refused(ctl, rc);
 	if (!meta)
 		return EXIT_OK;
+	if (fo->meta_fd >= 0) {
+		rc = write_all(fo->meta_fd, meta, strlen(meta));
+		if (!rc)
+			rc = write_all(fo->meta_fd, "\n", 1);
+		if (close(fo->meta_fd) < 0 && !rc)
+			rc = -errno;
+		fo->meta_fd = -1;
+		free(meta);
+		return rc ? ctl_fail(ctl, rc, "writing %s: %s", ctl->meta_file, strerror(-rc)) :
+			    EXIT_OK;
+	}
 	printf("%s\n", meta);
 	free(meta);
 	if (fflush(stdout) == EOF)
@@ -665,6 +851,7 @@ static int file_op_wait(struct ctl *ctl, const struct file_op *fo)
 	int wait_ms = ctl->timeout_ms > 0 ? ctl->timeout_ms + CTL_WAIT_GRACE_MS : -1;
 	unsigned long long op = fo->op;
 	struct xfer_op_info info;
+	char cause[sizeof(info.cause) * 4];
 	int rc;
 
 	rc = xfer_wait(ctl->c, fo->op, wait_ms, &info);
@@ -675,7 +862,8 @@ static int file_op_wait(struct ctl *ctl, const struct file_op *fo)
 	if (info.state == XFER_COMPLETE)
 		return EXIT_OK;
 	return ctl_fail(ctl, info.error, "operation %llu %s: %s", op, xfer_state_name(info.state),
-			info.cause[0] ? info.cause : xfer_strerror(info.error));
+			esc(info.cause[0] ? info.cause : xfer_strerror(info.error), cause,
+			    sizeof(cause)));
 }
 
 static int file_op_run(struct ctl *ctl, struct file_op *fo)
@@ -742,6 +930,21 @@ static int parse_size(const char *s, size_t *out)
 	return 0;
 }
 
+/* Runs a passive @fo with its --meta-file; a file that never got its metadata is removed. */
+static int passive_run(struct ctl *ctl, struct file_op *fo)
+{
+	int rc = meta_file_create(ctl, &fo->meta_fd);
+
+	if (rc)
+		return rc;
+	rc = file_op_run(ctl, fo);
+	if (fo->meta_fd >= 0) {
+		close(fo->meta_fd);
+		unlink(ctl->meta_file);
+	}
+	return rc;
+}
+
 static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
 	struct file_op fo = { .kind = XFER_READABLE, .in_path = argv[0] };
@@ -750,7 +953,7 @@ static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
 	if (rc)
 		return rc;
-	rc = file_op_run(ctl, &fo);
+	rc = passive_run(ctl, &fo);
 	close(fo.in_fd);
 	return rc;
 }
@@ -766,7 +969,7 @@ static int cmd_writable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 			argv[0]);
 		return EXIT_USAGE;
 	}
-	return file_op_run(ctl, &fo);
+	return passive_run(ctl, &fo);
 }
 
 /* The total length of readable or writable metadata, which sizes the buffer of `read`. */
@@ -789,7 +992,7 @@ static int meta_total(const struct ctl *ctl, const char *meta, size_t *total)
 
 static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
-	struct file_op fo = { .kind = XFER_READ, .in_fd = -1, .out_path = argv[1] };
+	struct file_op fo = { .kind = XFER_READ, .in_fd = -1, .out_path = argv[1], .meta_fd = -1 };
 	int rc;
 
 	rc = meta_get(ctl, argv[0], &fo.meta);
@@ -805,7 +1008,7 @@ static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 /* The buffer has INFILE's size; the daemon refuses it (EMSGSIZE) when the peer's differs. */
 static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
-	struct file_op fo = { .kind = XFER_WRITE, .in_fd = -1, .in_path = argv[1] };
+	struct file_op fo = { .kind = XFER_WRITE, .in_fd = -1, .in_path = argv[1], .meta_fd = -1 };
 	int rc;
 
 	rc = meta_get(ctl, argv[0], &fo.meta);
@@ -826,19 +1029,18 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 static int cmd_help(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv);
 
 #define LISTING(m, k, c, r) .run = cmd_list, .method = (m), .key = (k), .cols = (c), .render = (r)
+#define PAGED(m, k, c) LISTING(m, k, c, render_table), .paged = true
 
 static const struct ctl_cmd commands[] = {
 	{ .name = "status", .help = "daemon version, node, uptime and counters", .run = cmd_status },
 	{ .name = "regions",
 	  .help = "registered regions",
-	  LISTING("list.regions", "regions", region_cols, render_table) },
-	{ .name = "ops", .help = "operations", LISTING("list.ops", "ops", op_cols, render_table) },
+	  PAGED("list.regions", "regions", region_cols) },
+	{ .name = "ops", .help = "operations", PAGED("list.ops", "ops", op_cols) },
 	{ .name = "clients",
 	  .help = "connected clients",
-	  LISTING("list.clients", "clients", client_cols, render_table) },
-	{ .name = "peers",
-	  .help = "peer daemons",
-	  LISTING("list.peers", "peers", NULL, render_table) },
+	  PAGED("list.clients", "clients", client_cols) },
+	{ .name = "peers", .help = "peer daemons", PAGED("list.peers", "peers", NULL) },
 	{ .name = "devices",
 	  .help = "RDMA devices",
 	  LISTING("list.devices", "devices", NULL, render_devices) },
@@ -849,30 +1051,34 @@ static const struct ctl_cmd commands[] = {
 	  .args = "FILE",
 	  .nargs = 1,
 	  .run = cmd_readable,
-	  .help = "offer FILE to one reader: print metadata, wait" },
+	  .help = "offer FILE to one reader: print metadata, wait",
+	  .meta_out = true },
 	{ .name = "read",
-	  .args = "METADATA OUTFILE",
+	  .args = "@METAFILE OUTFILE",
 	  .nargs = 2,
 	  .run = cmd_read,
-	  .help = "fetch readable METADATA's bytes into OUTFILE" },
+	  .help = "fetch the readable's bytes into OUTFILE" },
 	{ .name = "writable",
 	  .args = "SIZE OUTFILE",
 	  .nargs = 2,
 	  .run = cmd_writable,
-	  .help = "accept SIZE bytes from one writer into OUTFILE" },
+	  .help = "accept SIZE bytes from one writer into OUTFILE",
+	  .meta_out = true },
 	{ .name = "write",
-	  .args = "METADATA INFILE",
+	  .args = "@METAFILE INFILE",
 	  .nargs = 2,
 	  .run = cmd_write,
-	  .help = "send INFILE into writable METADATA's buffer" },
+	  .help = "send INFILE into the writable's buffer" },
 	{ .name = "help", .help = "this text", .run = cmd_help },
 	{ .name = NULL },
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: xferctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n"
-		   "commands:\n");
+	fprintf(f,
+		"usage: xferctl [--socket PATH] [--json] [--timeout MS] [--meta-file FILE] COMMAND "
+		"[ARGS]\n\n"
+		"commands:\n");
 	for (const struct ctl_cmd *c = commands; c->name; c++)
 		fprintf(f, "  %-8s %-17s %s\n", c->name, c->args ? c->args : "", c->help);
 	fprintf(f,
@@ -880,8 +1086,13 @@ static void usage(FILE *f)
 		"  -s, --socket PATH  xferd's socket (default: $XFERD_SOCKET, else %s)\n"
 		"  -j, --json         print the daemon's result as one line of JSON\n"
 		"  -t, --timeout MS   deadline of a file command's operation (default: xferd's)\n"
+		"  -m, --meta-file FILE  readable, writable: write the metadata to FILE, a new\n"
+		"                     file of mode 0600 (never overwritten), not to stdout\n"
 		"  -h, --help         this text\n\n"
-		"METADATA '-' reads one line of stdin; OUTFILE '-' writes to stdout.\n"
+		"Metadata is a capability: whoever holds it can take or overwrite the bytes.\n"
+		"read and write take it as @FILE (from FILE) or - (from stdin); a literal\n"
+		"METADATA argument still works but every local user can see it in\n"
+		"/proc/PID/cmdline, so xferctl warns. OUTFILE '-' writes to stdout.\n"
 		"SIZE takes a K, M or G suffix (KiB, MiB, GiB).\n"
 		"exit status: 0 done, 1 failed, 2 usage error\n",
 		XP_DEFAULT_SOCKET);
@@ -921,13 +1132,16 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "meta-file", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int o;
 
-	while ((o = getopt_long(argc, argv, "s:jt:h", opts, NULL)) != -1) {
-		if (o == 's') {
+	while ((o = getopt_long(argc, argv, "s:jt:m:h", opts, NULL)) != -1) {
+		if (o == 'm') {
+			ctl->meta_file = optarg;
+		} else if (o == 's') {
 			ctl->socket = optarg;
 		} else if (o == 'j') {
 			ctl->json = true;
@@ -964,6 +1178,10 @@ int main(int argc, char **argv)
 	cmd = cmd_find(argv[0]);
 	if (!cmd) {
 		fprintf(stderr, "xferctl: unknown command '%s'; try 'xferctl --help'\n", argv[0]);
+		return EXIT_USAGE;
+	}
+	if (ctl.meta_file && !cmd->meta_out) {
+		fprintf(stderr, "xferctl: --meta-file is for readable and writable only\n");
 		return EXIT_USAGE;
 	}
 	if (argc - 1 != cmd->nargs) {

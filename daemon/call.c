@@ -2,11 +2,13 @@
 /*
  * The record of one request being handled (struct xd_call): unpacking its params and recording
  * its refusal. Pure functions on the record, no I/O, so that every layer a handler reaches can
- * say why it refuses without calling back up into the control layer that will send the reply.
+ * say why it refuses without calling back up into the control layer that will send the reply;
+ * and the pages of listings, which every list method cuts the same way.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "xferd.h"
 
@@ -66,4 +68,84 @@ int xd_unpack_params(struct xd_call *call, const char *fmt, ...)
 		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid params: \"%s\": %s", key,
 			       jerr.text);
 	return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid params: %s", jerr.text);
+}
+
+/* ---- listings by pages ---- */
+
+static int page_item_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct xd_page_item *)a)->id, y = ((const struct xd_page_item *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+int xd_page_begin(struct xd_call *call, struct xd_page *pg)
+{
+	json_int_t after = -1, limit = XD_PAGE_LIMIT;
+
+	memset(pg, 0, sizeof(*pg));
+	if (xd_unpack_params(call, "{s?I, s?I}", "after", &after, "limit", &limit))
+		return -EINVAL;
+	if (after < -1 || limit < 1 || limit > XD_PAGE_LIMIT_MAX)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "after must not be negative and limit must be 1 to %d",
+			       XD_PAGE_LIMIT_MAX);
+	pg->after = after;
+	pg->limit = (size_t)limit;
+	pg->arr = json_array();
+	if (!pg->arr)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return 0;
+}
+
+/*
+ * The byte budget is what keeps a reply within one packet whatever the entries hold: a reply
+ * larger than XP_MAX_MSG cannot be sent at all, and the client would wait for it forever. The
+ * count limit alone cannot promise that, since names, endpoints and causes vary in length.
+ */
+int xd_page_add(struct xd_page *pg, uint64_t id, json_t *entry)
+{
+	size_t size;
+
+	if (!entry)
+		return -ENOMEM;
+	size = json_dumpb(entry, NULL, 0, JSON_COMPACT) + 1; /* and its comma */
+	if (json_array_size(pg->arr) >= pg->limit ||
+	    (json_array_size(pg->arr) && pg->bytes + size > XD_PAGE_BYTES)) {
+		json_decref(entry);
+		pg->more = true;
+		return 0;
+	}
+	if (json_array_append_new(pg->arr, entry))
+		return -ENOMEM;
+	pg->bytes += size;
+	pg->last = id;
+	return 1;
+}
+
+int xd_page_finish(struct xd_call *call, struct xd_page *pg, const char *key, int rc)
+{
+	if (rc >= 0)
+		call->result = pg->more ? json_pack("{s:o, s:I}", key, pg->arr, "next",
+						    (json_int_t)pg->last) :
+					  json_pack("{s:o}", key, pg->arr);
+	else
+		json_decref(pg->arr);
+	pg->arr = NULL;
+	if (rc < 0 || !call->result)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return 0;
+}
+
+/* Entries are made only for the page, not for the whole list: a page costs its own size. */
+int xd_page_fill(struct xd_page *pg, struct xd_page_item *items, size_t n,
+		 json_t *(*entry)(const void *p, void *arg), void *arg)
+{
+	int rc = 1;
+
+	if (n > 1)
+		qsort(items, n, sizeof(*items), page_item_cmp);
+	for (size_t i = 0; i < n && rc > 0; i++)
+		rc = xd_page_add(pg, items[i].id, entry(items[i].p, arg));
+	return rc < 0 ? rc : 0;
 }

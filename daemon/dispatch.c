@@ -94,23 +94,36 @@ static json_t *client_to_json(const struct xd_conn *c, uint64_t now)
 			 (json_int_t)c->nops, "age_ms", (json_int_t)((now - c->created_us) / 1000));
 }
 
+static json_t *client_entry(const void *c, void *now)
+{
+	return client_to_json(c, *(const uint64_t *)now);
+}
+
+/* Pages by client id (PROTOCOL.md §7). */
 static int handle_list_clients(struct xd_call *call)
 {
+	struct xd_daemon *d = call->conn->d;
 	uint64_t now = xd_now_us();
+	struct xd_page_item *items;
+	struct xd_page pg;
 	struct xd_conn *c;
+	size_t n = 0;
+	int rc = xd_page_begin(call, &pg);
 
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	json_t *arr = json_array();
-	TAILQ_FOREACH(c, &call->conn->d->conns, link) {
-		if (xd_conn_may_access(call->conn, c) &&
-		    json_array_append_new(arr, client_to_json(c, now))) {
-			json_decref(arr);
-			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
-	}
-	call->result = json_pack("{s:o}", "clients", arr);
-	return 0;
+	if (rc)
+		return rc;
+	TAILQ_FOREACH(c, &d->conns, link)
+		n++;
+	items = calloc(n + 1, sizeof(*items));
+	if (!items)
+		return xd_page_finish(call, &pg, "clients", -ENOMEM);
+	n = 0;
+	TAILQ_FOREACH(c, &d->conns, link)
+		if (xd_conn_may_access(call->conn, c) && (json_int_t)c->id > pg.after)
+			items[n++] = (struct xd_page_item){ c->id, c };
+	rc = xd_page_fill(&pg, items, n, client_entry, &now);
+	free(items);
+	return xd_page_finish(call, &pg, "clients", rc);
 }
 
 static int count_open_fds(void)
@@ -164,15 +177,35 @@ static int handle_stats(struct xd_call *call)
 	return 0;
 }
 
+static json_t *peer_entry(const void *all, void *index)
+{
+	return json_incref(json_array_get(all, *(const size_t *)index));
+}
+
+/*
+ * Peers have no id: the cursor is a peer's position (0-based) in the daemon's list, which is in
+ * the order the sets were made. A set that goes away between two pages shifts the later ones
+ * by one, so a paged listing can miss or repeat a peer then (PROTOCOL.md §7).
+ */
 static int handle_list_peers(struct xd_call *call)
 {
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
+	struct xd_page_item item = { 0 };
+	struct xd_page pg;
+	size_t i;
+	int rc = xd_page_begin(call, &pg);
+
+	if (rc)
+		return rc;
 	json_t *peers = xd_peers_json(call->conn->d);
 	if (!peers)
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	call->result = json_pack("{s:o}", "peers", peers);
-	return 0;
+		return xd_page_finish(call, &pg, "peers", -ENOMEM);
+	rc = 0;
+	for (i = (size_t)(pg.after + 1); i < json_array_size(peers) && rc == 0 && !pg.more; i++) {
+		item = (struct xd_page_item){ i, peers };
+		rc = xd_page_fill(&pg, &item, 1, peer_entry, &i);
+	}
+	json_decref(peers);
+	return xd_page_finish(call, &pg, "peers", rc);
 }
 
 /* Every transport's devices, each under its own keys ({"rdma": ..., "devices": [...]}). */

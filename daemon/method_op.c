@@ -300,20 +300,34 @@ int xd_handle_op_release(struct xd_call *call)
 	return 0;
 }
 
+static json_t *op_entry(const void *op, void *arg)
+{
+	return xd_op_to_json(op);
+}
+
+/* Pages by op id (PROTOCOL.md §7). */
 int xd_handle_list_ops(struct xd_call *call)
 {
+	struct xd_daemon *d = call->conn->d;
+	struct xd_page_item *items;
+	struct xd_page pg;
 	struct xd_op *op;
+	size_t n = 0;
+	int rc = xd_page_begin(call, &pg);
 
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	json_t *arr = json_array();
-	TAILQ_FOREACH(op, &call->conn->d->ops, link) {
+	if (rc)
+		return rc;
+	TAILQ_FOREACH(op, &d->ops, link)
+		n++;
+	items = calloc(n + 1, sizeof(*items));
+	if (!items)
+		return xd_page_finish(call, &pg, "ops", -ENOMEM);
+	n = 0;
+	TAILQ_FOREACH(op, &d->ops, link)
 		if (op->owner && xd_conn_may_access(call->conn, op->owner) &&
-		    json_array_append_new(arr, xd_op_to_json(op))) {
-			json_decref(arr);
-			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
-	}
-	call->result = json_pack("{s:o}", "ops", arr);
-	return 0;
+		    (json_int_t)op->id > pg.after)
+			items[n++] = (struct xd_page_item){ op->id, op };
+	rc = xd_page_fill(&pg, items, n, op_entry, NULL);
+	free(items);
+	return xd_page_finish(call, &pg, "ops", rc);
 }

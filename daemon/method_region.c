@@ -4,24 +4,43 @@
  * validates and maps the memfd; a forced deregistration first ends the operations using it.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "transport.h"
 
+/* Names reach terminals through xferctl and logs: control bytes could rewrite what they show. */
+static bool name_has_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
+			return true;
+	return false;
+}
+
+/* An absent length means "to the end"; a present one, -1 included, must not be negative. */
 static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
 {
-	json_int_t offset = 0, length = -1;
+	json_int_t offset = 0, length = 0;
+	json_t *jlength = NULL;
 
 	a->name = "";
-	if (xd_unpack_params(call, "{s?s, s?I, s?I}", "name", &a->name, "offset", &offset, "length",
-			     &length))
+	if (xd_unpack_params(call, "{s?s, s?I, s?o}", "name", &a->name, "offset", &offset, "length",
+			     &jlength))
 		return -EINVAL;
-	if (offset < 0 || length < -1 || strlen(a->name) > XP_MAX_NAME)
+	if (jlength && !json_is_integer(jlength))
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "invalid params: \"length\": expected integer");
+	length = json_integer_value(jlength);
+	if (offset < 0 || length < 0 || strlen(a->name) > XP_MAX_NAME)
 		return xd_fail(call, XP_E_FAILED, EINVAL,
 			       "offset and length must not be negative; name at most 64 bytes");
+	if (name_has_control(a->name))
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "name must not contain control characters (bytes below 0x20, 0x7f)");
 	a->offset = (uint64_t)offset;
-	a->has_length = length >= 0;
-	a->length = a->has_length ? (uint64_t)length : 0;
+	a->has_length = jlength != NULL;
+	a->length = (uint64_t)length;
 	return 0;
 }
 
@@ -76,20 +95,33 @@ int xd_handle_region_deregister(struct xd_call *call)
 	return 0;
 }
 
+static json_t *region_entry(const void *r, void *arg)
+{
+	return xd_region_to_json(r);
+}
+
+/* Pages by region id (PROTOCOL.md §7). */
 int xd_handle_list_regions(struct xd_call *call)
 {
+	struct xd_daemon *d = call->conn->d;
+	struct xd_page_item *items;
 	struct xd_region *r;
+	struct xd_page pg;
+	size_t n = 0;
+	int rc = xd_page_begin(call, &pg);
 
-	if (xd_unpack_params(call, "{}"))
-		return -EINVAL;
-	json_t *arr = json_array();
-	TAILQ_FOREACH(r, &call->conn->d->regions, link) {
-		if (xd_conn_may_access(call->conn, r->owner) &&
-		    json_array_append_new(arr, xd_region_to_json(r))) {
-			json_decref(arr);
-			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
-	}
-	call->result = json_pack("{s:o}", "regions", arr);
-	return 0;
+	if (rc)
+		return rc;
+	TAILQ_FOREACH(r, &d->regions, link)
+		n++;
+	items = calloc(n + 1, sizeof(*items));
+	if (!items)
+		return xd_page_finish(call, &pg, "regions", -ENOMEM);
+	n = 0;
+	TAILQ_FOREACH(r, &d->regions, link)
+		if (xd_conn_may_access(call->conn, r->owner) && (json_int_t)r->id > pg.after)
+			items[n++] = (struct xd_page_item){ r->id, r };
+	rc = xd_page_fill(&pg, items, n, region_entry, NULL);
+	free(items);
+	return xd_page_finish(call, &pg, "regions", rc);
 }

@@ -181,6 +181,42 @@ int xd_fail(struct xd_call *call, int code, int cause_errno, const char *fmt, ..
 /* json_unpack_ex(JSON_STRICT) of the params, failing with XP_E_PARAMS and jansson's text. */
 int xd_unpack_params(struct xd_call *call, const char *fmt, ...);
 
+/*
+ * One page of a listing (list.ops, list.regions, list.clients, list.peers): entries whose
+ * cursor is greater than the request's "after", in cursor order, at most "limit" of them and
+ * never more than fit one reply packet; "next" tells the client where the following page starts.
+ */
+#define XD_PAGE_LIMIT 100		  /* entries in a page when the request names no limit */
+#define XD_PAGE_LIMIT_MAX 10000		  /* the bytes budget ends a page long before this */
+#define XD_PAGE_BYTES (XP_MAX_MSG - 1024) /* entries' JSON; the rest is for the envelope */
+struct xd_page {
+	json_int_t after; /**< the request's cursor, -1 when absent */
+	size_t limit;
+	size_t bytes; /**< the entries' compact JSON so far */
+	json_t *arr;
+	bool more;     /**< an entry was left for the next page */
+	uint64_t last; /**< the cursor of the last entry added */
+};
+struct xd_page_item {
+	uint64_t id;
+	const void *p;
+};
+/* Unpacks {"after", "limit"} and starts an empty page. Returns 0 or -errno (refused). */
+int xd_page_begin(struct xd_call *call, struct xd_page *pg);
+/*
+ * Sorts @items by id (lists are not always in id order: an op's id can be taken before it is
+ * listed) and adds entry(item, @arg) for each until the page is full. Returns 0 or -ENOMEM.
+ */
+int xd_page_fill(struct xd_page *pg, struct xd_page_item *items, size_t n,
+		 json_t *(*entry)(const void *p, void *arg), void *arg);
+/*
+ * Adds @entry (consumed; NULL means out of memory) with cursor @id. Returns 1 when added, 0
+ * when the page is full (the caller stops), -ENOMEM.
+ */
+int xd_page_add(struct xd_page *pg, uint64_t id, json_t *entry);
+/* Sets call->result to {@key: [...], "next"?} when @rc >= 0. Returns 0 or -errno (refused). */
+int xd_page_finish(struct xd_call *call, struct xd_page *pg, const char *key, int rc);
+
 /* crypto.c: the cluster key, nonces and HMAC-SHA256 (libcrypto) */
 #define XD_KEY_MIN 32	/* bytes of a cluster key, at least */
 #define XD_KEY_MAX 64	/* bytes read from the key file, at most */

@@ -89,19 +89,21 @@ start_daemon() {
 # ---- file transfers ----
 
 test_readable_read() {
-	local name=readable_read_$1 in=$DIR/rr-in-$1 out=$DIR/rr-out-$1 meta=$DIR/rr-meta-$1 pid m
+	local name=readable_read_$1 in=$DIR/rr-in-$1 out=$DIR/rr-out-$1 meta=$DIR/rr-meta-$1 pid
 	head -c "$1" /dev/urandom >"$in"
-	ctl readable "$in" >"$meta" 2>"$DIR/rr-err" &
+	ctl --meta-file "$meta" readable "$in" >"$DIR/rr-out" 2>"$DIR/rr-err" &
 	pid=$!
 	bg_pids+=("$pid")
-	if ! m=$(wait_line "$meta"); then
-		fail "$name" "readable printed no metadata: $(cat "$DIR/rr-err")"
+	if ! wait_line "$meta" >/dev/null; then
+		fail "$name" "readable wrote no metadata file: $(cat "$DIR/rr-err")"
 		return
 	fi
-	if ! ctl read "$m" "$out" 2>"$DIR/rr-err2"; then
+	[ -s "$DIR/rr-out" ] && { fail "$name" "metadata on stdout too"; return; }
+	if ! ctl read "@$meta" "$out" 2>"$DIR/rr-err2"; then
 		fail "$name" "read exited $?: $(cat "$DIR/rr-err2")"
 		return
 	fi
+	[ -s "$DIR/rr-err2" ] && { fail "$name" "read @FILE printed: $(cat "$DIR/rr-err2")"; return; }
 	wait_bg "$pid"
 	local rc=$?
 	[ $rc -eq 0 ] || { fail "$name" "readable exited $rc: $(cat "$DIR/rr-err")"; return; }
@@ -110,16 +112,16 @@ test_readable_read() {
 }
 
 test_writable_write() {
-	local name=writable_write_$1 in=$DIR/ww-in-$1 out=$DIR/ww-out-$1 meta=$DIR/ww-meta-$1 pid m
+	local name=writable_write_$1 in=$DIR/ww-in-$1 out=$DIR/ww-out-$1 meta=$DIR/ww-meta-$1 pid
 	head -c "$1" /dev/urandom >"$in"
-	ctl writable "$1" "$out" >"$meta" 2>"$DIR/ww-err" &
+	ctl writable -m "$meta" "$1" "$out" 2>"$DIR/ww-err" &
 	pid=$!
 	bg_pids+=("$pid")
-	if ! m=$(wait_line "$meta"); then
-		fail "$name" "writable printed no metadata: $(cat "$DIR/ww-err")"
+	if ! wait_line "$meta" >/dev/null; then
+		fail "$name" "writable wrote no metadata file: $(cat "$DIR/ww-err")"
 		return
 	fi
-	if ! ctl write "$m" "$in" 2>"$DIR/ww-err2"; then
+	if ! ctl write - "$in" <"$meta" 2>"$DIR/ww-err2"; then
 		fail "$name" "write exited $?: $(cat "$DIR/ww-err2")"
 		return
 	fi
@@ -146,6 +148,17 @@ test_read_metadata_from_stdin() {
 	ok "$name"
 }
 
+# `readable | read -`: read takes the one line it needs and does not wait for readable to end.
+test_pipe_readable_to_read() {
+	local name=pipe_readable_to_read rc
+	head -c 5000 /dev/urandom >"$DIR/pp-in"
+	ctl readable "$DIR/pp-in" 2>"$DIR/pp-err" | ctl read - "$DIR/pp-out" 2>>"$DIR/pp-err"
+	rc=$?
+	[ $rc -eq 0 ] || { fail "$name" "exit $rc: $(cat "$DIR/pp-err")"; return; }
+	cmp -s "$DIR/pp-in" "$DIR/pp-out" || { fail "$name" "bytes differ"; return; }
+	ok "$name"
+}
+
 # A size mismatch is refused (exit 1) and leaves the writable claimable by the right size.
 test_size_mismatch() {
 	local name=size_mismatch_exits_1 meta=$DIR/sm-meta out=$DIR/sm-out pid m rc
@@ -155,11 +168,11 @@ test_size_mismatch() {
 	pid=$!
 	bg_pids+=("$pid")
 	m=$(wait_line "$meta") || { fail "$name" "no metadata"; return; }
-	ctl write "$m" "$DIR/sm-8k" 2>"$DIR/sm-err"
+	ctl write "@$meta" "$DIR/sm-8k" 2>"$DIR/sm-err"
 	rc=$?
 	[ $rc -eq 1 ] || { fail "$name" "write of 8192 into 4096 exited $rc"; return; }
 	[ -s "$DIR/sm-err" ] || { fail "$name" "no message on stderr"; return; }
-	ctl write "$m" "$DIR/sm-4k" 2>/dev/null || { fail "$name" "the right size failed after"; return; }
+	ctl write "@$meta" "$DIR/sm-4k" 2>/dev/null || { fail "$name" "the right size failed after"; return; }
 	wait_bg "$pid" || { fail "$name" "writable failed"; return; }
 	cmp -s "$DIR/sm-4k" "$out" || { fail "$name" "bytes differ"; return; }
 	ok "$name"
@@ -212,10 +225,241 @@ sys.exit(0 if any(r["length"] == 5000 for r in json.load(sys.stdin)["regions"]) 
 		fail "$name" "regions --json does not list its region"
 		return
 	fi
-	ctl read "$m" "$DIR/lp-out" 2>/dev/null || { fail "$name" "read failed"; return; }
+	ctl read "@$meta" "$DIR/lp-out" 2>/dev/null || { fail "$name" "read failed"; return; }
 	wait_bg "$pid" || { fail "$name" "readable failed"; return; }
 	cmp -s "$DIR/lp-in" "$DIR/lp-out" || { fail "$name" "bytes differ"; return; }
 	ok "$name"
+}
+
+# ---- metadata: a capability, never on a command line unless asked for ----
+
+# The metadata file is 0600 whatever the umask, and an existing file is never overwritten.
+test_meta_file_mode() {
+	local name=meta_file_0600_under_umask_022 meta=$DIR/mm-meta pid mode rc
+	head -c 1000 /dev/urandom >"$DIR/mm-in"
+	(umask 022 && exec "$CTL" --socket "$SOCK" --meta-file "$meta" readable "$DIR/mm-in") \
+		>/dev/null 2>"$DIR/mm-err" &
+	pid=$!
+	bg_pids+=("$pid")
+	wait_line "$meta" >/dev/null || { fail "$name" "no metadata file: $(cat "$DIR/mm-err")"; return; }
+	mode=$(stat -c %a "$meta")
+	[ "$mode" = 600 ] || { fail "$name" "mode $mode"; return; }
+	cp "$meta" "$DIR/mm-copy"
+	ctl --meta-file "$meta" readable "$DIR/mm-in" >/dev/null 2>"$DIR/mm-err2"
+	rc=$?
+	[ $rc -eq 1 ] || { fail "$name" "a second readable onto the same file exited $rc"; return; }
+	grep -q "$meta" "$DIR/mm-err2" || { fail "$name" "no message naming the file"; return; }
+	cmp -s "$meta" "$DIR/mm-copy" || { fail "$name" "the existing file was changed"; return; }
+	ctl read "@$meta" "$DIR/mm-out" 2>/dev/null || { fail "$name" "read failed"; return; }
+	wait_bg "$pid" || { fail "$name" "readable failed"; return; }
+	cmp -s "$DIR/mm-in" "$DIR/mm-out" || { fail "$name" "bytes differ"; return; }
+	ok "$name"
+}
+
+# A literal metadata argument still works, with a one-line warning naming the exposure.
+test_literal_metadata_warns() {
+	local name=literal_metadata_warns meta=$DIR/lw-meta pid m
+	head -c 3000 /dev/urandom >"$DIR/lw-in"
+	ctl readable "$DIR/lw-in" >"$meta" 2>/dev/null &
+	pid=$!
+	bg_pids+=("$pid")
+	m=$(wait_line "$meta") || { fail "$name" "no metadata"; return; }
+	ctl read "$m" "$DIR/lw-out" 2>"$DIR/lw-err" || { fail "$name" "read failed: $(cat "$DIR/lw-err")"; return; }
+	wait_bg "$pid" || { fail "$name" "readable failed"; return; }
+	cmp -s "$DIR/lw-in" "$DIR/lw-out" || { fail "$name" "bytes differ"; return; }
+	[ "$(wc -l <"$DIR/lw-err")" -eq 1 ] && grep -q 'warning:.*/proc/PID/cmdline' "$DIR/lw-err" ||
+		{ fail "$name" "stderr: $(cat "$DIR/lw-err")"; return; }
+	ok "$name"
+}
+
+# Empty and oversized metadata (file and stdin) are refused with one line naming why.
+test_meta_refused_sizes() {
+	local src rc
+	: >"$DIR/mr-empty"
+	printf '\n' >"$DIR/mr-newline"
+	head -c 16385 /dev/zero | tr '\0' A >"$DIR/mr-big"
+	head -c 100 /dev/urandom >"$DIR/mr-in"
+	for src in empty newline big; do
+		ctl read "@$DIR/mr-$src" "$DIR/mr-out" >/dev/null 2>"$DIR/mr-err"
+		rc=$?
+		if [ $rc -ne 1 ] || ! grep -Eq 'no metadata|larger than 16384' "$DIR/mr-err"; then
+			fail "meta_refused_file_$src" "exit $rc: $(cat "$DIR/mr-err")"
+		else
+			ok "meta_refused_file_$src"
+		fi
+		ctl write - "$DIR/mr-in" <"$DIR/mr-$src" >/dev/null 2>"$DIR/mr-err"
+		rc=$?
+		if [ $rc -ne 1 ] || ! grep -Eq 'no metadata|larger than 16384' "$DIR/mr-err"; then
+			fail "meta_refused_stdin_$src" "exit $rc: $(cat "$DIR/mr-err")"
+		else
+			ok "meta_refused_stdin_$src"
+		fi
+	done
+}
+
+# ---- listings of any size ----
+
+# A client (raw protocol, Python) that holds $1 regions and $2 readable ops, checks list.ops'
+# pages itself (ids ascending, no repeats, each "next" the last id), prints its client id and
+# waits for stdin to close.
+HOLDER=$(
+	cat <<'PY'
+import array, fcntl, json, os, socket, sys
+nreg, nops = int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sys.argv[1])
+rid = 0
+def call(method, params=None, fd=None):
+    global rid
+    rid += 1
+    msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        msg["params"] = params
+    data = json.dumps(msg).encode()
+    if fd is None:
+        s.send(data)
+    else:
+        socket.send_fds(s, [data], [fd])
+    while True:
+        rep = json.loads(s.recv(70000))
+        if rep.get("id") == rid:
+            break
+    if "error" in rep:
+        sys.exit("%s refused: %s" % (method, rep["error"]))
+    return rep["result"]
+me = call("hello", {"version": 1, "client": "holder"})["client"]
+regions = []
+for i in range(nreg):
+    fd = os.memfd_create("r", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 4096)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    regions.append(call("region.register", {"name": "holder-region-%04d" % i}, fd)["region"])
+    os.close(fd)
+for i in range(nops):
+    call("op.readable", {"descs": [{"region": regions[i % nreg], "offset": 0, "length": 4096}],
+                         "timeout_ms": 600000})
+after, ids = None, []
+while True:
+    res = call("list.ops", {"limit": 7} if after is None else {"after": after, "limit": 7})
+    page = [o["op"] for o in res["ops"]]
+    if len(page) > 7 or page != sorted(page) or (after is not None and page and page[0] <= after):
+        sys.exit("bad page after %s: %s" % (after, page))
+    ids += page
+    if "next" not in res:
+        break
+    if res["next"] != page[-1]:
+        sys.exit("next %s is not the last id %s" % (res["next"], page[-1]))
+    after = res["next"]
+mine = [i for i in ids if True]
+if len(ids) != len(set(ids)) or len(ids) < nops:
+    sys.exit("paged list.ops: %d ids, %d distinct, want >= %d" % (len(ids), len(set(ids)), nops))
+print(me, flush=True)
+sys.stdin.read()
+PY
+)
+
+# Counts the rows of listing $1 (--json) that belong to client $2.
+count_json() {
+	python3 -c '
+import json, sys
+rows = json.load(sys.stdin)[sys.argv[1]]
+print(sum(1 for r in rows if r["client"] == int(sys.argv[2])))' "$@"
+}
+
+test_listings_of_any_size() {
+	local name=listings_of_any_size fifo=$DIR/holder.in pid me n rows
+	mkfifo "$fifo"
+	timeout $((T * 4)) python3 -c "$HOLDER" "$SOCK" 700 1500 <"$fifo" >"$DIR/holder.out" \
+		2>"$DIR/holder.err" &
+	pid=$!
+	bg_pids+=("$pid")
+	exec 9>"$fifo"
+	me=$(wait_line "$DIR/holder.out") || {
+		fail "$name" "holder did not get ready: $(tail -n 3 "$DIR/holder.err")"
+		exec 9>&-
+		return
+	}
+	for what in ops:1500 regions:700; do
+		n=$(ctl --json "${what%%:*}" 2>"$DIR/big-err" | count_json "${what%%:*}" "$me")
+		if [ "$n" != "${what#*:}" ]; then
+			fail "${name}_${what%%:*}_json" "$n of client $me listed: $(cat "$DIR/big-err")"
+		else
+			ok "${name}_${what%%:*}_json"
+		fi
+		rows=$(ctl "${what%%:*}" 2>"$DIR/big-err" | awk -v me="$me" '
+			NR == 1 { for (i = 1; i <= NF; i++) if ($i == "CLIENT") col = i; next }
+			$col == me { n++ } END { print n + 0 }')
+		if [ "$rows" != "${what#*:}" ]; then
+			fail "${name}_${what%%:*}_table" "$rows rows of client $me: $(cat "$DIR/big-err")"
+		else
+			ok "${name}_${what%%:*}_table"
+		fi
+	done
+	exec 9>&-
+	wait_bg "$pid"
+}
+
+# ---- daemon-supplied text reaches the terminal escaped ----
+
+# A fake xferd (Python) whose listings and errors carry escape sequences, as a hostile peer's
+# cause or endpoint would: xferctl must print none of their control bytes raw.
+FAKE=$(
+	cat <<'PY'
+import json, os, socket, sys
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x7f\u009b"
+ls = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+ls.bind(sys.argv[1])
+ls.listen(8)
+print("ready", flush=True)
+results = {
+    "hello": {"version": 1, "daemon": "xferd fake" + EVIL, "node": "n" + EVIL, "epoch": 1,
+              "client": 1, "uid": 0, "max_packet": 65536},
+    "list.regions": {"regions": [{"region": 1, "name": "r" + EVIL, "client": 1, "pid": 1,
+                                  "uid": 0, "length": 4096, "ops": 0, "register_us": 1}]},
+    "list.ops": {"ops": [{"op": 1, "kind": "read", "state": "ERRORED", "length": 1,
+                          "bytes": 0, "transport": "tcp", "peer": "p" + EVIL, "client": 1,
+                          "timeout_ms": 1, "age_ms": 1, "errno": "EIO",
+                          "cause": "c" + EVIL}]},
+    "stats": {"daemon": "xferd fake" + EVIL, "node": "n" + EVIL, "uptime_ms": 1},
+    "list.peers": {"peers": [{"node": "n", "endpoint": "e" + EVIL, "state": "connected"}]},
+}
+while True:
+    c, _ = ls.accept()
+    while True:
+        data = c.recv(70000)
+        if not data:
+            break
+        req = json.loads(data)
+        m = req["method"]
+        if m in results:
+            rep = {"jsonrpc": "2.0", "id": req["id"], "result": results[m]}
+        else:
+            rep = {"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32000,
+                   "message": "refused" + EVIL, "data": {"errno": "EIO"}}}
+        c.send(json.dumps(rep).encode())
+    c.close()
+PY
+)
+
+test_daemon_text_escaped() {
+	local fake=$DIR/fake.sock pid c out
+	python3 -c "$FAKE" "$fake" >"$DIR/fake.out" 2>"$DIR/fake.err" &
+	pid=$!
+	bg_pids+=("$pid")
+	wait_line "$DIR/fake.out" >/dev/null || { fail daemon_text_escaped "no fake daemon"; return; }
+	for c in status regions ops peers clients; do
+		timeout $T "$CTL" --socket "$fake" "$c" >"$DIR/fake-$c" 2>&1
+		timeout $T "$CTL" --socket "$fake" --json "$c" >>"$DIR/fake-$c" 2>&1
+		if LC_ALL=C grep -q "$(printf '[\001-\037\177\302]')" <(tr -d '\n' <"$DIR/fake-$c"); then
+			fail "daemon_text_escaped_$c" "raw control bytes: $(od -c "$DIR/fake-$c" | head -5)"
+		elif ! grep -qF '\x1b]0;pwned\x07\x1b[2J\x7f\xc2\x9b' "$DIR/fake-$c" ||
+			{ [ "$c" != clients ] && ! grep -qF '\u001B]0;pwned\u0007\u001B[2J\u007f\u009B' "$DIR/fake-$c"; }; then
+			fail "daemon_text_escaped_$c" "no escaped text: $(cat "$DIR/fake-$c")"
+		else
+			ok "daemon_text_escaped_$c"
+		fi
+	done
+	kill "$pid" 2>/dev/null
 }
 
 # ---- exit statuses ----
@@ -238,6 +482,8 @@ read onlyonearg
 readable
 writable abc out
 writable 0 out
+--meta-file x ops
+-m x read @m out
 --timeout 0 status
 --no-such-option status
 EOF
@@ -248,7 +494,8 @@ test_bad_metadata() {
 	local m rc lines
 	head -c 100 /dev/urandom >"$DIR/bm-in"
 	for m in xfer1.garbage not-metadata xfer1.eyJ2IjoxLCJraW5kIjoicmVhZGFibGUifQ; do
-		ctl read "$m" "$DIR/bm-out" >/dev/null 2>"$DIR/bm-err"
+		printf '%s\n' "$m" >"$DIR/bm-meta"
+		ctl read "@$DIR/bm-meta" "$DIR/bm-out" >/dev/null 2>"$DIR/bm-err"
 		rc=$?
 		lines=$(wc -l <"$DIR/bm-err")
 		if [ $rc -ne 1 ] || [ "$lines" -ne 1 ]; then
@@ -256,7 +503,7 @@ test_bad_metadata() {
 		else
 			ok "bad_metadata_read: $m"
 		fi
-		ctl write "$m" "$DIR/bm-in" >/dev/null 2>"$DIR/bm-err"
+		ctl write - "$DIR/bm-in" <"$DIR/bm-meta" >/dev/null 2>"$DIR/bm-err"
 		rc=$?
 		lines=$(wc -l <"$DIR/bm-err")
 		if [ $rc -ne 1 ] || [ "$lines" -ne 1 ]; then
@@ -300,9 +547,15 @@ if start_daemon; then
 	test_writable_write 1048576
 	test_writable_write 3000017
 	test_read_metadata_from_stdin
+	test_pipe_readable_to_read
 	test_size_mismatch
 	test_listings
 	test_listings_show_pending_op
+	test_meta_file_mode
+	test_literal_metadata_warns
+	test_meta_refused_sizes
+	test_listings_of_any_size
+	test_daemon_text_escaped
 	test_usage_errors
 	test_bad_metadata
 	test_no_daemon
