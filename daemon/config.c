@@ -24,6 +24,9 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->keepalive_ms = 1000;
 	cfg->keepalive_timeout_ms = 5000;
 	cfg->connect_timeout_ms = 10000;
+	cfg->handshake_timeout_ms = 5000;
+	cfg->max_pending_peer_conns = 64;
+	cfg->max_peer_sets = 256;
 	cfg->rdma_ack_timeout = 16; /* about 270 ms */
 	cfg->rdma_request_size = XD_RDMA_REQUEST_DEFAULT;
 	strcpy(cfg->transport, XD_TRANSPORT_AUTO);
@@ -136,6 +139,31 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 			       errlen);
 }
 
+/* The bounds on what unauthenticated hosts can make this daemon hold (issue 12). */
+static int load_peer_bounds(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
+{
+	json_int_t handshake = (json_int_t)cfg->handshake_timeout_ms;
+	json_int_t pending = cfg->max_pending_peer_conns, sets = cfg->max_peer_sets;
+	json_error_t jerr;
+
+	if (json_unpack_ex(root, &jerr, 0, "{s?I, s?I, s?I}", "handshake_timeout_ms", &handshake,
+			   "max_pending_peer_conns", &pending, "max_peer_sets", &sets)) {
+		snprintf(err, errlen, "%s", jerr.text);
+		return -EINVAL;
+	}
+	if (handshake < 100 || handshake > 60000 || pending < 1 || pending > 65536 || sets < 1 ||
+	    sets > 65536) {
+		snprintf(err, errlen,
+			 "out of range: handshake_timeout_ms 100..60000, "
+			 "max_pending_peer_conns 1..65536, max_peer_sets 1..65536");
+		return -EINVAL;
+	}
+	cfg->handshake_timeout_ms = (uint64_t)handshake;
+	cfg->max_pending_peer_conns = (int)pending;
+	cfg->max_peer_sets = (int)sets;
+	return 0;
+}
+
 static int replace(char **slot, const char *value)
 {
 	char *copy = strdup(value);
@@ -189,13 +217,13 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *limits = NULL, *ignored[13];
+	json_t *limits = NULL, *ignored[16];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
 			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o, s?o, s?o, s?o}",
+			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
 			   "copy_threads", &threads, "listen", &ignored[0], "advertise",
@@ -204,7 +232,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 			   &ignored[5], "transport", &ignored[6], "rdma_devices", &ignored[7],
 			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9],
 			   "rdma_request_size", &ignored[10], "peer_key_file", &ignored[11],
-			   "insecure_peers", &ignored[12])) {
+			   "insecure_peers", &ignored[12], "handshake_timeout_ms", &ignored[13],
+			   "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -227,6 +256,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		rc = load_peer(cfg, root, err, errlen);
 	if (rc == 0)
 		rc = load_peer_auth(cfg, root, err, errlen);
+	if (rc == 0)
+		rc = load_peer_bounds(cfg, root, err, errlen);
 	return rc ? rc : load_rdma(cfg, root, err, errlen);
 }
 

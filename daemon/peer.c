@@ -104,6 +104,16 @@ static struct xd_peer *peer_find(struct xd_daemon *d, const uint8_t node[XP_ID_B
 	return NULL;
 }
 
+static int peer_count(struct xd_daemon *d)
+{
+	struct xd_peer *p;
+	int n = 0;
+
+	TAILQ_FOREACH(p, &d->peers, link)
+		n++;
+	return n;
+}
+
 /* ---- what transports report (d->link_events) ---- */
 
 static struct xd_peer *link_attach(struct xd_daemon *d, const struct xd_transport_ops *t,
@@ -116,6 +126,12 @@ static struct xd_peer *link_attach(struct xd_daemon *d, const struct xd_transpor
 		xd_peer_fail(p, ECONNRESET, "peer daemon restarted (epoch %llu, now %llu)",
 			     (unsigned long long)p->epoch, (unsigned long long)epoch);
 		p = NULL;
+	}
+	if (!p && peer_count(d) >= d->cfg.max_peer_sets) {
+		/* Any host that reaches the port can name a new node id per HELLO. */
+		xd_log(XD_LOG_WARN, "peer connection from %s refused: %d peer sets (max_peer_sets)",
+		       from, d->cfg.max_peer_sets);
+		return NULL;
 	}
 	if (!p && !(p = peer_new(d, node, t)))
 		return NULL;

@@ -12,12 +12,14 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -28,6 +30,10 @@
 #define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_IOV_MAX 64
+#define XD_PENDING_PER_ADDR 8	     /* connections before HELLO from one address */
+#define XD_PEER_CTRLQ_MAX (1u << 20) /* control bytes queued on a connection */
+#define XD_ACCEPT_PAUSE_MS 1000	     /* listeners rest this long at the fd limit */
+#define XD_FD_RESERVE_MAX 64	     /* fds peers may never take (clients, regions) */
 
 struct xd_listener {
 	int fd;
@@ -46,6 +52,7 @@ struct xd_pconn {
 	struct xd_hello hello;	       /**< what the peer's HELLO said */
 	struct xd_deferred free_later; /**< freed at the next loop turn once dead */
 	char addr[80];
+	char host[64]; /**< the address alone, for the per-address cap */
 	uint64_t last_rx_us, last_tx_us, started_us;
 	/* receive state: header, then payload */
 	uint8_t rx_hdr[XP_PEER_HDR_LEN];
@@ -56,6 +63,8 @@ struct xd_pconn {
 	/* send state: control frames first, then one DATA frame at a time */
 	STAILQ_HEAD(, xd_frame) ctrlq;
 	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
+	uint32_t ctrlq_bytes;	 /**< queued control bytes, frame headers included */
+	bool ctrlq_over;	 /**< the peer let ctrlq pass XD_PEER_CTRLQ_MAX */
 	struct xd_xfer *tx_xfer; /**< DATA frame being sent (a reference) */
 	uint8_t tx_hdr[XP_PEER_HDR_LEN];
 	uint64_t tx_off;
@@ -72,7 +81,13 @@ struct tcp_set {
 struct xd_tcp {
 	struct xd_listener listeners[XD_MAX_LISTEN];
 	int nlisteners;
-	TAILQ_HEAD(, xd_pconn) hello; /**< accepted, HELLO not yet received */
+	TAILQ_HEAD(, xd_pconn) hello;  /**< accepted, HELLO not yet received, oldest first */
+	struct event *handshake_timer; /**< closes connections past handshake_timeout_ms */
+	struct event *resume_timer;    /**< re-enables the listeners after EMFILE/ENFILE */
+	int reserve_fd;		       /**< /dev/null, given up to drain a listener at EMFILE */
+	int fd_ceiling;		       /**< accepted fds from here up are closed at once */
+	uint64_t refused_log_us;       /**< when a refusal was last logged */
+	unsigned refused;	       /**< refusals not logged since */
 	/* Where the payload of a DATA frame nobody wants is read to (and dropped). */
 	char scratch[64 * 1024];
 };
@@ -152,15 +167,40 @@ static void pconn_kill(struct xd_pconn *pc)
 	xd_defer(pc->d, &pc->free_later, pconn_free, pc);
 }
 
-/* Queues a control message on @pc (@json borrowed, may be NULL). Returns 0 or -errno. */
+/* What a connection may queue before the handshake is through: our HELLO, then our AUTH. */
+static bool pconn_may_queue(const struct xd_pconn *pc, uint8_t type)
+{
+	return pconn_ready(pc) || type == XP_PEER_HELLO || (type == XP_PEER_AUTH && pc->hello_rx);
+}
+
+/*
+ * Queues a control message on @pc (@json borrowed, may be NULL). Returns 0 or -errno.
+ *
+ * The queue is bounded: each PING, CLAIM or CANCEL of the peer's makes us queue a reply, and a
+ * peer that sends them but does not read would grow it without end. Past the bound the message
+ * is dropped and the whole set fails at the next loop turn (pconn_write_cb), which ends its
+ * transfers with the cause; not here, as the caller may be in the middle of a transfer's state
+ * change (claim.c) or of this connection's read loop.
+ */
 static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
 		       const json_t *json)
 {
 	int err;
-	struct xd_frame *f = xd_frame_new(type, flags, xfer, json, &err);
 
+	if (!pconn_may_queue(pc, type))
+		return -ENOTCONN;
+	if (pc->ctrlq_over)
+		return 0;
+	struct xd_frame *f = xd_frame_new(type, flags, xfer, json, &err);
 	if (!f)
 		return err;
+	if (pc->ctrlq_bytes + sizeof(*f) + f->len > XD_PEER_CTRLQ_MAX) {
+		free(f);
+		pc->ctrlq_over = true;
+		event_active(pc->wev, EV_WRITE, 0);
+		return 0;
+	}
+	pc->ctrlq_bytes += (uint32_t)(sizeof(*f) + f->len);
 	STAILQ_INSERT_TAIL(&pc->ctrlq, f, link);
 	pconn_update_write(pc);
 	return 0;
@@ -241,6 +281,7 @@ static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
 	pc->ctrl_sent += (uint32_t)w;
 	if (pc->ctrl_sent == f->len) {
 		STAILQ_REMOVE_HEAD(&pc->ctrlq, link);
+		pc->ctrlq_bytes -= (uint32_t)(sizeof(*f) + f->len);
 		free(f);
 		pc->ctrl_sent = 0;
 	}
@@ -621,6 +662,16 @@ static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
 	struct xd_pconn *pc = arg;
 	int rc = 0;
 
+	if (pc->ctrlq_over && !pc->peer) {
+		pconn_kill(pc);
+		return;
+	}
+	if (pc->ctrlq_over) {
+		xd_link_fail(pc->peer, ECONNRESET,
+			     "peer %s does not read: %u bytes of control messages queued", pc->addr,
+			     pc->ctrlq_bytes);
+		return;
+	}
 	if (!pc->connected) {
 		int err = 0;
 		socklen_t len = sizeof(err);
@@ -693,22 +744,118 @@ static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoin
 	return pc;
 }
 
+/*
+ * Logs a refused connection, at most once a second: a flood would otherwise fill the log as
+ * fast as it connects. The refusals in between are counted into the next line.
+ */
+static void refuse_log(struct xd_tcp *t, const char *host, const char *why)
+{
+	uint64_t now = xd_now_us();
+
+	if (t->refused_log_us && now - t->refused_log_us < 1000000) {
+		t->refused++;
+		return;
+	}
+	xd_log(XD_LOG_WARN, "peer connection from %s refused: %s (%u more refused before)", host,
+	       why, t->refused);
+	t->refused_log_us = now;
+	t->refused = 0;
+}
+
+/* Why a connection from @host may not wait for its HELLO now (NULL: it may). */
+static const char *pending_full(struct xd_daemon *d, const char *host)
+{
+	const struct xd_pconn *pc;
+	int total = 0, same = 0;
+
+	TAILQ_FOREACH(pc, &d->tcp->hello, link) {
+		total++;
+		same += strcmp(pc->host, host) == 0;
+	}
+	if (total >= d->cfg.max_pending_peer_conns)
+		return "too many connections before HELLO (max_pending_peer_conns)";
+	if (same >= XD_PENDING_PER_ADDR)
+		return "too many connections before HELLO from this address";
+	return NULL;
+}
+
+static void listeners_enable(struct xd_tcp *t, bool on)
+{
+	for (int i = 0; i < t->nlisteners; i++) {
+		if (on)
+			event_add(t->listeners[i].ev, NULL);
+		else
+			event_del(t->listeners[i].ev);
+	}
+}
+
+static void tcp_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_daemon *d = arg;
+
+	if (!d->stopping)
+		listeners_enable(d->tcp, true);
+}
+
+/*
+ * accept() failed with EMFILE or ENFILE. The pending connection stays in the backlog and the
+ * listener stays readable, so returning would call us again at once: 100% CPU (libevent is
+ * level-triggered). Give up the reserve fd to accept that connection and close it, so the peer
+ * learns at once instead of waiting in a full backlog, then rest the listeners for a while
+ * (tmux, memcached and libuv do the same).
+ */
+static void accept_exhausted(struct xd_daemon *d, int lfd, int err)
+{
+	struct xd_tcp *t = d->tcp;
+	struct timeval tv = { XD_ACCEPT_PAUSE_MS / 1000, (XD_ACCEPT_PAUSE_MS % 1000) * 1000 };
+
+	if (t->reserve_fd >= 0) {
+		close(t->reserve_fd);
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		t->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	listeners_enable(t, false);
+	evtimer_add(t->resume_timer, &tv);
+	xd_log(XD_LOG_WARN, "accepting peer connections: %s; pausing for %d ms", strerror(err),
+	       XD_ACCEPT_PAUSE_MS);
+}
+
 static void accept_cb(evutil_socket_t lfd, short what, void *arg)
 {
 	struct xd_daemon *d = arg;
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	char host[64] = "?", port[8] = "?";
+	const char *refuse = NULL;
 
 	int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
+	if (fd < 0) {
+		if (errno == EMFILE || errno == ENFILE)
+			accept_exhausted(d, lfd, errno);
 		return;
+	}
 	if (d->stopping) {
 		close(fd);
 		return;
 	}
 	getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), port, sizeof(port),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
+	/*
+	 * accept() gives the lowest free fd, so one this high means fewer than the reserve are
+	 * left: those are for local clients (a region.register's memfd arrives as an fd, and a
+	 * truncated one costs that client its connection) and for the regions they make.
+	 */
+	if (fd >= d->tcp->fd_ceiling)
+		refuse = "the daemon is near its fd limit";
+	else
+		refuse = pending_full(d, host);
+	if (refuse) {
+		close(fd);
+		refuse_log(d->tcp, host, refuse);
+		return;
+	}
 	set_tcp_options(d, fd);
 	struct xd_pconn *pc = pconn_new(d, fd, false);
 	if (!pc) {
@@ -716,9 +863,43 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg)
 		return;
 	}
 	snprintf(pc->addr, sizeof(pc->addr), "%s:%s", host, port);
+	snprintf(pc->host, sizeof(pc->host), "%s", host);
 	pc->connected = true;
+	if (TAILQ_EMPTY(&d->tcp->hello)) {
+		struct timeval tv = { 0, 100000 };
+		evtimer_add(d->tcp->handshake_timer, &tv);
+	}
 	TAILQ_INSERT_TAIL(&d->tcp->hello, pc, link);
 	event_add(pc->rev, NULL);
+}
+
+/*
+ * Closes the connections that have not said HELLO within handshake_timeout_ms: each holds an
+ * fd and a place under the caps until it does. The list is in accept order, so the expired
+ * ones are at its head. Runs every 100 ms while the list is not empty.
+ */
+static void tcp_handshake_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_daemon *d = arg;
+	uint64_t now = xd_now_us(), limit_us = d->cfg.handshake_timeout_ms * 1000;
+	struct xd_pconn *pc;
+	char first[80] = "";
+	int n = 0;
+
+	while ((pc = TAILQ_FIRST(&d->tcp->hello)) && now - pc->started_us >= limit_us) {
+		if (!n++)
+			snprintf(first, sizeof(first), "%s", pc->addr);
+		pconn_kill(pc);
+	}
+	if (n)
+		xd_log(XD_LOG_WARN,
+		       "peer connection from %s closed (and %d more): no HELLO within %llu ms "
+		       "(handshake_timeout_ms)",
+		       first, n - 1, (unsigned long long)d->cfg.handshake_timeout_ms);
+	if (!TAILQ_EMPTY(&d->tcp->hello)) {
+		struct timeval tv = { 0, 100000 };
+		evtimer_add(d->tcp->handshake_timer, &tv);
+	}
 }
 
 /* Splits "addr:port" ("[v6]:port" too). Returns 0 or -EINVAL. */
@@ -909,6 +1090,30 @@ static bool tcp_pending_output(const struct xd_peer *p)
 	return false;
 }
 
+/* The timers, the reserve fd and the fd ceiling of accept_cb(). Returns 0 or -errno. */
+static int tcp_start_bounds(struct xd_daemon *d)
+{
+	struct xd_tcp *t = d->tcp;
+	struct rlimit rl;
+
+	t->handshake_timer = evtimer_new(d->base, tcp_handshake_cb, d);
+	t->resume_timer = evtimer_new(d->base, tcp_resume_cb, d);
+	if (!t->handshake_timer || !t->resume_timer)
+		return -ENOMEM;
+	t->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (t->reserve_fd < 0)
+		return -errno;
+	t->fd_ceiling = INT32_MAX;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)INT32_MAX) {
+		/* A quarter of a small limit, XD_FD_RESERVE_MAX of a large one. */
+		rlim_t reserve = rl.rlim_cur / 4;
+		if (reserve > XD_FD_RESERVE_MAX)
+			reserve = XD_FD_RESERVE_MAX;
+		t->fd_ceiling = (int)(rl.rlim_cur - reserve);
+	}
+	return 0;
+}
+
 static int tcp_start(struct xd_daemon *d)
 {
 	struct xp_endpoint bound[XD_MAX_LISTEN];
@@ -917,8 +1122,12 @@ static int tcp_start(struct xd_daemon *d)
 	if (!d->tcp)
 		return -ENOMEM;
 	TAILQ_INIT(&d->tcp->hello);
+	d->tcp->reserve_fd = -1;
+	int rc = tcp_start_bounds(d);
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < d->cfg.nlisten; i++) {
-		int rc = listen_on(d, d->cfg.listen[i], &bound[i]);
+		rc = listen_on(d, d->cfg.listen[i], &bound[i]);
 		if (rc < 0)
 			return rc;
 		d->listen_eps[d->nlisten_eps++] = bound[i];
@@ -940,6 +1149,10 @@ static void tcp_fini(struct xd_daemon *d)
 		xd_event_free(t->listeners[i].ev);
 		close(t->listeners[i].fd);
 	}
+	xd_event_free(t->handshake_timer);
+	xd_event_free(t->resume_timer);
+	if (t->reserve_fd >= 0)
+		close(t->reserve_fd);
 	xd_defer_flush(d);
 	free(t);
 	d->tcp = NULL;

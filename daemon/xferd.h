@@ -121,6 +121,9 @@ struct xd_config {
 	char *peer_key_file;  /**< the cluster key (crypto.c), or NULL */
 	bool insecure_peers;  /**< peers unauthenticated: allowed only when asked for */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
+	uint64_t handshake_timeout_ms; /**< an accepted connection's time to say HELLO */
+	int max_pending_peer_conns;    /**< accepted connections not yet through HELLO */
+	int max_peer_sets;	       /**< peer sets (all transports) */
 	/** "auto" or a transport's name; main.c checks it against transport.c's table */
 	char transport[XD_TRANSPORT_NAME_MAX];
 	bool require_rdma;		    /**< a fallback from RDMA to TCP is an error */

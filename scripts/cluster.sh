@@ -77,11 +77,16 @@ xc_key()
 
 xc__write_config()
 {
-	local extra=${XC_CONFIG_EXTRA:-} key
-	key=$(xc_key) || return 1
+	local extra=${XC_CONFIG_EXTRA:-} auth key
+	# XC_INSECURE=1: no cluster key, peers unauthenticated (tests of what comes before it).
+	if [ -n "${XC_INSECURE:-}" ]; then
+		auth='"insecure_peers": true'
+	else
+		key=$(xc_key) || return 1
+		auth="\"peer_key_file\": \"$key\""
+	fi
 	printf '{"keepalive_ms": 300, "keepalive_timeout_ms": 1500, "peer_connections": %s, %s%s}\n' \
-		"${XC_PEER_CONNECTIONS:-2}" "\"peer_key_file\": \"$key\"" "${extra:+, $extra}" \
-		>"$(xc_config "$1")"
+		"${XC_PEER_CONNECTIONS:-2}" "$auth" "${extra:+, $extra}" >"$(xc_config "$1")"
 }
 
 # xc_wait_ready NODE: waits until the daemon answers `xferctl status`; 1 if it died or did not.
