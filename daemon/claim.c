@@ -558,10 +558,12 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 		return 0;
 	case XP_PEER_CLAIM_ERR:
 	case XP_PEER_CANCEL: {
-		const char *name = NULL, *message = NULL;
-		char cause[XD_CAUSE_MAX];
-		if (!json || json_unpack(json, "{s:s, s:s}", "errno", &name, "message", &message))
+		const char *name = NULL, *raw = NULL;
+		char cause[XD_CAUSE_MAX], message[XD_CAUSE_MAX - sizeof("peer: ")];
+		if (!json || json_unpack(json, "{s:s, s:s}", "errno", &name, "message", &raw))
 			return -EPROTO;
+		/* A peer's words reach clients, logs and terminals: escaped at the door. */
+		xd_escape(raw, message, sizeof(message));
 		int err = xp_errno_from_name(name) ?: EIO;
 		if (h->type == XP_PEER_CLAIM_ERR) {
 			xfer_fail(x, XP_ST_ERRORED, err, message);

@@ -99,6 +99,7 @@ enum fake_action {
 	FAKE_HOLD,   /**< hold the message (and what follows it, as said above) */
 	FAKE_CUT,    /**< cut the link there */
 	FAKE_REPEAT, /**< deliver it, then a copy: a peer that breaks the protocol */
+	FAKE_TAMPER, /**< deliver it with its "message" replaced by terminal escapes */
 };
 struct fake_rule {
 	bool armed, caught;
@@ -234,8 +235,8 @@ static bool rule_stops(int to, uint8_t type, struct fake_link *l)
 {
 	struct fake_rule *r = &W.rule;
 
-	if (!r->armed || r->caught || r->action == FAKE_REPEAT || r->to != to || r->type != type ||
-	    (type == XP_PEER_DATA && r->seen < r->after))
+	if (!r->armed || r->caught || r->action == FAKE_REPEAT || r->action == FAKE_TAMPER ||
+	    r->to != to || r->type != type || (type == XP_PEER_DATA && r->seen < r->after))
 		return false;
 	if (r->action == FAKE_CUT)
 		link_cut(l);
@@ -259,6 +260,34 @@ static void rule_repeats(int to, const struct fake_msg *m)
 	CHECK(copy);
 	memcpy(copy, f, sizeof(*copy) + f->len);
 	msg_queue(m->l, m->to, MSG_CTRL, copy);
+	pthread_mutex_lock(&W.lock);
+	r->caught = true;
+	pthread_cond_broadcast(&W.cond);
+	pthread_mutex_unlock(&W.lock);
+}
+
+/* The "message" a tampering peer puts in CANCEL and CLAIM_ERR: a terminal title escape. */
+#define EVIL_MESSAGE "\x1b]0;pwned\x07 gone \x1b[2J"
+
+/* FAKE_TAMPER: replaces control message @m's "message" (to daemon @to) when it is the knob's. */
+static void rule_tampers(int to, struct fake_msg *m)
+{
+	struct fake_rule *r = &W.rule;
+	struct xp_peer_hdr h;
+	int err;
+
+	if (!r->armed || r->caught || r->action != FAKE_TAMPER || r->to != to ||
+	    r->type != m->frame->data[0])
+		return;
+	xp_peer_hdr_unpack(m->frame->data, &h);
+	json_t *json =
+		json_loadb((const char *)m->frame->data + XP_PEER_HDR_LEN, h.length, 0, NULL);
+	CHECK(json && json_object_set_new(json, "message", json_string(EVIL_MESSAGE)) == 0);
+	struct xd_frame *f = xd_frame_new(h.type, h.flags, h.xfer, json, &err);
+	json_decref(json);
+	CHECK(f);
+	free(m->frame);
+	m->frame = f;
 	pthread_mutex_lock(&W.lock);
 	r->caught = true;
 	pthread_cond_broadcast(&W.cond);
@@ -439,8 +468,10 @@ static bool pump_one(void)
 			continue;
 		if (m->kind == MSG_CTRL && rule_stops(to, m->frame->data[0], m->l))
 			return true;
-		if (m->kind == MSG_CTRL)
+		if (m->kind == MSG_CTRL) {
 			rule_repeats(to, m);
+			rule_tampers(to, m);
+		}
 		TAILQ_REMOVE(&W.msgs, m, link);
 		deliver(m);
 		msg_free(m);
@@ -1778,6 +1809,35 @@ TEST(duplicate_claim_fails_the_set_read)
 TEST(duplicate_claim_fails_the_set_write)
 {
 	run_duplicate_claim(XFER_WRITABLE);
+}
+
+/*
+ * A peer's CANCEL carries its words to our client, our log and an operator's terminal: control
+ * bytes in them must arrive escaped, never raw.
+ */
+TEST(peer_cause_with_escapes_arrives_escaped)
+{
+	struct xfer_op_info info;
+	struct pair p;
+
+	world_start();
+	pair_open(&p, XFER_READABLE, LEN);
+	hold_at(&p, AT_DATA);
+	CHECK_OK(pair_claim(&p, &p.aop));
+	fake_wait();
+	fake_release();
+	fake_arm(DB, XP_PEER_CANCEL, 0, FAKE_TAMPER);
+	CHECK_OK(xfer_cancel(p.pc, p.pop));
+	fake_wait();
+	CHECK_OK(xfer_wait(p.ac, p.aop, WAIT_MS, &info));
+	CHECK_EQ_INT(info.state, XFER_CANCELLED);
+	CHECK(strstr(info.cause, "\\x1b]0;pwned\\x07 gone") != NULL);
+	for (const char *c = info.cause; *c; c++)
+		CHECK((unsigned char)*c >= 0x20 && (unsigned char)*c != 0x7f);
+	EXPECT_QUIET(1);
+	pair_close(&p);
+	EXPECT_BASELINE(1);
+	world_stop();
 }
 
 TEST(restarted_owner_metadata_refused_estale)
