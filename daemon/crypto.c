@@ -62,8 +62,9 @@ int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t e
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0) {
-		snprintf(err, errlen, "peer key %s: %s", path, strerror(errno));
-		return -errno;
+		int e = errno;
+		snprintf(err, errlen, "peer key %s: %s", path, strerror(e));
+		return -e;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077)) {
 		snprintf(err, errlen,
@@ -84,9 +85,9 @@ int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t e
 	explicit_bzero(text, sizeof(text));
 	if (bytes < XD_KEY_MIN) {
 		snprintf(err, errlen,
-			 "peer key %s must hold at least %d random bytes as hex digits "
-			 "(e.g. openssl rand -hex 32)",
-			 path, XD_KEY_MIN);
+			 "peer key %s must hold at least %d (at most %d) random bytes as hex "
+			 "digits, e.g. 64 digits from /dev/urandom",
+			 path, XD_KEY_MIN, XD_KEY_MAX);
 		explicit_bzero(key, XD_KEY_MAX);
 		return -EINVAL;
 	}

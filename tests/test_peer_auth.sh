@@ -95,7 +95,7 @@ refused_start "key file readable by others" "readable by its owner only" \
 	--listen 127.0.0.1:$((BASE + 9)) --peer-key "$D/other.key"
 chmod 600 "$D/other.key"
 mkkey "$D/short.key" 16
-refused_start "key shorter than 32 bytes" "at least 32 random bytes" \
+refused_start "key shorter than 32 bytes" "at least 32 (at most 64) random bytes" \
 	--listen 127.0.0.1:$((BASE + 9)) --peer-key "$D/short.key"
 refused_start "listening without a key" "needs the cluster key" --listen 127.0.0.1:$((BASE + 9))
 
