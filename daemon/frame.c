@@ -131,3 +131,16 @@ void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	va_end(ap);
 	p->d->link_events->failed(p, err, cause);
 }
+
+bool xd_link_silent(struct xd_peer *p, uint64_t last_rx_us, uint64_t now)
+{
+	uint64_t silent_ms = (now - last_rx_us) / 1000;
+
+	if (silent_ms <= p->d->cfg.keepalive_timeout_ms)
+		return false;
+	xd_link_fail(p, ETIMEDOUT,
+		     "nothing heard from the peer for %llu ms (keepalive_timeout_ms %llu)",
+		     (unsigned long long)silent_ms,
+		     (unsigned long long)p->d->cfg.keepalive_timeout_ms);
+	return true;
+}

@@ -934,15 +934,8 @@ void xd_rdma_keepalive(struct xd_peer *p)
 	TAILQ_FOREACH(rc, &rp->conns, peer_link) {
 		if (!rc->established)
 			continue;
-		uint64_t silent_ms = (now - rc->last_rx_us) / 1000;
-		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			xd_link_fail(p, ETIMEDOUT,
-				     "nothing heard from the peer for %llu ms "
-				     "(keepalive_timeout_ms %llu)",
-				     (unsigned long long)silent_ms,
-				     (unsigned long long)d->cfg.keepalive_timeout_ms);
+		if (xd_link_silent(p, rc->last_rx_us, now))
 			return;
-		}
 		if ((now - rc->last_tx_us) / 1000 >= d->cfg.keepalive_ms)
 			rconn_queue(rc, XP_PEER_PING, 0, 0, NULL);
 	}

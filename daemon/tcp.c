@@ -1034,15 +1034,8 @@ static void tcp_keepalive(struct xd_peer *p)
 	TAILQ_FOREACH_SAFE(pc, &set->conns, link, tmp) {
 		if (!pconn_ready(pc))
 			continue;
-		uint64_t silent_ms = (now - pc->last_rx_us) / 1000;
-		if (silent_ms > d->cfg.keepalive_timeout_ms) {
-			xd_link_fail(p, ETIMEDOUT,
-				     "nothing heard from the peer for %llu ms "
-				     "(keepalive_timeout_ms %llu)",
-				     (unsigned long long)silent_ms,
-				     (unsigned long long)d->cfg.keepalive_timeout_ms);
+		if (xd_link_silent(p, pc->last_rx_us, now))
 			return;
-		}
 		if ((now - pc->last_tx_us) / 1000 >= d->cfg.keepalive_ms &&
 		    STAILQ_EMPTY(&pc->ctrlq) && !pc->tx_xfer)
 			pconn_queue(pc, XP_PEER_PING, 0, 0, NULL);

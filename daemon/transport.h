@@ -200,6 +200,11 @@ int xd_auth_mac_out(const struct xd_daemon *d, bool connector, const struct xd_h
 		    const uint8_t my_nonce[XD_NONCE_LEN], uint8_t out[XD_MAC_LEN]);
 int xd_auth_check(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
 		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN]);
+/*
+ * Keepalive: fails set @p (ETIMEDOUT, naming keepalive_timeout_ms) when a connection last
+ * received at @last_rx_us has been silent too long at @now. Returns whether it did.
+ */
+bool xd_link_silent(struct xd_peer *p, uint64_t last_rx_us, uint64_t now);
 /* Reports that a connection of set @p failed (the whole set fails: d->link_events). */
 void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
