@@ -517,6 +517,29 @@ static int client_dial(struct xfer_client *c, const char *path)
 	return 0;
 }
 
+/*
+ * A daemon over its connection limits sends one error and closes at accept; if that was before
+ * our hello went out, the send failed (EPIPE) and the error still waits unread. Returns its
+ * -errno (the message kept for xfer_last_error()), or @rc when there is none.
+ */
+static int client_refusal(struct xfer_client *c, int rc)
+{
+	char saved[sizeof(c->last_error)];
+	struct xp_reply rep;
+	int len;
+
+	copy_str(saved, sizeof(saved), c->last_error);
+	len = client_recv(c, true);
+	if (len >= 0 && xp_reply_parse(c->rxbuf, (size_t)len, &rep) == 0 && !rep.result &&
+	    rep.id == XP_ID_NONE)
+		rc = client_reply_error(c, &rep);
+	else
+		copy_str(c->last_error, sizeof(c->last_error), saved);
+	if (len >= 0)
+		xp_reply_fini(&rep);
+	return rc;
+}
+
 /* Says hello as @name and records the connection id. Returns 0 or -errno. */
 static int client_hello(struct xfer_client *c, const char *name)
 {
@@ -531,6 +554,8 @@ static int client_hello(struct xfer_client *c, const char *name)
 	if (!params)
 		return -ENOMEM;
 	rc = client_request(c, "hello", params, -1, &result);
+	if (rc == -ECONNRESET)
+		rc = client_refusal(c, rc);
 	if (rc < 0)
 		return rc;
 	rc = result_u64(c, result, "client", &c->id);

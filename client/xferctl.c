@@ -542,6 +542,45 @@ static int cmd_list(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	return rc ? ctl_fail(ctl, ENOMEM, "out of memory") : EXIT_OK;
 }
 
+/* "USED of LIMIT" of stats.limits.@scope.@res into @out, "-" where the scope has no limit. */
+static void limit_cell(const json_t *limits, const char *scope, const char *res, char *out,
+		       size_t len)
+{
+	const json_t *e = json_object_get(json_object_get(limits, scope), res);
+	char used[32], limit[32];
+
+	if (!e) {
+		snprintf(out, len, "-");
+		return;
+	}
+	if (strcmp(res, "bytes") == 0) {
+		human_size(obj_u64(e, "used"), used, sizeof(used));
+		human_size(obj_u64(e, "limit"), limit, sizeof(limit));
+	} else {
+		snprintf(used, sizeof(used), "%llu", (unsigned long long)obj_u64(e, "used"));
+		snprintf(limit, sizeof(limit), "%llu", (unsigned long long)obj_u64(e, "limit"));
+	}
+	snprintf(out, len, "%s of %s", used, limit);
+}
+
+/* Usage against each limit: global, and per uid for the caller's uid. */
+static void status_print_limits(const json_t *s)
+{
+	static const char *const res[] = { "bytes", "regions", "ops", "clients", "waits" };
+	const json_t *limits = json_object_get(s, "limits");
+	char uid[32], g[80], u[80];
+
+	if (!json_is_object(limits))
+		return; /* an older daemon */
+	snprintf(uid, sizeof(uid), "uid %llu", (unsigned long long)obj_u64(limits, "uid"));
+	printf("limits:   %-10s%-26s%s\n", "", "global", uid);
+	for (size_t i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
+		limit_cell(limits, "global", res[i], g, sizeof(g));
+		limit_cell(limits, "per_uid", res[i], u, sizeof(u));
+		printf("          %-10s%-26s%s\n", res[i], g, u);
+	}
+}
+
 static void status_print(const struct ctl *ctl, const json_t *s)
 {
 	char up[32], reg[32], moved[32], daemon[CELL_MAX], node[CELL_MAX];
@@ -562,6 +601,7 @@ static void status_print(const struct ctl *ctl, const json_t *s)
 	       (unsigned long long)obj_u64(s, "ops_failed"),
 	       (unsigned long long)obj_u64(s, "ops_cancelled"));
 	printf("moved:    %s\n", moved);
+	status_print_limits(s);
 }
 
 /* status --json: {"socket": PATH, "client": ID, "stats": <the stats result>}. */

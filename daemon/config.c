@@ -14,11 +14,10 @@ void xd_config_defaults(struct xd_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->socket_path = strdup(XP_DEFAULT_SOCKET);
-	cfg->socket_mode = 0666;
+	/* Local users outside the socket's group reach the daemon only if the operator says so. */
+	cfg->socket_mode = 0660;
 	cfg->default_timeout_ms = 60000;
-	cfg->limits.regions = 4096;
-	cfg->limits.bytes = 64ull << 30;
-	cfg->limits.ops = 4096;
+	xd_limits_defaults(cfg);
 	cfg->copy_threads = 2;
 	cfg->peer_connections = 2;
 	cfg->keepalive_ms = 1000;
@@ -191,25 +190,21 @@ static int load_peer_auth(struct xd_config *cfg, json_t *root, char *err, size_t
 	return key_file && replace(&cfg->peer_key_file, key_file) ? -ENOMEM : 0;
 }
 
-static int load_limits(struct xd_config *cfg, json_t *limits, char *err, size_t errlen)
+/* limits (per connection), uid_limits and global_limits: limits.c reads each object. */
+static int load_limits(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
-	json_int_t regions = (json_int_t)cfg->limits.regions, ops = (json_int_t)cfg->limits.ops;
-	json_int_t bytes = (json_int_t)cfg->limits.bytes;
-	json_error_t jerr;
+	const unsigned common = 1u << XD_RES_BYTES | 1u << XD_RES_REGIONS | 1u << XD_RES_OPS;
+	int rc = xd_limits_load(&cfg->limits, json_object_get(root, "limits"),
+				common | 1u << XD_RES_WAITS, "limits", err, errlen);
 
-	if (!limits)
-		return 0;
-	if (json_unpack_ex(limits, &jerr, JSON_STRICT, "{s?I, s?I, s?I}", "regions", &regions,
-			   "bytes", &bytes, "ops", &ops)) {
-		snprintf(err, errlen, "limits: %s", jerr.text);
-		return -EINVAL;
-	}
-	if (regions <= 0 || bytes <= 0 || ops <= 0) {
-		snprintf(err, errlen, "limits must be positive");
-		return -EINVAL;
-	}
-	cfg->limits = (struct xd_limits){ (uint64_t)regions, (uint64_t)bytes, (uint64_t)ops };
-	return 0;
+	if (rc == 0)
+		rc = xd_limits_load(&cfg->uid_limits, json_object_get(root, "uid_limits"),
+				    common | 1u << XD_RES_CLIENTS, "uid_limits", err, errlen);
+	if (rc == 0)
+		rc = xd_limits_load(&cfg->global_limits, json_object_get(root, "global_limits"),
+				    common | 1u << XD_RES_CLIENTS | 1u << XD_RES_WAITS,
+				    "global_limits", err, errlen);
+	return rc;
 }
 
 static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
@@ -217,15 +212,16 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *limits = NULL, *ignored[16];
+	json_t *ignored[19];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
-			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?I, s?o, s?o, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
+			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
+			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
-			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits", &limits,
+			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits",
+			   &ignored[16], "uid_limits", &ignored[17], "global_limits", &ignored[18],
 			   "copy_threads", &threads, "listen", &ignored[0], "advertise",
 			   &ignored[1], "peer_connections", &ignored[2], "keepalive_ms",
 			   &ignored[3], "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms",
@@ -251,7 +247,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	    (log_level && replace(&cfg->log_level, log_level)) ||
 	    (node_id && replace(&cfg->node_id, node_id)))
 		return -ENOMEM;
-	int rc = load_limits(cfg, limits, err, errlen);
+	int rc = load_limits(cfg, root, err, errlen);
 	if (rc == 0)
 		rc = load_peer(cfg, root, err, errlen);
 	if (rc == 0)

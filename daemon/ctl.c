@@ -87,6 +87,9 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 		if (r->owner == c)
 			xd_region_release(r);
 	TAILQ_REMOVE(&c->d->conns, c, link);
+	if (c->charged) /* last: the uid's entry stays while its regions and ops are refunded */
+		xd_uncharge(c->d, NULL, c->uid, XD_RES_CLIENTS, 1);
+	c->charged = false;
 	/* Close the socket now so the client sees EOF at once; free the memory later. */
 	close(c->fd);
 	c->fd = -1;
@@ -242,6 +245,26 @@ static struct xd_conn *conn_create(struct xd_daemon *d, int fd)
 	return c;
 }
 
+/*
+ * Counts @c against the connection limits (per uid, global). Over them, @c gets one error
+ * naming the limit and is closed, at accept rather than at hello: a refused connection then
+ * never holds an fd, and a client that never says hello cannot take a place either. The
+ * library reads the error as the answer to its hello. Returns false when @c was closed.
+ */
+static bool conn_charge(struct xd_conn *c)
+{
+	char msg[200];
+	int rc = xd_charge(c->d, NULL, c->uid, XD_RES_CLIENTS, 1, msg, sizeof(msg));
+
+	if (rc == 0) {
+		c->charged = true;
+		return true;
+	}
+	xd_reply_error(c, XP_ID_NONE, XP_E_FAILED, -rc, msg);
+	xd_conn_close(c, msg);
+	return false;
+}
+
 static void listen_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_daemon *d = arg;
@@ -267,7 +290,7 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg)
 			return;
 		}
 		struct xd_conn *c = conn_create(d, fd);
-		if (c)
+		if (c && conn_charge(c))
 			xd_log(XD_LOG_DEBUG, "client %llu connected: pid %d uid %u",
 			       (unsigned long long)c->id, (int)c->pid, (unsigned)c->uid);
 	}

@@ -90,8 +90,9 @@ static json_t *client_to_json(const struct xd_conn *c, uint64_t now)
 	return json_pack("{s:I, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "client",
 			 (json_int_t)c->id, "name", c->name, "pid", (int)c->pid, "uid",
 			 (json_int_t)c->uid, "gid", (json_int_t)c->gid, "regions",
-			 (json_int_t)c->nregions, "bytes", (json_int_t)c->nbytes, "ops",
-			 (json_int_t)c->nops, "age_ms", (json_int_t)((now - c->created_us) / 1000));
+			 (json_int_t)c->use[XD_RES_REGIONS], "bytes",
+			 (json_int_t)c->use[XD_RES_BYTES], "ops", (json_int_t)c->use[XD_RES_OPS],
+			 "age_ms", (json_int_t)((now - c->created_us) / 1000));
 }
 
 static json_t *client_entry(const void *c, void *now)
@@ -139,7 +140,8 @@ static int count_open_fds(void)
 	return n - 3; /* ".", ".." and the directory's own fd */
 }
 
-static json_t *stats_to_json(struct xd_daemon *d)
+/* The daemon's counters, and its limits with their usage as @c (its uid) sees them. */
+static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)
 {
 	uint64_t regions = 0, bytes = 0, ops = 0, active = 0;
 	struct xd_region *r;
@@ -154,10 +156,11 @@ static json_t *stats_to_json(struct xd_daemon *d)
 		active += !xp_state_terminal(op->state);
 	}
 	unsigned nclients = 0;
-	struct xd_conn *c;
-	TAILQ_FOREACH(c, &d->conns, link)
+	struct xd_conn *other;
+	TAILQ_FOREACH(other, &d->conns, link)
 		nclients++;
-	return json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}",
+	return json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
+			 "s:o}",
 			 "daemon", "xferd " XFERD_VERSION, "node", d->node_hex, "epoch",
 			 (json_int_t)d->epoch, "uptime_ms",
 			 (json_int_t)((xd_now_us() - d->start_us) / 1000), "clients", nclients,
@@ -166,14 +169,15 @@ static json_t *stats_to_json(struct xd_daemon *d)
 			 (json_int_t)d->stats.ops_completed, "ops_failed",
 			 (json_int_t)d->stats.ops_failed, "ops_cancelled",
 			 (json_int_t)d->stats.ops_cancelled, "bytes_moved",
-			 (json_int_t)d->stats.bytes_moved, "fds", count_open_fds());
+			 (json_int_t)d->stats.bytes_moved, "fds", count_open_fds(), "limits",
+			 xd_limits_json(d, c->use, c->uid));
 }
 
 static int handle_stats(struct xd_call *call)
 {
 	if (xd_unpack_params(call, "{}"))
 		return -EINVAL;
-	call->result = stats_to_json(call->conn->d);
+	call->result = stats_to_json(call->conn->d, call->conn);
 	return 0;
 }
 

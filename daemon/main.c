@@ -287,6 +287,7 @@ void xd_daemon_clear(struct xd_daemon *d)
 	TAILQ_INIT(&d->peers);
 	TAILQ_INIT(&d->xfers);
 	TAILQ_INIT(&d->deferred);
+	xd_usage_init(d);
 	d->listen_fd = -1;
 	d->start_us = xd_now_us();
 	d->transports = xd_transports;
@@ -328,6 +329,7 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_ops_fini(d);
 	xd_peers_fini(d); /* last: every registration and queue pair is gone by now */
 	xd_defer_fini(d);
+	xd_usage_fini(d); /* after every connection, region and op gave its charges back */
 	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)
 		xd_event_free(d->sig_ev[i]);

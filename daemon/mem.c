@@ -50,6 +50,15 @@ json_t *xd_region_devices_json(const struct xd_region *r)
 	return all;
 }
 
+void xd_region_uncharge(struct xd_region *r)
+{
+	if (!r->charge)
+		return;
+	xd_uncharge(r->d, NULL, r->uid, XD_RES_REGIONS, 1);
+	xd_uncharge(r->d, NULL, r->uid, XD_RES_BYTES, r->charge);
+	r->charge = 0;
+}
+
 void xd_region_ref(struct xd_region *r)
 {
 	r->refs++;
@@ -63,5 +72,6 @@ void xd_region_unref(struct xd_region *r)
 	if (munmap(r->map, r->map_len) < 0)
 		xd_log(XD_LOG_ERR, "munmap of region %llu: %s", (unsigned long long)r->id,
 		       strerror(errno));
+	xd_region_uncharge(r);
 	free(r);
 }

@@ -81,11 +81,11 @@ static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *des
 			    json_int_t timeout, int release_on_end)
 {
 	struct xd_conn *c = call->conn;
+	char msg[200];
 
-	if (c->nops + 1 > c->d->cfg.limits.ops) {
-		xd_fail(call, XP_E_FAILED, EDQUOT,
-			"per-client limit of %llu operations reached; release ended operations",
-			(unsigned long long)c->d->cfg.limits.ops);
+	/* Checked here, charged when the op is listed (op.c), before anything is allocated. */
+	if (xd_charge_check(c->d, c->use, c->uid, XD_RES_OPS, 1, msg, sizeof(msg))) {
+		xd_fail(call, XP_E_FAILED, EDQUOT, "%s; release ended operations", msg);
 		return NULL;
 	}
 	struct xd_op *op = xd_op_create(c->d, kind);

@@ -86,6 +86,7 @@ static void notify_owner(struct xd_op *op)
 
 static void waiter_free(struct xd_waiter *w)
 {
+	xd_uncharge(w->op->d, w->conn->use, w->conn->uid, XD_RES_WAITS, 1);
 	TAILQ_REMOVE(&w->op->waiters, w, op_link);
 	TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
 	xd_event_free(w->timer);
@@ -106,10 +107,18 @@ static void waiter_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 int xd_waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms)
 {
-	struct xd_waiter *w = calloc(1, sizeof(*w));
+	struct xd_conn *c = call->conn;
+	char msg[200];
+	/* A waiter is a deferred reply the daemon must keep: bounded per connection and in all. */
+	int rc = xd_charge(op->d, c->use, c->uid, XD_RES_WAITS, 1, msg, sizeof(msg));
 
-	if (!w)
+	if (rc)
+		return xd_fail(call, XP_E_FAILED, -rc, "%s", msg);
+	struct xd_waiter *w = calloc(1, sizeof(*w));
+	if (!w) {
+		xd_uncharge(op->d, c->use, c->uid, XD_RES_WAITS, 1);
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
 	w->conn = call->conn;
 	w->op = op;
 	w->id = call->id;
@@ -120,6 +129,7 @@ int xd_waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms)
 		if (!w->timer || evtimer_add(w->timer, &tv) < 0) {
 			xd_event_free(w->timer);
 			free(w);
+			xd_uncharge(op->d, c->use, c->uid, XD_RES_WAITS, 1);
 			return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 		}
 	}
@@ -230,8 +240,9 @@ static void forget_cb(void *arg)
 /* Takes @op off its owner's books (its count of operations; lookups find it no more). */
 static void detach_owner(struct xd_op *op)
 {
-	if (op->owner)
-		op->owner->nops--;
+	if (op->owner && op->charged)
+		xd_uncharge(op->d, op->owner->use, op->owner->uid, XD_RES_OPS, 1);
+	op->charged = false;
 	op->owner = NULL;
 }
 
@@ -453,13 +464,22 @@ static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state
 		     enum xd_op_life life)
 {
 	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
+	char msg[200];
 
 	if (!op->id)
 		op->id = ++op->d->next_op;
 	op->owner = call->conn;
 	op->state = state;
 	op->created_us = xd_now_us();
-	call->conn->nops++;
+	/*
+	 * op_new() checked the limits in this same request, and the connection's own charge for
+	 * being connected keeps its uid's entry: this cannot fail. Should it anyway, the op is
+	 * simply not counted (never refunded either).
+	 */
+	op->charged = xd_charge(op->d, call->conn->use, call->conn->uid, XD_RES_OPS, 1, msg,
+				sizeof(msg)) == 0;
+	if (!op->charged)
+		xd_log(XD_LOG_ERR, "op %llu not counted: %s", (unsigned long long)op->id, msg);
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
 	op_enter(op, life);
 	evtimer_add(op->deadline, &tv);

@@ -73,20 +73,45 @@ static int check_range(struct xd_call *call, struct xd_region_args *a, uint64_t 
 	return 0;
 }
 
-static int check_limits(struct xd_call *call, uint64_t length)
+/*
+ * Charges @r (one region, and its page-aligned mapping of the range at @offset: what a worker
+ * will populate, whatever the range's length) to the connection, its uid and the daemon before
+ * anything is mapped. Returns 0 or fails the call (EDQUOT naming the limit).
+ */
+static int charge_region(struct xd_call *call, struct xd_region *r, uint64_t offset)
 {
 	struct xd_conn *c = call->conn;
-	const struct xd_limits *lim = &c->d->cfg.limits;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t start = offset & ~(page - 1);
+	char msg[200];
+	int rc;
 
-	if (c->nregions + 1 > lim->regions)
-		return xd_fail(call, XP_E_FAILED, EDQUOT,
-			       "per-client limit of %llu regions reached",
-			       (unsigned long long)lim->regions);
-	if (c->nbytes + length > lim->bytes || c->nbytes + length < c->nbytes)
-		return xd_fail(call, XP_E_FAILED, EDQUOT,
-			       "per-client limit of %llu registered bytes would be exceeded",
-			       (unsigned long long)lim->bytes);
+	/* check_range() bounded offset + length by the memfd's size: no overflow here. */
+	r->charge = (offset - start + r->length + page - 1) & ~(page - 1);
+	rc = xd_charge(c->d, c->use, c->uid, XD_RES_REGIONS, 1, msg, sizeof(msg));
+	if (rc == 0) {
+		rc = xd_charge(c->d, c->use, c->uid, XD_RES_BYTES, r->charge, msg, sizeof(msg));
+		if (rc)
+			xd_uncharge(c->d, c->use, c->uid, XD_RES_REGIONS, 1);
+	}
+	if (rc) {
+		r->charge = 0;
+		return xd_fail(call, XP_E_FAILED, -rc, "%s", msg);
+	}
 	return 0;
+}
+
+/*
+ * Gives back @r's charges: the connection's (@c; NULL: it is gone and its counters with it),
+ * and its uid's and the daemon's, for a region that never got registered.
+ */
+static void uncharge_region(struct xd_conn *c, struct xd_region *r)
+{
+	if (c) {
+		c->use[XD_RES_REGIONS]--;
+		c->use[XD_RES_BYTES] -= r->charge;
+	}
+	xd_region_uncharge(r);
 }
 
 /* Maps the page-aligned cover of the range; a worker populates it (register_populated()). */
@@ -122,10 +147,7 @@ struct pending_reg {
 
 static void reg_undo(struct xd_conn *c, struct xd_region *r)
 {
-	if (c) {
-		c->nregions--;
-		c->nbytes -= r->length;
-	}
+	uncharge_region(c, r);
 	munmap(r->map, r->map_len);
 	free(r);
 }
@@ -177,8 +199,7 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 	int rc = 0;
 	int64_t size = check_memfd(call, fd);
 
-	if (size < 0 || (rc = check_range(call, a, (uint64_t)size)) ||
-	    (rc = check_limits(call, a->length)))
+	if (size < 0 || (rc = check_range(call, a, (uint64_t)size)))
 		goto out;
 	r = calloc(1, sizeof(*r));
 	pr = calloc(1, sizeof(*pr));
@@ -186,28 +207,31 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 		rc = xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 		goto out;
 	}
-	r->length = a->length;
-	if ((rc = map_region(call, r, fd, a->offset)))
-		goto out;
 	r->d = c->d;
 	r->pid = c->pid;
 	r->uid = c->uid;
+	r->length = a->length;
+	/*
+	 * Charged before mapping, so that registrations in flight cannot get past the limits
+	 * and the daemon never populates memory nobody was charged for.
+	 */
+	if ((rc = charge_region(call, r, a->offset)))
+		goto out;
+	if ((rc = map_region(call, r, fd, a->offset)))
+		goto err_uncharge;
 	snprintf(r->name, sizeof(r->name), "%s", a->name);
 	*pr = (struct pending_reg){ r, c->id, call->id, xd_now_us() };
-	/* Counted now, so that registrations in flight cannot get past the limits. */
-	c->nregions++;
-	c->nbytes += r->length;
 	rc = xd_populate_submit(c->d->copier, r->map, r->map_len, register_populated, pr);
 	if (rc) {
-		c->nregions--;
-		c->nbytes -= r->length;
 		munmap(r->map, r->map_len);
 		rc = xd_fail(call, XP_E_INTERNAL, -rc, "could not start faulting in the pages");
-		goto out;
+		goto err_uncharge;
 	}
 	call->deferred = true;
-	r = NULL;
-	pr = NULL;
+	return 0;
+
+err_uncharge:
+	uncharge_region(c, r);
 out:
 	free(r);
 	free(pr);
@@ -235,8 +259,12 @@ struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id)
 void xd_region_release(struct xd_region *r)
 {
 	TAILQ_REMOVE(&r->d->regions, r, link);
-	r->owner->nregions--;
-	r->owner->nbytes -= r->length;
+	/*
+	 * The connection's charge goes now; its uid's and the daemon's when the mapping does
+	 * (xd_region_unref): an operation may hold the pages after deregistration.
+	 */
+	r->owner->use[XD_RES_REGIONS]--;
+	r->owner->use[XD_RES_BYTES] -= r->charge;
 	r->owner = NULL;
 	xd_region_unref(r);
 }

@@ -305,6 +305,8 @@ int xd_region_register_transports(struct xd_region *r, char *msg, size_t len);
 void xd_region_deregister_transports(struct xd_region *r);
 /* [{"device", "lkey", "rkey"}] of every registration of @r, or NULL. */
 json_t *xd_region_devices_json(const struct xd_region *r);
+/* Gives back @r's uid and global charges (limits.c), once: the mapping is going. */
+void xd_region_uncharge(struct xd_region *r);
 void xd_region_ref(struct xd_region *r);
 /* Drops a reference; the last one deregisters, unmaps and frees @r. Accepts NULL. */
 void xd_region_unref(struct xd_region *r);

@@ -99,10 +99,18 @@ void xd_escape(const char *in, char *out, size_t n);
 #define XD_TRANSPORT_AUTO "auto" /* cfg.transport: the best both daemons have */
 #define XD_TRANSPORT_NAME_MAX 16
 
+/* What the limits count, at three scopes (limits.c). */
+enum xd_res {
+	XD_RES_BYTES,	/**< registered bytes: the page-aligned mappings the daemon populates */
+	XD_RES_REGIONS, /**< regions */
+	XD_RES_OPS,	/**< operations not yet released */
+	XD_RES_CLIENTS, /**< control connections (per uid and global) */
+	XD_RES_WAITS,	/**< pending op.wait and op.cancel replies (per connection and global) */
+	XD_NRES,
+};
+#define XD_NO_LIMIT UINT64_MAX
 struct xd_limits {
-	uint64_t regions; /**< regions per client */
-	uint64_t bytes;	  /**< registered bytes per client */
-	uint64_t ops;	  /**< operations (not yet released) per client */
+	uint64_t max[XD_NRES]; /**< XD_NO_LIMIT where a scope does not limit a resource */
 };
 
 struct xd_config {
@@ -111,9 +119,11 @@ struct xd_config {
 	char *log_level;
 	char *node_id; /**< 32 hex digits, or NULL to derive one */
 	uint64_t default_timeout_ms;
-	struct xd_limits limits;
-	int copy_threads;	     /**< local-transport worker threads */
-	char *listen[XD_MAX_LISTEN]; /**< "addr:port" to accept peer daemons on */
+	struct xd_limits limits;	/**< per connection */
+	struct xd_limits uid_limits;	/**< per uid, over all its connections */
+	struct xd_limits global_limits; /**< the whole daemon */
+	int copy_threads;		/**< local-transport worker threads */
+	char *listen[XD_MAX_LISTEN];	/**< "addr:port" to accept peer daemons on */
 	int nlisten;
 	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
 	int nadvertise;
@@ -141,6 +151,49 @@ void xd_config_defaults(struct xd_config *cfg);
 /* Reads a JSON config file over the defaults. Returns 0 or -errno with a message in @err. */
 int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen);
 void xd_config_fini(struct xd_config *cfg);
+
+/* limits.c: limits per connection, per uid and global, and what is charged against them */
+struct xd_daemon;
+/* One uid's charges (d->uid_usage): made on its first charge, freed when it holds nothing. */
+struct xd_uid_usage {
+	TAILQ_ENTRY(xd_uid_usage) link;
+	uid_t uid;
+	uint64_t use[XD_NRES];
+};
+/* The config key of @res ("bytes", "regions", "ops", "clients", "waits"). */
+const char *xd_res_name(enum xd_res res);
+/* Fills the three scopes' defaults, the bytes ones from MemTotal. */
+void xd_limits_defaults(struct xd_config *cfg);
+/*
+ * Reads config object @obj (borrowed; NULL: absent) named @key over @lim: keys of the resources
+ * in the bit mask @allowed (1 << XD_RES_*), positive integers. Returns 0 or -EINVAL with @err.
+ */
+int xd_limits_load(struct xd_limits *lim, const json_t *obj, unsigned allowed, const char *key,
+		   char *err, size_t errlen);
+/* Empty counters and uid table. */
+void xd_usage_init(struct xd_daemon *d);
+/* Frees the uid table (shutdown). */
+void xd_usage_fini(struct xd_daemon *d);
+/*
+ * Charges @n of @res to a connection's counters @conn_use (NULL: not counted per connection),
+ * to @uid and to the daemon, unless that would pass one of the three limits. Returns 0, or
+ * -EDQUOT with a message naming the limit and its value in @msg, or -ENOMEM; on failure
+ * nothing is charged.
+ */
+int xd_charge(struct xd_daemon *d, uint64_t *conn_use, uid_t uid, enum xd_res res, uint64_t n,
+	      char *msg, size_t len);
+/* Whether xd_charge() would succeed (it may still fail with -ENOMEM). Returns 0 or -EDQUOT. */
+int xd_charge_check(const struct xd_daemon *d, const uint64_t *conn_use, uid_t uid, enum xd_res res,
+		    uint64_t n, char *msg, size_t len);
+/* Gives back @n of @res that xd_charge() took (@conn_use NULL: not per connection). */
+void xd_uncharge(struct xd_daemon *d, uint64_t *conn_use, uid_t uid, enum xd_res res, uint64_t n);
+/* What @uid holds now (zeros when nothing). */
+void xd_uid_usage_get(const struct xd_daemon *d, uid_t uid, uint64_t use[XD_NRES]);
+/*
+ * {"uid", "global", "per_uid", "per_connection"}: {"bytes": {"used", "limit"}, ...} of each
+ * scope for @uid and a connection's counters @conn_use (borrowed), or NULL.
+ */
+json_t *xd_limits_json(const struct xd_daemon *d, const uint64_t conn_use[XD_NRES], uid_t uid);
 
 /* defer.c: the one deferred-free mechanism */
 struct xd_daemon;
@@ -305,6 +358,8 @@ struct xd_daemon {
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
 	} stats;
+	uint64_t usage[XD_NRES];	      /**< limits.c: charged in all */
+	TAILQ_HEAD(, xd_uid_usage) uid_usage; /**< limits.c: per uid, those holding something */
 };
 
 /* main.c */
@@ -334,7 +389,8 @@ struct xd_conn {
 	struct xd_deferred free_later; /**< freed at the next loop turn once closed */
 	STAILQ_HEAD(, xd_outq_item) outq;
 	unsigned queued;
-	uint64_t nregions, nbytes, nops;
+	uint64_t use[XD_NRES]; /**< charged to this connection (limits.c) */
+	bool charged;	       /**< its XD_RES_CLIENTS charge is held */
 	uint64_t created_us;
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
@@ -412,8 +468,9 @@ struct xd_region {
 	size_t map_len;
 	uint8_t *base; /**< first byte of the registered range */
 	uint64_t length;
-	int refs;			    /**< registration + operations that have not ended */
-	unsigned live_ops;		    /**< operations that have not ended using it */
+	uint64_t charge;   /**< bytes charged (the populated mapping), to @uid and the daemon too */
+	int refs;	   /**< registration + operations that have not ended */
+	unsigned live_ops; /**< operations that have not ended using it */
 	uint64_t register_us;		    /**< time taken to validate, map and register */
 	uint64_t rdma_register_us;	    /**< of which ibv_reg_mr on every device */
 	struct ibv_mr *mrs[XD_MAX_DEVICES]; /**< one registration per RDMA device in use */
@@ -505,6 +562,7 @@ struct xd_op {
 	int cause_errno;	 /**< positive errno once CANCELLED or ERRORED (or ENDING) */
 	char cause[XD_CAUSE_MAX];
 	bool release_on_end; /**< the client's option: forgotten once its end was pushed */
+	bool charged;	     /**< counted against its owner's XD_RES_OPS limits */
 	int64_t reply_id;    /**< CLAIMING: the op.read/op.write to answer */
 	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
 	TAILQ_HEAD(, xd_waiter) waiters;
