@@ -9,7 +9,8 @@
 #   make bench           same-node throughput beside memcpy, cross-node beside iperf3
 #   make test-rdma       the cross-node tests over RDMA, in a VM with Soft-RoCE
 #   make bench-rdma      xferd over RDMA beside ib_read_bw/ib_write_bw, in the same VM
-#   make fuzz FUZZ_SECONDS=60   libFuzzer over one control packet (clang, ASan+UBSan)
+#   make fuzz FUZZ_SECONDS=60   libFuzzer, each target in turn: a control packet, metadata
+#                        decode, peer frames after HELLO (clang, ASan+UBSan)
 #   make format          reformat every C file with .clang-format; make format-check only checks
 #   make install PREFIX=/usr/local DESTDIR=
 
@@ -143,17 +144,37 @@ $(B)/tests/fuzz/xferd_main.o: $(B)/daemon/main.o
 	@mkdir -p $(dir $@)
 	$(Q)objcopy --localize-symbol=main $< $@
 
-# Named test_* so that tests/run.sh runs it: it replays tests/fuzz/corpus without libFuzzer.
+# Named test_* so that tests/run.sh runs them: each replays its target's seed corpus
+# (tests/fuzz/corpus, corpus-meta, corpus-peer) without libFuzzer.
+FUZZ_META_REPLAY := $(B)/tests/test_fuzz_meta_replay
+FUZZ_PEER_REPLAY := $(B)/tests/test_fuzz_peer_replay
+
 $(FUZZ_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) \
 		$(B)/libxferproto.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
 
-$(B)/fuzz_ctl: $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) $(B)/libxferproto.a
+$(FUZZ_PEER_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_peer.o $(FUZZ_DAEMON_OBJ) \
+		$(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
+
+$(FUZZ_META_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_meta.o $(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(call PKG_LIBS,jansson)
+
+# libFuzzer programs: fuzz_ctl (a control packet), fuzz_peer (peer frames after HELLO),
+# fuzz_meta (metadata decode).
+$(B)/fuzz_ctl $(B)/fuzz_peer: $(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(FUZZ_DAEMON_OBJ) \
+		$(B)/libxferproto.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
 
-all test-build: $(FUZZ_REPLAY)
+$(B)/fuzz_meta: $(B)/tests/fuzz/fuzz_meta.o $(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(call PKG_LIBS,jansson)
+
+all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY)
 
 # tests/test_engine.c runs two in-process daemons over a fake transport it defines, with its own
 # transport table in place of transport.o's (which names tcp and rdma). This explicit rule
@@ -169,15 +190,22 @@ $(ENGINE_TEST): $(B)/tests/test_engine.o $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ)
 
 all test-build: $(ENGINE_TEST)
 
-# New inputs go to build/fuzz/corpus (the seeds in tests/fuzz/corpus stay as they are), crash
-# and leak reproducers to build/fuzz/; replay one with build/tests/test_fuzz_replay FILE.
-# FUZZ_ARGS passes more libFuzzer options (-jobs=2, -max_len=70000, ...).
+# Runs each target of FUZZ_TARGETS for FUZZ_SECONDS. New inputs go to build/fuzz/corpus,
+# corpus-meta, corpus-peer (the seeds in tests/fuzz/ stay as they are), crash and leak
+# reproducers to build/fuzz/TARGET-*; replay one with build/tests/test_fuzz_replay FILE
+# (test_fuzz_meta_replay, test_fuzz_peer_replay). FUZZ_ARGS passes more libFuzzer options
+# (-jobs=2, -max_len=70000, ...).
+FUZZ_TARGETS ?= ctl meta peer
 fuzz:
-	$(Q)$(MAKE) --no-print-directory FUZZ=1 build/fuzz/fuzz_ctl
-	$(Q)mkdir -p build/fuzz/corpus
-	build/fuzz/fuzz_ctl -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
-		-dict=tests/fuzz/ctl.dict -artifact_prefix=build/fuzz/ $(FUZZ_ARGS) \
-		build/fuzz/corpus tests/fuzz/corpus
+	$(Q)$(MAKE) --no-print-directory FUZZ=1 $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+	$(Q)set -e; for t in $(FUZZ_TARGETS); do \
+		c=corpus; [ $$t = ctl ] || c=corpus-$$t; \
+		mkdir -p build/fuzz/$$c; \
+		echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+		build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+			-print_final_stats=1 -dict=tests/fuzz/$$t.dict \
+			-artifact_prefix=build/fuzz/$$t- $(FUZZ_ARGS) build/fuzz/$$c tests/fuzz/$$c; \
+	done
 
 $(B)/xferclient.pc: client/xferclient.pc.in Makefile
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \

@@ -190,6 +190,32 @@ static int load_peer_auth(struct xd_config *cfg, json_t *root, char *err, size_t
 	return key_file && replace(&cfg->peer_key_file, key_file) ? -ENOMEM : 0;
 }
 
+/* peer_allow: ["10.0.0.0/8", "fd00::/8", ...] (netaddr.c); empty or absent allows all. */
+static int load_peer_allow(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
+{
+	json_t *arr = json_object_get(root, "peer_allow"), *v;
+	size_t i;
+
+	if (!arr)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > XD_MAX_PEER_ALLOW) {
+		snprintf(err, errlen, "peer_allow must be an array of at most %d \"ADDR/BITS\"",
+			 XD_MAX_PEER_ALLOW);
+		return -EINVAL;
+	}
+	cfg->npeer_allow = 0;
+	json_array_foreach(arr, i, v) {
+		const char *s = json_string_value(v);
+		if (!s || xd_netaddr_parse_cidr(s, &cfg->peer_allow[cfg->npeer_allow]) < 0) {
+			snprintf(err, errlen, "peer_allow: \"%s\" is not a numeric ADDR/BITS",
+				 s ? s : "(not a string)");
+			return -EINVAL;
+		}
+		cfg->npeer_allow++;
+	}
+	return 0;
+}
+
 /* limits (per connection), uid_limits and global_limits: limits.c reads each object. */
 static int load_limits(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
@@ -212,13 +238,13 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *ignored[19];
+	json_t *ignored[20];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
 			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
+			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits",
 			   &ignored[16], "uid_limits", &ignored[17], "global_limits", &ignored[18],
@@ -229,7 +255,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9],
 			   "rdma_request_size", &ignored[10], "peer_key_file", &ignored[11],
 			   "insecure_peers", &ignored[12], "handshake_timeout_ms", &ignored[13],
-			   "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15])) {
+			   "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
+			   "peer_allow", &ignored[19])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -254,6 +281,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		rc = load_peer_auth(cfg, root, err, errlen);
 	if (rc == 0)
 		rc = load_peer_bounds(cfg, root, err, errlen);
+	if (rc == 0)
+		rc = load_peer_allow(cfg, root, err, errlen);
 	return rc ? rc : load_rdma(cfg, root, err, errlen);
 }
 

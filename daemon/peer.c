@@ -25,6 +25,17 @@ static void peer_free(void *arg)
 	free(p);
 }
 
+/*
+ * What a claim is told when the owner at @endpoint could not be reached, whatever the reason:
+ * one text for a closed port, a silent or filtered address, a service that hung up (the reason
+ * goes to the log). Without a key, a keyed owner hangs up at the handshake: hint at it.
+ */
+static void unreachable_cause(struct xd_daemon *d, const char *endpoint, char *buf, size_t len)
+{
+	snprintf(buf, len, "cannot reach the owner at %s%s", endpoint,
+		 d->peer_key_len ? "" : " (does it want a cluster key?)");
+}
+
 void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 {
 	char cause[XD_CAUSE_MAX];
@@ -36,11 +47,23 @@ void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	vsnprintf(cause, sizeof(cause), fmt, ap);
 	va_end(ap);
 	xd_log(XD_LOG_WARN, "peer %s (%s): %s", p->node_hex, p->endpoint, cause);
+	bool unreached = p->state == XD_PEER_CONNECTING && p->nendpoints > 0 && err != EACCES;
 	p->state = XD_PEER_DEAD;
 	TAILQ_REMOVE(&p->d->peers, p, link);
 	p->transport->close(p);
 	event_del(p->keepalive);
 	event_del(p->connect_timer);
+	/*
+	 * A set this daemon dialled that failed before the owner proved itself (EACCES: it answered
+	 * the handshake and failed the key) tells the claims only that the owner was not reached:
+	 * "refused", "timed out" or "closed", in the text or the errno, would let forged metadata
+	 * probe which ports are open.
+	 * The precise cause is in the log line above.
+	 */
+	if (unreached) {
+		unreachable_cause(p->d, p->endpoint, cause, sizeof(cause));
+		err = EHOSTUNREACH; /* (not ETIMEDOUT or ECONNRESET either) */
+	}
 	p->d->xfer_events->peer_lost(p, err, cause);
 	xd_defer(p->d, &p->free_later, peer_free, p);
 }
@@ -246,13 +269,34 @@ refuse:
 	return NULL;
 }
 
+/*
+ * peer_allow (netaddr.c) for the endpoint metadata names, before any connect: forged metadata
+ * could otherwise make this daemon dial any address. Fails the call if it may not be dialled.
+ */
+static bool endpoint_allowed(struct xd_call *call, const struct xp_endpoint *ep)
+{
+	struct xd_config *cfg = &call->conn->d->cfg;
+	int rc = xd_netaddr_allowed(cfg->peer_allow, cfg->npeer_allow, ep->addr);
+
+	if (rc == -EACCES)
+		xd_fail(call, XP_E_FAILED, EACCES, "the owner's address %s is outside peer_allow",
+			ep->addr);
+	else if (rc < 0)
+		xd_fail(call, XP_E_FAILED, EACCES,
+			"the owner's address %s is not a numeric IP address, which peer_allow "
+			"requires (names are not resolved)",
+			ep->addr);
+	return rc == 0;
+}
+
 struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m)
 {
 	struct xd_daemon *d = call->conn->d;
 	const struct xd_transport_ops *t;
 	const struct xp_endpoint *ep = choose_endpoint(call, m, &t);
+	char cause[XD_CAUSE_MAX];
 
-	if (!ep)
+	if (!ep || !endpoint_allowed(call, ep))
 		return NULL;
 	struct xd_peer *p = peer_find(d, m->node, t);
 	if (p)
@@ -269,9 +313,9 @@ struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m)
 			      (d->cfg.connect_timeout_ms % 1000) * 1000 };
 	int err = t->connect(p, ep);
 	if (err) {
-		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "cannot connect to the owner at %s: %s",
-			p->endpoint, strerror(-err));
-		xd_peer_fail(p, EHOSTUNREACH, "connect failed");
+		unreachable_cause(d, p->endpoint, cause, sizeof(cause));
+		xd_fail(call, XP_E_FAILED, EHOSTUNREACH, "%s", cause);
+		xd_peer_fail(p, EHOSTUNREACH, "connect failed: %s", strerror(-err));
 		return NULL;
 	}
 	evtimer_add(p->connect_timer, &tv);

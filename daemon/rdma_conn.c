@@ -391,7 +391,9 @@ int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
 	if (!rc)
 		return -ENOMEM;
 	rc->ep = *ep;
-	int err = resolve_ep(ep->addr, ep->port, &dst);
+	int err = xd_netaddr_allowed(d->cfg.peer_allow, d->cfg.npeer_allow, ep->addr);
+	if (!err)
+		err = resolve_ep(ep->addr, ep->port, &dst);
 	/* Leave through the device of our own listen address: two devices may share a host. */
 	if (!err && d->nlisten_eps && resolve_ep(d->listen_eps[0].addr, 0, &src) == 0)
 		srcp = (struct sockaddr *)&src;
@@ -1033,8 +1035,11 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 		    NULL, 0, NI_NUMERICHOST);
 	bool valid = xp_rdma_hello_unpack(ev->param.conn.private_data,
 					  ev->param.conn.private_data_len, &hello) == 0;
-	if (!dev || !valid || d->stopping) {
+	bool allowed = xd_netaddr_sockaddr_allowed(d->cfg.peer_allow, d->cfg.npeer_allow,
+						   rdma_get_peer_addr(ev->id));
+	if (!dev || !valid || d->stopping || !allowed) {
 		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from,
+		       !allowed	   ? "outside peer_allow" :
 		       !dev	   ? "device not used" :
 		       d->stopping ? "stopping" :
 				     "bad HELLO");

@@ -717,7 +717,10 @@ static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoin
 		*err = -ENOMEM;
 		return NULL;
 	}
-	if ((*err = resolve(ep, &ss, &len)) < 0)
+	/* (xd_peer_for_meta checked it first; every connection of the set passes here) */
+	if ((*err = xd_netaddr_allowed(p->d->cfg.peer_allow, p->d->cfg.npeer_allow, ep->addr)) <
+		    0 ||
+	    (*err = resolve(ep, &ss, &len)) < 0)
 		return NULL;
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
@@ -847,7 +850,10 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg)
 	 * left: those are for local clients (a region.register's memfd arrives as an fd, and a
 	 * truncated one costs that client its connection) and for the regions they make.
 	 */
-	if (fd >= d->tcp->fd_ceiling)
+	if (!xd_netaddr_sockaddr_allowed(d->cfg.peer_allow, d->cfg.npeer_allow,
+					 (struct sockaddr *)&ss))
+		refuse = "outside peer_allow";
+	else if (fd >= d->tcp->fd_ceiling)
 		refuse = "the daemon is near its fd limit";
 	else
 		refuse = pending_full(d, host);

@@ -36,8 +36,9 @@
 #define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
 #define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
-#define XD_MAX_LISTEN 8	 /* listen and advertise addresses */
-#define XD_MAX_DEVICES 8 /* RDMA devices used */
+#define XD_MAX_LISTEN 8	     /* listen and advertise addresses */
+#define XD_MAX_DEVICES 8     /* RDMA devices used */
+#define XD_MAX_PEER_ALLOW 64 /* CIDRs in peer_allow */
 
 /*
  * Sizes of the data path, in one place; PROTOCOL.md names these constants.
@@ -113,6 +114,24 @@ struct xd_limits {
 	uint64_t max[XD_NRES]; /**< XD_NO_LIMIT where a scope does not limit a resource */
 };
 
+/* netaddr.c: one peer_allow entry, ADDR/BITS */
+struct xd_cidr {
+	int family; /**< AF_INET or AF_INET6 */
+	uint8_t addr[16];
+	int bits;
+};
+struct sockaddr;
+/* Parses "ADDR/BITS" (IPv4 or IPv6, BITS required). Returns 0 or -EINVAL. */
+int xd_netaddr_parse_cidr(const char *s, struct xd_cidr *out);
+/*
+ * Whether the numeric address @addr lies in one of the @n CIDRs of @list (n == 0 allows all).
+ * Returns 0 if it does, -EACCES if it does not, -EINVAL if @addr is not a numeric IPv4 or IPv6
+ * address (names are not resolved: a name's answer could change between check and connect).
+ */
+int xd_netaddr_allowed(const struct xd_cidr *list, int n, const char *addr);
+/* The same test for a peer's address as accept() or rdma_cm gives it; other families: false. */
+bool xd_netaddr_sockaddr_allowed(const struct xd_cidr *list, int n, const struct sockaddr *sa);
+
 struct xd_config {
 	char *socket_path;
 	unsigned socket_mode;
@@ -134,6 +153,9 @@ struct xd_config {
 	uint64_t handshake_timeout_ms; /**< an accepted connection's time to say HELLO */
 	int max_pending_peer_conns;    /**< accepted connections not yet through HELLO */
 	int max_peer_sets;	       /**< peer sets (all transports) */
+	/** dialled and accepted peers' addresses must lie in one; none listed: all allowed */
+	struct xd_cidr peer_allow[XD_MAX_PEER_ALLOW];
+	int npeer_allow;
 	/** "auto" or a transport's name; main.c checks it against transport.c's table */
 	char transport[XD_TRANSPORT_NAME_MAX];
 	bool require_rdma;		    /**< a fallback from RDMA to TCP is an error */

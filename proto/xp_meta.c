@@ -192,6 +192,9 @@ static int decode_endpoints(json_t *arr, struct xp_meta *m, char *err, size_t er
 		if (strlen(transport) >= sizeof(ep->transport) ||
 		    strlen(addr) >= sizeof(ep->addr) || port < 0 || port > 65535)
 			return bad(err, errlen, "has an endpoint out of range");
+		/* (encoding drops the port of an endpoint without an address: local's) */
+		if (!addr[0] && port)
+			return bad(err, errlen, "has an endpoint with a port but no address");
 		strcpy(ep->transport, transport);
 		strcpy(ep->addr, addr);
 		ep->port = (uint16_t)port;

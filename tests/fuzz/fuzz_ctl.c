@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "../../daemon/transport.h"
-#include "fuzz_ctl.h"
+#include "fuzz_target.h"
 
 /* Fixed, so that metadata in the seed corpus names this daemon and gets to the token check. */
 #define FUZZ_NODE "f0220000000000000000000000000001"
@@ -210,7 +210,9 @@ static void fuzz_start(void)
 	F.started = true;
 }
 
-void fuzz_ctl_fini(void)
+const char fuzz_target_corpus[] = "corpus";
+
+void fuzz_target_fini(void)
 {
 	struct xd_daemon *d = &F.d;
 

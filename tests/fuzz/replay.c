@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * Runs the control-packet fuzz target (fuzz_ctl.c) over files without libFuzzer, as jansson's
- * standalone engine does: make test replays the seed corpus with it, and a crash file that
- * make fuzz wrote replays the same way in a plain or sanitized build.
+ * Runs a fuzz target (fuzz_ctl.c, fuzz_meta.c, fuzz_peer.c: the one it is linked with) over
+ * files without libFuzzer, as jansson's standalone engine does: make test replays each seed
+ * corpus with it, and a crash file that make fuzz wrote replays the same way in a plain or
+ * sanitized build.
  *
- *   test_fuzz_replay [FILE|DIR]...    default: $XFER_SRCDIR/tests/fuzz/corpus, else the
- *                                     corpus of the source tree this binary was built in
+ *   test_fuzz_replay [FILE|DIR]...    default: $XFER_SRCDIR/tests/fuzz/CORPUS, else the
+ *                                     CORPUS of the source tree this binary was built in
+ *   (test_fuzz_meta_replay, test_fuzz_peer_replay alike; CORPUS is the target's)
  *
  * Each file runs in a forked child, so that an abort (a leak, a sanitizer report) fails that
  * file and not the run; then all files run in one process, in order, as libFuzzer runs inputs
@@ -25,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fuzz_ctl.h"
+#include "fuzz_target.h"
 
 #define CASE_TIMEOUT 60 /* seconds, for one file or the whole corpus in one process */
 #define MAX_FILES 4096
@@ -76,7 +78,7 @@ static int add_path(const char *path)
 	return 0;
 }
 
-/* tests/fuzz/corpus of $XFER_SRCDIR, else of the tree this binary lives in (BUILD/tests/). */
+/* The target's corpus in $XFER_SRCDIR, else in the tree this binary lives in (BUILD/tests/). */
 static void default_corpus(char *out, size_t cap)
 {
 	const char *src = getenv("XFER_SRCDIR");
@@ -84,12 +86,12 @@ static void default_corpus(char *out, size_t cap)
 	ssize_t n;
 
 	if (src) {
-		snprintf(out, cap, "%s/tests/fuzz/corpus", src);
+		snprintf(out, cap, "%s/tests/fuzz/%s", src, fuzz_target_corpus);
 		return;
 	}
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
-	snprintf(out, cap, "%s/../../tests/fuzz/corpus", dirname(exe));
+	snprintf(out, cap, "%s/../../tests/fuzz/%s", dirname(exe), fuzz_target_corpus);
 }
 
 /* Reads @path and runs it through the target. Returns 0 or -errno. */
@@ -145,7 +147,7 @@ static bool run_case(const char *name, char **paths, int n)
 		for (int i = 0; i < n; i++)
 			if (run_file(paths[i]) < 0)
 				_exit(2);
-		fuzz_ctl_fini();
+		fuzz_target_fini();
 		exit(0); /* not _exit: a sanitized build checks for leaks at exit */
 	}
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
