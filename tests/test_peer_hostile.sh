@@ -310,7 +310,9 @@ if want "d. fd limit"; then
 	peak=$(peak_fds 2 "$out")
 	cpu=$(cpu_over 2 2)
 	note "peer flood at the fd limit: $base -> $peak fds; $cpu ms CPU over 2 s"
-	if [ "$peak" -le $((LOW_NOFILE - LOW_NOFILE / 4 + 1)) ] && [ "$peak" -gt $((base + 20)) ] &&
+	# +2: a sample may catch the connection accepted only to be closed at once, and the spare
+	# fd reopened in the same instant (seen once in CI at 50 of 64, bound 49).
+	if [ "$peak" -le $((LOW_NOFILE - LOW_NOFILE / 4 + 2)) ] && [ "$peak" -gt $((base + 20)) ] &&
 		registers 2; then
 		ok "d: peers leave the last quarter of the fds: $peak of $LOW_NOFILE, a client registers"
 	else
