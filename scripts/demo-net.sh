@@ -3,8 +3,8 @@
 #
 # demo-net.sh: the two-node demo. Two xferd daemons in two network namespaces ("node 0" and
 # "node 1", joined by veths; scripts/netns.sh), a 1 GiB random file on node 0, then:
-#   1. node 0: xferctl readable FILE      node 1: xferctl read METADATA COPY     (bytes 0 -> 1)
-#   2. node 0: xferctl writable SIZE BACK node 1: xferctl write METADATA COPY    (bytes 1 -> 0)
+#   1. node 0: xferctl readable FILE      node 1: xferctl read @META-FILE COPY   (bytes 0 -> 1)
+#   2. node 0: xferctl writable SIZE BACK node 1: xferctl write @META-FILE COPY  (bytes 1 -> 0)
 # each checked with sha256sum, with the time and throughput, then everything is torn down.
 # Clients run inside their node's namespace, as they would on two machines; the metadata string
 # is the only thing handed from one node to the other.
@@ -123,7 +123,8 @@ xferd two-node demo
 ===================
 Two xferd daemons, each in its own network namespace with its own address: two "nodes". A
 process on node 0 offers a buffer and gets an opaque metadata string; it hands the string to a
-process on node 1 by any channel (here: a shell variable); node 1's daemon connects to node 0's
+process on node 1 by any channel (here: a file only its owner can read, since the metadata is a
+capability, and never a command line, which every local user can see); node 1's daemon connects to node 0's
 over TCP (the address is in the metadata) and the bytes move daemon to daemon, straight from one
 registered buffer into the other. Then the same the other way round with writable/write.
 
@@ -163,8 +164,9 @@ if ! META=$(wait_line "$FILES/readable.out"); then
 	exit 1
 fi
 echo "  node 0 printed the metadata (${#META} characters: ${META:0:32}...), and it is handed to node 1"
+(umask 077 && printf '%s\n' "$META" >"$FILES/meta.txt")
 t0=$(now)
-if on 1 "$CTL" --socket "$S1" read "$META" "$FILES/copy.bin"; then
+if on 1 "$CTL" --socket "$S1" read "@$FILES/meta.txt" "$FILES/copy.bin"; then
 	t1=$(now)
 	wait "$RPID" || {
 		echo "demo-net.sh: readable on node 0 failed: $(cat "$FILES/readable.err")" >&2
@@ -194,8 +196,9 @@ if ! META=$(wait_line "$FILES/writable.out"); then
 	echo "demo-net.sh: writable printed no metadata: $(cat "$FILES/writable.err")" >&2
 	exit 1
 fi
+(umask 077 && printf '%s\n' "$META" >"$FILES/meta.txt")
 t0=$(now)
-if on 1 "$CTL" --socket "$S1" write "$META" "$FILES/copy.bin"; then
+if on 1 "$CTL" --socket "$S1" write "@$FILES/meta.txt" "$FILES/copy.bin"; then
 	t1=$(now)
 	if wait "$WPID"; then
 		t2=$(now)
