@@ -813,10 +813,13 @@ static int wait_msg(struct rogue *r, uint8_t type, json_t **json)
 			return 0;
 		if ((rc = owner_refused(r, type)))
 			return rc;
-		if (r->disconnected || r->qp_error)
+		if (r->disconnected || r->qp_error) {
+			char was[sizeof(r->why)];
+			snprintf(was, sizeof(was), "%s", r->why);
 			return rogue_err(r, ECONNRESET,
 					 "the connection failed while waiting for %s%s%s",
-					 xp_peer_type_name(type), r->why[0] ? ": " : "", r->why);
+					 xp_peer_type_name(type), was[0] ? ": " : "", was);
+		}
 		if ((rc = step(r, deadline)) == -ETIMEDOUT)
 			return rogue_err(r, ETIMEDOUT, "no %s from the owner within %d ms",
 					 xp_peer_type_name(type), WAIT_MS);
@@ -976,6 +979,35 @@ static int auth_mac(bool from_connector, const uint8_t from_node[XP_ID_BYTES], u
 	memcpy(p, challenge, XP_RDMA_NONCE_LEN);
 	p += XP_RDMA_NONCE_LEN;
 	memcpy(p, from_nonce, XP_RDMA_NONCE_LEN);
+	if (!HMAC(EVP_sha256(), peer_key, (int)peer_key_len, msg, sizeof(msg), out, &outlen) ||
+	    outlen != 32)
+		return -EIO;
+	return 0;
+}
+
+/*
+ * A keyed claimer's CLAIM carries a proof of the token (PROTOCOL.md §10.2, daemon/crypto.c):
+ * HMAC-SHA256 under the key of "xferd-claim-v1\0" | owner node+epoch | claimer node+epoch |
+ * op (8 bytes LE) | transfer (8 bytes LE) | token.
+ */
+static int claim_proof(const struct rogue *r, const struct xp_meta *m, uint8_t out[32])
+{
+	static const char label[] = "xferd-claim-v1";
+	uint8_t msg[sizeof(label) + 2 * (XP_ID_BYTES + 8) + 16 + XP_ID_BYTES], *p = msg;
+	unsigned int outlen = 0;
+
+	memcpy(p, label, sizeof(label));
+	p += sizeof(label);
+	ident_put(p, m->node, m->epoch);
+	p += XP_ID_BYTES + 8;
+	ident_put(p, r->node, r->epoch);
+	p += XP_ID_BYTES + 8;
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(m->op >> (8 * i));
+		p[8 + i] = (uint8_t)(r->xfer >> (8 * i));
+	}
+	p += 16;
+	memcpy(p, m->token, XP_ID_BYTES);
 	if (!HMAC(EVP_sha256(), peer_key, (int)peer_key_len, msg, sizeof(msg), out, &outlen) ||
 	    outlen != 32)
 		return -EIO;
@@ -1264,10 +1296,22 @@ static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
 	xp_hex_encode(o->m.token, XP_ID_BYTES, token);
 	xp_hex_encode(o->m.node, XP_ID_BYTES, node);
 	r->xfer = ++t->xfer_seq;
-	claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op, "token",
-			  token, "kind", xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE), "node",
-			  node, "epoch", (json_int_t)o->m.epoch, "length", (json_int_t)o->m.total,
-			  "metadata_kind", xp_kind_name(o->m.kind));
+	claim = json_pack("{s:I, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op, "kind",
+			  xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE), "node", node, "epoch",
+			  (json_int_t)o->m.epoch, "length", (json_int_t)o->m.total, "metadata_kind",
+			  xp_kind_name(o->m.kind));
+	if (claim && peer_key_len) { /* a keyed owner takes a proof of the token, never the token */
+		uint8_t proof[32];
+		char phex[65];
+		if (claim_proof(r, &o->m, proof)) {
+			json_decref(claim);
+			return rogue_err(r, EIO, "HMAC failed");
+		}
+		xp_hex_encode(proof, sizeof(proof), phex);
+		json_object_set_new(claim, "proof", json_string(phex));
+	} else if (claim) {
+		json_object_set_new(claim, "token", json_string(token));
+	}
 	err = claim ? send_msg(r, XP_PEER_CLAIM, XP_PEER_FROM_ACTIVE, r->xfer, claim) :
 		      rogue_err(r, ENOMEM, "out of memory");
 	json_decref(claim);
