@@ -45,6 +45,9 @@
 #define RC_RESOLVE_MS 2000
 #define RC_RECV_FLAG 0x80000000u
 
+_Static_assert(XP_RDMA_NONCE_LEN == XD_NONCE_LEN, "the RDMA HELLO carries a handshake nonce");
+_Static_assert(XP_RDMA_HELLO_LEN <= 56, "the RC REQ private data holds 56 bytes");
+
 /* Per-request logging costs on the data path: compiled in only with -DXD_DEBUG_DATAPATH. */
 #ifdef XD_DEBUG_DATAPATH
 #define dp_log(...) xd_log(XD_LOG_DEBUG, __VA_ARGS__)
@@ -86,6 +89,19 @@ struct xd_rconn {
 	struct xd_rdma_dev *dev;
 	struct rdma_cm_id *cm;
 	bool outgoing, qp_ready, established, dead;
+	/*
+	 * Keyed daemons (PROTOCOL.md §10.2): the peer's HELLO (from the private data), our nonce
+	 * (in ours), and whether the peer's AUTH, its first SEND, checked out. Until it has, only
+	 * AUTH is taken, and an accepted connection belongs to no set (peer NULL).
+	 */
+	bool authenticated;
+	bool hello_rx;	 /**< rc->hello is known (the connector learns it at ESTABLISHED) */
+	bool auth_early; /**< the peer's AUTH came before ESTABLISHED: auth_mac waits */
+	uint8_t auth_mac[XD_MAC_LEN];
+	struct xd_hello hello;
+	uint8_t nonce[XD_NONCE_LEN];
+	struct event *auth_timer;      /**< accepted, keyed: bounds the wait for the peer's AUTH */
+	char from[72];		       /**< the peer's address, for log lines */
 	struct xd_deferred free_later; /**< destroyed at the next loop turn once dead */
 	struct xp_endpoint ep;
 	uint8_t *bufs; /**< RC_RECV_BUFS receive slots, then RC_SEND_BUFS send slots */
@@ -203,6 +219,7 @@ static void rconn_free(void *arg)
 	struct xd_rconn *rc = arg;
 	struct xd_frame *pm;
 
+	xd_event_free(rc->auth_timer);
 	free_retired_grants(rc, true); /* a bound window holds its queue pair */
 	if (rc->cm && rc->cm->qp)
 		rdma_destroy_qp(rc->cm);
@@ -266,12 +283,19 @@ static void rconn_fail(struct xd_rconn *rc, int err, const char *what)
 
 /* ---- setup ---- */
 
+/* Whether the connection's peer is proven (keyed) or believed (unkeyed): it may carry work. */
+static bool rconn_ready(const struct xd_rconn *rc)
+{
+	return rc->peer && (rc->d->peer_key_len == 0 || rc->authenticated);
+}
+
+/* A connection of set @p, or (@p NULL: accepted, keyed, not yet authenticated) of none. */
 static struct xd_rconn *rconn_new(struct xd_daemon *d, struct xd_peer *p, bool outgoing)
 {
 	struct xd_rconn *rc = calloc(1, sizeof(*rc));
-	struct rpeer *rp = rpeer_of(p, true);
+	struct rpeer *rp = p ? rpeer_of(p, true) : NULL;
 
-	if (!rc || !rp) {
+	if (!rc || (p && !rp)) {
 		free(rc);
 		return NULL;
 	}
@@ -284,7 +308,8 @@ static struct xd_rconn *rconn_new(struct xd_daemon *d, struct xd_peer *p, bool o
 	STAILQ_INIT(&rc->pendq);
 	TAILQ_INIT(&rc->binds_pending);
 	TAILQ_INSERT_TAIL(&d->rdma->live, rc, link);
-	TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
+	if (rp)
+		TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
 	return rc;
 }
 
@@ -343,7 +368,10 @@ static void set_ack_timeout(struct xd_rconn *rc)
 		xd_log(XD_LOG_WARN, "could not set the RDMA ACK timeout: %s", strerror(errno));
 }
 
-/* @hello (the caller's, private data of at most 56 bytes on an RC connect) and @param. */
+/*
+ * @hello (the caller's, private data of at most 56 bytes on an RC connect) and @param; keyed
+ * daemons put rc->nonce in the HELLO.
+ */
 static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param,
 			uint8_t hello[XP_RDMA_HELLO_LEN])
 {
@@ -356,6 +384,10 @@ static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param,
 	if (rd > 16)
 		rd = 16;
 	memcpy(mine.node, d->node, XP_ID_BYTES);
+	if (d->peer_key_len) {
+		mine.has_nonce = true;
+		memcpy(mine.nonce, rc->nonce, XD_NONCE_LEN);
+	}
 	xp_rdma_hello_pack(&mine, hello);
 	*param = (struct rdma_conn_param){
 		.private_data = hello,
@@ -391,6 +423,7 @@ int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
 	if (!rc)
 		return -ENOMEM;
 	rc->ep = *ep;
+	snprintf(rc->from, sizeof(rc->from), "%s:%u", ep->addr, (unsigned)ep->port);
 	int err = xd_netaddr_allowed(d->cfg.peer_allow, d->cfg.npeer_allow, ep->addr);
 	if (!err)
 		err = resolve_ep(ep->addr, ep->port, &dst);
@@ -648,6 +681,50 @@ static void recv_done(struct xd_rconn *rc, int slot)
 		rconn_queue(rc, XP_PEER_CREDIT, 0, 0, NULL);
 }
 
+static void rconn_trusted(struct xd_rconn *rc);
+
+/* Checks the peer's AUTH @mac: the connection is trusted, or fails (EACCES) naming why. */
+static void auth_verify(struct xd_rconn *rc, const uint8_t mac[XD_MAC_LEN])
+{
+	char node[2 * XP_ID_BYTES + 1], cause[XD_CAUSE_MAX];
+	int err = xd_auth_check(rc->d, rc->outgoing, &rc->hello, rc->nonce, mac);
+
+	if (err < 0) {
+		xp_hex_encode(rc->hello.node, XP_ID_BYTES, node);
+		xd_log(XD_LOG_WARN,
+		       "RDMA peer connection %s %s (says node %s) failed authentication: its proof "
+		       "does not match the cluster key",
+		       rc->outgoing ? "to" : "from", rc->from, node);
+		snprintf(cause, sizeof(cause),
+			 "the daemon at %s did not authenticate with the cluster key", rc->from);
+		rconn_fail(rc, EACCES, cause);
+		return;
+	}
+	rc->authenticated = true;
+	rconn_trusted(rc);
+}
+
+/* The peer's AUTH (its first SEND on a keyed daemon's connection): proves the cluster key. */
+static int handle_auth(struct xd_rconn *rc, json_t *json)
+{
+	const char *hex;
+	uint8_t mac[XD_MAC_LEN];
+
+	if (!json || json_unpack(json, "{s:s}", "mac", &hex) ||
+	    xp_hex_decode(hex, mac, sizeof(mac)))
+		return -EPROTO;
+	if (!rc->hello_rx) {
+		/* The connector may see the acceptor's first SEND before its ESTABLISHED event. */
+		if (!rc->outgoing)
+			return -EPROTO;
+		rc->auth_early = true;
+		memcpy(rc->auth_mac, mac, sizeof(mac));
+		return 0;
+	}
+	auth_verify(rc, mac);
+	return 0;
+}
+
 static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 {
 	struct xp_peer_hdr h;
@@ -660,6 +737,13 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 	    h.length != len - XP_PEER_HDR_LEN)
 		return -EPROTO;
 	rc->credits += h.credits;
+	if (rc->d->peer_key_len && !rc->authenticated && h.type != XP_PEER_AUTH) {
+		xd_log(XD_LOG_WARN, "RDMA peer connection %s %s: %s before its AUTH",
+		       rc->outgoing ? "to" : "from", rc->from, xp_peer_type_name(h.type));
+		return -EPROTO;
+	}
+	if (h.type == XP_PEER_AUTH && (!rc->d->peer_key_len || rc->authenticated || rc->auth_early))
+		return -EPROTO;
 	if (h.type == XP_PEER_PING)
 		return rconn_queue(rc, XP_PEER_PONG, 0, 0, NULL);
 	if (h.type == XP_PEER_PONG || h.type == XP_PEER_CREDIT)
@@ -672,9 +756,61 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 			return -EPROTO;
 		}
 	}
+	if (h.type == XP_PEER_AUTH) {
+		int rc_auth = handle_auth(rc, json);
+		json_decref(json);
+		return rc_auth;
+	}
 	int err = rc->d->xfer_events->ctrl(rc->peer, rc->id, &h, json);
 	json_decref(json);
 	return err;
+}
+
+/* Keyed daemons: our AUTH, the first SEND of the connection (queued ahead of anything else). */
+static int rconn_send_auth(struct xd_rconn *rc)
+{
+	uint8_t mac[XD_MAC_LEN];
+	char hex[2 * XD_MAC_LEN + 1];
+	int err;
+
+	if (xd_auth_mac_out(rc->d, rc->outgoing, &rc->hello, rc->nonce, mac) < 0)
+		return -EIO;
+	xp_hex_encode(mac, sizeof(mac), hex);
+	json_t *auth = json_pack("{s:s}", "mac", hex);
+	struct xd_frame *f = auth ? xd_frame_new(XP_PEER_AUTH, 0, 0, auth, &err) : NULL;
+
+	json_decref(auth);
+	if (!f)
+		return auth ? err : -ENOMEM;
+	STAILQ_INSERT_HEAD(&rc->pendq, f, link);
+	rconn_flush(rc);
+	return 0;
+}
+
+/*
+ * The peer's AUTH checked out: the connector's set comes up; the acceptor files the connection
+ * under the set its HELLO names (which may displace a set of that node with another epoch:
+ * only now, so that an unproven HELLO displaces nothing) and brings it up.
+ */
+static void rconn_trusted(struct xd_rconn *rc)
+{
+	struct xd_daemon *d = rc->d;
+	struct xd_peer *p = rc->peer;
+
+	if (rc->auth_timer)
+		event_del(rc->auth_timer);
+	if (!rc->outgoing) {
+		p = d->link_events->attach(d, &xd_transport_rdma_ops, rc->hello.node,
+					   rc->hello.epoch, rc->from);
+		struct rpeer *rp = p ? rpeer_of(p, true) : NULL;
+		if (!rp) {
+			rconn_kill(rc);
+			return;
+		}
+		rc->peer = p;
+		TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
+	}
+	d->link_events->up(p, rc->hello.epoch);
 }
 
 /* ---- data ---- */
@@ -808,7 +944,7 @@ static bool pump_one(struct xd_rconn *rc)
 
 static void rconn_pump(struct xd_rconn *rc)
 {
-	while (!rc->dead && rc->established && rc->chunks < RC_WINDOW &&
+	while (!rc->dead && rc->established && rconn_ready(rc) && rc->chunks < RC_WINDOW &&
 	       !sq_full(rc, XD_RDMA_MAX_PIECES + 1) && pump_one(rc))
 		;
 }
@@ -980,6 +1116,10 @@ static void on_route_resolved(struct xd_rconn *rc)
 		rconn_fail(rc, -err, "could not create the queue pair");
 		return;
 	}
+	if (rc->d->peer_key_len && xd_random(rc->nonce, sizeof(rc->nonce)) < 0) {
+		rconn_fail(rc, EIO, "no random nonce for the RDMA HELLO");
+		return;
+	}
 	set_ack_timeout(rc);
 	conn_params(rc, &param, hello);
 	if (rdma_connect(rc->cm, &param))
@@ -999,6 +1139,43 @@ static void on_addr_resolved(struct xd_rconn *rc)
 		rconn_fail(rc, errno, "rdma_resolve_route failed");
 }
 
+/* What an RDMA HELLO says, as the TCP handshake's MACs take it. */
+static void hello_of(struct xd_hello *out, const struct xp_rdma_hello *h)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out->node, h->node, XP_ID_BYTES);
+	out->epoch = h->epoch;
+	out->version = XP_PEER_VERSION;
+	out->has_nonce = h->has_nonce;
+	memcpy(out->nonce, h->nonce, XD_NONCE_LEN);
+}
+
+/* Keyed, the connector: the acceptor's HELLO must offer a challenge; we answer with AUTH. */
+static void outgoing_keyed(struct xd_rconn *rc)
+{
+	char node[2 * XP_ID_BYTES + 1], cause[XD_CAUSE_MAX];
+
+	if (!rc->hello.has_nonce) {
+		xp_hex_encode(rc->hello.node, XP_ID_BYTES, node);
+		xd_log(XD_LOG_WARN,
+		       "RDMA peer connection to %s (node %s) refused: it offers no authentication "
+		       "(no cluster key, or --insecure-peers)",
+		       rc->from, node);
+		snprintf(cause, sizeof(cause),
+			 "the daemon at %s offers no authentication (it has no cluster key)",
+			 rc->from);
+		rconn_fail(rc, EACCES, cause);
+		return;
+	}
+	int err = rconn_send_auth(rc);
+	if (err) {
+		rconn_fail(rc, -err, "could not send the RDMA AUTH");
+		return;
+	}
+	if (rc->auth_early && !rc->dead)
+		auth_verify(rc, rc->auth_mac);
+}
+
 static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 {
 	struct xp_rdma_hello hello;
@@ -1016,10 +1193,30 @@ static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 			rconn_fail(rc, EHOSTUNREACH, "the daemon at that address is another node");
 			return;
 		}
-		rc->d->link_events->up(rc->peer, hello.epoch);
+		hello_of(&rc->hello, &hello);
+		rc->hello_rx = true;
+		if (rc->d->peer_key_len)
+			outgoing_keyed(rc);
+		else
+			rc->d->link_events->up(rc->peer, hello.epoch);
+		if (rc->dead)
+			return;
 	}
 	rconn_flush(rc);
 	rconn_pump(rc);
+}
+
+/* Accepted, keyed: the peer did not prove the key in time. */
+static void auth_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_rconn *rc = arg;
+
+	if (rc->dead || rc->authenticated)
+		return;
+	xd_log(XD_LOG_WARN,
+	       "RDMA peer connection from %s closed: no AUTH within %llu ms (handshake_timeout_ms)",
+	       rc->from, (unsigned long long)rc->d->cfg.handshake_timeout_ms);
+	rconn_fail(rc, ETIMEDOUT, "no AUTH in time");
 }
 
 /* A peer connects. Returns the id to destroy after the event is acked, if refused. */
@@ -1046,9 +1243,25 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 		rdma_reject(ev->id, NULL, 0);
 		return ev->id;
 	}
-	struct xd_peer *p =
-		d->link_events->attach(d, &xd_transport_rdma_ops, hello.node, hello.epoch, from);
-	struct xd_rconn *rc = p ? rconn_new(d, p, false) : NULL;
+	bool keyed = d->peer_key_len > 0;
+	if (keyed && !hello.has_nonce) {
+		char node[2 * XP_ID_BYTES + 1];
+		xp_hex_encode(hello.node, XP_ID_BYTES, node);
+		xd_log(XD_LOG_WARN,
+		       "RDMA peer connection from %s (says node %s) refused: it offers no "
+		       "authentication (no cluster key, or --insecure-peers)",
+		       from, node);
+		rdma_reject(ev->id, NULL, 0);
+		return ev->id;
+	}
+	/*
+	 * Keyed, the connection joins no set before the peer's AUTH checks out (rconn_trusted()):
+	 * an unproven HELLO displaces no set, brings none up, and has no message served.
+	 */
+	struct xd_peer *p = keyed ? NULL :
+				    d->link_events->attach(d, &xd_transport_rdma_ops, hello.node,
+							   hello.epoch, from);
+	struct xd_rconn *rc = p || keyed ? rconn_new(d, p, false) : NULL;
 	if (!rc) {
 		rdma_reject(ev->id, NULL, 0);
 		return ev->id;
@@ -1056,15 +1269,32 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 	rc->cm = ev->id;
 	rc->cm->context = rc;
 	rc->dev = dev;
-	int err = rconn_setup_qp(rc);
+	snprintf(rc->from, sizeof(rc->from), "%s", from);
+	hello_of(&rc->hello, &hello);
+	rc->hello_rx = true;
+	int err = keyed && xd_random(rc->nonce, sizeof(rc->nonce)) < 0 ? -EIO : 0;
+	if (!err && keyed) {
+		rc->auth_timer = evtimer_new(d->base, auth_timeout_cb, rc);
+		struct timeval tv = { .tv_sec = (time_t)(d->cfg.handshake_timeout_ms / 1000),
+				      .tv_usec = (suseconds_t)(d->cfg.handshake_timeout_ms % 1000) *
+						 1000 };
+		if (!rc->auth_timer || evtimer_add(rc->auth_timer, &tv) < 0)
+			err = -ENOMEM;
+	}
+	if (!err)
+		err = rconn_setup_qp(rc);
 	set_ack_timeout(rc);
 	conn_params(rc, &param, mine);
+	/* Our AUTH waits in the queue for ESTABLISHED: it is the connection's first SEND. */
+	if (!err && keyed)
+		err = rconn_send_auth(rc);
 	if (err || rdma_accept(rc->cm, &param)) {
 		rdma_reject(ev->id, NULL, 0);
 		rconn_fail(rc, err ? -err : errno, "could not accept the RDMA connection");
 		return NULL; /* rconn_free() destroys the id */
 	}
-	d->link_events->up(p, hello.epoch);
+	if (!keyed)
+		d->link_events->up(p, hello.epoch);
 	return NULL;
 }
 
@@ -1075,8 +1305,13 @@ static void on_failure_event(struct xd_rconn *rc, const struct rdma_cm_event *ev
 		  ev->event == RDMA_CM_EVENT_DISCONNECTED ? ECONNRESET :
 							    EHOSTUNREACH;
 
-	snprintf(what, sizeof(what), "rdma_cm %s (status %d)", rdma_event_str(ev->event),
-		 ev->status);
+	/* A keyed acceptor rejects a HELLO without a nonce: say so on an unkeyed connector. */
+	bool hint = ev->event == RDMA_CM_EVENT_REJECTED && rc->outgoing && !rc->d->peer_key_len;
+
+	snprintf(what, sizeof(what), "rdma_cm %s (status %d)%s", rdma_event_str(ev->event),
+		 ev->status,
+		 hint ? " (does the peer require a cluster key, which this daemon has none of?)" :
+			"");
 	rconn_fail(rc, err, what);
 }
 
@@ -1244,14 +1479,8 @@ static int rdma_start(struct xd_daemon *d)
 {
 	bool forced = strcmp(d->cfg.transport, xd_transport_rdma_ops.name) == 0;
 	bool wanted = forced || strcmp(d->cfg.transport, XD_TRANSPORT_AUTO) == 0;
-	/* Its handshake does not prove the key yet: a keyed daemon takes it only if told to. */
-	bool refused = d->peer_key_len && !d->cfg.insecure_peers;
-	int rc = xd_rdma_devices_open(d, wanted && !refused, rconn_completion);
+	int rc = xd_rdma_devices_open(d, wanted, rconn_completion);
 
-	if (rc == 0 && wanted && refused)
-		snprintf(d->rdma->why, sizeof(d->rdma->why),
-			 "unused: RDMA peers are not authenticated yet; with a cluster key "
-			 "--insecure-peers lets them in");
 	if (rc == 0 && d->rdma->ndevs)
 		rc = rconn_start(d);
 	if (rc == 0 && forced && !xd_rdma_available(d)) {
@@ -1292,6 +1521,7 @@ const struct xd_transport_ops xd_transport_rdma_ops = {
 	.network = true,
 	.preferred = true,
 	.one_sided = true,
+	.authenticates = true,
 	.start = rdma_start,
 	.fini = rdma_fini,
 	.usable = rdma_usable,

@@ -55,18 +55,29 @@ bool xp_peer_hdr_valid(const struct xp_peer_hdr *h);
 
 /*
  * The HELLO of an RDMA connection, in the rdma_cm connect and accept private data (PROTOCOL.md
- * §10.5): magic "xfer" (LE) | version | 3 zero bytes | node | epoch (LE).
+ * §10.5): magic "xfer" (LE) | version | flags | 2 zero bytes | node | epoch (LE) | nonce.
+ * Flags bit 0 (XP_RDMA_HELLO_NONCE): the 16-byte nonce at byte 32 is present (the sender has
+ * the cluster key, §10.2). Presence is marked by the flag, never by the length: IB/RoCE may pad
+ * received private data with zeros (a 32-byte HELLO of an older peer arrives as 56 bytes).
  */
-#define XP_RDMA_HELLO_LEN 32
+#define XP_RDMA_HELLO_LEN 48
+#define XP_RDMA_HELLO_MIN_LEN 32 /* without the nonce */
 #define XP_RDMA_HELLO_MAGIC 0x78666572u
+#define XP_RDMA_HELLO_NONCE 0x01u
+#define XP_RDMA_NONCE_LEN 16
 
 struct xp_rdma_hello {
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch;
+	bool has_nonce;
+	uint8_t nonce[XP_RDMA_NONCE_LEN];
 };
 
 void xp_rdma_hello_pack(const struct xp_rdma_hello *h, uint8_t out[XP_RDMA_HELLO_LEN]);
-/* Decodes @len bytes of private data. Returns 0, or -EPROTO (short, bad magic or version). */
+/*
+ * Decodes @len bytes of private data. Returns 0, or -EPROTO (short, bad magic or version,
+ * unknown flags, a nonce flagged but cut off).
+ */
 int xp_rdma_hello_unpack(const void *data, size_t len, struct xp_rdma_hello *h);
 
 #endif /* XP_PEER_H */

@@ -156,10 +156,12 @@ echo "# each measurement ~${DUR} s, the rate taken between ${MARGIN} s margins; 
 # rdma_ack_timeout 19: see tests/rdma/run.sh (spurious retransmissions under load stall rxe 6.1)
 echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true,
       "rdma_ack_timeout": 19}' >"$D/c.json"
+# Both nodes share a cluster key, as a real deployment does: RDMA peers authenticate.
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$D/peer.key")
 for n in 0 1; do
 	dev=RXE_DEV$n ip=RXE_IP$n
 	"$BUILD/xferd" --socket "$D/n$n.sock" --foreground --log-level warn --config "$D/c.json" \
-		--transport rdma --rdma-device "${!dev}" --listen "${!ip}:7700" --insecure-peers \
+		--transport rdma --rdma-device "${!dev}" --listen "${!ip}:7700" --peer-key "$D/peer.key" \
 		2>"$D/n$n.log" &
 	PIDS+=($!)
 done

@@ -27,9 +27,9 @@ $(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c client/xferclient.h $(B)/$(LIBNAME)
 	$(Q)$(CC) $(FINAL_CFLAGS) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) $(RDMA_LIBS)
 
 # rdma_rogue plays a peer daemon by hand: the proto/ code (metadata, peer header), jansson,
-# verbs and rdma_cm besides the client library. Empty for the others.
+# verbs and rdma_cm besides the client library, libcrypto for the AUTH MAC. Empty for the others.
 $(B)/tests/rdma_rogue: $(B)/libxferproto.a
-$(B)/tests/rdma_rogue: RDMA_LIBS = $(B)/libxferproto.a $(call PKG_LIBS,jansson libibverbs librdmacm)
+$(B)/tests/rdma_rogue: RDMA_LIBS = $(B)/libxferproto.a $(call PKG_LIBS,jansson libibverbs librdmacm libcrypto)
 
 # A VM that fails to boot or runs out of time prints no summary; say so in the summary's form,
 # so that the last line is always "N passed, N failed".

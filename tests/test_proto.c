@@ -937,21 +937,58 @@ TEST(hex_encode_decode)
 TEST(rdma_hello_wire_format)
 {
 	struct xp_rdma_hello h = { .epoch = 0x0102030405060708ull }, back;
-	uint8_t wire[XP_RDMA_HELLO_LEN];
+	uint8_t wire[XP_RDMA_HELLO_LEN], padded[56];
 	static const uint8_t head[8] = { 0x72, 0x65, 0x66, 0x78, XP_PEER_VERSION, 0, 0, 0 };
+	static const uint8_t keyed[8] = { 0x72, 0x65, 0x66, 0x78, XP_PEER_VERSION, 1, 0, 0 };
 	static const uint8_t epoch[8] = { 8, 7, 6, 5, 4, 3, 2, 1 };
+	static const uint8_t zero[XP_RDMA_NONCE_LEN];
 
+	CHECK_EQ_INT(XP_RDMA_HELLO_LEN, 48);
+	CHECK(XP_RDMA_HELLO_LEN <= 56); /* the RC REQ private data limit */
 	for (int i = 0; i < XP_ID_BYTES; i++)
 		h.node[i] = (uint8_t)(0xa0 + i);
+	/* Without a nonce (unkeyed): flags 0, zeros after the epoch. */
 	xp_rdma_hello_pack(&h, wire);
 	CHECK_MEM_EQ(wire, head, 8);
 	CHECK_MEM_EQ(wire + 8, h.node, XP_ID_BYTES);
 	CHECK_MEM_EQ(wire + 24, epoch, 8);
+	CHECK_MEM_EQ(wire + 32, zero, XP_RDMA_NONCE_LEN);
+	back.has_nonce = true;
 	CHECK_OK(xp_rdma_hello_unpack(wire, sizeof(wire), &back));
 	CHECK_MEM_EQ(back.node, h.node, XP_ID_BYTES);
 	CHECK_EQ_INT(back.epoch, h.epoch);
-	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire) - 1, &back), -EPROTO);
+	CHECK(!back.has_nonce);
+	/* An older peer's 32-byte HELLO, as sent and as padded with zeros on the wire. */
+	CHECK_OK(xp_rdma_hello_unpack(wire, XP_RDMA_HELLO_MIN_LEN, &back));
+	CHECK(!back.has_nonce);
+	CHECK_EQ_INT(back.epoch, h.epoch);
+	CHECK_ERR(xp_rdma_hello_unpack(wire, XP_RDMA_HELLO_MIN_LEN - 1, &back), -EPROTO);
 	CHECK_ERR(xp_rdma_hello_unpack(NULL, 0, &back), -EPROTO);
+	/* With a nonce (keyed): flag byte 5, the nonce at byte 32. */
+	h.has_nonce = true;
+	for (int i = 0; i < XP_RDMA_NONCE_LEN; i++)
+		h.nonce[i] = (uint8_t)(0x30 + i);
+	xp_rdma_hello_pack(&h, wire);
+	CHECK_MEM_EQ(wire, keyed, 8);
+	CHECK_MEM_EQ(wire + 8, h.node, XP_ID_BYTES);
+	CHECK_MEM_EQ(wire + 24, epoch, 8);
+	CHECK_MEM_EQ(wire + 32, h.nonce, XP_RDMA_NONCE_LEN);
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(xp_rdma_hello_unpack(wire, sizeof(wire), &back));
+	CHECK(back.has_nonce);
+	CHECK_MEM_EQ(back.nonce, h.nonce, XP_RDMA_NONCE_LEN);
+	CHECK_EQ_INT(back.epoch, h.epoch);
+	memset(padded, 0, sizeof(padded));
+	memcpy(padded, wire, sizeof(wire));
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(xp_rdma_hello_unpack(padded, sizeof(padded), &back));
+	CHECK(back.has_nonce);
+	CHECK_MEM_EQ(back.nonce, h.nonce, XP_RDMA_NONCE_LEN);
+	/* A nonce flagged but cut off, an unknown flag. */
+	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire) - 1, &back), -EPROTO);
+	wire[5] = 0x03;
+	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire), &back), -EPROTO);
+	wire[5] = XP_RDMA_HELLO_NONCE;
 	wire[4] = XP_PEER_VERSION + 1;
 	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire), &back), -EPROTO);
 	wire[4] = XP_PEER_VERSION;

@@ -5,7 +5,11 @@
  * operation's range, only in the operation's direction, only while the transfer lasts, and the
  * region's own MR grants no remote access at all.
  *
- *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR]
+ *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR [KEY_FILE]]
+ * With KEY_FILE (the owner's cluster key, hex) the rogue proves the key as a daemon does
+ * (PROTOCOL.md §10.2: a nonce in its HELLO, AUTH as its first SEND, with the MAC of
+ * daemon/frame.c made here with libcrypto), and first checks that a HELLO without a nonce, an
+ * AUTH with a wrong MAC and a CLAIM before AUTH are each refused while the owner keeps serving.
  *
  * It is two things at once:
  *   - the owner's client (libxferclient): a buffer of three 64 KiB slices filled with a known
@@ -45,6 +49,8 @@
 
 #include <infiniband/verbs.h>
 #include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <rdma/rdma_cma.h>
 
 #include "xfer_proto.h"
@@ -134,6 +140,8 @@ struct rogue {
 	bool established, disconnected, qp_error;
 	uint8_t owner_node[XP_ID_BYTES];
 	uint64_t owner_epoch;
+	uint8_t node[XP_ID_BYTES], owner_nonce[XP_RDMA_NONCE_LEN], nonce[XP_RDMA_NONCE_LEN];
+	uint64_t epoch;
 	uint64_t xfer;
 	struct msg q[MAX_MSGS];
 	int nq;
@@ -152,6 +160,18 @@ struct probe {
 };
 
 static volatile sig_atomic_t passed, failed;
+
+/* The cluster key of KEY_FILE (none: the owner is unkeyed, no AUTH). */
+static uint8_t peer_key[64];
+static size_t peer_key_len;
+
+/* How rogue_connect() handles the handshake of a keyed owner. */
+enum auth_mode {
+	AUTH_GOOD,     /* a nonce, then AUTH with the right MAC, then the owner's AUTH checked */
+	AUTH_NO_NONCE, /* the HELLO offers no authentication */
+	AUTH_BAD_MAC,  /* a nonce, then AUTH with a MAC under another key */
+	AUTH_SKIP,     /* a nonce, and no AUTH at all */
+};
 
 /* ---- output ---- */
 
@@ -418,8 +438,8 @@ static int region_rkey(struct ctx *t, uint32_t *rkey, int *ndevs, char *why, siz
 	return -1;
 }
 
-/* How many of the rogue's node ids the owner still lists as peers. */
-static int rogue_peers_listed(struct ctx *t, char *why, size_t len)
+/* How many of the rogue's node ids (from the @first-th used on) the owner lists as peers. */
+static int peers_listed_from(struct ctx *t, int first, char *why, size_t len)
 {
 	json_t *j = owner_call(t, "list.peers", why, len), *p;
 	char hex[2 * XP_ID_BYTES + 1];
@@ -430,7 +450,7 @@ static int rogue_peers_listed(struct ctx *t, char *why, size_t len)
 		return -1;
 	json_array_foreach(json_object_get(j, "peers"), i, p) {
 		const char *node = json_string_value(json_object_get(p, "node")) ?: "";
-		for (int k = 0; k < t->nnodes; k++) {
+		for (int k = first; k < t->nnodes; k++) {
 			xp_hex_encode(t->nodes[k], XP_ID_BYTES, hex);
 			if (strcmp(hex, node) == 0)
 				n++;
@@ -438,6 +458,11 @@ static int rogue_peers_listed(struct ctx *t, char *why, size_t len)
 	}
 	json_decref(j);
 	return n;
+}
+
+static int rogue_peers_listed(struct ctx *t, char *why, size_t len)
+{
+	return peers_listed_from(t, 0, why, len);
 }
 
 /* A passive operation over the middle slice, and its metadata decoded as a daemon would. */
@@ -788,10 +813,13 @@ static int wait_msg(struct rogue *r, uint8_t type, json_t **json)
 			return 0;
 		if ((rc = owner_refused(r, type)))
 			return rc;
-		if (r->disconnected || r->qp_error)
+		if (r->disconnected || r->qp_error) {
+			char was[sizeof(r->why)];
+			snprintf(was, sizeof(was), "%s", r->why);
 			return rogue_err(r, ECONNRESET,
 					 "the connection failed while waiting for %s%s%s",
-					 xp_peer_type_name(type), r->why[0] ? ": " : "", r->why);
+					 xp_peer_type_name(type), was[0] ? ": " : "", was);
+		}
 		if ((rc = step(r, deadline)) == -ETIMEDOUT)
 			return rogue_err(r, ETIMEDOUT, "no %s from the owner within %d ms",
 					 xp_peer_type_name(type), WAIT_MS);
@@ -890,6 +918,99 @@ static int expect_success(struct rogue *r, bool write, uint64_t raddr, uint32_t 
 		snprintf(why, wlen, "byte %ld of the READ is not the owner's", at);
 		return -1;
 	}
+	return 0;
+}
+
+/* ---- the rogue: authentication (PROTOCOL.md §10.2, as daemon/frame.c's auth_mac) ---- */
+
+static int load_key(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char text[256];
+	size_t n = 0, len;
+
+	if (!f)
+		return -errno;
+	len = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[len] = '\0';
+	for (size_t i = 0; i + 1 < len && n < sizeof(peer_key);) {
+		unsigned v;
+		if (text[i] == ' ' || text[i] == '\n' || text[i] == '\t') {
+			i++;
+			continue;
+		}
+		if (sscanf(text + i, "%2x", &v) != 1)
+			return -EINVAL;
+		peer_key[n++] = (uint8_t)v;
+		i += 2;
+	}
+	peer_key_len = n;
+	return n >= 16 ? 0 : -EINVAL;
+}
+
+static void ident_put(uint8_t *p, const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+{
+	memcpy(p, node, XP_ID_BYTES);
+	for (int i = 0; i < 8; i++)
+		p[XP_ID_BYTES + i] = (uint8_t)(epoch >> (8 * i));
+}
+
+/*
+ * HMAC-SHA256 under the key of: "xferd-auth-v1\0" | role ('C' connector, 'A' acceptor) |
+ * sender node+epoch | receiver node+epoch | the receiver's nonce | the sender's nonce.
+ */
+static int auth_mac(bool from_connector, const uint8_t from_node[XP_ID_BYTES], uint64_t from_epoch,
+		    const uint8_t to_node[XP_ID_BYTES], uint64_t to_epoch,
+		    const uint8_t challenge[XP_RDMA_NONCE_LEN],
+		    const uint8_t from_nonce[XP_RDMA_NONCE_LEN], uint8_t out[32])
+{
+	static const char label[] = "xferd-auth-v1";
+	uint8_t msg[sizeof(label) + 1 + 2 * (XP_ID_BYTES + 8) + 2 * XP_RDMA_NONCE_LEN], *p = msg;
+	unsigned int outlen = 0;
+
+	memcpy(p, label, sizeof(label));
+	p += sizeof(label);
+	*p++ = from_connector ? 'C' : 'A';
+	ident_put(p, from_node, from_epoch);
+	p += XP_ID_BYTES + 8;
+	ident_put(p, to_node, to_epoch);
+	p += XP_ID_BYTES + 8;
+	memcpy(p, challenge, XP_RDMA_NONCE_LEN);
+	p += XP_RDMA_NONCE_LEN;
+	memcpy(p, from_nonce, XP_RDMA_NONCE_LEN);
+	if (!HMAC(EVP_sha256(), peer_key, (int)peer_key_len, msg, sizeof(msg), out, &outlen) ||
+	    outlen != 32)
+		return -EIO;
+	return 0;
+}
+
+/*
+ * A keyed claimer's CLAIM carries a proof of the token (PROTOCOL.md §10.2, daemon/crypto.c):
+ * HMAC-SHA256 under the key of "xferd-claim-v1\0" | owner node+epoch | claimer node+epoch |
+ * op (8 bytes LE) | transfer (8 bytes LE) | token.
+ */
+static int claim_proof(const struct rogue *r, const struct xp_meta *m, uint8_t out[32])
+{
+	static const char label[] = "xferd-claim-v1";
+	uint8_t msg[sizeof(label) + 2 * (XP_ID_BYTES + 8) + 16 + XP_ID_BYTES], *p = msg;
+	unsigned int outlen = 0;
+
+	memcpy(p, label, sizeof(label));
+	p += sizeof(label);
+	ident_put(p, m->node, m->epoch);
+	p += XP_ID_BYTES + 8;
+	ident_put(p, r->node, r->epoch);
+	p += XP_ID_BYTES + 8;
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(m->op >> (8 * i));
+		p[8 + i] = (uint8_t)(r->xfer >> (8 * i));
+	}
+	p += 16;
+	memcpy(p, m->token, XP_ID_BYTES);
+	if (!HMAC(EVP_sha256(), peer_key, (int)peer_key_len, msg, sizeof(msg), out, &outlen) ||
+	    outlen != 32)
+		return -EIO;
 	return 0;
 }
 
@@ -998,13 +1119,14 @@ static int check_hello(struct rogue *r, const uint8_t *p, size_t len, const stru
 {
 	struct xp_rdma_hello h;
 
-	if (xp_rdma_hello_unpack(p, len, &h) < 0)
+	if (xp_rdma_hello_unpack(p, len, &h) < 0 || (peer_key_len && !h.has_nonce))
 		return rogue_err(r, EPROTO,
 				 "the owner's HELLO (%zu bytes of accept private data) is "
 				 "not valid",
 				 len);
 	memcpy(r->owner_node, h.node, XP_ID_BYTES);
 	r->owner_epoch = h.epoch;
+	memcpy(r->owner_nonce, h.nonce, XP_RDMA_NONCE_LEN);
 	if (memcmp(r->owner_node, m->node, XP_ID_BYTES) || r->owner_epoch != m->epoch)
 		return rogue_err(r, EPROTO,
 				 "the owner's HELLO names another node or epoch than its metadata");
@@ -1024,8 +1146,45 @@ static int resolve_local(struct ctx *t, struct rogue *r)
 	return wait_cm(r, RDMA_CM_EVENT_ADDR_RESOLVED, NULL, NULL);
 }
 
+/*
+ * Keyed: AUTH with our proof (@bad: under another key), and for a good one the owner's AUTH,
+ * checked against our nonce.
+ */
+static int rogue_auth(struct rogue *r, bool bad)
+{
+	uint8_t mac[32], want[32];
+	char hex[65];
+	json_t *auth, *theirs = NULL;
+	const char *got;
+	int err;
+
+	if (auth_mac(true, r->node, r->epoch, r->owner_node, r->owner_epoch, r->owner_nonce,
+		     r->nonce, mac))
+		return rogue_err(r, EIO, "HMAC failed");
+	if (bad)
+		mac[0] ^= 0x5a;
+	xp_hex_encode(mac, sizeof(mac), hex);
+	auth = json_pack("{s:s}", "mac", hex);
+	err = auth ? send_msg(r, XP_PEER_AUTH, 0, 0, auth) : rogue_err(r, ENOMEM, "out of memory");
+	json_decref(auth);
+	if (err || bad)
+		return err;
+	if ((err = wait_msg(r, XP_PEER_AUTH, &theirs)))
+		return err;
+	got = json_string_value(json_object_get(theirs, "mac"));
+	err = auth_mac(false, r->owner_node, r->owner_epoch, r->node, r->epoch, r->nonce,
+		       r->owner_nonce, want);
+	xp_hex_encode(want, sizeof(want), hex);
+	if (!err && (!got || strcmp(got, hex) != 0))
+		err = rogue_err(r, EACCES, "the owner's AUTH does not prove the key: %s",
+				got ? got : "(no mac)");
+	json_decref(theirs);
+	return err;
+}
+
 /* Connects to the owner as a peer daemon, with a HELLO of a fresh node: ready for CLAIM. */
-static int rogue_connect(struct ctx *t, struct rogue *r, const struct xp_meta *m)
+static int rogue_connect_as(struct ctx *t, struct rogue *r, const struct xp_meta *m,
+			    enum auth_mode mode)
 {
 	uint8_t hello[XP_RDMA_HELLO_LEN], pdata[64];
 	struct xp_rdma_hello mine;
@@ -1042,17 +1201,37 @@ static int rogue_connect(struct ctx *t, struct rogue *r, const struct xp_meta *m
 	if ((err = wait_cm(r, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, NULL)) || (err = setup_qp(r)))
 		return err;
 	rdma_set_option(r->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, sizeof(ack));
+	memset(&mine, 0, sizeof(mine));
 	new_node(t, mine.node);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	mine.epoch = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+	if (peer_key_len && mode != AUTH_NO_NONCE) {
+		mine.has_nonce = true;
+		if (getrandom(mine.nonce, sizeof(mine.nonce), 0) != (ssize_t)sizeof(mine.nonce))
+			return rogue_err(r, EIO, "getrandom failed");
+	}
+	memcpy(r->node, mine.node, XP_ID_BYTES);
+	memcpy(r->nonce, mine.nonce, XP_RDMA_NONCE_LEN);
+	r->epoch = mine.epoch;
 	xp_rdma_hello_pack(&mine, hello);
 	conn_param(r, &param, hello);
+	if (mode == AUTH_NO_NONCE)
+		param.private_data_len = XP_RDMA_HELLO_MIN_LEN; /* an older peer's 32 bytes */
 	if (rdma_connect(r->id, &param))
 		return rogue_err(r, errno, "rdma_connect: %s", strerror(errno));
 	if ((err = wait_cm(r, RDMA_CM_EVENT_ESTABLISHED, pdata, &plen)))
 		return err;
 	r->established = true;
-	return check_hello(r, pdata, plen, m);
+	if ((err = check_hello(r, pdata, plen, m)))
+		return err;
+	if (!peer_key_len || mode == AUTH_SKIP)
+		return 0;
+	return rogue_auth(r, mode == AUTH_BAD_MAC);
+}
+
+static int rogue_connect(struct ctx *t, struct rogue *r, const struct xp_meta *m)
+{
+	return rogue_connect_as(t, r, m, AUTH_GOOD);
 }
 
 static void rogue_close(struct rogue *r)
@@ -1117,10 +1296,22 @@ static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
 	xp_hex_encode(o->m.token, XP_ID_BYTES, token);
 	xp_hex_encode(o->m.node, XP_ID_BYTES, node);
 	r->xfer = ++t->xfer_seq;
-	claim = json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op, "token",
-			  token, "kind", xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE), "node",
-			  node, "epoch", (json_int_t)o->m.epoch, "length", (json_int_t)o->m.total,
-			  "metadata_kind", xp_kind_name(o->m.kind));
+	claim = json_pack("{s:I, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)o->m.op, "kind",
+			  xp_kind_name(read ? XP_KIND_READ : XP_KIND_WRITE), "node", node, "epoch",
+			  (json_int_t)o->m.epoch, "length", (json_int_t)o->m.total, "metadata_kind",
+			  xp_kind_name(o->m.kind));
+	if (claim && peer_key_len) { /* a keyed owner takes a proof of the token, never the token */
+		uint8_t proof[32];
+		char phex[65];
+		if (claim_proof(r, &o->m, proof)) {
+			json_decref(claim);
+			return rogue_err(r, EIO, "HMAC failed");
+		}
+		xp_hex_encode(proof, sizeof(proof), phex);
+		json_object_set_new(claim, "proof", json_string(phex));
+	} else if (claim) {
+		json_object_set_new(claim, "token", json_string(token));
+	}
 	err = claim ? send_msg(r, XP_PEER_CLAIM, XP_PEER_FROM_ACTIVE, r->xfer, claim) :
 		      rogue_err(r, ENOMEM, "out of memory");
 	json_decref(claim);
@@ -1876,24 +2067,116 @@ static int setup(struct ctx *t)
 	return 0;
 }
 
+/*
+ * j: a keyed owner takes no peer that does not prove the key. Each hostile handshake must end
+ * its connection without a set for its node and without a grant; the readable they tried stays
+ * claimable, and an authenticated rogue then claims it and reads its bytes.
+ */
+static void test_auth(struct ctx *t)
+{
+	static const struct {
+		enum auth_mode mode;
+		const char *name;
+	} cases[] = {
+		{ AUTH_NO_NONCE, "j. a HELLO without a nonce is refused" },
+		{ AUTH_BAD_MAC, "j. an AUTH with a wrong MAC ends the connection" },
+		{ AUTH_SKIP, "j. a CLAIM before AUTH ends the connection" },
+	};
+	const char *served = "j. after the refused handshakes the owner still serves that readable";
+	struct probe p;
+	struct rogue r;
+	char why[512];
+	int first = t->nnodes, listed;
+
+	memset(&p, 0, sizeof(p));
+	reset_buffer(t);
+	if (offer_new(t, false, &p.o, why, sizeof(why))) {
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			fail(cases[i].name, "%s", why);
+		fail(served, "no readable");
+		probe_close(t, &p);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int err = rogue_connect_as(t, &r, &p.o.m, cases[i].mode);
+		const char *how;
+
+		if (cases[i].mode == AUTH_NO_NONCE) {
+			if (err && !r.established)
+				ok("%s: %s", cases[i].name, r.why);
+			else
+				fail(cases[i].name, "the owner accepted the connection%s%s",
+				     err ? ": " : "", err ? r.why : "");
+			rogue_close(&r);
+			continue;
+		}
+		if (err) {
+			fail(cases[i].name, "connect: %s", r.why);
+			rogue_close(&r);
+			continue;
+		}
+		/* Then a CLAIM as if proven: no CLAIM_OK may come back, the connection must go. */
+		err = rogue_claim(t, &r, &p.o);
+		how = r.why;
+		if (!err)
+			fail(cases[i].name, "the owner granted the claim (rkey 0x%x)", r.rkey);
+		else if (!r.disconnected && !r.qp_error && linger(&r, WAIT_MS) == 0)
+			fail(cases[i].name, "no grant, but the connection stayed up: %s", how);
+		else
+			ok("%s: no grant, connection dropped (%s)", cases[i].name, how);
+		rogue_close(&r);
+	}
+	listed = peers_listed_from(t, first, why, sizeof(why));
+	if (listed == 0)
+		ok("j. the owner lists none of the refused handshakes' nodes as peers");
+	else if (listed > 0)
+		fail("j. the owner lists none of the refused handshakes' nodes as peers",
+		     "%d listed", listed);
+	else
+		fail("j. the owner lists none of the refused handshakes' nodes as peers", "%s",
+		     why);
+	if (rogue_connect(t, &p.r, &p.o.m) || rogue_claim(t, &p.r, &p.o)) {
+		fail(served, "connect+claim: %s", p.r.why);
+	} else if (expect_success(&p.r, false, p.r.addr, p.r.rkey, SLICE, SLICE, why,
+				  sizeof(why))) {
+		fail(served, "%s", why);
+	} else if (rogue_done(&p.r)) {
+		fail(served, "DONE: %s", p.r.why);
+	} else if (owner_complete(t, p.o.op, why, sizeof(why))) {
+		fail(served, "%s", why);
+	} else {
+		ok("%s: an authenticated claim read its %u bytes, equal the owner's, op COMPLETE",
+		   served, SLICE);
+	}
+	probe_close(t, &p);
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx t = { 0 };
 
-	if (argc < 3 || argc > 4) {
+	if (argc < 3 || argc > 5) {
 		fprintf(stderr,
-			"usage: rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR]\n"
-			"  SOURCE_ADDR defaults to $RXE_IP0\n");
+			"usage: rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR [KEY_FILE]]\n"
+			"  SOURCE_ADDR defaults to $RXE_IP0; KEY_FILE: the owner's cluster key\n");
 		return 2;
 	}
 	t.sock = argv[1];
-	if (parse_target(argv[2], argc == 4 ? argv[3] : getenv("RXE_IP0"), &t.tg)) {
+	if (argc == 5 && load_key(argv[4]) < 0) {
+		fprintf(stderr, "rdma_rogue: no key of at least 16 bytes (hex) in %s\n", argv[4]);
+		return 2;
+	}
+	if (parse_target(argv[2], argc >= 4 ? argv[3] : getenv("RXE_IP0"), &t.tg)) {
 		fprintf(stderr, "rdma_rogue: bad address '%s' or source address\n", argv[2]);
 		return 2;
 	}
 	signal(SIGALRM, on_alarm);
 	alarm(RUN_LIMIT_S);
 	if (setup(&t) == 0) {
+		if (peer_key_len)
+			test_auth(&t);
+		else
+			note("no KEY_FILE: the owner is taken to be unkeyed, no AUTH cases");
 		test_read_then_done(&t);
 		probe_refused(&t, "b. READ of the 4 KiB just before a readable's range", false,
 			      false, -(long)PROBE_LEN, PROBE_LEN, NULL, true);

@@ -5,7 +5,8 @@
 # scripts/rxe-vm.sh (`make test-rdma`), which provides two Soft-RoCE devices on a veth pair:
 #   node 0: xferd --rdma-device $RXE_DEV0 (rxe0) --listen $RXE_IP0 (10.77.0.1):7700
 #   node 1: xferd --rdma-device $RXE_DEV1 (rxe1) --listen $RXE_IP1 (10.77.0.2):7700
-# both with --transport rdma and "require_rdma": true, so a fallback to TCP is an error.
+# both with --transport rdma and "require_rdma": true, so a fallback to TCP is an error, and
+# both with the same cluster key (--peer-key, a 0600 file): their peers authenticate.
 #
 #   - devices: each daemon uses its rxe device, port ACTIVE, Ethernet, MTU, RoCE v2 GID
 #   - the four operations byte-exact (cmp) at 4 KiB .. 32 MiB, both directions; each passive op
@@ -15,7 +16,9 @@
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
 #   - the benchmark client of make bench-rdma (tests/rdma/rdma_bench.c), briefly, 2 in flight:
 #     it runs, checks its bytes and reports the transport, so that the bench does not rot
-#   - a hostile peer (tests/rdma/rdma_rogue.c, RDMA only): CLAIM_OK's rkeys are memory windows
+#   - a hostile peer (tests/rdma/rdma_rogue.c, RDMA only): a HELLO without a nonce, an AUTH with
+#     a wrong MAC and a CLAIM before AUTH are refused, no set made, the op still served; with the
+#     key it proves like a daemon, and then: CLAIM_OK's rkeys are memory windows
 #     that reach only the claimed range, in its direction, through the claimer's queue pair,
 #     while the transfer lasts; the region MR's own rkey reaches nothing
 #   - concurrency: 8 readable/read pairs each direction plus 4 writable/write pairs each
@@ -67,6 +70,9 @@ START=$SECONDS
 D=$(mktemp -d /dev/shm/xfrdma.XXXXXX) || exit 1
 DATA=$D/data
 mkdir -p "$DATA"
+# The cluster key both nodes share (and the rogue, to get past the handshake for its probes).
+KEY=$D/peer.key
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$KEY") || exit 1
 
 cleanup() {
 	kill_children
@@ -125,7 +131,7 @@ node_log() { echo "$D/n$1.log"; }
 node_start() {
 	local n=$1 args i
 	args=(--socket "$(node_sock "$n")" --foreground --log-level "${XFER_RDMA_LOG:-warn}"
-		--config "$D/n$n.json" --listen "${IP[$n]}:$PORT" --insecure-peers)
+		--config "$D/n$n.json" --listen "${IP[$n]}:$PORT" --peer-key "$KEY")
 	if [ "$HAS_TRANSPORT" = 1 ]; then
 		args+=(--transport "$TRANSPORT")
 		[ "$TRANSPORT" = tcp ] || args+=(--rdma-device "${DEV[$n]}")
@@ -358,9 +364,15 @@ fi
 
 if [ "$TRANSPORT" = rdma ] && want hostile; then
 	if [ -x "$BUILD/tests/rdma_rogue" ]; then
-		out=$(timeout -k 2 300 "$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" 2>&1)
+		out=$(timeout -k 2 300 "$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" "$KEY" 2>&1)
 		relay "hostile peer" "rdma_rogue" $? "$out"
 		check_baseline "hostile peer"
+		# The daemons still serve each other after the rogue's refused handshakes (bytes checked).
+		if warm; then
+			ok "after the hostile peer, both directions transfer ($SEEN)"
+		else
+			fail "transfers after the hostile peer" "$WHY; node 1 log: $(logtail 1)"
+		fi
 	else
 		fail "hostile peer" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
 	fi
