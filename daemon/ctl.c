@@ -109,6 +109,7 @@ static int flush_queue(struct xd_conn *c)
 			return rc;
 		STAILQ_REMOVE_HEAD(&c->outq, link);
 		c->queued--;
+		c->queued_bytes -= it->len;
 		free(it);
 	}
 	if (STAILQ_EMPTY(&c->outq))
@@ -138,9 +139,12 @@ int xd_conn_send(struct xd_conn *c, const json_t *msg)
 	int len = xp_dump(msg, &text);
 	if (len < 0)
 		return len;
-	if (c->queued >= XD_MAX_QUEUED) {
+	/* Bounded in packets and in bytes: a reply can be 64 KiB, and 4096 of them 256 MiB. */
+	if (c->queued >= XD_MAX_QUEUED || c->queued_bytes + (size_t)len > XD_MAX_QUEUED_BYTES) {
 		free(text);
-		conn_close_later(c, "client stopped reading (4096 packets queued)");
+		conn_close_later(c, c->queued >= XD_MAX_QUEUED ?
+					    "client stopped reading (4096 packets queued)" :
+					    "client stopped reading (16 MiB of replies queued)");
 		return -ENOBUFS;
 	}
 	struct xd_outq_item *it = malloc(sizeof(*it) + (size_t)len);
@@ -153,6 +157,7 @@ int xd_conn_send(struct xd_conn *c, const json_t *msg)
 	free(text);
 	STAILQ_INSERT_TAIL(&c->outq, it, link);
 	c->queued++;
+	c->queued_bytes += it->len;
 	int rc = flush_queue(c);
 	if (rc < 0)
 		conn_close_later(c, "send failed (client gone)");

@@ -33,8 +33,9 @@
 	     (var) = (tvar))
 #endif
 
-#define XD_MAX_QUEUED 4096	  /* packets queued to one client before it is dropped */
-#define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
+#define XD_MAX_QUEUED 4096		/* packets queued to one client before it is dropped */
+#define XD_MAX_QUEUED_BYTES (16u << 20) /* ... or bytes of them */
+#define XD_SHUTDOWN_FLUSH_MS 2000	/* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
 #define XD_MAX_LISTEN 8	     /* listen and advertise addresses */
 #define XD_MAX_DEVICES 8     /* RDMA devices used */
@@ -411,6 +412,7 @@ struct xd_conn {
 	struct xd_deferred free_later; /**< freed at the next loop turn once closed */
 	STAILQ_HEAD(, xd_outq_item) outq;
 	unsigned queued;
+	size_t queued_bytes;   /**< of the packets in outq */
 	uint64_t use[XD_NRES]; /**< charged to this connection (limits.c) */
 	bool charged;	       /**< its XD_RES_CLIENTS charge is held */
 	uint64_t created_us;

@@ -1030,3 +1030,61 @@ __attribute__((constructor)) static void register_cases(void)
 		harness_add(names[i], run_one_case, (void *)&cases[i], 60);
 	}
 }
+
+/* The daemon's resident memory, KiB (VmRSS of /proc/PID/status), or -1. */
+static long rss_kib(pid_t pid)
+{
+	char path[64], line[128];
+	long kib = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/*
+ * A client that sends requests and never reads the replies must not make the daemon hold them
+ * without bound. The bound was 4096 packets, and a listing page can be 64 KiB: 256 MiB for one
+ * client. Here each list.regions page is ~10 KiB (100 regions), so 2000 unread pages (~20 MiB)
+ * pass the 16 MiB byte bound long before the packet one: the client is cut off before every
+ * reply is queued, the daemon's memory stays bounded, and others are served.
+ */
+TEST_TIMEOUT(unread_replies_bounded_by_bytes, 120)
+{
+	static const char req[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"list.regions\"}";
+	struct td d;
+	struct xp_reply rep;
+	int sent = 0, replies = 0;
+
+	CHECK_OK(td_start(&d, ANY_UID_CONFIG));
+	int sock = hello_conn(&d);
+	for (int i = 0; i < 100; i++)
+		raw_register(sock, 4096);
+	long before = rss_kib(d.pid);
+	for (; sent < 2000; sent++)
+		if (send(sock, req, sizeof(req) - 1, MSG_NOSIGNAL) < 0)
+			break; /* the daemon closed: what it queued is gone with the connection */
+	long peak = rss_kib(d.pid);
+	while (td_raw_recv(sock, &rep) == 0) {
+		replies++;
+		xp_reply_fini(&rep);
+	}
+	harness_note("%d requests sent, %d replies read, RSS %ld -> %ld KiB", sent, replies, before,
+		     peak);
+	CHECK(replies < sent);
+	CHECK(peak - before < 48 * 1024);
+	close(sock);
+	int other = hello_conn(&d);
+	CHECK_OK(td_raw_call(other, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"stats\"}", NULL, 0,
+			     &rep));
+	CHECK(rep.result != NULL);
+	xp_reply_fini(&rep);
+	close(other);
+	CHECK_EQ_INT(td_stop(&d), 0);
+}
