@@ -135,7 +135,8 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNA
 
 # The control-packet fuzz target (tests/fuzz/) links the real daemon objects. main.c also holds
 # xd_now_us(), so its main() is made local instead of leaving the file out.
-FUZZ_DAEMON_OBJ := $(filter-out $(B)/daemon/main.o,$(DAEMON_OBJ)) $(B)/tests/fuzz/xferd_main.o
+FUZZ_DAEMON_OBJ := $(filter-out $(B)/daemon/main.o,$(DAEMON_OBJ)) $(B)/tests/fuzz/xferd_main.o \
+	$(B)/tests/fuzz/fuzz_daemon.o
 FUZZ_LIBS = $(B)/libxferproto.a $(call PKG_LIBS,$(PKGS)) -lpthread
 FUZZ_REPLAY := $(B)/tests/test_fuzz_replay
 FUZZ_SECONDS ?= 60
@@ -180,7 +181,7 @@ all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY)
 # transport table in place of transport.o's (which names tcp and rdma). This explicit rule
 # overrides the pattern rule above for that one program; TEST_BINS already lists it.
 ENGINE_TEST := $(B)/tests/test_engine
-ENGINE_DAEMON_OBJ := $(filter-out $(B)/daemon/transport.o,$(FUZZ_DAEMON_OBJ))
+ENGINE_DAEMON_OBJ := $(filter-out $(B)/daemon/transport.o $(B)/tests/fuzz/fuzz_daemon.o,$(FUZZ_DAEMON_OBJ))
 
 $(ENGINE_TEST): $(B)/tests/test_engine.o $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ) \
 		$(B)/libxferproto.a $(B)/$(LIBNAME)

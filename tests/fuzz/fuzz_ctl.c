@@ -33,7 +33,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../../daemon/transport.h"
+#include "fuzz_daemon.h"
 #include "fuzz_target.h"
 
 /* Fixed, so that metadata in the seed corpus names this daemon and gets to the token check. */
@@ -63,9 +63,7 @@ static const char WRITABLE[] =
 	"\"params\":{\"descs\":[{\"region\":1,\"offset\":4096,\"length\":4096}]}}";
 
 static struct {
-	struct xd_daemon d;
-	bool started;
-	char dir[64]; /* mkdtemp'd; holds the control socket */
+	struct fuzz_daemon fd;
 	int sealed[3], unsealed[3], pipe[2];
 	int region_fd; /* the preamble's memfd */
 	/* what "$R" and "$W" stand for */
@@ -77,45 +75,6 @@ struct expect {
 	int64_t id;   /* the replies' id; XP_ID_NONE for null */
 	int min, max; /* how many replies */
 };
-
-static void remove_socket_dir(void)
-{
-	char path[128];
-
-	if (!F.dir[0])
-		return;
-	snprintf(path, sizeof(path), "%s/ctl.sock", F.dir);
-	unlink(path);
-	rmdir(F.dir);
-	F.dir[0] = '\0';
-}
-
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("fuzz_ctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	remove_socket_dir();
-	abort();
-}
-
-/* Open fds of this process. */
-static int count_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!dir)
-		die("opendir /proc/self/fd: %s", strerror(errno));
-	while (readdir(dir))
-		n++;
-	closedir(dir);
-	return n - 3; /* ".", ".." and the directory's own fd */
-}
 
 /* Names every open fd on stderr, to show what leaked. */
 static void print_fds(void)
@@ -143,90 +102,45 @@ static int make_memfd(bool seal)
 
 	if (fd < 0 || ftruncate(fd, FUZZ_MEMFD_SIZE) < 0 ||
 	    (seal && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0))
-		die("memfd: %s", strerror(errno));
+		fuzz_die("memfd: %s", strerror(errno));
 	return fd;
 }
 
 /* One turn of the daemon's loop; @block waits for an event first. */
 static void turn(bool block)
 {
-	if (event_base_loop(F.d.base, block ? EVLOOP_ONCE : EVLOOP_NONBLOCK) < 0)
-		die("event_base_loop failed");
+	if (event_base_loop(F.fd.d.base, block ? EVLOOP_ONCE : EVLOOP_NONBLOCK) < 0)
+		fuzz_die("event_base_loop failed");
 }
 
 /*
- * The part of main.c's daemon_init() that serves clients (no signals, no systemd), with a fixed
- * node and epoch so that an input means the same thing in every run.
+ * An input must not make the target resolve or connect to an address its metadata names: with
+ * require_rdma and no RDMA listener, a claim on another node is refused before any peer is made.
  */
-static void daemon_start(struct xd_daemon *d)
+static void configure(struct xd_config *cfg)
 {
-	int rc;
-
-	xd_daemon_clear(d);
-	d->epoch = FUZZ_EPOCH;
-	xd_config_defaults(&d->cfg);
-	free(d->cfg.socket_path);
-	if (asprintf(&d->cfg.socket_path, "%s/ctl.sock", F.dir) < 0)
-		die("out of memory");
-	/*
-	 * An input must not make the target resolve or connect to an address its metadata names:
-	 * with require_rdma and no RDMA listener, a claim on another node is refused before any
-	 * peer is made.
-	 */
-	d->cfg.require_rdma = true;
-	if (xp_hex_decode(FUZZ_NODE, d->node, XP_ID_BYTES) < 0)
-		die("bad FUZZ_NODE");
-	xp_hex_encode(d->node, XP_ID_BYTES, d->node_hex);
-	d->base = event_base_new();
-	if (!d->base)
-		die("event_base_new failed");
-	xd_claims_start(d);
-	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_transport_local()->start(d)) < 0 ||
-	    (rc = xd_peers_start(d)) < 0 || (rc = xd_ctl_start(d, xd_dispatch_packet)) < 0)
-		die("daemon start: %s", strerror(-rc));
+	cfg->require_rdma = true;
 }
 
 static void fuzz_start(void)
 {
-	const char *tmp = getenv("TMPDIR");
-	const char *level = getenv("XFER_FUZZ_LOG");
-
-	snprintf(F.dir, sizeof(F.dir), "%s/xferd-fuzz.XXXXXX", tmp ? tmp : "/tmp");
-	if (!mkdtemp(F.dir))
-		die("mkdtemp %s: %s", F.dir, strerror(errno));
-	signal(SIGPIPE, SIG_IGN); /* as xferd's main() */
-	xd_log_init(false);
-	/* Every input ends a connection, which logs at info: only errors, unless asked. */
-	if (!level || xd_log_set_level(level) < 0)
-		xd_log_level = XD_LOG_ERR;
 	for (int i = 0; i < 3; i++) {
 		F.sealed[i] = make_memfd(true);
 		F.unsealed[i] = make_memfd(false);
 	}
 	F.region_fd = make_memfd(true);
 	if (pipe2(F.pipe, O_CLOEXEC) < 0)
-		die("pipe: %s", strerror(errno));
-	daemon_start(&F.d);
-	F.started = true;
+		fuzz_die("pipe: %s", strerror(errno));
+	fuzz_daemon_start(&F.fd, "fuzz_ctl", FUZZ_NODE, FUZZ_EPOCH, configure);
 }
 
 const char fuzz_target_corpus[] = "corpus";
 
 void fuzz_target_fini(void)
 {
-	struct xd_daemon *d = &F.d;
-
-	if (!F.started)
+	if (!F.fd.started)
 		return;
-	/* main.c's daemon_fini(), in its order */
-	xd_transport_local()->fini(d);
-	xd_ctl_fini(d);
-	xd_peers_stop(d);
-	xd_ops_fini(d);
-	xd_peers_fini(d);
-	xd_defer_fini(d);
-	event_base_free(d->base);
-	xd_config_fini(&d->cfg);
+	fuzz_daemon_stop(&F.fd);
 	for (int i = 0; i < 3; i++) {
 		close(F.sealed[i]);
 		close(F.unsealed[i]);
@@ -234,8 +148,6 @@ void fuzz_target_fini(void)
 	close(F.region_fd);
 	close(F.pipe[0]);
 	close(F.pipe[1]);
-	remove_socket_dir();
-	F.started = false;
 }
 
 /* Connects as a client process would; the daemon's accept callback makes the connection. */
@@ -244,10 +156,10 @@ static int client_connect(void)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", F.d.cfg.socket_path);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", F.fd.d.cfg.socket_path);
 	if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		die("connect to %s: %s", sa.sun_path, strerror(errno));
-	while (TAILQ_EMPTY(&F.d.conns))
+		fuzz_die("connect to %s: %s", sa.sun_path, strerror(errno));
+	while (TAILQ_EMPTY(&F.fd.d.conns))
 		turn(true);
 	return sock;
 }
@@ -269,7 +181,7 @@ static void client_send(int sock, const void *buf, size_t len, const int *fds, i
 	if (nfds > 0)
 		xp_msg_put_fds(&msg, cmsg.buf, fds, nfds);
 	if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)len)
-		die("sendmsg of %zu bytes: %s", len, strerror(errno));
+		fuzz_die("sendmsg of %zu bytes: %s", len, strerror(errno));
 }
 
 /* One packet from the daemon, without blocking: its length, 0 at EOF, -EAGAIN if none. */
@@ -282,9 +194,9 @@ static ssize_t client_recv(int sock, char *buf, size_t cap)
 	if (n < 0 && errno == ECONNRESET)
 		return 0;
 	if (n < 0)
-		die("recv: %s", strerror(errno));
+		fuzz_die("recv: %s", strerror(errno));
 	if ((size_t)n > cap)
-		die("the daemon sent a packet of %zd bytes (limit %zu)", n, cap);
+		fuzz_die("the daemon sent a packet of %zd bytes (limit %zu)", n, cap);
 	return n;
 }
 
@@ -314,13 +226,13 @@ static void preamble_call(int sock, const char *json, int fd, char *meta)
 			continue;
 		}
 		if (n == 0 || xp_reply_parse(buf, (size_t)n, &rep) < 0)
-			die("preamble %s: connection closed or a bad reply", json);
+			fuzz_die("preamble %s: connection closed or a bad reply", json);
 		bool reply = !rep.notification, failed = rep.code != 0;
 		if (reply && !failed && meta)
 			save_metadata(&rep, meta);
 		xp_reply_fini(&rep);
 		if (reply && failed)
-			die("preamble %s failed: %.*s", json, (int)n, buf);
+			fuzz_die("preamble %s failed: %.*s", json, (int)n, buf);
 		if (reply)
 			return;
 	}
@@ -373,41 +285,41 @@ static void check_replies(int sock, const struct expect *want)
 
 	while ((n = client_recv(sock, buf, sizeof(buf))) > 0) {
 		if (xp_reply_parse(buf, (size_t)n, &rep) < 0)
-			die("the daemon sent neither a reply nor a notification: %.*s",
-			    n < 200 ? (int)n : 200, buf);
+			fuzz_die("the daemon sent neither a reply nor a notification: %.*s",
+				 n < 200 ? (int)n : 200, buf);
 		if (!rep.notification && rep.id != want->id)
-			die("a reply to id %lld; the request's id is %lld", (long long)rep.id,
-			    (long long)want->id);
+			fuzz_die("a reply to id %lld; the request's id is %lld", (long long)rep.id,
+				 (long long)want->id);
 		got += !rep.notification;
 		xp_reply_fini(&rep);
 	}
 	if (got < want->min || got > want->max)
-		die("the request (id %lld) got %d replies, not %d to %d", (long long)want->id, got,
-		    want->min, want->max);
+		fuzz_die("the request (id %lld) got %d replies, not %d to %d", (long long)want->id,
+			 got, want->min, want->max);
 }
 
 /* @fds: open before the input (libFuzzer opens some between inputs: llvm-symbolizer's pipes). */
 static void check_baseline(int fds_before)
 {
-	struct xd_daemon *d = &F.d;
-	int fds = count_fds();
+	struct xd_daemon *d = &F.fd.d;
+	int fds = fuzz_count_fds();
 
 	if (!TAILQ_EMPTY(&d->conns))
-		die("connection %llu outlived its client",
-		    (unsigned long long)TAILQ_FIRST(&d->conns)->id);
+		fuzz_die("connection %llu outlived its client",
+			 (unsigned long long)TAILQ_FIRST(&d->conns)->id);
 	if (!TAILQ_EMPTY(&d->regions))
-		die("region %llu outlived its client",
-		    (unsigned long long)TAILQ_FIRST(&d->regions)->id);
+		fuzz_die("region %llu outlived its client",
+			 (unsigned long long)TAILQ_FIRST(&d->regions)->id);
 	if (!TAILQ_EMPTY(&d->ops))
-		die("operation %llu outlived its client",
-		    (unsigned long long)TAILQ_FIRST(&d->ops)->id);
+		fuzz_die("operation %llu outlived its client",
+			 (unsigned long long)TAILQ_FIRST(&d->ops)->id);
 	if (!TAILQ_EMPTY(&d->peers) || !TAILQ_EMPTY(&d->xfers))
-		die("a peer connection was made");
+		fuzz_die("a peer connection was made");
 	if (xd_copier_busy(d->copier))
-		die("a copy is still outstanding");
+		fuzz_die("a copy is still outstanding");
 	if (fds != fds_before) {
 		print_fds();
-		die("%d fds open after the input, %d before it", fds, fds_before);
+		fuzz_die("%d fds open after the input, %d before it", fds, fds_before);
 	}
 }
 
@@ -440,7 +352,7 @@ static size_t substitute(const uint8_t *pkt, size_t len, const uint8_t **out)
 
 static void run_input(unsigned opts, const uint8_t *pkt, size_t len)
 {
-	struct xd_daemon *d = &F.d;
+	struct xd_daemon *d = &F.fd.d;
 	int fds[FUZZ_MAX_FDS], nfds = pick_fds(opts, fds);
 	struct expect want;
 
@@ -473,9 +385,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size == 0)
 		return 0; /* not even byte 0: nothing to set up or send */
-	if (!F.started)
+	if (!F.fd.started)
 		fuzz_start();
-	int fds = count_fds();
+	int fds = fuzz_count_fds();
 	run_input(data[0], data + 1, size - 1);
 	check_baseline(fds);
 	return 0;

@@ -23,7 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../daemon/transport.h"
+#include "fuzz_daemon.h"
 #include "fuzz_target.h"
 
 #define FUZZ_NODE "f0220000000000000000000000000001"
@@ -34,49 +34,9 @@
 const char fuzz_target_corpus[] = "corpus-peer";
 
 static struct {
-	struct xd_daemon d;
-	bool started;
-	char dir[64]; /* mkdtemp'd; holds the control socket */
+	struct fuzz_daemon fd;
 	uint16_t port;
 } F;
-
-static void remove_socket_dir(void)
-{
-	char path[128];
-
-	if (!F.dir[0])
-		return;
-	snprintf(path, sizeof(path), "%s/ctl.sock", F.dir);
-	unlink(path);
-	rmdir(F.dir);
-	F.dir[0] = '\0';
-}
-
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("fuzz_peer: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	remove_socket_dir();
-	abort();
-}
-
-static int count_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!dir)
-		die("opendir /proc/self/fd: %s", strerror(errno));
-	while (readdir(dir))
-		n++;
-	closedir(dir);
-	return n - 3;
-}
 
 /* One turn of the loop; @wait: waiting at most 10 ms for an event if none is ready. */
 static void turn(bool wait)
@@ -84,75 +44,34 @@ static void turn(bool wait)
 	struct timeval tv = { 0, 10000 };
 
 	if (wait)
-		event_base_loopexit(F.d.base, &tv);
-	if (event_base_loop(F.d.base, wait ? EVLOOP_ONCE : EVLOOP_NONBLOCK) < 0)
-		die("event_base_loop failed");
+		event_base_loopexit(F.fd.d.base, &tv);
+	if (event_base_loop(F.fd.d.base, wait ? EVLOOP_ONCE : EVLOOP_NONBLOCK) < 0)
+		fuzz_die("event_base_loop failed");
 }
 
-/* main.c's daemon_init() for a peer-serving daemon: TCP on 127.0.0.1:0, no key, fixed node. */
-static void daemon_start(struct xd_daemon *d)
+/* A peer-serving daemon: TCP on 127.0.0.1 (an ephemeral port), no key (--insecure-peers). */
+static void configure(struct xd_config *cfg)
 {
-	int rc;
-
-	xd_daemon_clear(d);
-	d->epoch = FUZZ_EPOCH;
-	xd_config_defaults(&d->cfg);
-	free(d->cfg.socket_path);
-	if (asprintf(&d->cfg.socket_path, "%s/ctl.sock", F.dir) < 0)
-		die("out of memory");
-	d->cfg.insecure_peers = true;
-	if (xd_config_add_addr(d->cfg.listen, &d->cfg.nlisten, "127.0.0.1:0") < 0)
-		die("out of memory");
-	if (xp_hex_decode(FUZZ_NODE, d->node, XP_ID_BYTES) < 0)
-		die("bad FUZZ_NODE");
-	xp_hex_encode(d->node, XP_ID_BYTES, d->node_hex);
-	d->base = event_base_new();
-	if (!d->base)
-		die("event_base_new failed");
-	xd_claims_start(d);
-	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_transport_local()->start(d)) < 0 ||
-	    (rc = xd_peers_start(d)) < 0 || (rc = xd_ctl_start(d, xd_dispatch_packet)) < 0)
-		die("daemon start: %s", strerror(-rc));
-	for (int i = 0; i < d->nendpoints; i++)
-		if (strcmp(d->endpoints[i].transport, "tcp") == 0)
-			F.port = d->endpoints[i].port;
-	if (!F.port)
-		die("no TCP listener");
+	cfg->insecure_peers = true;
+	if (xd_config_add_addr(cfg->listen, &cfg->nlisten, "127.0.0.1:0") < 0)
+		fuzz_die("out of memory");
 }
 
 static void fuzz_start(void)
 {
-	const char *tmp = getenv("TMPDIR");
-	const char *level = getenv("XFER_FUZZ_LOG");
+	struct xd_daemon *d = &F.fd.d;
 
-	snprintf(F.dir, sizeof(F.dir), "%s/xferd-fuzzp.XXXXXX", tmp ? tmp : "/tmp");
-	if (!mkdtemp(F.dir))
-		die("mkdtemp %s: %s", F.dir, strerror(errno));
-	signal(SIGPIPE, SIG_IGN);
-	xd_log_init(false);
-	/* Every input ends a peer set, which logs a warning: only errors, unless asked. */
-	if (!level || xd_log_set_level(level) < 0)
-		xd_log_level = XD_LOG_ERR;
-	daemon_start(&F.d);
-	F.started = true;
+	fuzz_daemon_start(&F.fd, "fuzz_peer", FUZZ_NODE, FUZZ_EPOCH, configure);
+	for (int i = 0; i < d->nendpoints; i++)
+		if (strcmp(d->endpoints[i].transport, xd_transport_tcp_ops.name) == 0)
+			F.port = d->endpoints[i].port;
+	if (!F.port)
+		fuzz_die("no TCP listener");
 }
 
 void fuzz_target_fini(void)
 {
-	struct xd_daemon *d = &F.d;
-
-	if (!F.started)
-		return;
-	xd_transport_local()->fini(d);
-	xd_ctl_fini(d);
-	xd_peers_stop(d);
-	xd_ops_fini(d);
-	xd_peers_fini(d);
-	xd_defer_fini(d);
-	event_base_free(d->base);
-	xd_config_fini(&d->cfg);
-	remove_socket_dir();
-	F.started = false;
+	fuzz_daemon_stop(&F.fd);
 }
 
 /* Appends a frame header for a @len-byte payload of @type to @buf. */
@@ -194,7 +113,7 @@ static void drain_until_closed(int sock)
 		if (n == 0 || (n < 0 && errno != EAGAIN))
 			return;
 		if (xd_now_us() - start > SETTLE_US)
-			die("the daemon kept the connection open after the peer's half-close");
+			fuzz_die("the daemon kept the connection open after the peer's half-close");
 	}
 }
 
@@ -213,7 +132,7 @@ static void run_input(const uint8_t *data, size_t size, int fds)
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		die("connect to 127.0.0.1:%u: %s", F.port, strerror(errno));
+		fuzz_die("connect to 127.0.0.1:%u: %s", F.port, strerror(errno));
 	put_hdr(hello, XP_PEER_HELLO, (uint32_t)hlen);
 	memcpy(hello + XP_PEER_HDR_LEN, FUZZ_PEER_HELLO, hlen);
 	send_all(sock, hello, XP_PEER_HDR_LEN + hlen);
@@ -223,19 +142,20 @@ static void run_input(const uint8_t *data, size_t size, int fds)
 	close(sock);
 	uint64_t start = xd_now_us();
 	/* The reapers the failure queued close the fds at a later turn: wait for them too. */
-	for (bool wait = false; !at_baseline(&F.d) || count_fds() != fds; wait = true) {
-		if (xd_now_us() - start > SETTLE_US && !at_baseline(&F.d))
-			die("a peer set, transfer or operation outlived its connection");
+	for (bool wait = false; !at_baseline(&F.fd.d) || fuzz_count_fds() != fds; wait = true) {
+		if (xd_now_us() - start > SETTLE_US && !at_baseline(&F.fd.d))
+			fuzz_die("a peer set, transfer or operation outlived its connection");
 		if (xd_now_us() - start > SETTLE_US)
-			die("%d fds open after the input, %d before it", count_fds(), fds);
+			fuzz_die("%d fds open after the input, %d before it", fuzz_count_fds(),
+				 fds);
 		turn(wait);
 	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!F.started)
+	if (!F.fd.started)
 		fuzz_start();
-	run_input(data, size, count_fds());
+	run_input(data, size, fuzz_count_fds());
 	return 0;
 }
