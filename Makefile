@@ -178,10 +178,10 @@ $(B)/fuzz_meta: $(B)/tests/fuzz/fuzz_meta.o $(B)/libxferproto.a
 all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY)
 
 # tests/test_engine.c runs two in-process daemons over a fake transport it defines, with its own
-# transport table in place of transport.o's (which names tcp and rdma). This explicit rule
+# transport table in d->transports (the local one and its fake). This explicit rule
 # overrides the pattern rule above for that one program; TEST_BINS already lists it.
 ENGINE_TEST := $(B)/tests/test_engine
-ENGINE_DAEMON_OBJ := $(filter-out $(B)/daemon/transport.o $(B)/tests/fuzz/fuzz_daemon.o,$(FUZZ_DAEMON_OBJ))
+ENGINE_DAEMON_OBJ := $(filter-out $(B)/tests/fuzz/fuzz_daemon.o,$(FUZZ_DAEMON_OBJ))
 
 $(ENGINE_TEST): $(B)/tests/test_engine.o $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ) \
 		$(B)/libxferproto.a $(B)/$(LIBNAME)

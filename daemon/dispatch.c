@@ -218,8 +218,10 @@ static int handle_list_devices(struct xd_call *call)
 	if (xd_unpack_params(call, "{}"))
 		return -EINVAL;
 	json_t *result = json_object();
-	for (int i = 0; result && xd_transports[i]; i++) {
-		const struct xd_transport_ops *t = xd_transports[i];
+	const struct xd_transport_ops *const *tt = call->conn->d->transports;
+
+	for (int i = 0; result && tt[i]; i++) {
+		const struct xd_transport_ops *t = tt[i];
 		if (t->devices_json &&
 		    json_object_update_new(result, t->devices_json(call->conn->d))) {
 			json_decref(result);

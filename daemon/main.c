@@ -308,7 +308,7 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 	if (!d->base)
 		return -ENOMEM;
 	if ((rc = xd_defer_init(d)) < 0 || (rc = init_signals(d)) < 0 ||
-	    (rc = xd_transport_local()->start(d)) < 0)
+	    (rc = xd_transport_local(d)->start(d)) < 0)
 		return rc;
 	xd_claims_start(d);
 	if ((rc = xd_peers_start(d)) < 0)
@@ -323,7 +323,7 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 /* The reverse of daemon_init, safe on a partly initialised daemon. */
 static void daemon_fini(struct xd_daemon *d)
 {
-	xd_transport_local()->fini(d); /* first: no worker may touch a mapping after this */
+	xd_transport_local(d)->fini(d); /* first: no worker may touch a mapping after this */
 	xd_ctl_fini(d);
 	xd_peers_stop(d);
 	xd_ops_fini(d);

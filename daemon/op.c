@@ -49,7 +49,7 @@ struct xd_op *xd_op_lookup(struct xd_call *call, uint64_t id)
 static uint64_t op_bytes(const struct xd_op *op)
 {
 	if (op->job)
-		return xd_transport_local()->copy_progress(op->job);
+		return xd_transport_local(op->d)->copy_progress(op->job);
 	return op->xfer ? xd_xfer_bytes(op->xfer) : op->bytes;
 }
 
@@ -330,7 +330,7 @@ void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, 
 	va_end(ap);
 	if (op->job) {
 		op_enter(op, XD_OP_ENDING); /* applied in local_copy_done() */
-		xd_transport_local()->copy_cancel(op->job);
+		xd_transport_local(op->d)->copy_cancel(op->job);
 		return;
 	}
 	if (op->xfer && op->d->remote->drain(op)) {
@@ -500,7 +500,7 @@ void xd_op_start_claim(struct xd_call *call, struct xd_op *op)
 /* Starts the copy of the local pair (@active, @passive). Returns 0 or -errno. */
 static int start_local_copy(struct xd_op *active, struct xd_op *passive)
 {
-	const struct xd_transport_ops *t = xd_transport_local();
+	const struct xd_transport_ops *t = xd_transport_local(active->d);
 	int rc = active->kind == XP_KIND_READ ?
 			 t->copy(active->d, active->segs, active->nsegs, passive->segs,
 				 passive->nsegs, local_copy_done, active, &active->job) :
@@ -594,7 +594,7 @@ void xd_op_complete(struct xd_op *op)
 
 static void pair_local(struct xd_op *active, struct xd_op *passive)
 {
-	const char *name = xd_transport_local()->name;
+	const char *name = xd_transport_local(active->d)->name;
 
 	active->pair = passive;
 	passive->pair = active;

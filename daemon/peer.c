@@ -240,8 +240,8 @@ static const struct xp_endpoint *choose_endpoint(struct xd_call *call, const str
 	char why[XD_CAUSE_MAX] = "", buf[XD_CAUSE_MAX];
 
 	for (int pass = 0; pass < 2; pass++) {
-		for (int i = 0; xd_transports[i]; i++) {
-			const struct xd_transport_ops *t = xd_transports[i];
+		for (int i = 0; d->transports[i]; i++) {
+			const struct xd_transport_ops *t = d->transports[i];
 			if (!t->network || t->preferred != (pass == 0) ||
 			    (forced && strcmp(d->cfg.transport, t->name) != 0))
 				continue;
@@ -329,12 +329,12 @@ int xd_peers_start(struct xd_daemon *d)
 	d->link_events = &peer_link_events;
 	/* Metadata endpoints: this daemon itself first, then each network transport's. */
 	snprintf(d->endpoints[0].transport, sizeof(d->endpoints[0].transport), "%s",
-		 xd_transport_local()->name);
+		 xd_transport_local(d)->name);
 	d->nendpoints = 1;
-	for (int i = 0; xd_transports[i]; i++) {
-		if (!xd_transports[i]->network)
+	for (int i = 0; d->transports[i]; i++) {
+		if (!d->transports[i]->network)
 			continue;
-		int rc = xd_transports[i]->start(d);
+		int rc = d->transports[i]->start(d);
 		if (rc < 0)
 			return rc;
 	}
@@ -354,11 +354,11 @@ void xd_peers_fini(struct xd_daemon *d)
 {
 	int n = 0;
 
-	while (xd_transports[n])
+	while (d->transports[n])
 		n++;
 	while (n-- > 0) /* the reverse of the start order */
-		if (xd_transports[n]->network)
-			xd_transports[n]->fini(d);
+		if (d->transports[n]->network)
+			d->transports[n]->fini(d);
 	xd_defer_flush(d);
 }
 

@@ -26,11 +26,11 @@ const struct xd_transport_ops *xd_transport_find(const char *name)
 	return NULL;
 }
 
-const struct xd_transport_ops *xd_transport_local(void)
+const struct xd_transport_ops *xd_transport_local(const struct xd_daemon *d)
 {
-	for (int i = 0; xd_transports[i]; i++)
-		if (!xd_transports[i]->network)
-			return xd_transports[i];
+	for (int i = 0; d->transports[i]; i++)
+		if (!d->transports[i]->network)
+			return d->transports[i];
 	return NULL;
 }
 

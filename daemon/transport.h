@@ -114,8 +114,8 @@ struct xd_transport_ops {
 extern const struct xd_transport_ops *const xd_transports[];
 /* The transport named @name, or NULL. */
 const struct xd_transport_ops *xd_transport_find(const char *name);
-/* The one transport that is not a network transport (local). */
-const struct xd_transport_ops *xd_transport_local(void);
+/* The one transport of @d's table (d->transports) that is not a network transport (local). */
+const struct xd_transport_ops *xd_transport_local(const struct xd_daemon *d);
 /* Whether @name is "auto" or a network transport's. */
 bool xd_transport_valid(const char *name);
 /* "rdma or tcp": the network transports, preferred first. */

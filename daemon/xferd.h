@@ -367,7 +367,8 @@ struct xd_daemon {
 	int nlisten_eps;
 	struct xd_rdma *rdma;		     /**< rdma.c: devices and listeners */
 	const struct xd_client_ops *clients; /**< ctl.c's, for the layers below it */
-	/** transport.c's table, NULL-terminated, for mem.c (which transports call) */
+	/** the transports this daemon uses, NULL-terminated: transport.c's table unless a test
+	 *  puts its own (xd_daemon_clear() sets it); everything finds transports here */
 	const struct xd_transport_ops *const *transports;
 	const struct xd_link_events *link_events; /**< peer.c's, for the transports */
 	const struct xd_xfer_events *xfer_events; /**< claim.c's, for transports and peer.c */

@@ -629,40 +629,14 @@ static const struct xd_transport_ops fake_ops = {
 };
 
 /*
- * The table the daemon objects find transports in, and what transport.c defines around it:
- * this program links every daemon object but transport.o, whose table names tcp and rdma. Only
- * the fake connects daemons here, so no claim leaves the process.
+ * The transports these daemons use (d->transports, set after xd_daemon_clear() filled in
+ * transport.c's): the local one and the fake, so no claim leaves the process.
  */
-const struct xd_transport_ops *const xd_transports[] = {
+static const struct xd_transport_ops *const engine_transports[] = {
 	&xd_transport_local_ops,
 	&fake_ops,
 	NULL,
 };
-
-const struct xd_transport_ops *xd_transport_find(const char *name)
-{
-	for (int i = 0; xd_transports[i]; i++)
-		if (strcmp(xd_transports[i]->name, name) == 0)
-			return xd_transports[i];
-	return NULL;
-}
-
-const struct xd_transport_ops *xd_transport_local(void)
-{
-	return &xd_transport_local_ops;
-}
-
-bool xd_transport_valid(const char *name)
-{
-	const struct xd_transport_ops *t = xd_transport_find(name);
-
-	return strcmp(name, XD_TRANSPORT_AUTO) == 0 || (t && t->network);
-}
-
-void xd_transport_names(char *buf, size_t len)
-{
-	snprintf(buf, len, "%s", fake_ops.name);
-}
 
 /* ---- the loop thread, and calls into it ---- */
 
@@ -792,6 +766,7 @@ static void daemon_start(int i, uint64_t epoch)
 
 	memset(d, 0, sizeof(*d));
 	xd_daemon_clear(d);
+	d->transports = engine_transports;
 	d->epoch = epoch;
 	xd_config_defaults(&d->cfg);
 	free(d->cfg.socket_path);
@@ -800,7 +775,7 @@ static void daemon_start(int i, uint64_t epoch)
 	xp_hex_encode(d->node, XP_ID_BYTES, d->node_hex);
 	d->base = W.base;
 	CHECK_OK(xd_defer_init(d));
-	CHECK_OK(xd_transport_local()->start(d));
+	CHECK_OK(xd_transport_local(d)->start(d));
 	xd_claims_start(d);
 	CHECK_OK(xd_peers_start(d));
 	CHECK_OK(xd_ctl_start(d, xd_dispatch_packet));
@@ -811,7 +786,7 @@ static void daemon_stop(int i)
 {
 	struct xd_daemon *d = &W.d[i];
 
-	xd_transport_local()->fini(d);
+	xd_transport_local(d)->fini(d);
 	xd_ctl_fini(d);
 	xd_peers_stop(d);
 	xd_ops_fini(d);

@@ -89,7 +89,7 @@ void fuzz_daemon_start(struct fuzz_daemon *f, const char *name, const char *node
 	if (!d->base)
 		fuzz_die("event_base_new failed");
 	xd_claims_start(d);
-	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_transport_local()->start(d)) < 0 ||
+	if ((rc = xd_defer_init(d)) < 0 || (rc = xd_transport_local(d)->start(d)) < 0 ||
 	    (rc = xd_peers_start(d)) < 0 || (rc = xd_ctl_start(d, xd_dispatch_packet)) < 0)
 		fuzz_die("daemon start: %s", strerror(-rc));
 	f->started = true;
@@ -101,7 +101,7 @@ void fuzz_daemon_stop(struct fuzz_daemon *f)
 
 	if (!f->started)
 		return;
-	xd_transport_local()->fini(d);
+	xd_transport_local(d)->fini(d);
 	xd_ctl_fini(d);
 	xd_peers_stop(d);
 	xd_ops_fini(d);
