@@ -336,6 +336,7 @@ static void daemon_fini(struct xd_daemon *d)
 	if (d->base)
 		event_base_free(d->base);
 	xd_config_fini(&d->cfg);
+	explicit_bzero(d->peer_key, sizeof(d->peer_key)); /* the cluster key leaves no copy */
 }
 
 int main(int argc, char **argv)

@@ -564,3 +564,46 @@ told_of_shutdown()
 		fail "readable's client told of the shutdown" "exit $rc: $(firstline "$2")"
 	fi
 }
+
+# ---------------------------------------------------------------------------------------------
+# Daemons on 127.0.0.1 ports, for the suites that play a hostile peer against them
+# (test_peer_auth.sh, test_peer_allow.sh)
+
+# loopback_setup TAG: a scratch directory $D (removed at exit unless KEEP is set), the list
+# PIDS of what to kill then, and BASE, a random first port.
+loopback_setup()
+{
+	D=$(mktemp -d "/tmp/xferd-$1.XXXXXX") || abort_setup "mktemp failed"
+	PIDS=()
+	trap loopback_cleanup EXIT
+	[ -n "${KEEP:-}" ] && trap - EXIT
+	BASE=$((20000 + RANDOM % 20000))
+}
+
+loopback_cleanup()
+{
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$D"
+}
+
+# mkkey FILE [BYTES]: a cluster key of BYTES (32) random bytes as hex, mode 0600.
+mkkey() { (umask 077 && od -An -tx1 -N"${2:-32}" /dev/urandom | tr -d ' \n' >"$1"); }
+
+# loopback_start NAME PORT ARGS...: xferd on $D/NAME.sock listening on 127.0.0.1:PORT (log
+# $D/NAME.log, pid in PID_NAME); 1 if it does not answer within 10 s.
+loopback_start()
+{
+	local name=$1 port=$2 i
+	shift 2
+	"$BUILD/xferd" --socket "$D/$name.sock" --foreground --log-level info \
+		--listen "127.0.0.1:$port" "$@" 2>"$D/$name.log" &
+	PIDS+=($!)
+	printf -v "PID_$name" '%s' "$!"
+	for ((i = 0; i < 100; i++)); do
+		"$BUILD/xferctl" --socket "$D/$name.sock" status >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}

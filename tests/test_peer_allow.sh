@@ -16,34 +16,14 @@ PROBE=tests/peer_probe.py
 . tests/lib.sh
 
 require_built
-D=$(mktemp -d /tmp/xferd-allow.XXXXXX)
-PIDS=()
-cleanup()
-{
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	rm -rf "$D"
-}
-trap cleanup EXIT
-[ -n "${KEEP:-}" ] && trap - EXIT
-BASE=$((20000 + RANDOM % 20000))
-(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$D/key")
+loopback_setup allow
+mkkey "$D/key"
 
 # start NAME PORT CONFIG: a keyed daemon on $D/NAME.sock, 127.0.0.1:PORT, config JSON CONFIG.
 start()
 {
-	local name=$1 port=$2 i
-	echo "$3" >"$D/$name.json"
-	"$BUILD/xferd" --socket "$D/$name.sock" --foreground --log-level info \
-		--config "$D/$name.json" --listen "127.0.0.1:$port" --peer-key "$D/key" \
-		2>"$D/$name.log" &
-	PIDS+=($!)
-	for ((i = 0; i < 100; i++)); do
-		"$BUILD/xferctl" --socket "$D/$name.sock" status >/dev/null 2>&1 && return 0
-		sleep 0.1
-	done
-	return 1
+	echo "$3" >"$D/$1.json"
+	loopback_start "$1" "$2" --config "$D/$1.json" --peer-key "$D/key"
 }
 
 # offer NAME: a 1 MiB readable on owner A, left waiting; its metadata in $D/NAME.meta.

@@ -15,39 +15,12 @@ PY=/usr/bin/python3
 . tests/lib.sh
 
 require_built
-D=$(mktemp -d /tmp/xferd-auth.XXXXXX)
-PIDS=()
-cleanup()
-{
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	rm -rf "$D"
-}
-trap cleanup EXIT
-[ -n "${KEEP:-}" ] && trap - EXIT
-BASE=$((20000 + RANDOM % 20000))
+loopback_setup auth
 
-mkkey() { (umask 077 && od -An -tx1 -N"${2:-32}" /dev/urandom | tr -d ' \n' >"$1"); }
 mkkey "$D/key"
 mkkey "$D/other.key"
 
-# start NAME PORT ARGS...: a daemon on $D/NAME.sock listening on 127.0.0.1:PORT; 1 if it does
-# not answer within 10 s.
-start()
-{
-	local name=$1 port=$2 i
-	shift 2
-	"$BUILD/xferd" --socket "$D/$name.sock" --foreground --log-level info \
-		--listen "127.0.0.1:$port" "$@" 2>"$D/$name.log" &
-	PIDS+=($!)
-	eval "PID_$name=$!"
-	for ((i = 0; i < 100; i++)); do
-		"$BUILD/xferctl" --socket "$D/$name.sock" status >/dev/null 2>&1 && return 0
-		sleep 0.1
-	done
-	return 1
-}
+start() { loopback_start "$@"; }
 
 pid_of() { eval "echo \$PID_$1"; }
 nfds() { ls "/proc/$(pid_of "$1")/fd" 2>/dev/null | wc -l; }
