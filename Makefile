@@ -25,6 +25,9 @@ INCDIR := $(PREFIX)/include
 PCDIR := $(LIBDIR)/pkgconfig
 UNITDIR := $(PREFIX)/lib/systemd/system
 SYSUSERSDIR := $(PREFIX)/lib/sysusers.d
+MANDIR := $(PREFIX)/share/man
+COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
+MAN_PAGES := man/xferctl.1 man/libxferclient.3 man/xferd.conf.5 man/xferd.8
 
 CC ?= cc
 PKGS := libevent jansson libibverbs librdmacm libcrypto
@@ -85,6 +88,12 @@ RPATH := -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../
 
 BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/xferbench_net $(B)/$(LIB_SONAME) \
 	$(B)/$(LIBNAME)
+
+# A newline, for $(foreach) bodies that are recipe lines.
+define newline
+
+
+endef
 
 .PHONY: all test test-build demo bench install uninstall clean deps fuzz format format-check
 all: $(BINS) $(TEST_BINS) $(B)/xferclient.pc
@@ -254,12 +263,17 @@ install: $(BINS) $(B)/xferclient.pc
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' systemd/xferd.service.in > $(DESTDIR)$(UNITDIR)/xferd.service
 	install -m 644 systemd/xferd.socket $(DESTDIR)$(UNITDIR)/xferd.socket
 	install -m 644 systemd/xferd-sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/xferd.conf
+	$(foreach m,$(MAN_PAGES),install -D -m 644 $(m) \
+		$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))$(newline))
+	install -D -m 644 client/xferctl.bash $(DESTDIR)$(COMPLETIONDIR)/xferctl
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/xferd $(DESTDIR)$(BINDIR)/xferctl \
 		$(DESTDIR)$(LIBDIR)/$(LIBNAME)* $(DESTDIR)$(INCDIR)/xferclient.h \
 		$(DESTDIR)$(PCDIR)/xferclient.pc $(DESTDIR)$(UNITDIR)/xferd.service \
-		$(DESTDIR)$(UNITDIR)/xferd.socket $(DESTDIR)$(SYSUSERSDIR)/xferd.conf
+		$(DESTDIR)$(UNITDIR)/xferd.socket $(DESTDIR)$(SYSUSERSDIR)/xferd.conf \
+		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+		$(DESTDIR)$(COMPLETIONDIR)/xferctl
 
 clean:
 	rm -rf build build-san

@@ -19,6 +19,13 @@ PKGS=(
 	procps
 	iperf3
 	clang-format # make format-check (tests/test_format.sh)
+	# tests/test_unit.sh (systemd-analyze verify/security, systemd-sysusers) and
+	# make test-systemd (systemd as PID 1 in the VM); tests/test_man.sh (mandoc -T lint, man for
+	# systemd-analyze verify's Documentation= check, the completion run by bash-completion).
+	systemd
+	mandoc
+	man-db
+	bash-completion
 	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
 	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
 	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.
