@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,11 @@ struct opts {
 	double seconds; /* time budget per size and kind */
 	bool json;
 	const char *expect_transport; /* check: "tcp" unless told */
+	uint64_t sizes[16];	      /* pipe: --sizes */
+	int nsizes;
+	int depths[16]; /* pipe: --depths, operations in flight */
+	int ndepths;
+	uint64_t pool; /* reg: --pool, the size of the touched pool registered once (0: none) */
 };
 
 /* Waits for @op; 0 only if it ended COMPLETE with @len bytes moved (and over @transport). */
@@ -468,6 +474,390 @@ static int run_check(struct bench *b)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* pipe: a sustained pipeline of pairings, N in flight, per-operation latency tails           */
+
+#define MAX_LIST 16
+
+/* One slot of the pipeline: a pair of operations on its own slice of both buffers. */
+struct slot {
+	uint64_t pop, aop; /* passive and active operation ids */
+	uint64_t t0;	   /* when its passive call started */
+	uint64_t seq;	   /* the stamp its source carries */
+	int ends;	   /* ends seen (2: both sides) */
+	int err;	   /* first failure seen, -errno */
+};
+
+/* The pipeline's slots, as the event callbacks of both clients see them. */
+struct pipe_state {
+	struct slot slots[MAX_INFLIGHT];
+	int depth;
+	uint64_t size;
+	int stray; /* events for no slot of ours */
+};
+
+/*
+ * op.changed of either client: the pipeline learns ends from notifications, and every
+ * operation is made with release_on_end, so no op.wait and no op.release round trip is spent
+ * per operation: what an application that pipelines does.
+ */
+static void pipe_event_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct pipe_state *ps = arg;
+	if (info->state < XFER_COMPLETE)
+		return;
+	for (int k = 0; k < ps->depth; k++) {
+		struct slot *s = &ps->slots[k];
+		if (s->ends >= 2 || (info->op != s->aop && info->op != s->pop))
+			continue;
+		s->ends++;
+		if (info->state != XFER_COMPLETE) {
+			fprintf(stderr, "xferbench_net: pipe: op %" PRIu64 " %s: %s\n", info->op,
+				xfer_state_name(info->state), info->cause);
+			s->err = s->err ?: (info->error ?: -EIO);
+		} else if (info->bytes != ps->size) {
+			fprintf(stderr,
+				"xferbench_net: pipe: op %" PRIu64 " moved %" PRIu64 " of %" PRIu64
+				" bytes\n",
+				info->op, info->bytes, ps->size);
+			s->err = s->err ?: -EIO;
+		}
+		return;
+	}
+	ps->stray++;
+}
+
+/*
+ * Writes @seq into the first and last 8 bytes of the @size bytes at @p: every operation moves
+ * a new stamp, so a destination holding an earlier operation's bytes (or another slot's) is
+ * caught without refilling whole buffers inside the timed loop.
+ */
+static void stamp_put(char *p, uint64_t size, uint64_t seq)
+{
+	memcpy(p, &seq, size < 8 ? size : 8);
+	if (size >= 16)
+		memcpy(p + size - 8, &seq, 8);
+}
+
+static bool stamp_ok(const char *p, uint64_t size, uint64_t seq)
+{
+	uint64_t a = 0, z = seq, want = seq;
+
+	memcpy(&a, p, size < 8 ? size : 8);
+	if (size >= 16)
+		memcpy(&z, p + size - 8, 8);
+	if (size < 8) /* the stamp is cut to the size on both sides */
+		want &= (1ULL << (8 * size)) - 1;
+	return a == want && z == seq;
+}
+
+/* Starts the pair of slot @k: passive call on the owner, active call (claim) on the other. */
+static int pipe_submit(struct bench *b, bool write, struct pipe_state *ps, int k, uint64_t seq)
+{
+	struct bench_buf *src = write ? &b->ab : &b->pb;
+	uint64_t size = ps->size;
+	struct xfer_desc pd = { b->pb.region, (uint64_t)k * size, size };
+	struct xfer_desc ad = { b->ab.region, (uint64_t)k * size, size };
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	struct slot *s = &ps->slots[k];
+	char *md = NULL;
+	int err;
+
+	*s = (struct slot){ .seq = seq, .pop = UINT64_MAX, .aop = UINT64_MAX };
+	stamp_put((char *)src->buf.addr + (uint64_t)k * size, size, seq);
+	s->t0 = bench_now_ns();
+	err = write ? xfer_writable(b->pc, &pd, 1, &opts, &s->pop, &md) :
+		      xfer_readable(b->pc, &pd, 1, &opts, &s->pop, &md);
+	if (err)
+		return bench_fail(b->pc, write ? "xfer_writable" : "xfer_readable", err);
+	err = write ? xfer_write(b->ac, md, &ad, 1, &opts, &s->aop) :
+		      xfer_read(b->ac, md, &ad, 1, &opts, &s->aop);
+	free(md);
+	if (err) {
+		xfer_release(b->pc, s->pop);
+		return bench_fail(b->ac, write ? "xfer_write" : "xfer_read", err);
+	}
+	return 0;
+}
+
+/* Delivers events of both clients until slot @k saw both ends (or 120 s passed). */
+static int pipe_wait_slot(struct bench *b, struct pipe_state *ps, int k)
+{
+	struct pollfd pfd[2] = { { xfer_get_fd(b->pc), POLLIN, 0 },
+				 { xfer_get_fd(b->ac), POLLIN, 0 } };
+	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
+
+	while (ps->slots[k].ends < 2) {
+		if (bench_now_ns() > deadline) {
+			fprintf(stderr, "xferbench_net: pipe: slot %d did not end in 120 s\n", k);
+			return -ETIMEDOUT;
+		}
+		if (poll(pfd, 2, 1000) < 0 && errno != EINTR)
+			return -errno;
+		int rc = xfer_dispatch(b->pc);
+		if (rc >= 0)
+			rc = xfer_dispatch(b->ac);
+		if (rc < 0)
+			return bench_fail(NULL, "xfer_dispatch", rc);
+	}
+	return 0;
+}
+
+/* Waits for slot @k's pair and checks its stamp; *lat_ns from passive call on. */
+static int pipe_finish(struct bench *b, bool write, struct pipe_state *ps, int k, uint64_t *lat_ns)
+{
+	struct bench_buf *dst = write ? &b->pb : &b->ab;
+	struct slot *s = &ps->slots[k];
+	int err = pipe_wait_slot(b, ps, k);
+
+	*lat_ns = bench_now_ns() - s->t0;
+	err = err ?: s->err;
+	if (!err && !stamp_ok((char *)dst->buf.addr + (uint64_t)k * ps->size, ps->size, s->seq)) {
+		fprintf(stderr,
+			"xferbench_net: pipe %s %" PRIu64 " bytes: operation %" PRIu64
+			" of slot %d left another operation's bytes\n",
+			write ? "write" : "read", ps->size, s->seq, k);
+		err = -EIO;
+	}
+	return err;
+}
+
+struct pipe_result {
+	uint64_t ops;
+	double gbps;		      /* GB/s over the whole run */
+	double us_p50, us_p99, us_op; /* latency tails; elapsed time per operation */
+};
+
+/* Whole slots compared source to destination once the pipeline is empty. */
+static int pipe_check_all(struct bench *b, bool write, uint64_t size, int depth)
+{
+	struct bench_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
+
+	for (int k = 0; k < depth; k++) {
+		const char *s = (const char *)src->buf.addr + (uint64_t)k * size;
+		const char *d = (const char *)dst->buf.addr + (uint64_t)k * size;
+		if (memcmp(s, d, size)) {
+			fprintf(stderr,
+				"xferbench_net: pipe %s %" PRIu64 " bytes: slot %d differs\n",
+				write ? "write" : "read", size, k);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Keeps @depth pairs in flight (the oldest is waited for, then its slot starts again) for
+ * --seconds and at least 4 * @depth (and 64) operations.
+ */
+static int pipe_cell(struct bench *b, bool write, uint64_t size, int depth, struct pipe_result *r)
+{
+	struct bench_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
+	uint64_t min_ops = 4 * (uint64_t)depth > 64 ? 4 * (uint64_t)depth : 64, cap = 1 << 16;
+	uint64_t *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
+	struct pipe_state *ps = calloc(1, sizeof(*ps));
+	int err = 0, k;
+
+	if (!lat || !ps) {
+		free(lat);
+		free(ps);
+		return -ENOMEM;
+	}
+	ps->depth = depth;
+	ps->size = size;
+	xfer_set_event_cb(b->pc, pipe_event_cb, ps);
+	xfer_set_event_cb(b->ac, pipe_event_cb, ps);
+	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 31 + (write ? 7 : 0));
+	memset(dst->buf.addr, 0, size * (uint64_t)depth);
+	t0 = bench_now_ns();
+	for (k = 0; k < depth && !err; k++, started++)
+		err = pipe_submit(b, write, ps, k, started + 1);
+	for (k = 0; !err && done < started; k = (k + 1) % depth) {
+		err = pipe_finish(b, write, ps, k, &lat[done % cap]);
+		done++;
+		double secs = (bench_now_ns() - t0) / 1e9;
+		if (!err && (started < min_ops || secs < b->o->seconds) && started < cap) {
+			err = pipe_submit(b, write, ps, k, started + 1);
+			started++;
+		}
+	}
+	/* After an error the rest of the pipeline still has to end before the next cell. */
+	for (; err && done + 1 < started; k = (k + 1) % depth, done++)
+		pipe_wait_slot(b, ps, k);
+	uint64_t elapsed = bench_now_ns() - t0;
+	if (!err && ps->stray) {
+		fprintf(stderr, "xferbench_net: pipe: %d events for operations not in flight\n",
+			ps->stray);
+		err = -EIO;
+	}
+	xfer_set_event_cb(b->pc, NULL, NULL);
+	xfer_set_event_cb(b->ac, NULL, NULL);
+	if (!err)
+		err = pipe_check_all(b, write, size, depth);
+	if (!err) {
+		size_t n = done < cap ? done : cap;
+		r->ops = done;
+		r->gbps = bench_gbps(size * done, elapsed);
+		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
+		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
+		r->us_op = elapsed / 1e3 / (double)done;
+	}
+	free(lat);
+	free(ps);
+	return err;
+}
+
+static int run_pipe(struct bench *b)
+{
+	const struct opts *o = b->o;
+	char sz[32];
+	int err = 0;
+
+	if (!o->json)
+		printf("%-5s %9s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "ops",
+		       "GB/s", "p50 us", "p99 us", "us/op");
+	for (int w = 0; w < 2 && !err; w++) {
+		for (int si = 0; si < o->nsizes && !err; si++) {
+			for (int di = 0; di < o->ndepths && !err; di++) {
+				struct pipe_result r;
+				uint64_t s = o->sizes[si];
+				err = pipe_cell(b, w, s, o->depths[di], &r);
+				if (err)
+					break;
+				if (o->json)
+					printf("{\"pipe\":true,\"kind\":\"%s\",\"size\":%" PRIu64
+					       ",\"depth\":%d,\"ops\":%" PRIu64
+					       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,"
+					       "\"us_per_op\":%.2f}\n",
+					       w ? "write" : "read", s, o->depths[di], r.ops,
+					       r.gbps, r.us_p50, r.us_p99, r.us_op);
+				else
+					printf("%-5s %9s %6d %7" PRIu64
+					       " %9.3f %10.1f %10.1f %9.1f\n",
+					       w ? "write" : "read",
+					       bench_fmt_size(s, sz, sizeof(sz)), o->depths[di],
+					       r.ops, r.gbps, r.us_p50, r.us_p99, r.us_op);
+				fflush(stdout);
+			}
+		}
+	}
+	return err;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* reg: the cost of registering                                                              */
+
+/* Register + deregister of one resident @size memfd, for --seconds (at least 100 times). */
+static int reg_rate(struct bench *b, uint64_t size)
+{
+	struct xfer_buf buf = { .fd = -1 };
+	uint64_t cap = 1 << 20, n = 0, *ns = malloc(cap * sizeof(*ns)), t0, t;
+	int err = ns ? xfer_buf_alloc(size, &buf) : -ENOMEM;
+	char sz[32];
+
+	if (!err)
+		memset(buf.addr, 0x5a, size); /* resident: the client touched every page */
+	t0 = bench_now_ns();
+	while (!err && n < cap && (n < 100 || (bench_now_ns() - t0) / 1e9 < b->o->seconds)) {
+		uint64_t region;
+		t = bench_now_ns();
+		err = xfer_region_register(b->pc, buf.fd, 0, 0, NULL, &region);
+		if (err) {
+			bench_fail(b->pc, "xfer_region_register", err);
+			break;
+		}
+		err = xfer_region_deregister(b->pc, region, 0);
+		if (err)
+			bench_fail(b->pc, "xfer_region_deregister", err);
+		ns[n++] = bench_now_ns() - t;
+	}
+	if (!err) {
+		double secs = (bench_now_ns() - t0) / 1e9;
+		bench_fmt_size(size, sz, sizeof(sz));
+		if (b->o->json)
+			printf("{\"reg\":\"rate\",\"size\":%" PRIu64 ",\"count\":%" PRIu64
+			       ",\"per_s\":%.0f,\"us_p50\":%.1f,\"us_p99\":%.1f}\n",
+			       size, n, n / secs, bench_percentile(ns, n, 50) / 1e3,
+			       bench_percentile(ns, n, 99) / 1e3);
+		else
+			printf("register+deregister %s resident: %.0f/s (p50 %.1f us, p99 %.1f us)\n",
+			       sz, n / secs, bench_percentile(ns, n, 50) / 1e3,
+			       bench_percentile(ns, n, 99) / 1e3);
+	}
+	free(ns);
+	xfer_buf_free(&buf);
+	return err;
+}
+
+/* Registers a --pool bytes memfd every page of which the client wrote (no bytes move). */
+static int reg_pool(struct bench *b, uint64_t size)
+{
+	struct xfer_buf buf = { .fd = -1 };
+	uint64_t region = 0, t;
+	int err = xfer_buf_alloc(size, &buf);
+	char sz[32];
+
+	if (err)
+		return bench_fail(NULL, "xfer_buf_alloc", err);
+	bench_pattern_fill(buf.addr, size, 77);
+	t = bench_now_ns();
+	err = xfer_region_register(b->pc, buf.fd, 0, 0, "pool", &region);
+	t = bench_now_ns() - t;
+	if (err)
+		bench_fail(b->pc, "xfer_region_register", err);
+	if (!err) {
+		double gib = (double)size / BENCH_GIB;
+		bench_fmt_size(size, sz, sizeof(sz));
+		if (b->o->json)
+			printf("{\"reg\":\"pool\",\"size\":%" PRIu64 ",\"s\":%.4f,"
+			       "\"s_per_gib\":%.4f}\n",
+			       size, t / 1e9, t / 1e9 / gib);
+		else
+			printf("register %s pool the client touched: %.3f s (%.3f s per GiB)\n", sz,
+			       t / 1e9, t / 1e9 / gib);
+		err = xfer_region_deregister(b->pc, region, 0);
+	}
+	xfer_buf_free(&buf);
+	return err;
+}
+
+static int run_reg(struct bench *b)
+{
+	int err = reg_rate(b, BENCH_MIB);
+
+	if (!err)
+		err = reg_rate(b, 4 * BENCH_KIB);
+	if (!err && b->o->pool)
+		err = reg_pool(b, b->o->pool);
+	fflush(stdout);
+	return err;
+}
+
+/* Parses "4K,64K,1M" (@sizes) or "1,8,16" (else) into @out. Returns the count, or -EINVAL. */
+static int parse_list(const char *arg, bool sizes, uint64_t *out)
+{
+	char buf[256], *save = NULL, *tok;
+	int n = 0;
+
+	snprintf(buf, sizeof(buf), "%s", arg);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t v;
+		char *end;
+		if (n == MAX_LIST)
+			return -EINVAL;
+		if (sizes) {
+			if (bench_parse_size(tok, &v))
+				return -EINVAL;
+		} else {
+			v = strtoull(tok, &end, 10);
+			if (*end || v < 1 || v > MAX_INFLIGHT)
+				return -EINVAL;
+		}
+		out[n++] = v;
+	}
+	return n ? n : -EINVAL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 static int node_of(struct xfer_client *c, char *out, size_t len)
 {
@@ -491,7 +881,7 @@ static int node_of(struct xfer_client *c, char *out, size_t len)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: xferbench_net bench|lat|check --passive SOCKET --active SOCKET [options]\n"
+		"usage: xferbench_net bench|lat|check|pipe|reg --passive SOCKET --active SOCKET [options]\n"
 		"  --passive SOCKET  the owner's daemon: readable/writable are made there\n"
 		"  --active SOCKET   the other daemon: read/write are issued there\n"
 		"  --min SIZE        bench: smallest size (default 4K); sizes grow x4\n"
@@ -502,7 +892,12 @@ static void usage(FILE *f)
 		"  --lat-iters N     latency round trips (default 1000; 0 skips latency)\n"
 		"  --lat-size SIZE   latency operation size (default 64)\n"
 		"  --transport NAME  check: transport every op must report (default tcp)\n"
-		"  --json            bench/lat: one JSON object per line\n",
+		"  --sizes LIST      pipe: sizes (default 4K,64K,1M,16M)\n"
+		"  --depths LIST     pipe: operations in flight (default 1,8,16,32)\n"
+		"  --pool SIZE       reg: also register a touched pool of SIZE once (default 0)\n"
+		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
+		"pipe keeps N pairs in flight (waiting for the oldest) and prints per-op latency p50/p99;\n"
+		"reg times register+deregister of a resident 1 MiB and 4 KiB memfd on --passive\n",
 		MAX_INFLIGHT);
 }
 
@@ -515,6 +910,8 @@ static const struct mode {
 	{ "bench", run_bench, BENCH_GIB },
 	{ "lat", run_lat, BENCH_GIB },
 	{ "check", run_check, 64 * BENCH_MIB },
+	{ "pipe", run_pipe, 0 },
+	{ "reg", run_reg, 0 },
 };
 
 /* bench_getopt() callback: stores option @ch of @ctx, a struct opts. */
@@ -557,6 +954,28 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'j':
 		o->json = true;
 		break;
+	case 'S':
+	case 'D': {
+		uint64_t v[MAX_LIST];
+		int n = parse_list(arg, ch == 'S', v);
+		if (n < 0) {
+			fprintf(stderr, "xferbench_net: bad list '%s'\n", arg);
+			return 2;
+		}
+		for (int i = 0; i < n; i++)
+			if (ch == 'S')
+				o->sizes[i] = v[i];
+			else
+				o->depths[i] = (int)v[i];
+		*(ch == 'S' ? &o->nsizes : &o->ndepths) = n;
+		break;
+	}
+	case 'P':
+		if (bench_parse_size(arg, &o->pool)) {
+			fprintf(stderr, "xferbench_net: bad size '%s'\n", arg);
+			return 2;
+		}
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -578,6 +997,9 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "lat-size", required_argument, NULL, 'L' },
 		{ "transport", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "sizes", required_argument, NULL, 'S' },
+		{ "depths", required_argument, NULL, 'D' },
+		{ "pool", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -603,6 +1025,19 @@ bad:
 	return 2;
 }
 
+/* pipe: the largest size times the deepest pipeline. */
+static uint64_t pipe_buf_size(const struct opts *o)
+{
+	uint64_t size = 0;
+	int depth = 0;
+
+	for (int i = 0; i < o->nsizes; i++)
+		size = o->sizes[i] > size ? o->sizes[i] : size;
+	for (int i = 0; i < o->ndepths; i++)
+		depth = o->depths[i] > depth ? o->depths[i] : depth;
+	return size * (uint64_t)depth;
+}
+
 /* The size of the buffer registered on each side for @mode. */
 static uint64_t buf_size(const struct opts *o, const struct mode *mode)
 {
@@ -612,6 +1047,10 @@ static uint64_t buf_size(const struct opts *o, const struct mode *mode)
 		bufsize = o->lat_size > 4096 ? o->lat_size : 4096;
 	else if (mode->run == run_check)
 		bufsize = o->max;
+	else if (mode->run == run_pipe)
+		bufsize = pipe_buf_size(o);
+	else if (mode->run == run_reg)
+		bufsize = 4096;
 	else
 		bufsize = o->max * (uint64_t)o->inflight;
 	/* Past 2 GiB, bench_one() lowers inflight to fit. */
@@ -628,7 +1067,11 @@ int main(int argc, char **argv)
 			  .lat_iters = 1000,
 			  .lat_size = 64,
 			  .seconds = 2.0,
-			  .expect_transport = "tcp" };
+			  .expect_transport = "tcp",
+			  .sizes = { 4 * BENCH_KIB, 64 * BENCH_KIB, BENCH_MIB, 16 * BENCH_MIB },
+			  .nsizes = 4,
+			  .depths = { 1, 8, 16, 32 },
+			  .ndepths = 4 };
 	struct bench b = { .o = &o };
 	const struct mode *mode = NULL;
 	uint64_t bufsize;

@@ -11,12 +11,24 @@
 #      writable on node 0 / write on node 1 (bytes flow 1 -> 0), sizes --min..--max (x4), median
 #      of repeated transfers per size, each timed from the passive call to the active COMPLETE
 #   3. small-operation latency (64 B) for both kinds
-# and prints one table with the ratios to iperf3. Target (issue 3): large transfers >= 0.9x
-# iperf3 single-stream; with several connections per peer, above single-stream.
+#   4. ucx_perftest (Debian ucx-utils) over TCP on the same veth (UCX_TLS=tcp,
+#      UCX_NET_DEVICES=the node's veth): tag_bw and put_bw (UCP's, ucp_put_bw) at 4 KiB
+#      (message rate), 64 KiB, 1 MiB and 16 MiB, node 0 -> node 1
+#   5. xferd pairings kept 1/8/16/32 in flight (xferbench_net pipe: the oldest is waited for,
+#      then its slot starts again; ends taken from notifications, release_on_end) at the same
+#      sizes: GB/s, per-operation latency p50/p99, ratio to UCX tag_bw of the same size
+#   6. registration (xferbench_net reg): register+deregister of a resident 1 MiB (and 4 KiB)
+#      memfd per second, and registering a --pool (4 GiB) memfd the client already touched
+# and prints tables with the ratios to iperf3 and UCX. Targets: (issue 3) large transfers
+# >= 0.9x iperf3 single-stream; with several connections per peer, above single-stream;
+# (issue 14) pairings with 8 in flight at 64 KiB >= 0.5x UCX tag_bw; register+deregister of
+# a resident 1 MiB memfd >= 10,000/s; a touched pool registered in <= 0.25 s per GiB.
 #
 # Options: --max SIZE (default 1G), --min SIZE (4K), --connections N (peer_connections, 2),
 # --seconds S (iperf3 duration, 5), --lat-iters N (1000), --mtu M (veth MTU, default 1500),
-# --json FILE (also write the numbers as JSON). Environment: BUILD (default build).
+# --json FILE (also write the numbers as JSON), --pipe-sizes LIST (4K,64K,1M,16M), --depths LIST
+# (1,8,16,32), --pipe-seconds S (time per pipe cell, 1.5), --pool SIZE (4G; 0 skips it),
+# --no-ucx. Environment: BUILD (default build).
 #
 # MTU: the veths keep 1500 (--mtu changes it). Measured here on 2026-11-21 (2 vCPU guest with a
 # busy neighbour, two alternating runs each, 1 GiB, peer_connections 2):
@@ -39,6 +51,11 @@ CONNS=2
 SECS=5
 LAT_ITERS=1000
 JSON_OUT=
+PIPE_SIZES=4K,64K,1M,16M
+DEPTHS=1,8,16,32
+PIPE_SECS=1.5
+POOL=4G
+UCX=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--max) MAX=$2; shift 2 ;;
@@ -48,6 +65,11 @@ while [ $# -gt 0 ]; do
 	--lat-iters) LAT_ITERS=$2; shift 2 ;;
 	--mtu) export XN_MTU=$2; shift 2 ;;
 	--json) JSON_OUT=$2; shift 2 ;;
+	--pipe-sizes) PIPE_SIZES=$2; shift 2 ;;
+	--depths) DEPTHS=$2; shift 2 ;;
+	--pipe-seconds) PIPE_SECS=$2; shift 2 ;;
+	--pool) POOL=$2; shift 2 ;;
+	--no-ucx) UCX=0; shift ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
 		exit 0
@@ -71,6 +93,12 @@ fi
 if ! command -v iperf3 >/dev/null 2>&1; then
 	echo "bench-net.sh: iperf3 is not installed (Debian package iperf3; scripts/install-deps.sh" \
 		"installs it)" >&2
+	exit 1
+fi
+
+if [ "$UCX" = 1 ] && ! command -v ucx_perftest >/dev/null 2>&1; then
+	echo "bench-net.sh: ucx_perftest is not installed (Debian package ucx-utils;" \
+		"scripts/install-deps.sh installs it; --no-ucx skips it)" >&2
 	exit 1
 fi
 
@@ -141,6 +169,46 @@ echo
 echo "iperf3 (before), node 0 -> node 1, ${SECS} s each ..."
 iperf3_round before
 
+# ucx_perftest TEST SIZE ITERS: "MB/s msg/s" (UCX's MB = 2^20 bytes), node 0 -> node 1 over TCP
+# on the node's veth. The server serves one test and exits, so each test starts its own.
+UPORT=$((IPORT + 1))
+[ "$(xn_mode)" = loopback ] && UPORT=$(xn__free_port "$UPORT")
+UCX_DEV=eth0
+[ "$(xn_mode)" = loopback ] && UCX_DEV=lo
+ucx_run()
+{
+	local t=$1 size=$2 iters=$3 out= try
+	# Note that a probe connection (xn_wait_tcp) would be taken for the test's client: the
+	# server is given time instead, and the client tries again if it was not up yet.
+	for try in 1 2 3; do
+		xn_spawn 1 "$RUN/ucx-server.log" env UCX_TLS=tcp UCX_NET_DEVICES=$UCX_DEV \
+			timeout 180 ucx_perftest -p "$UPORT"
+		sleep "$try"
+		out=$(xn_exec 0 env UCX_TLS=tcp UCX_NET_DEVICES=$UCX_DEV timeout 120 ucx_perftest \
+			"$A1" -p "$UPORT" -t "$t" -s "$size" -n "$iters" 2>&1) || true
+		# Served, it exits by itself; not reached, it is ended here. Either way reaped.
+		grep -q '^Final:' <<<"$out" || kill "$XN_PID" 2>/dev/null || true
+		wait "$XN_PID" 2>/dev/null || true
+		xn_forget "$XN_PID"
+		grep -q '^Final:' <<<"$out" && break
+	done
+	# Final: iters lat50 lat_avg lat_overall bw_avg bw_overall rate_avg rate_overall
+	awk '/^Final:/ { print $7, $9; found = 1 } END { if (!found) print "0 0" }' <<<"$out"
+}
+
+declare -A UCXR
+if [ "$UCX" = 1 ]; then
+	echo "ucx_perftest over tcp ($UCX_DEV), node 0 -> node 1 ..."
+	for sz in 4096 65536 1048576 16777216; do
+		it=$((1024 * 1024 * 1024 / sz))
+		[ "$it" -gt 200000 ] && it=200000
+		[ "$it" -lt 100 ] && it=100
+		for t in tag_bw ucp_put_bw; do
+			UCXR["${t#ucp_},$sz"]=$(ucx_run "$t" "$sz" "$it")
+		done
+	done
+fi
+
 XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
 echo "xferd: $BUILD/xferd on both nodes; xferbench_net $MIN..$MAX ..."
 if ! timeout 1800 "$BUILD/xferbench_net" bench --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
@@ -149,6 +217,21 @@ if ! timeout 1800 "$BUILD/xferbench_net" bench --passive "$(xc_sock 0)" --active
 	cat "$RUN/xferd.err" >&2
 	xc_log_tail 0
 	xc_log_tail 1
+	exit 1
+fi
+echo "xferd: pairings in flight ($DEPTHS) at $PIPE_SIZES ..."
+if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+	--sizes "$PIPE_SIZES" --depths "$DEPTHS" --seconds "$PIPE_SECS" --json \
+	>>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
+	echo "bench-net.sh: xferbench_net pipe failed:" >&2
+	cat "$RUN/pipe.err" >&2
+	exit 1
+fi
+echo "xferd: registration ..."
+if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+	--pool "$POOL" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
+	echo "bench-net.sh: xferbench_net reg failed:" >&2
+	cat "$RUN/reg.err" >&2
 	exit 1
 fi
 peers=$(xc_ctl 1 --json peers)
@@ -162,10 +245,21 @@ iperf3_round after
 
 # The report.
 "$XN_PY" - "$RUN/xferd.json" "$CONNS" "$JSON_OUT" "$peers" \
-	"$(for k in "${!IP[@]}"; do echo "$k=${IP[$k]}"; done)" <<'PY'
+	"$(for k in "${!IP[@]}"; do echo "$k=${IP[$k]}"; done)" \
+	"$(for k in "${!UCXR[@]}"; do echo "$k=${UCXR[$k]}"; done)" <<'PY'
 import json, sys
 
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+allrows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in allrows if not r.get("pipe") and not r.get("reg")]
+pipe = [r for r in allrows if r.get("pipe")]
+reg = [r for r in allrows if r.get("reg")]
+ucx = {}
+for line in sys.argv[6].split("\n"):
+    if "=" in line:
+        k, v = line.split("=", 1)
+        t, sz = k.split(",")
+        mbs, rate = (float(x) for x in v.split())
+        ucx[(t, int(sz))] = {"GBps": mbs * 1048576 / 1e9, "msg_per_s": rate}
 conns = int(sys.argv[2])
 json_out = sys.argv[3]
 peers = json.loads(sys.argv[4]).get("peers", [])
@@ -248,6 +342,54 @@ if tp:
 for p in peers:
     print(f"peer set on node 1: {p.get('connections')} connections, {p.get('bytes_sent', 0)} bytes sent,"
           f" {p.get('bytes_received', 0)} received")
+result["ucx"] = [{"test": t, "size": sz, **v} for (t, sz), v in sorted(ucx.items())]
+if ucx:
+    print()
+    print("ucx_perftest over tcp (UCX_TLS=tcp, the same veth), node 0 -> node 1:")
+    print(f"{'size':>9} {'tag_bw GB/s':>12} {'msg/s':>9} {'put_bw GB/s':>12} {'msg/s':>9}")
+    for sz in sorted({s for _, s in ucx}):
+        tg, pt = ucx.get(("tag_bw", sz), {}), ucx.get(("put_bw", sz), {})
+        print(f"{fmt(sz):>9} {tg.get('GBps', 0):12.3f} {tg.get('msg_per_s', 0):9.0f}"
+              f" {pt.get('GBps', 0):12.3f} {pt.get('msg_per_s', 0):9.0f}")
+if pipe:
+    print()
+    print("xferd pairings kept N in flight (readable/read and writable/write; latency from the"
+          " passive call to both ends):")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'ops':>6} {'GB/s':>7} {'ops/s':>8} {'p50 us':>9}"
+          f" {'p99 us':>9} {'us/op':>7} {'/tag_bw':>8} {'/put_bw':>8}")
+    result["pipe"] = []
+    for r in pipe:
+        tg = ucx.get(("tag_bw", r["size"]), {}).get("GBps", 0)
+        pt = ucx.get(("put_bw", r["size"]), {}).get("GBps", 0)
+        rt, rp = (r["gbps"] / tg if tg else 0), (r["gbps"] / pt if pt else 0)
+        print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r['ops']:6d} {r['gbps']:7.3f}"
+              f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
+              f" {r['us_per_op']:7.1f} {rt:8.2f} {rp:8.2f}")
+        result["pipe"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp})
+    for kind in ("read", "write"):
+        c = [r for r in pipe if r["kind"] == kind and r["size"] == 65536 and r["depth"] == 8]
+        tg = ucx.get(("tag_bw", 65536), {}).get("GBps", 0)
+        if c and tg:
+            print(f"target: {kind} 64 KiB, 8 in flight: {c[0]['gbps'] / tg:.2f}x UCX tag_bw"
+                  " (target >= 0.5x)")
+    for kind in ("read", "write"):
+        for sz in sorted({r["size"] for r in pipe}):
+            c = {r["depth"]: r["us_per_op"] for r in pipe if r["kind"] == kind and r["size"] == sz}
+            if 8 in c and 32 in c:
+                print(f"  per-op cost {kind} {fmt(sz)}: 32 in flight {c[32]:.1f} us vs 8 in flight"
+                      f" {c[8]:.1f} us ({c[32] / c[8]:.2f}x; must not grow)")
+if reg:
+    print()
+    print("registration (on node 0):")
+    result["registration"] = reg
+    for r in reg:
+        if r["reg"] == "rate":
+            tgt = "   (target >= 10000/s)" if r["size"] == 1048576 else ""
+            print(f"  register+deregister {fmt(r['size'])} resident memfd: {r['per_s']:.0f}/s,"
+                  f" p50 {r['us_p50']:.1f} us, p99 {r['us_p99']:.1f} us{tgt}")
+        else:
+            print(f"  register a {fmt(r['size'])} pool the client touched: {r['s']:.3f} s ="
+                  f" {r['s_per_gib']:.3f} s per GiB   (target <= 0.25)")
 if json_out:
     with open(json_out, "w") as f:
         json.dump(result, f, indent=1)

@@ -18,6 +18,7 @@ PKGS=(
 	python3
 	procps
 	iperf3
+	ucx-utils # make bench: ucx_perftest beside xferd (scripts/bench-net.sh)
 	clang-format # make format-check (tests/test_format.sh)
 	# tests/test_unit.sh (systemd-analyze verify/security, systemd-sysusers) and
 	# make test-systemd (systemd as PID 1 in the VM); tests/test_man.sh (mandoc -T lint, man for

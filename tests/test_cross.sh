@@ -269,6 +269,16 @@ if want multi; then
 				"$(echo "$out" | grep -v '^#' | tail -n 3 | tr '\n' ' ')"
 		fi
 		check_baseline "multi-descriptor"
+		# Pairings kept in flight, ends taken from notifications (release_on_end): each
+		# operation's stamp and every slot's bytes are checked (xferbench_net pipe).
+		if out=$(timeout -k 2 120 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" \
+			--active "$(xc_sock 1)" --sizes 5,4K,1M --depths 1,8 --seconds 0.05 2>&1); then
+			ok "pipelined pairings, 8 in flight, read and write (xferbench_net pipe)"
+		else
+			fail "pipelined pairings (xferbench_net pipe)" \
+				"$(echo "$out" | grep -v '^#' | tail -n 3 | tr '\n' ' ')"
+		fi
+		check_baseline "pipelined pairings"
 	else
 		skip "multi-descriptor operations across nodes" \
 			"$BUILD/xferbench_net is not built; xferctl offers one descriptor per operation"
