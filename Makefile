@@ -28,6 +28,8 @@ SYSUSERSDIR := $(PREFIX)/lib/sysusers.d
 MANDIR := $(PREFIX)/share/man
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
 MAN_PAGES := man/xferctl.1 man/libxferclient.3 man/xferd.conf.5 man/xferd.8
+# The config: /etc/xferd/xferd.conf whatever PREFIX is (a PREFIX of /usr/local still reads /etc).
+SYSCONFDIR ?= /etc
 
 CC ?= cc
 PKGS := libevent jansson libibverbs librdmacm libcrypto
@@ -266,6 +268,11 @@ install: $(BINS) $(B)/xferclient.pc
 	$(foreach m,$(MAN_PAGES),install -D -m 644 $(m) \
 		$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))$(newline))
 	install -D -m 644 client/xferctl.bash $(DESTDIR)$(COMPLETIONDIR)/xferctl
+	install -d $(DESTDIR)$(SYSCONFDIR)/xferd
+	install -m 644 systemd/xferd.conf.example $(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf.example
+	@# An operator's edited config is never overwritten; the example above always is.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf ] || \
+		install -m 644 systemd/xferd.conf.example $(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/xferd $(DESTDIR)$(BINDIR)/xferctl \
@@ -273,7 +280,8 @@ uninstall:
 		$(DESTDIR)$(PCDIR)/xferclient.pc $(DESTDIR)$(UNITDIR)/xferd.service \
 		$(DESTDIR)$(UNITDIR)/xferd.socket $(DESTDIR)$(SYSUSERSDIR)/xferd.conf \
 		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
-		$(DESTDIR)$(COMPLETIONDIR)/xferctl
+		$(DESTDIR)$(COMPLETIONDIR)/xferctl \
+		$(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf.example
 
 clean:
 	rm -rf build build-san

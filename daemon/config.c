@@ -216,26 +216,30 @@ static int load_peer_allow(struct xd_config *cfg, json_t *root, char *err, size_
 	return 0;
 }
 
+/* The resources each limits object may name (1 << XD_RES_*). */
+#define COMMON_RES (1u << XD_RES_BYTES | 1u << XD_RES_REGIONS | 1u << XD_RES_OPS)
+#define CONN_RES (COMMON_RES | 1u << XD_RES_WAITS)
+#define UID_RES (COMMON_RES | 1u << XD_RES_CLIENTS)
+#define GLOBAL_RES (COMMON_RES | 1u << XD_RES_CLIENTS | 1u << XD_RES_WAITS)
+
 /* limits (per connection), uid_limits and global_limits: limits.c reads each object. */
 static int load_limits(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
-	const unsigned common = 1u << XD_RES_BYTES | 1u << XD_RES_REGIONS | 1u << XD_RES_OPS;
-	int rc = xd_limits_load(&cfg->limits, json_object_get(root, "limits"),
-				common | 1u << XD_RES_WAITS, "limits", err, errlen);
+	int rc = xd_limits_load(&cfg->limits, json_object_get(root, "limits"), CONN_RES, "limits",
+				err, errlen);
 
 	if (rc == 0)
-		rc = xd_limits_load(&cfg->uid_limits, json_object_get(root, "uid_limits"),
-				    common | 1u << XD_RES_CLIENTS, "uid_limits", err, errlen);
+		rc = xd_limits_load(&cfg->uid_limits, json_object_get(root, "uid_limits"), UID_RES,
+				    "uid_limits", err, errlen);
 	if (rc == 0)
 		rc = xd_limits_load(&cfg->global_limits, json_object_get(root, "global_limits"),
-				    common | 1u << XD_RES_CLIENTS | 1u << XD_RES_WAITS,
-				    "global_limits", err, errlen);
+				    GLOBAL_RES, "global_limits", err, errlen);
 	return rc;
 }
 
 static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
-	const char *socket = NULL, *log_level = NULL, *node_id = NULL;
+	const char *socket = NULL, *log_level = NULL, *node_id = NULL, *metrics = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
 	json_t *ignored[20];
@@ -244,7 +248,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
 			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o}",
+			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s}",
 			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
 			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits",
 			   &ignored[16], "uid_limits", &ignored[17], "global_limits", &ignored[18],
@@ -256,7 +260,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 			   "rdma_request_size", &ignored[10], "peer_key_file", &ignored[11],
 			   "insecure_peers", &ignored[12], "handshake_timeout_ms", &ignored[13],
 			   "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
-			   "peer_allow", &ignored[19])) {
+			   "peer_allow", &ignored[19], "metrics_listen", &metrics)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -272,7 +276,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	cfg->copy_threads = (int)threads;
 	if ((socket && replace(&cfg->socket_path, socket)) ||
 	    (log_level && replace(&cfg->log_level, log_level)) ||
-	    (node_id && replace(&cfg->node_id, node_id)))
+	    (node_id && replace(&cfg->node_id, node_id)) ||
+	    (metrics && replace(&cfg->metrics_listen, metrics)))
 		return -ENOMEM;
 	int rc = load_limits(cfg, root, err, errlen);
 	if (rc == 0)
@@ -286,11 +291,51 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	return rc ? rc : load_rdma(cfg, root, err, errlen);
 }
 
+/*
+ * Reads @path (at most XD_CONFIG_MAX bytes) into a NUL-terminated buffer with its comment lines
+ * (first non-blank character '#') blanked, so that jansson's line numbers stay the file's.
+ * Returns the buffer (the caller frees it) or NULL with @err.
+ */
+static char *read_config_text(const char *path, size_t *len, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	char *buf = f ? malloc(XD_CONFIG_MAX + 1) : NULL;
+
+	if (!buf) {
+		snprintf(err, errlen, "%s: %s", path, strerror(f ? ENOMEM : errno));
+		if (f)
+			fclose(f);
+		return NULL;
+	}
+	*len = fread(buf, 1, XD_CONFIG_MAX + 1, f);
+	bool failed = ferror(f);
+	fclose(f);
+	if (failed || *len > XD_CONFIG_MAX) {
+		snprintf(err, errlen, "%s: %s", path,
+			 failed ? "read error" : "larger than 1 MiB, which no config needs");
+		free(buf);
+		return NULL;
+	}
+	buf[*len] = '\0';
+	for (char *line = buf; line && *line;
+	     line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+		char *p = line + strspn(line, " \t");
+		if (*p == '#')
+			memset(p, ' ', strcspn(p, "\n"));
+	}
+	return buf;
+}
+
 int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen)
 {
 	json_error_t jerr;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	size_t len;
+	char *text = read_config_text(path, &len, err, errlen);
 
+	if (!text)
+		return -EINVAL;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	free(text);
 	if (!root) {
 		snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
 		return -EINVAL;
@@ -309,6 +354,7 @@ void xd_config_fini(struct xd_config *cfg)
 	free(cfg->log_level);
 	free(cfg->node_id);
 	free(cfg->peer_key_file);
+	free(cfg->metrics_listen);
 	for (int i = 0; i < cfg->nlisten; i++)
 		free(cfg->listen[i]);
 	for (int i = 0; i < cfg->nadvertise; i++)
@@ -316,4 +362,141 @@ void xd_config_fini(struct xd_config *cfg)
 	for (int i = 0; i < cfg->nrdma_devices; i++)
 		free(cfg->rdma_devices[i]);
 	memset(cfg, 0, sizeof(*cfg));
+}
+
+static json_t *addrs_json(char *const *list, int n)
+{
+	json_t *arr = json_array();
+
+	for (int i = 0; arr && i < n; i++)
+		json_array_append_new(arr, json_string(list[i]));
+	return arr;
+}
+
+/* {"bytes": N, ...} of the resources in @allowed that @lim limits. */
+static json_t *limits_json(const struct xd_limits *lim, unsigned allowed)
+{
+	json_t *o = json_object();
+
+	for (int i = 0; o && i < XD_NRES; i++)
+		if ((allowed & (1u << i)) && lim->max[i] != XD_NO_LIMIT)
+			json_object_set_new(o, xd_res_name(i),
+					    json_integer((json_int_t)lim->max[i]));
+	return o;
+}
+
+static json_t *peer_allow_json(const struct xd_config *cfg)
+{
+	json_t *arr = json_array();
+	char buf[64];
+
+	for (int i = 0; arr && i < cfg->npeer_allow; i++) {
+		xd_netaddr_format_cidr(&cfg->peer_allow[i], buf, sizeof(buf));
+		json_array_append_new(arr, json_string(buf));
+	}
+	return arr;
+}
+
+/* Sets @key to the string @v when it is not NULL. */
+static void set_string(json_t *o, const char *key, const char *v)
+{
+	if (o && v)
+		json_object_set_new(o, key, json_string(v));
+}
+
+json_t *xd_config_to_json(const struct xd_config *c)
+{
+	json_t *o = json_pack(
+		"{s:s, s:I, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:i, s:I, s:I, s:I, s:s, s:o, s:b, "
+		"s:i, s:I, s:b, s:I, s:i, s:i, s:o}",
+		"socket", c->socket_path, "socket_mode", (json_int_t)c->socket_mode,
+		"default_timeout_ms", (json_int_t)c->default_timeout_ms, "limits",
+		limits_json(&c->limits, CONN_RES), "uid_limits",
+		limits_json(&c->uid_limits, UID_RES), "global_limits",
+		limits_json(&c->global_limits, GLOBAL_RES), "copy_threads", c->copy_threads,
+		"listen", addrs_json(c->listen, c->nlisten), "advertise",
+		addrs_json(c->advertise, c->nadvertise), "peer_connections", c->peer_connections,
+		"keepalive_ms", (json_int_t)c->keepalive_ms, "keepalive_timeout_ms",
+		(json_int_t)c->keepalive_timeout_ms, "connect_timeout_ms",
+		(json_int_t)c->connect_timeout_ms, "transport", c->transport, "rdma_devices",
+		addrs_json(c->rdma_devices, c->nrdma_devices), "require_rdma", c->require_rdma,
+		"rdma_ack_timeout", c->rdma_ack_timeout, "rdma_request_size",
+		(json_int_t)c->rdma_request_size, "insecure_peers", c->insecure_peers,
+		"handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
+		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
+		c->max_peer_sets, "peer_allow", peer_allow_json(c));
+
+	set_string(o, "log_level", c->log_level);
+	set_string(o, "node_id", c->node_id);
+	set_string(o, "peer_key_file", c->peer_key_file);
+	set_string(o, "metrics_listen", c->metrics_listen);
+	return o;
+}
+
+/* Keys SIGHUP applies to the running daemon; every other change needs a restart. */
+static const char *const reloadable[] = {
+	"log_level",	 "default_timeout_ms", "limits",	 "uid_limits",
+	"global_limits", "peer_allow",	       "metrics_listen",
+};
+
+static bool is_reloadable(const char *key)
+{
+	for (size_t i = 0; i < sizeof(reloadable) / sizeof(reloadable[0]); i++)
+		if (strcmp(reloadable[i], key) == 0)
+			return true;
+	return false;
+}
+
+/* Appends ", @key" (or "@key") to @buf. */
+static void append_key(char *buf, size_t len, const char *key)
+{
+	size_t used = strlen(buf);
+
+	snprintf(buf + used, len - used, "%s%s", used ? ", " : "", key);
+}
+
+/* Takes the reloadable values of @fresh into @cur (strings are moved; @fresh keeps copies). */
+static void take_reloadable(struct xd_config *cur, struct xd_config *fresh)
+{
+	char *tmp;
+
+	tmp = cur->log_level, cur->log_level = fresh->log_level, fresh->log_level = tmp;
+	tmp = cur->metrics_listen, cur->metrics_listen = fresh->metrics_listen,
+	fresh->metrics_listen = tmp;
+	cur->default_timeout_ms = fresh->default_timeout_ms;
+	cur->limits = fresh->limits;
+	cur->uid_limits = fresh->uid_limits;
+	cur->global_limits = fresh->global_limits;
+	memcpy(cur->peer_allow, fresh->peer_allow, sizeof(cur->peer_allow));
+	cur->npeer_allow = fresh->npeer_allow;
+}
+
+int xd_config_reload(struct xd_config *cur, struct xd_config *fresh, char *changed,
+		     size_t changed_len, char *refused, size_t refused_len)
+{
+	json_t *a = xd_config_to_json(cur), *b = xd_config_to_json(fresh);
+	const char *key;
+	json_t *v;
+
+	changed[0] = refused[0] = '\0';
+	if (!a || !b) {
+		json_decref(a);
+		json_decref(b);
+		return -ENOMEM;
+	}
+	/* Keys present in only one of them (metrics_listen, peer_key_file, ...) differ too. */
+	json_object_foreach(b, key, v) {
+		if (!json_equal(v, json_object_get(a, key)))
+			append_key(is_reloadable(key) ? changed : refused,
+				   is_reloadable(key) ? changed_len : refused_len, key);
+	}
+	json_object_foreach(a, key, v) {
+		if (!json_object_get(b, key))
+			append_key(is_reloadable(key) ? changed : refused,
+				   is_reloadable(key) ? changed_len : refused_len, key);
+	}
+	json_decref(a);
+	json_decref(b);
+	take_reloadable(cur, fresh);
+	return 0;
 }

@@ -16,15 +16,22 @@ static bool log_systemd;
 static const char *const level_names[] = { "err", "warn", "info", "debug" };
 static const int syslog_prio[] = { 3, 4, 6, 7 };
 
+int xd_log_parse_level(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++)
+		if (strcmp(level_names[i], name) == 0)
+			return i;
+	return -EINVAL;
+}
+
 int xd_log_set_level(const char *name)
 {
-	for (int i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++) {
-		if (strcmp(level_names[i], name) == 0) {
-			xd_log_level = i;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	int level = xd_log_parse_level(name);
+
+	if (level < 0)
+		return level;
+	xd_log_level = level;
+	return 0;
 }
 
 static void libevent_log_cb(int severity, const char *msg)

@@ -12,7 +12,7 @@
 #include <time.h>
 #include "transport.h"
 
-struct options {
+struct xd_main_options {
 	const char *listen[XD_MAX_LISTEN], *advertise[XD_MAX_LISTEN];
 	int nlisten, nadvertise;
 	const char *devices[XD_MAX_DEVICES];
@@ -22,8 +22,10 @@ struct options {
 	const char *socket;
 	const char *log_level;
 	const char *peer_key;
+	const char *metrics_listen;
 	bool insecure_peers;
 	bool systemd;
+	bool check_config;
 };
 
 static void usage(FILE *f)
@@ -32,13 +34,18 @@ static void usage(FILE *f)
 		"usage: xferd [--socket PATH] [--config FILE] [--log-level err|warn|info|debug]\n"
 		"             [--listen ADDR:PORT]... [--advertise ADDR:PORT]...\n"
 		"             [--transport auto|rdma|tcp] [--rdma-device NAME]...\n"
-		"             [--peer-key FILE | --insecure-peers]\n"
+		"             [--peer-key FILE | --insecure-peers] [--metrics-listen ADDR:PORT]\n"
 		"             [--foreground] [--systemd] [--version]\n"
-		"Node-level data transfer daemon. Logs go to stderr; it never forks.\n");
+		"       xferd --check-config [--config FILE] [options]\n"
+		"Node-level data transfer daemon. Logs go to stderr; it never forks.\n"
+		"--check-config validates the configuration (file and options) and prints the\n"
+		"effective one as JSON; exit status 0 when valid, 1 when not.\n"
+		"SIGHUP reads the config file again and applies log_level, default_timeout_ms,\n"
+		"limits, uid_limits, global_limits, peer_allow and metrics_listen.\n");
 }
 
 /* Returns 0 to run, 1 to exit 0 (help, version), or -1 to exit with a usage error. */
-static int parse_args(int argc, char **argv, struct options *o)
+static int parse_args(int argc, char **argv, struct xd_main_options *o)
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
@@ -52,6 +59,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "rdma-device", required_argument, NULL, 'D' },
 		{ "peer-key", required_argument, NULL, 'K' },
 		{ "insecure-peers", no_argument, NULL, 'I' },
+		{ "metrics-listen", required_argument, NULL, 'M' },
+		{ "check-config", no_argument, NULL, 'C' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -82,6 +91,12 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'I':
 			o->insecure_peers = true;
+			break;
+		case 'M':
+			o->metrics_listen = optarg;
+			break;
+		case 'C':
+			o->check_config = true;
 			break;
 		case 'D':
 			if (o->ndevices == XD_MAX_DEVICES) {
@@ -165,14 +180,13 @@ static void replace_addrs(char **list, int *n, const char *const *with, int nwit
  * reaches the peer port could pose as a node: listening then takes an explicit
  * --insecure-peers. Returns 0 or -errno (logged).
  */
-static int init_peer_key(struct xd_daemon *d, const struct options *o)
+static int init_peer_key(struct xd_daemon *d)
 {
-	const char *path = o->peer_key ? o->peer_key : d->cfg.peer_key_file;
 	char err[300];
 
-	d->cfg.insecure_peers |= o->insecure_peers;
-	if (path) {
-		int rc = xd_key_load(path, d->peer_key, &d->peer_key_len, err, sizeof(err));
+	if (d->cfg.peer_key_file) {
+		int rc = xd_key_load(d->cfg.peer_key_file, d->peer_key, &d->peer_key_len, err,
+				     sizeof(err));
 		if (rc < 0)
 			xd_log(XD_LOG_ERR, "%s", err);
 		return rc;
@@ -190,49 +204,172 @@ static int init_peer_key(struct xd_daemon *d, const struct options *o)
 	return 0;
 }
 
-static int init_config(struct xd_daemon *d, const struct options *o)
+/* Replaces the string @slot with a copy of @v (NULL: keeps it). Returns 0 or -ENOMEM. */
+static int override(char **slot, const char *v)
 {
-	char err[300];
+	char *copy;
 
-	xd_config_defaults(&d->cfg);
-	if (!d->cfg.socket_path)
+	if (!v)
+		return 0;
+	if (!(copy = strdup(v)))
 		return -ENOMEM;
-	if (o->config && xd_config_load(&d->cfg, o->config, err, sizeof(err)) < 0) {
-		xd_log(XD_LOG_ERR, "config: %s", err);
-		return -EINVAL;
-	}
-	if (o->socket) {
-		free(d->cfg.socket_path);
-		d->cfg.socket_path = strdup(o->socket);
-	}
+	free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+/* The command line over the config file: options given replace the file's values. */
+static int apply_options(struct xd_config *cfg, const struct xd_main_options *o)
+{
 	/* Addresses on the command line replace those of the config file. */
 	if (o->nlisten)
-		replace_addrs(d->cfg.listen, &d->cfg.nlisten, o->listen, o->nlisten);
+		replace_addrs(cfg->listen, &cfg->nlisten, o->listen, o->nlisten);
 	if (o->nadvertise)
-		replace_addrs(d->cfg.advertise, &d->cfg.nadvertise, o->advertise, o->nadvertise);
+		replace_addrs(cfg->advertise, &cfg->nadvertise, o->advertise, o->nadvertise);
 	if (o->ndevices)
-		replace_addrs(d->cfg.rdma_devices, &d->cfg.nrdma_devices, o->devices, o->ndevices);
-	if (o->transport && xd_config_set_transport(&d->cfg, o->transport) < 0)
-		xd_config_set_transport(&d->cfg, "?");
-	if (!xd_transport_valid(d->cfg.transport)) {
+		replace_addrs(cfg->rdma_devices, &cfg->nrdma_devices, o->devices, o->ndevices);
+	if (o->transport && xd_config_set_transport(cfg, o->transport) < 0)
+		xd_config_set_transport(cfg, "?");
+	cfg->insecure_peers |= o->insecure_peers;
+	if (override(&cfg->socket_path, o->socket) < 0 ||
+	    override(&cfg->log_level, o->log_level ?: (cfg->log_level ? NULL : "info")) < 0 ||
+	    override(&cfg->peer_key_file, o->peer_key) < 0 ||
+	    override(&cfg->metrics_listen, o->metrics_listen) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* The rules that need more than the file's syntax. Returns 0 or -EINVAL (logged). */
+static int check_config(const struct xd_config *cfg)
+{
+	struct sockaddr_storage ss;
+	uint8_t node[XP_ID_BYTES];
+	int len;
+
+	if (!xd_transport_valid(cfg->transport)) {
 		char names[128];
 		xd_transport_names(names, sizeof(names));
 		xd_log(XD_LOG_ERR, "config: transport must be %s, %s", XD_TRANSPORT_AUTO, names);
 		return -EINVAL;
 	}
-	const char *level = o->log_level ? o->log_level : d->cfg.log_level;
-	if (level && xd_log_set_level(level) < 0) {
-		xd_log(XD_LOG_ERR, "log level must be err, warn, info or debug, not \"%s\"", level);
+	if (xd_log_parse_level(cfg->log_level) < 0) {
+		xd_log(XD_LOG_ERR, "log level must be err, warn, info or debug, not \"%s\"",
+		       cfg->log_level);
 		return -EINVAL;
 	}
+	if (cfg->node_id && xp_hex_decode(cfg->node_id, node, XP_ID_BYTES) < 0) {
+		xd_log(XD_LOG_ERR, "config: node_id must be 32 hex digits");
+		return -EINVAL;
+	}
+	if (cfg->metrics_listen && xd_metrics_parse_listen(cfg->metrics_listen, &ss, &len) < 0) {
+		xd_log(XD_LOG_ERR,
+		       "config: metrics_listen must be a numeric ADDR:PORT ([ADDR]:PORT for IPv6, "
+		       "port 1-65535), not \"%s\"",
+		       cfg->metrics_listen);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * The effective configuration: defaults, the config file, the command line, checked. At start,
+ * for --check-config and on SIGHUP. Returns 0 or -errno (logged); @cfg needs xd_config_fini().
+ */
+static int load_config(struct xd_config *cfg, const struct xd_main_options *o)
+{
+	char err[300];
+
+	xd_config_defaults(cfg);
+	if (!cfg->socket_path)
+		return -ENOMEM;
+	if (o->config && xd_config_load(cfg, o->config, err, sizeof(err)) < 0) {
+		xd_log(XD_LOG_ERR, "config: %s", err);
+		return -EINVAL;
+	}
+	if (apply_options(cfg, o) < 0)
+		return -ENOMEM;
+	return check_config(cfg);
+}
+
+static int init_config(struct xd_daemon *d, const struct xd_main_options *o)
+{
+	int rc = load_config(&d->cfg, o);
+
+	if (rc < 0)
+		return rc;
+	d->options = o;
+	xd_log_set_level(d->cfg.log_level);
 	if (init_node_id(d) < 0) {
 		xd_log(XD_LOG_ERR, "config: node_id must be 32 hex digits");
 		return -EINVAL;
 	}
-	int rc = init_peer_key(d, o);
-	if (rc < 0)
-		return rc;
-	return d->cfg.socket_path ? 0 : -ENOMEM;
+	return init_peer_key(d);
+}
+
+/* --check-config: exit status 0 and the effective configuration on stdout, or 1. */
+static int check_config_main(const struct xd_main_options *o)
+{
+	struct xd_daemon d = { 0 };
+	int rc = init_config(&d, o);
+
+	if (rc == 0) {
+		json_t *j = xd_config_to_json(&d.cfg);
+		if (j && !json_object_get(j, "node_id"))
+			json_object_set_new(j, "node_id", json_string(d.node_hex));
+		rc = j && json_dumpf(j, stdout, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 ? 0 : -ENOMEM;
+		printf("\n");
+		json_decref(j);
+	}
+	xd_config_fini(&d.cfg);
+	explicit_bzero(d.peer_key, sizeof(d.peer_key));
+	if (rc == 0)
+		fprintf(stderr, "xferd: configuration %s is valid\n",
+			o->config ? o->config : "(defaults)");
+	return rc == 0 ? 0 : 1;
+}
+
+/* metrics_listen changed on SIGHUP: the old listener goes, the new one (if any) comes. */
+static void restart_metrics(struct xd_daemon *d, const char *old)
+{
+	xd_metrics_stop(d);
+	if (xd_metrics_start(d) < 0)
+		xd_log(XD_LOG_ERR, "SIGHUP: metrics are off until metrics_listen can be used");
+	else if (!d->cfg.metrics_listen)
+		xd_log(XD_LOG_INFO, "SIGHUP: metrics off (were on %s)", old ? old : "nothing");
+}
+
+/*
+ * SIGHUP: reads the config file again and applies what can change at run time; a change that
+ * needs a restart is logged and not applied. A file that does not load changes nothing.
+ */
+static void reload_config(struct xd_daemon *d)
+{
+	struct xd_config fresh;
+	char changed[512], refused[512];
+
+	if (!d->options->config) {
+		xd_log(XD_LOG_INFO, "SIGHUP: no --config file to read again; nothing changed");
+		return;
+	}
+	if (load_config(&fresh, d->options) < 0) {
+		xd_log(XD_LOG_ERR, "SIGHUP: %s not applied (the running configuration stays)",
+		       d->options->config);
+		xd_config_fini(&fresh);
+		return;
+	}
+	char *old_metrics = d->cfg.metrics_listen ? strdup(d->cfg.metrics_listen) : NULL;
+	if (xd_config_reload(&d->cfg, &fresh, changed, sizeof(changed), refused, sizeof(refused)) <
+	    0)
+		xd_log(XD_LOG_ERR, "SIGHUP: out of memory; nothing changed");
+	xd_config_fini(&fresh);
+	xd_log_set_level(d->cfg.log_level);
+	if (strstr(changed, "metrics_listen"))
+		restart_metrics(d, old_metrics);
+	free(old_metrics);
+	if (refused[0])
+		xd_log(XD_LOG_WARN, "SIGHUP: not applied, these need a restart: %s", refused);
+	xd_log(XD_LOG_INFO, "SIGHUP: %s%s", changed[0] ? "applied " : "configuration unchanged",
+	       changed);
 }
 
 static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
@@ -251,7 +388,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	struct timeval tick = { 0, 10000 };
 
 	if (sig == SIGHUP) {
-		xd_log(XD_LOG_INFO, "SIGHUP ignored: restart the daemon to apply a new config");
+		reload_config(d);
 		return;
 	}
 	if (d->stopping)
@@ -293,7 +430,7 @@ void xd_daemon_clear(struct xd_daemon *d)
 	d->transports = xd_transports;
 }
 
-static int daemon_init(struct xd_daemon *d, const struct options *o)
+static int daemon_init(struct xd_daemon *d, const struct xd_main_options *o)
 {
 	struct timespec now;
 	int rc;
@@ -311,7 +448,7 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 	    (rc = xd_transport_local(d)->start(d)) < 0)
 		return rc;
 	xd_claims_start(d);
-	if ((rc = xd_peers_start(d)) < 0)
+	if ((rc = xd_peers_start(d)) < 0 || (rc = xd_metrics_start(d)) < 0)
 		return rc;
 	if ((rc = xd_ctl_start(d, xd_dispatch_packet)) < 0) {
 		xd_log(XD_LOG_ERR, "control socket %s: %s", d->cfg.socket_path, strerror(-rc));
@@ -324,6 +461,7 @@ static int daemon_init(struct xd_daemon *d, const struct options *o)
 static void daemon_fini(struct xd_daemon *d)
 {
 	xd_transport_local(d)->fini(d); /* first: no worker may touch a mapping after this */
+	xd_metrics_stop(d);
 	xd_ctl_fini(d);
 	xd_peers_stop(d);
 	xd_ops_fini(d);
@@ -341,13 +479,15 @@ static void daemon_fini(struct xd_daemon *d)
 
 int main(int argc, char **argv)
 {
-	struct options o = { 0 };
+	struct xd_main_options o = { 0 };
 	struct xd_daemon d = { 0 };
 	int rc = parse_args(argc, argv, &o);
 
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	xd_log_init(o.systemd || getenv("JOURNAL_STREAM"));
+	if (o.check_config)
+		return check_config_main(&o);
 	rc = daemon_init(&d, &o);
 	if (rc == 0) {
 		xd_log(XD_LOG_INFO, "xferd %s listening on %s (node %s)", XFERD_VERSION,

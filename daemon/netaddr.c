@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -35,6 +36,14 @@ int xd_netaddr_parse_cidr(const char *s, struct xd_cidr *out)
 		return -EINVAL;
 	out->bits = (int)bits;
 	return 0;
+}
+
+void xd_netaddr_format_cidr(const struct xd_cidr *c, char *buf, size_t len)
+{
+	char addr[INET6_ADDRSTRLEN] = "?";
+
+	inet_ntop(c->family, c->addr, addr, sizeof(addr));
+	snprintf(buf, len, "%s/%d", addr, c->bits);
 }
 
 /* Whether the first @bits bits of @a and @b are equal. */

@@ -222,12 +222,26 @@ static void count_end(struct xd_op *op)
 {
 	struct xd_daemon *d = op->d;
 
-	if (op->state == XP_ST_COMPLETE)
+	enum xd_end end = XD_END_ERRORED;
+
+	if (op->state == XP_ST_COMPLETE) {
 		d->stats.ops_completed++;
-	else if (op->state == XP_ST_CANCELLED)
+		end = XD_END_COMPLETE;
+	} else if (op->state == XP_ST_CANCELLED) {
 		d->stats.ops_cancelled++;
-	else
+		end = XD_END_CANCELLED;
+	} else {
 		d->stats.ops_failed++;
+	}
+	d->counters.ops_ended[op->kind][xd_metric_transport(d, op->transport)][end]++;
+	xd_hist_observe(&d->counters.op_duration[op->kind], xd_now_us() - op->created_us);
+}
+
+/* Bytes moved by @op's transport (stats.bytes_moved and the metrics' per-transport count). */
+static void count_bytes(struct xd_op *op, uint64_t bytes)
+{
+	op->d->stats.bytes_moved += bytes;
+	op->d->counters.bytes_moved[xd_metric_transport(op->d, op->transport)] += bytes;
 }
 
 static void op_free(struct xd_op *op);
@@ -406,7 +420,7 @@ static void local_copy_done(void *arg, int err, uint64_t bytes, const char *why)
 		}
 	}
 	if (err == 0 && !xd_op_ending(active) && !(passive && xd_op_ending(passive))) {
-		active->d->stats.bytes_moved += bytes;
+		count_bytes(active, bytes);
 		if (passive)
 			op_finish(passive, XP_ST_COMPLETE, 0, "");
 		op_finish(active, XP_ST_COMPLETE, 0, "");
@@ -576,8 +590,13 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 
 void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer)
 {
-	if (op->life == XD_OP_CLAIMING)
+	if (op->life == XD_OP_CLAIMING) {
+		/* The owner answered a cross-node claim: how long claims take, by transport. */
+		xd_hist_observe(
+			&op->d->counters.claim_latency[xd_metric_transport(op->d, transport)],
+			xd_now_us() - op->created_us);
 		op_enter(op, XD_OP_OPEN);
+	}
 	op->state = XP_ST_IN_PROGRESS;
 	snprintf(op->transport, sizeof(op->transport), "%s", transport);
 	snprintf(op->peer, sizeof(op->peer), "%s", peer);
@@ -588,7 +607,7 @@ void xd_op_complete(struct xd_op *op)
 {
 	/* Cross-node: each daemon counts what it sent or received for its own side. */
 	op->bytes = op->length;
-	op->d->stats.bytes_moved += op->length;
+	count_bytes(op, op->length);
 	op_finish(op, XP_ST_COMPLETE, 0, "");
 }
 

@@ -16,6 +16,34 @@
 #include <string.h>
 #include "transport.h"
 
+/*
+ * The metrics' peer-set counters (xferd.h): a set made to a node whose last set failed is a
+ * reconnect; the ring of failed nodes is bounded, so a reconnect after many other failures
+ * counts as a plain new set.
+ */
+static void count_opened(struct xd_peer *p)
+{
+	struct xd_counters *c = &p->d->counters;
+	int t = xd_metric_transport(p->d, p->transport->name);
+	unsigned n = c->nrecent_failed < XD_RECENT_FAILED ? c->nrecent_failed : XD_RECENT_FAILED;
+
+	c->peer_sets_opened[t]++;
+	for (unsigned i = 0; i < n; i++) {
+		if (memcmp(c->recent_failed[i], p->node, XP_ID_BYTES) == 0) {
+			c->peer_reconnects[t]++;
+			return;
+		}
+	}
+}
+
+static void count_failed(struct xd_peer *p)
+{
+	struct xd_counters *c = &p->d->counters;
+
+	c->peer_sets_failed[xd_metric_transport(p->d, p->transport->name)]++;
+	memcpy(c->recent_failed[c->nrecent_failed++ % XD_RECENT_FAILED], p->node, XP_ID_BYTES);
+}
+
 static void peer_free(void *arg)
 {
 	struct xd_peer *p = arg;
@@ -49,6 +77,7 @@ void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	xd_log(XD_LOG_WARN, "peer %s (%s): %s", p->node_hex, p->endpoint, cause);
 	bool unreached = p->state == XD_PEER_CONNECTING && p->nendpoints > 0 && err != EACCES;
 	p->state = XD_PEER_DEAD;
+	count_failed(p);
 	TAILQ_REMOVE(&p->d->peers, p, link);
 	p->transport->close(p);
 	event_del(p->keepalive);
@@ -113,6 +142,7 @@ static struct xd_peer *peer_new(struct xd_daemon *d, const uint8_t node[XP_ID_BY
 		return NULL;
 	}
 	TAILQ_INSERT_TAIL(&d->peers, p, link);
+	count_opened(p);
 	return p;
 }
 

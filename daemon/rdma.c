@@ -391,3 +391,27 @@ json_t *xd_rdma_devices_json(const struct xd_daemon *d)
 		json_array_append_new(arr, dev_json(&rd->devs[i]));
 	return json_pack("{s:s, s:o}", "rdma", rd ? rd->why : "unavailable", "devices", arr);
 }
+
+/* ---- metrics ---- */
+
+bool xd_rdma_device_stats(const struct xd_daemon *d, int i, struct xd_rdma_dev_stats *out)
+{
+	const struct xd_rdma *rd = d->rdma;
+
+	if (!rd || i < 0 || i >= rd->ndevs)
+		return false;
+	const struct xd_rdma_counters *c = &rd->devs[i].counters;
+	*out = (struct xd_rdma_dev_stats){
+		.name = rd->devs[i].name,
+		.reads = c->reads,
+		.read_bytes = c->read_bytes,
+		.writes = c->writes,
+		.write_bytes = c->write_bytes,
+		.sends = c->sends,
+		.recvs = c->recvs,
+		.errors = c->errors,
+		.windows_bound = c->windows_bound,
+		.windows_open = c->windows_open,
+	};
+	return true;
+}

@@ -18,6 +18,7 @@
 #ifndef XFERD_TRANSPORT_H
 #define XFERD_TRANSPORT_H
 
+#include <string.h>
 #include "xferd.h"
 
 struct xp_peer_hdr;
@@ -120,6 +121,18 @@ const struct xd_transport_ops *xd_transport_local(const struct xd_daemon *d);
 bool xd_transport_valid(const char *name);
 /* "rdma or tcp": the network transports, preferred first. */
 void xd_transport_names(char *buf, size_t len);
+
+/*
+ * The index of the transport named @name in d->transports plus one, for the counters of
+ * xferd.h (0: none or unknown, as for an op that never started).
+ */
+static inline int xd_metric_transport(const struct xd_daemon *d, const char *name)
+{
+	for (int i = 0; d->transports[i] && i + 1 < XD_METRIC_TRANSPORTS; i++)
+		if (strcmp(d->transports[i]->name, name) == 0)
+			return i + 1;
+	return 0;
+}
 
 /* local.c: memcpy between two mappings of this daemon, on worker threads */
 extern const struct xd_transport_ops xd_transport_local_ops;

@@ -82,6 +82,8 @@ struct xd_copy_job;
 /* log.c */
 enum xd_log_level { XD_LOG_ERR, XD_LOG_WARN, XD_LOG_INFO, XD_LOG_DEBUG };
 extern int xd_log_level;
+/* The level named @name ("err", "warn", "info", "debug"), or -EINVAL. */
+int xd_log_parse_level(const char *name);
 /* Sets the level from a name ("err", "warn", "info", "debug"). Returns 0 or -EINVAL. */
 int xd_log_set_level(const char *name);
 /* @systemd: prefix lines with <N> (daemon(7)) instead of a timestamp. */
@@ -130,6 +132,8 @@ int xd_netaddr_parse_cidr(const char *s, struct xd_cidr *out);
  * address (names are not resolved: a name's answer could change between check and connect).
  */
 int xd_netaddr_allowed(const struct xd_cidr *list, int n, const char *addr);
+/* Writes @c as "ADDR/BITS" into @buf (64 bytes are enough). */
+void xd_netaddr_format_cidr(const struct xd_cidr *c, char *buf, size_t len);
 /* The same test for a peer's address as accept() or rdma_cm gives it; other families: false. */
 bool xd_netaddr_sockaddr_allowed(const struct xd_cidr *list, int n, const struct sockaddr *sa);
 
@@ -164,6 +168,7 @@ struct xd_config {
 	uint32_t rdma_request_size;	    /**< largest RDMA READ/WRITE work request */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
+	char *metrics_listen; /**< "ADDR:PORT" of the Prometheus endpoint, or NULL: none */
 };
 /* Sets cfg.transport to @name (checked later against the transports). Returns 0 or -EINVAL. */
 int xd_config_set_transport(struct xd_config *cfg, const char *name);
@@ -174,6 +179,17 @@ void xd_config_defaults(struct xd_config *cfg);
 /* Reads a JSON config file over the defaults. Returns 0 or -errno with a message in @err. */
 int xd_config_load(struct xd_config *cfg, const char *path, char *err, size_t errlen);
 void xd_config_fini(struct xd_config *cfg);
+#define XD_CONFIG_MAX (1u << 20) /* bytes of a config file */
+/* The configuration as a config file would say it (every key that has a value), or NULL. */
+json_t *xd_config_to_json(const struct xd_config *cfg);
+/*
+ * SIGHUP: takes from @fresh (a whole new configuration) into @cur what can change at run time
+ * (log_level, default_timeout_ms, the limits, peer_allow, metrics_listen) and names, comma
+ * separated, the keys that changed in @changed and those that need a restart in @refused (not
+ * applied). Returns 0 or -ENOMEM (nothing applied).
+ */
+int xd_config_reload(struct xd_config *cur, struct xd_config *fresh, char *changed,
+		     size_t changed_len, char *refused, size_t refused_len);
 
 /* limits.c: limits per connection, per uid and global, and what is charged against them */
 struct xd_daemon;
@@ -333,6 +349,47 @@ int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
 /* Monotonic microseconds. */
 uint64_t xd_now_us(void);
 
+/*
+ * The counters metrics.c exports (Prometheus), kept by the files that see the events. Labels
+ * are bounded: a transport is its index in d->transports plus one (0: none, the op never
+ * started), at most XD_METRIC_TRANSPORTS - 1 of them; kinds and end states are the protocol's.
+ */
+#define XD_METRIC_TRANSPORTS 8
+#define XD_HIST_BUCKETS 14
+#define XD_RECENT_FAILED 64 /* peer nodes whose set failed, remembered to count reconnects */
+/* Upper bounds of the histogram buckets in microseconds (the last bucket, +Inf, is implied). */
+static const uint64_t xd_hist_bounds_us[XD_HIST_BUCKETS] = {
+	100,   250,   500,    1000,   2500,    5000,	 10000,
+	25000, 50000, 100000, 250000, 1000000, 10000000, 60000000,
+};
+struct xd_hist {
+	uint64_t count, sum_us;
+	uint64_t bucket[XD_HIST_BUCKETS]; /**< observations <= the bound (not cumulative) */
+};
+static inline void xd_hist_observe(struct xd_hist *h, uint64_t us)
+{
+	int i = 0;
+
+	while (i < XD_HIST_BUCKETS && us > xd_hist_bounds_us[i])
+		i++;
+	if (i < XD_HIST_BUCKETS)
+		h->bucket[i]++;
+	h->count++;
+	h->sum_us += us;
+}
+enum xd_end { XD_END_COMPLETE, XD_END_CANCELLED, XD_END_ERRORED, XD_NEND };
+struct xd_counters {
+	uint64_t ops_ended[XP_KIND_COUNT][XD_METRIC_TRANSPORTS][XD_NEND];
+	uint64_t bytes_moved[XD_METRIC_TRANSPORTS]; /**< sums to stats.bytes_moved */
+	struct xd_hist op_duration[XP_KIND_COUNT];  /**< creation to end */
+	/** op.read/op.write to the owner's answer, cross-node claims */
+	struct xd_hist claim_latency[XD_METRIC_TRANSPORTS];
+	uint64_t peer_sets_opened[XD_METRIC_TRANSPORTS], peer_sets_failed[XD_METRIC_TRANSPORTS];
+	uint64_t peer_reconnects[XD_METRIC_TRANSPORTS]; /**< a set to a node whose set failed */
+	uint8_t recent_failed[XD_RECENT_FAILED][XP_ID_BYTES]; /**< a ring, for reconnects */
+	unsigned nrecent_failed;
+};
+
 struct xd_conn;
 struct xp_fdset;
 /* What the control socket does with one client packet (dispatch.c's xd_dispatch_packet). */
@@ -382,8 +439,12 @@ struct xd_daemon {
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
 	} stats;
-	uint64_t usage[XD_NRES];	      /**< limits.c: charged in all */
-	TAILQ_HEAD(, xd_uid_usage) uid_usage; /**< limits.c: per uid, those holding something */
+	struct xd_counters counters;	       /**< for metrics.c, kept where the events happen */
+	struct xd_metrics *metrics;	       /**< metrics.c: the HTTP listener, NULL when off */
+	const char *config_path;	       /**< main.c: --config, read again on SIGHUP */
+	const struct xd_main_options *options; /**< main.c's command line, for reloads */
+	uint64_t usage[XD_NRES];	       /**< limits.c: charged in all */
+	TAILQ_HEAD(, xd_uid_usage) uid_usage;  /**< limits.c: per uid, those holding something */
 };
 
 /* main.c */
@@ -684,6 +745,24 @@ int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_popula
 		       void *arg);
 /* Whether a copy or populate job was submitted and not yet reported back. */
 bool xd_copier_busy(const struct xd_copier *cp);
+
+/* rdma.c: a device's counters, for metrics.c (which includes no verbs header) */
+struct xd_rdma_dev_stats {
+	const char *name; /**< borrowed from the device */
+	uint64_t reads, read_bytes, writes, write_bytes, sends, recvs, errors;
+	uint64_t windows_bound, windows_open;
+};
+/* Fills @out for the @i-th device in use. Returns false when there is none (past the last). */
+bool xd_rdma_device_stats(const struct xd_daemon *d, int i, struct xd_rdma_dev_stats *out);
+
+/* metrics.c: the Prometheus endpoint (cfg.metrics_listen), on the daemon's event loop */
+struct sockaddr_storage;
+/* Listens on cfg.metrics_listen when set. Returns 0 or -errno (logged, naming the rule). */
+int xd_metrics_start(struct xd_daemon *d);
+/* Closes the listener and every HTTP connection; safe when not started. */
+void xd_metrics_stop(struct xd_daemon *d);
+/* Checks "ADDR:PORT" (numeric address, port 1..65535). Returns 0 or -EINVAL. */
+int xd_metrics_parse_listen(const char *s, struct sockaddr_storage *ss, int *len);
 
 /* peer.c: the transfer engine's peer sets (connections to one other daemon) */
 struct xd_transport_ops;

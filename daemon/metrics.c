@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The Prometheus endpoint: GET /metrics on cfg.metrics_listen, served by libevent's evhttp on
+ * the daemon's one event loop, in the text exposition format (version 0.0.4). It only reads
+ * state: the counters the other files keep on d->counters and d->stats, and the lists of
+ * connections, regions, operations and peer sets. Label values come from small fixed sets
+ * (kinds, states, transports, limit scopes, RDMA devices) and from peer node ids, which
+ * max_peer_sets bounds; no label names an operation, region or client.
+ *
+ * Anyone who reaches the port may connect, so the listener is bounded as the peer port is:
+ * at most XD_METRICS_MAX_CONNS connections (the listener pauses while full), requests of at
+ * most XD_METRICS_MAX_HEADERS bytes and no body, XD_METRICS_IO_TIMEOUT_S per read or write,
+ * and XD_METRICS_DEADLINE_MS from accept to close whatever the peer does (a slow sender of
+ * one header byte a second does not hold a slot). Every reply closes its connection.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include "transport.h"
+
+#define XD_METRICS_MAX_CONNS 16
+#define XD_METRICS_MAX_HEADERS 8192
+#define XD_METRICS_IO_TIMEOUT_S 2
+#define XD_METRICS_DEADLINE_MS 5000
+#define XD_METRICS_TICK_MS 100 /* how often finished connections are reaped */
+
+/* One accepted HTTP connection: its bufferevent, on which we hold a reference. */
+struct metrics_conn {
+	struct bufferevent *bev;
+	uint64_t accepted_us;
+	bool cut; /**< shut down at its deadline, evhttp not yet done with it */
+};
+
+struct xd_metrics {
+	struct xd_daemon *d;
+	struct evhttp *http;
+	struct evhttp_bound_socket *bound;
+	struct event *tick;
+	struct metrics_conn conns[XD_METRICS_MAX_CONNS];
+	int nconns;
+	bool paused; /**< the listener is disabled: XD_METRICS_MAX_CONNS are open */
+	uint64_t scrapes, accepted, cut_at_deadline, paused_times;
+	uint64_t render_us; /**< time spent building the replies, all scrapes */
+};
+
+/* ---- connections: counted, bounded, reaped ---- */
+
+/*
+ * evhttp (libevent 2.1) has no connection cap and no absolute deadline, so each connection's
+ * bufferevent is made here (evhttp_set_bevcb) with one reference of ours: when evhttp is done
+ * with it, it clears the callbacks and drops its reference, and the tick sees that and drops
+ * ours, which closes the socket.
+ */
+static struct bufferevent *metrics_bev_cb(struct event_base *base, void *arg)
+{
+	struct xd_metrics *m = arg;
+	struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+
+	if (!bev || m->nconns == XD_METRICS_MAX_CONNS)
+		return bev; /* (not reached while paused; evhttp's timeouts still end it) */
+	bufferevent_incref(bev);
+	m->conns[m->nconns++] = (struct metrics_conn){ .bev = bev, .accepted_us = xd_now_us() };
+	m->accepted++;
+	if (m->nconns == XD_METRICS_MAX_CONNS && !m->paused) {
+		/* The rest wait in the kernel's backlog (a few) or are refused by it. */
+		evconnlistener_disable(evhttp_bound_socket_get_listener(m->bound));
+		m->paused = true;
+		m->paused_times++;
+	}
+	return bev;
+}
+
+static bool conn_released(struct bufferevent *bev)
+{
+	bufferevent_data_cb readcb = NULL;
+
+	bufferevent_getcb(bev, &readcb, NULL, NULL, NULL);
+	return readcb == NULL;
+}
+
+static void metrics_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_metrics *m = arg;
+	uint64_t now = xd_now_us();
+
+	for (int i = 0; i < m->nconns; i++) {
+		struct metrics_conn *c = &m->conns[i];
+		if (conn_released(c->bev)) {
+			bufferevent_decref(c->bev);
+			m->conns[i--] = m->conns[--m->nconns];
+		} else if (!c->cut && now - c->accepted_us > XD_METRICS_DEADLINE_MS * 1000ull) {
+			/* evhttp sees the end of the stream and frees the connection itself. */
+			shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
+			c->cut = true;
+			m->cut_at_deadline++;
+		}
+	}
+	if (m->paused && m->nconns < XD_METRICS_MAX_CONNS) {
+		evconnlistener_enable(evhttp_bound_socket_get_listener(m->bound));
+		m->paused = false;
+	}
+}
+
+/* ---- the exposition format ---- */
+
+static void family(struct evbuffer *out, const char *name, const char *type, const char *help)
+{
+	evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Writes @v as a label value: backslash, quote and newline escaped. */
+static void label_value(struct evbuffer *out, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			evbuffer_add_printf(out, "\\%c", *v);
+		else if (*v == '\n')
+			evbuffer_add(out, "\\n", 2);
+		else
+			evbuffer_add(out, v, 1);
+	}
+}
+
+static const char *transport_label(const struct xd_daemon *d, int t)
+{
+	return t == 0 ? "none" : d->transports[t - 1]->name;
+}
+
+static int ntransports(const struct xd_daemon *d)
+{
+	int n = 1;
+
+	while (n < XD_METRIC_TRANSPORTS && d->transports[n - 1])
+		n++;
+	return n;
+}
+
+/* "in_progress" for "IN_PROGRESS": label values in the case of the rest. */
+static void lower(const char *in, char *out, size_t len)
+{
+	size_t i = 0;
+
+	for (; in[i] && i + 1 < len; i++)
+		out[i] = (char)(in[i] >= 'A' && in[i] <= 'Z' ? in[i] - 'A' + 'a' : in[i]);
+	out[i] = '\0';
+}
+
+static const char *const end_names[XD_NEND] = { "complete", "cancelled", "errored" };
+
+static void write_ops(struct xd_daemon *d, struct evbuffer *out)
+{
+	uint64_t open[XP_KIND_COUNT][XP_ST_COUNT] = { { 0 } };
+	struct xd_op *op;
+
+	family(out, "xferd_operations_total", "counter",
+	       "Operations that ended, by kind, transport (none: never started) and end state.");
+	for (int k = 0; k < XP_KIND_COUNT; k++)
+		for (int t = 0; t < ntransports(d); t++)
+			for (int e = 0; e < XD_NEND; e++)
+				evbuffer_add_printf(
+					out,
+					"xferd_operations_total{kind=\"%s\",transport=\"%s\","
+					"state=\"%s\"} %" PRIu64 "\n",
+					xp_kind_name(k), transport_label(d, t), end_names[e],
+					d->counters.ops_ended[k][t][e]);
+	TAILQ_FOREACH(op, &d->ops, link)
+		open[op->kind][op->state]++;
+	family(out, "xferd_operations", "gauge",
+	       "Operations listed now (not yet released), by kind and state (lower case).");
+	for (int k = 0; k < XP_KIND_COUNT; k++) {
+		for (int s = 0; s < XP_ST_COUNT; s++) {
+			char state[32];
+			lower(xp_state_name(s), state, sizeof(state));
+			evbuffer_add_printf(out,
+					    "xferd_operations{kind=\"%s\",state=\"%s\"} %" PRIu64
+					    "\n",
+					    xp_kind_name(k), state, open[k][s]);
+		}
+	}
+}
+
+static void write_hist(struct evbuffer *out, const char *name, const char *label, const char *value,
+		       const struct xd_hist *h)
+{
+	uint64_t cum = 0;
+
+	for (int i = 0; i < XD_HIST_BUCKETS; i++) {
+		cum += h->bucket[i];
+		evbuffer_add_printf(out, "%s_bucket{%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", name,
+				    label, value, (double)xd_hist_bounds_us[i] / 1e6, cum);
+	}
+	evbuffer_add_printf(out, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, label,
+			    value, h->count);
+	evbuffer_add_printf(out, "%s_sum{%s=\"%s\"} %.6f\n", name, label, value,
+			    (double)h->sum_us / 1e6);
+	evbuffer_add_printf(out, "%s_count{%s=\"%s\"} %" PRIu64 "\n", name, label, value, h->count);
+}
+
+static void write_latencies(struct xd_daemon *d, struct evbuffer *out)
+{
+	family(out, "xferd_operation_duration_seconds", "histogram",
+	       "Operations from creation to end (a passive one waits for its peer), by kind.");
+	for (int k = 0; k < XP_KIND_COUNT; k++)
+		write_hist(out, "xferd_operation_duration_seconds", "kind", xp_kind_name(k),
+			   &d->counters.op_duration[k]);
+	family(out, "xferd_claim_latency_seconds", "histogram",
+	       "Cross-node claims (op.read, op.write) until the owner's answer, by transport.");
+	for (int t = 1; t < ntransports(d); t++)
+		if (d->transports[t - 1]->network)
+			write_hist(out, "xferd_claim_latency_seconds", "transport",
+				   transport_label(d, t), &d->counters.claim_latency[t]);
+}
+
+static void write_bytes(struct xd_daemon *d, struct evbuffer *out)
+{
+	struct xd_peer *p;
+
+	family(out, "xferd_transferred_bytes_total", "counter",
+	       "Bytes of completed operations (each side of a cross-node pair counts its own; a "
+	       "local pair once), by transport.");
+	for (int t = 1; t < ntransports(d); t++)
+		evbuffer_add_printf(out,
+				    "xferd_transferred_bytes_total{transport=\"%s\"} %" PRIu64 "\n",
+				    transport_label(d, t), d->counters.bytes_moved[t]);
+	family(out, "xferd_peer_sent_bytes_total", "counter",
+	       "Bytes sent on each live peer set (at most max_peer_sets), by peer node.");
+	TAILQ_FOREACH(p, &d->peers, link)
+		evbuffer_add_printf(out,
+				    "xferd_peer_sent_bytes_total{peer=\"%s\",transport=\"%s\"} "
+				    "%" PRIu64 "\n",
+				    p->node_hex, p->transport->name, p->bytes_sent);
+	family(out, "xferd_peer_received_bytes_total", "counter",
+	       "Bytes received on each live peer set (at most max_peer_sets), by peer node.");
+	TAILQ_FOREACH(p, &d->peers, link)
+		evbuffer_add_printf(out,
+				    "xferd_peer_received_bytes_total{peer=\"%s\",transport=\"%s\"} "
+				    "%" PRIu64 "\n",
+				    p->node_hex, p->transport->name, p->bytes_received);
+}
+
+static void write_peer_counter(struct xd_daemon *d, struct evbuffer *out, const char *name,
+			       const char *help, const uint64_t *by_transport)
+{
+	family(out, name, "counter", help);
+	for (int t = 1; t < ntransports(d); t++)
+		if (d->transports[t - 1]->network)
+			evbuffer_add_printf(out, "%s{transport=\"%s\"} %" PRIu64 "\n", name,
+					    transport_label(d, t), by_transport[t]);
+}
+
+static void write_peers(struct xd_daemon *d, struct evbuffer *out)
+{
+	uint64_t n[XD_METRIC_TRANSPORTS][2] = { { 0 } };
+	struct xd_peer *p;
+
+	TAILQ_FOREACH(p, &d->peers, link)
+		n[xd_metric_transport(d, p->transport->name)][p->state == XD_PEER_UP]++;
+	family(out, "xferd_peer_sets", "gauge", "Peer sets now, by transport and state.");
+	for (int t = 1; t < ntransports(d); t++) {
+		if (!d->transports[t - 1]->network)
+			continue;
+		for (int up = 0; up < 2; up++)
+			evbuffer_add_printf(
+				out, "xferd_peer_sets{transport=\"%s\",state=\"%s\"} %" PRIu64 "\n",
+				transport_label(d, t), up ? "up" : "connecting", n[t][up]);
+	}
+	write_peer_counter(d, out, "xferd_peer_sets_opened_total",
+			   "Peer sets made (dialled or accepted).", d->counters.peer_sets_opened);
+	write_peer_counter(d, out, "xferd_peer_sets_failed_total",
+			   "Peer sets that failed (down): every transfer on them ended.",
+			   d->counters.peer_sets_failed);
+	write_peer_counter(d, out, "xferd_peer_reconnects_total",
+			   "Peer sets made to a node whose previous set had failed.",
+			   d->counters.peer_reconnects);
+}
+
+static void gauge(struct evbuffer *out, const char *name, const char *help, uint64_t v)
+{
+	family(out, name, "gauge", help);
+	evbuffer_add_printf(out, "%s %" PRIu64 "\n", name, v);
+}
+
+static void write_memory(struct xd_daemon *d, struct evbuffer *out)
+{
+	uint64_t regions = 0, registered = 0, pinned = 0, clients = 0;
+	struct xd_region *r;
+	struct xd_conn *c;
+
+	TAILQ_FOREACH(r, &d->regions, link) {
+		regions++;
+		registered += r->length;
+		pinned += r->nmrs ? r->map_len : 0;
+	}
+	TAILQ_FOREACH(c, &d->conns, link)
+		clients++;
+	gauge(out, "xferd_clients", "Control connections open.", clients);
+	gauge(out, "xferd_regions", "Regions registered.", regions);
+	gauge(out, "xferd_registered_bytes", "Bytes of the registered ranges.", registered);
+	gauge(out, "xferd_mapped_bytes",
+	      "Bytes the daemon mapped and populated for regions (what the bytes limits charge).",
+	      d->usage[XD_RES_BYTES]);
+	gauge(out, "xferd_pinned_bytes",
+	      "Bytes of mappings registered with RDMA devices (pinned by the kernel).", pinned);
+}
+
+static void limit_line(struct evbuffer *out, const char *name, const char *scope, int res,
+		       uint64_t v)
+{
+	evbuffer_add_printf(out, "%s{scope=\"%s\",resource=\"%s\"} %" PRIu64 "\n", name, scope,
+			    xd_res_name(res), v);
+}
+
+/*
+ * Usage against every limit (limits.c): the global use, and for the per-uid and per-connection
+ * scopes the largest use of any uid or connection, which is the one that meets its limit first.
+ */
+static void write_limits(struct xd_daemon *d, struct evbuffer *out)
+{
+	const struct xd_limits *lims[3] = { &d->cfg.global_limits, &d->cfg.uid_limits,
+					    &d->cfg.limits };
+	static const char *const scopes[3] = { "global", "per_uid", "per_connection" };
+	uint64_t used[3][XD_NRES] = { { 0 } };
+	struct xd_uid_usage *u;
+	struct xd_conn *c;
+
+	memcpy(used[0], d->usage, sizeof(used[0]));
+	TAILQ_FOREACH(u, &d->uid_usage, link)
+		for (int i = 0; i < XD_NRES; i++)
+			used[1][i] = u->use[i] > used[1][i] ? u->use[i] : used[1][i];
+	TAILQ_FOREACH(c, &d->conns, link)
+		for (int i = 0; i < XD_NRES; i++)
+			used[2][i] = c->use[i] > used[2][i] ? c->use[i] : used[2][i];
+	family(out, "xferd_limit", "gauge",
+	       "Each configured limit, by scope and resource (bytes in bytes, others counts).");
+	for (int s = 0; s < 3; s++)
+		for (int i = 0; i < XD_NRES; i++)
+			if (lims[s]->max[i] != XD_NO_LIMIT)
+				limit_line(out, "xferd_limit", scopes[s], i, lims[s]->max[i]);
+	family(out, "xferd_limit_used", "gauge",
+	       "Use against each limit: global, and the largest of any uid or connection.");
+	for (int s = 0; s < 3; s++)
+		for (int i = 0; i < XD_NRES; i++)
+			if (lims[s]->max[i] != XD_NO_LIMIT)
+				limit_line(out, "xferd_limit_used", scopes[s], i, used[s][i]);
+}
+
+/* One counter (or gauge) per RDMA device in use; nothing when there is none. */
+static void write_rdma_one(struct xd_daemon *d, struct evbuffer *out, const char *name,
+			   const char *type, const char *help, size_t offset)
+{
+	struct xd_rdma_dev_stats st;
+
+	if (!xd_rdma_device_stats(d, 0, &st))
+		return;
+	family(out, name, type, help);
+	for (int i = 0; xd_rdma_device_stats(d, i, &st); i++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&st + offset, sizeof(v));
+		evbuffer_add_printf(out, "%s{device=\"", name);
+		label_value(out, st.name);
+		evbuffer_add_printf(out, "\"} %" PRIu64 "\n", v);
+	}
+}
+
+#define RDMA_FIELD(f) offsetof(struct xd_rdma_dev_stats, f)
+
+static void write_rdma(struct xd_daemon *d, struct evbuffer *out)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t offset;
+	} fields[] = {
+		{ "xferd_rdma_reads_total", "counter", "RDMA READ work requests completed.",
+		  RDMA_FIELD(reads) },
+		{ "xferd_rdma_read_bytes_total", "counter", "Bytes moved by RDMA READ.",
+		  RDMA_FIELD(read_bytes) },
+		{ "xferd_rdma_writes_total", "counter", "RDMA WRITE work requests completed.",
+		  RDMA_FIELD(writes) },
+		{ "xferd_rdma_write_bytes_total", "counter", "Bytes moved by RDMA WRITE.",
+		  RDMA_FIELD(write_bytes) },
+		{ "xferd_rdma_sends_total", "counter", "Control SENDs completed.",
+		  RDMA_FIELD(sends) },
+		{ "xferd_rdma_recvs_total", "counter", "Control RECVs completed.",
+		  RDMA_FIELD(recvs) },
+		{ "xferd_rdma_completion_errors_total", "counter", "Work completions in error.",
+		  RDMA_FIELD(errors) },
+		{ "xferd_rdma_memory_windows_bound_total", "counter",
+		  "Memory windows bound for claims.", RDMA_FIELD(windows_bound) },
+		{ "xferd_rdma_memory_windows", "gauge", "Memory windows bound and not yet freed.",
+		  RDMA_FIELD(windows_open) },
+	};
+
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		write_rdma_one(d, out, fields[i].name, fields[i].type, fields[i].help,
+			       fields[i].offset);
+}
+
+static void write_self(struct xd_daemon *d, struct xd_metrics *m, struct evbuffer *out)
+{
+	family(out, "xferd_build_info", "gauge", "The daemon's version, always 1.");
+	evbuffer_add_printf(out, "xferd_build_info{version=\"%s\"} 1\n", XFERD_VERSION);
+	family(out, "xferd_start_time_seconds", "gauge", "When the daemon started (Unix time).");
+	evbuffer_add_printf(out, "xferd_start_time_seconds %.6f\n", (double)d->epoch / 1e6);
+	family(out, "xferd_metrics_render_seconds", "summary",
+	       "Time the event loop spent building /metrics replies (before this one).");
+	evbuffer_add_printf(out, "xferd_metrics_render_seconds_sum %.6f\n",
+			    (double)m->render_us / 1e6);
+	evbuffer_add_printf(out, "xferd_metrics_render_seconds_count %" PRIu64 "\n",
+			    m->scrapes - 1);
+	family(out, "xferd_metrics_http_connections", "gauge",
+	       "HTTP connections open on metrics_listen (at most 16).");
+	evbuffer_add_printf(out, "xferd_metrics_http_connections %d\n", m->nconns);
+	family(out, "xferd_metrics_http_connections_total", "counter",
+	       "HTTP connections accepted on metrics_listen.");
+	evbuffer_add_printf(out, "xferd_metrics_http_connections_total %" PRIu64 "\n", m->accepted);
+	family(out, "xferd_metrics_http_deadline_cuts_total", "counter",
+	       "HTTP connections shut down for outliving the deadline (5 s).");
+	evbuffer_add_printf(out, "xferd_metrics_http_deadline_cuts_total %" PRIu64 "\n",
+			    m->cut_at_deadline);
+	family(out, "xferd_metrics_http_listener_pauses_total", "counter",
+	       "Times the listener paused because every connection slot was taken.");
+	evbuffer_add_printf(out, "xferd_metrics_http_listener_pauses_total %" PRIu64 "\n",
+			    m->paused_times);
+}
+
+/* The whole exposition into @out. */
+static void metrics_render(struct xd_metrics *m, struct evbuffer *out)
+{
+	struct xd_daemon *d = m->d;
+
+	write_self(d, m, out);
+	write_ops(d, out);
+	write_latencies(d, out);
+	write_bytes(d, out);
+	write_peers(d, out);
+	write_memory(d, out);
+	write_limits(d, out);
+	write_rdma(d, out);
+}
+
+static void metrics_request_cb(struct evhttp_request *req, void *arg)
+{
+	struct xd_metrics *m = arg;
+	struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
+	const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+	struct evbuffer *out = evbuffer_new();
+
+	evhttp_add_header(headers, "Connection", "close");
+	if (!out) {
+		evhttp_send_error(req, HTTP_SERVUNAVAIL, "out of memory");
+		return;
+	}
+	if (!path || strcmp(path, "/metrics") != 0) {
+		evhttp_add_header(headers, "Content-Type", "text/plain; charset=utf-8");
+		evbuffer_add_printf(out, "xferd serves only /metrics\n");
+		evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", out);
+	} else {
+		uint64_t t0 = xd_now_us();
+		m->scrapes++;
+		evhttp_add_header(headers, "Content-Type",
+				  "text/plain; version=0.0.4; charset=utf-8");
+		metrics_render(m, out);
+		m->render_us += xd_now_us() - t0;
+		evhttp_send_reply(req, HTTP_OK, "OK", out);
+	}
+	evbuffer_free(out);
+}
+
+/* ---- start and stop ---- */
+
+int xd_metrics_parse_listen(const char *s, struct sockaddr_storage *ss, int *len)
+{
+	*len = (int)sizeof(*ss);
+	memset(ss, 0, sizeof(*ss));
+	/* Numeric only: a name would be resolved by a blocking call, and could change later. */
+	if (evutil_parse_sockaddr_port(s, (struct sockaddr *)ss, len) < 0 ||
+	    (ss->ss_family != AF_INET && ss->ss_family != AF_INET6))
+		return -EINVAL;
+	uint16_t port = ss->ss_family == AF_INET ? ((struct sockaddr_in *)ss)->sin_port :
+						   ((struct sockaddr_in6 *)ss)->sin6_port;
+	return port ? 0 : -EINVAL;
+}
+
+/* A listening TCP socket on @s. Returns the fd or -errno (logged). */
+static int metrics_listen_socket(const char *s)
+{
+	struct sockaddr_storage ss;
+	int len, one = 1;
+
+	if (xd_metrics_parse_listen(s, &ss, &len) < 0) {
+		xd_log(XD_LOG_ERR,
+		       "metrics_listen \"%s\": must be a numeric ADDR:PORT ([ADDR]:PORT for "
+		       "IPv6), port 1-65535",
+		       s);
+		return -EINVAL;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&ss, (socklen_t)len) < 0 || listen(fd, 8) < 0) {
+		int err = errno;
+		xd_log(XD_LOG_ERR, "metrics_listen %s: %s", s, strerror(err));
+		if (fd >= 0)
+			close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+static int metrics_setup(struct xd_metrics *m, int fd)
+{
+	struct timeval io = { XD_METRICS_IO_TIMEOUT_S, 0 }, tick = { 0, XD_METRICS_TICK_MS * 1000 };
+
+	m->http = evhttp_new(m->d->base);
+	if (!m->http) {
+		close(fd);
+		return -ENOMEM;
+	}
+	evhttp_set_timeout_tv(m->http, &io);
+	evhttp_set_max_headers_size(m->http, XD_METRICS_MAX_HEADERS);
+	evhttp_set_max_body_size(m->http, 0);
+	evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+	evhttp_set_gencb(m->http, metrics_request_cb, m);
+	evhttp_set_bevcb(m->http, metrics_bev_cb, m);
+	m->bound = evhttp_accept_socket_with_handle(m->http, fd);
+	if (!m->bound) {
+		close(fd);
+		return -ENOMEM;
+	}
+	m->tick = event_new(m->d->base, -1, EV_PERSIST, metrics_tick_cb, m);
+	if (!m->tick || event_add(m->tick, &tick) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+int xd_metrics_start(struct xd_daemon *d)
+{
+	if (!d->cfg.metrics_listen)
+		return 0;
+	int fd = metrics_listen_socket(d->cfg.metrics_listen);
+	if (fd < 0)
+		return fd;
+	d->metrics = calloc(1, sizeof(*d->metrics));
+	if (!d->metrics) {
+		close(fd);
+		return -ENOMEM;
+	}
+	d->metrics->d = d;
+	int rc = metrics_setup(d->metrics, fd);
+	if (rc < 0) {
+		xd_log(XD_LOG_ERR, "metrics_listen %s: %s", d->cfg.metrics_listen, strerror(-rc));
+		xd_metrics_stop(d);
+		return rc;
+	}
+	xd_log(XD_LOG_INFO, "metrics on http://%s/metrics", d->cfg.metrics_listen);
+	return 0;
+}
+
+void xd_metrics_stop(struct xd_daemon *d)
+{
+	struct xd_metrics *m = d->metrics;
+
+	if (!m)
+		return;
+	xd_event_free(m->tick);
+	/* evhttp_free() lets go of every connection; ours are the last references. */
+	if (m->http)
+		evhttp_free(m->http);
+	for (int i = 0; i < m->nconns; i++)
+		bufferevent_decref(m->conns[i].bev);
+	free(m);
+	d->metrics = NULL;
+}
