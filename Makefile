@@ -251,6 +251,7 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)BUILD=$(B) scripts/bench.sh
 	$(Q)BUILD=$(B) scripts/bench-net.sh
+	$(Q)BUILD=$(B) scripts/bench-metrics.sh
 
 install: $(BINS) $(B)/xferclient.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
