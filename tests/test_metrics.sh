@@ -190,9 +190,10 @@ if want sighup; then
 	out=$(hup hup)
 	if [[ $out == *"SIGHUP: applied "*log_level* ]] && [[ $out == *"SIGHUP: applied "*limits* ]] &&
 		[[ $out == *"SIGHUP: applied "*metrics_listen* ]] &&
+		xctl hup status >/dev/null && grep -q "debug .*connected: pid" "$D/hup.log" &&
 		[[ $out == *"need a restart: socket_mode"* ]] && [ "$(limit_of hup regions)" = 2 ] &&
 		scrape "$HP" "$D/hup.prom"; then
-		ok "SIGHUP applies log_level, limits and metrics_listen and names them; refuses socket_mode"
+		ok "SIGHUP applies log_level (debug lines follow), limits and metrics_listen and names them; refuses socket_mode"
 	else
 		fail "SIGHUP applies what can change" "log: $(echo "$out" | tr '\n' '|')"
 	fi

@@ -114,10 +114,13 @@ HAS_TRANSPORT=0
 # rdma_request_size: node 0 posts requests of the default 128 KiB, node 1 of 16 KiB, so that
 # the transfers node 1 drives also cut chunks at the work-request limit per chunk (32).
 REQUEST=(131072 16384)
+METRICS_PORT=9468
 write_config() {
 	local extra=
 	[ "$TRANSPORT" = rdma ] &&
 		extra=", \"require_rdma\": true, \"rdma_ack_timeout\": 19, \"rdma_request_size\": ${REQUEST[$1]}"
+	# The Prometheus endpoint on each node's address (checked against the device counters).
+	extra+=", \"metrics_listen\": \"${IP[$1]}:$METRICS_PORT\""
 	printf '{"keepalive_ms": 500, "keepalive_timeout_ms": %s, "default_timeout_ms": 300000%s}\n' \
 		"$KA_MS" "$extra" >"$D/n$1.json"
 }
@@ -258,6 +261,24 @@ take_baseline || abort_setup "xferctl stats failed"
 # The four operations, byte-exact. 4 KiB and 1 MiB (+1: a tail that fits no page or segment)
 # both ways round; 32 MiB one way round for each kind.
 
+# metrics_match N READ_BYTES WRITE_BYTES: node N's /metrics passes promtool and shows the RDMA
+# byte counters `xferctl devices` showed (nothing moves in between).
+metrics_match() {
+	local n=$1 f=$D/m$1.prom mr mw
+	if ! command -v curl >/dev/null || ! command -v promtool >/dev/null; then
+		skip "node $n metrics" "curl or promtool missing (Debian packages curl, prometheus)"
+		return
+	fi
+	curl -s --max-time 20 -o "$f" "http://${IP[$n]}:$METRICS_PORT/metrics"
+	mr=$(awk -v d="xferd_rdma_read_bytes_total{device=\"${DEV[$n]}\"}" '$1 == d { print $2 }' "$f")
+	mw=$(awk -v d="xferd_rdma_write_bytes_total{device=\"${DEV[$n]}\"}" '$1 == d { print $2 }' "$f")
+	if promtool check metrics <"$f" >/dev/null 2>&1 && [ "$mr" = "$2" ] && [ "$mw" = "$3" ]; then
+		ok "node $n /metrics: promtool clean, ${DEV[$n]} read/write bytes as xferctl devices"
+	else
+		fail "node $n /metrics" "read '$mr' vs '$2', write '$mw' vs '$3'; $(promtool check metrics <"$f" 2>&1 | head -n 2)"
+	fi
+}
+
 if want sizes; then
 	sizes_t0=$SECONDS
 	check_sizes $((2 * MIB)) 4096 $MIB $((MIB + 1)) $((32 * MIB))
@@ -277,6 +298,7 @@ if want sizes; then
 			else
 				fail "node $n ${DEV[$n]} counters" "rdma_reads '$rn' rdma_read_bytes '$rb' rdma_writes '$wn' rdma_write_bytes '$wb' completion_errors '$ce' (requests at most ${REQUEST[$n]} B): $j"
 			fi
+			metrics_match "$n" "$rb" "$wb"
 		fi
 		j=$(ctl "$n" --json peers 2>&1)
 		if [[ $j == *\"transport\":\"$TRANSPORT\"* && $j == *\"state\":\"connected\"* ]]; then
