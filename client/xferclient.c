@@ -46,11 +46,18 @@ CLIENT_SAME(XFER_READABLE, XP_KIND_READABLE);
 CLIENT_SAME(XFER_WRITABLE, XP_KIND_WRITABLE);
 CLIENT_SAME(XFER_READ, XP_KIND_READ);
 CLIENT_SAME(XFER_WRITE, XP_KIND_WRITE);
+CLIENT_SAME(XFER_GET, XP_KIND_GET);
+CLIENT_SAME(XFER_PUT, XP_KIND_PUT);
+CLIENT_SAME(XFER_ACCESS_READ, XP_ACCESS_READ);
+CLIENT_SAME(XFER_ACCESS_WRITE, XP_ACCESS_WRITE);
+CLIENT_SAME(XFER_ACCESS_READWRITE, XP_ACCESS_READWRITE);
 
-/* One op.changed notification waiting for delivery. */
+/* One notification waiting for delivery: op.changed, or a window's (@is_window). */
 struct client_event {
 	struct client_event *next;
+	bool is_window;
 	struct xfer_op_info info;
+	struct xfer_window_event wev;
 };
 
 struct xfer_client {
@@ -59,6 +66,8 @@ struct xfer_client {
 	uint64_t id; /* the connection id hello returned */
 	xfer_event_cb cb;
 	void *cb_arg;
+	xfer_window_cb wcb;
+	void *wcb_arg;
 	struct client_event *ev_head;
 	struct client_event **ev_tail;
 	bool delivering;    /* inside client_deliver(): no nested delivery */
@@ -185,16 +194,54 @@ static int op_info_parse(const json_t *obj, struct xfer_op_info *info)
  * malformed ones are ignored: a newer daemon must not break an older client's calls, and a
  * dropped event is not fatal because xfer_wait() and xfer_status() ask the daemon directly.
  */
+/* Fills @ev from window.notified or window.closed. Returns 0 or -EBADMSG. */
+static int window_event_parse(const struct xp_reply *rep, struct xfer_window_event *ev)
+{
+	const json_t *p = rep->params;
+	bool notified = strcmp(rep->method, XP_NOTIFY_WINDOW_NOTIFIED) == 0;
+	int kind = xp_kind_from_name(obj_str(p, "kind"));
+
+	memset(ev, 0, sizeof(*ev));
+	ev->type = notified ? XFER_WINDOW_NOTIFIED : XFER_WINDOW_CLOSED;
+	if (xp_get_u64(p, "window", &ev->window) < 0 || (notified && kind < 0))
+		return -EBADMSG;
+	if (notified) {
+		ev->kind = (enum xfer_kind)kind;
+		copy_str(ev->tag, sizeof(ev->tag), obj_str(p, "tag"));
+		copy_str(ev->peer, sizeof(ev->peer), obj_str(p, "peer"));
+		xp_get_u64(p, "offset", &ev->offset);
+		xp_get_u64(p, "bytes", &ev->bytes);
+		xp_get_u64(p, "handle", &ev->handle);
+	} else {
+		ev->error = -(xp_errno_from_name(obj_str(p, "errno")) ?: EIO);
+		copy_str(ev->cause, sizeof(ev->cause), obj_str(p, "cause"));
+	}
+	return 0;
+}
+
+/* Parses a notification into @ev when its callback is set. Returns 0, or -1 to drop it. */
+static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct client_event *ev)
+{
+	if (strcmp(rep->method, XP_NOTIFY_OP_CHANGED) == 0)
+		return c->cb && op_info_parse(rep->params, &ev->info) == 0 ? 0 : -1;
+	if (strcmp(rep->method, XP_NOTIFY_WINDOW_NOTIFIED) == 0 ||
+	    strcmp(rep->method, XP_NOTIFY_WINDOW_CLOSED) == 0) {
+		ev->is_window = true;
+		return c->wcb && window_event_parse(rep, &ev->wev) == 0 ? 0 : -1;
+	}
+	return -1;
+}
+
 static void client_queue_event(struct xfer_client *c, const struct xp_reply *rep)
 {
 	struct client_event *ev;
 
-	if (!c->cb || strcmp(rep->method, XP_NOTIFY_OP_CHANGED) != 0)
+	if (!c->cb && !c->wcb)
 		return;
-	ev = malloc(sizeof(*ev));
+	ev = calloc(1, sizeof(*ev));
 	if (!ev)
 		return;
-	if (op_info_parse(rep->params, &ev->info) < 0) {
+	if (event_parse(c, rep, ev) < 0) {
 		free(ev);
 		return;
 	}
@@ -233,7 +280,10 @@ static int client_deliver(struct xfer_client *c)
 	memcpy(saved, c->last_error, sizeof(saved));
 	c->delivering = true;
 	while ((ev = client_pop_event(c))) {
-		if (c->cb && !c->close_pending) {
+		if (ev->is_window && c->wcb && !c->close_pending) {
+			c->wcb(c, &ev->wev, c->wcb_arg);
+			n++;
+		} else if (!ev->is_window && c->cb && !c->close_pending) {
 			c->cb(c, &ev->info, c->cb_arg);
 			n++;
 		}
@@ -645,6 +695,14 @@ XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void
 		return;
 	c->cb = cb;
 	c->cb_arg = arg;
+}
+
+XFER_EXPORT void xfer_set_window_cb(struct xfer_client *c, xfer_window_cb cb, void *arg)
+{
+	if (!c)
+		return;
+	c->wcb = cb;
+	c->wcb_arg = arg;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1141,6 +1199,259 @@ XFER_EXPORT int xfer_call(struct xfer_client *c, const char *method, const char 
 		return client_finish(c, -EINVAL);
 	}
 	return client_finish(c, call(c, method, params_json, result_json));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Windows */
+
+XFER_EXPORT int xfer_window_create(struct xfer_client *c, uint64_t region, uint64_t offset,
+				   uint64_t length, enum xfer_access access, unsigned flags,
+				   uint64_t *window, char **metadata)
+{
+	json_t *params, *result;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (metadata)
+		*metadata = NULL;
+	if (region > INT64_MAX || offset > INT64_MAX || length > INT64_MAX ||
+	    (flags & ~XFER_WINDOW_ONE_OPENER) || xp_access_from_name(xp_access_name(access)) < 0) {
+		client_set_error(c, "window values out of range or unknown flags/access");
+		return client_finish(c, -EINVAL);
+	}
+	params = json_pack("{s:I, s:I, s:s, s:s}", "region", (json_int_t)region, "offset",
+			   (json_int_t)offset, "access", xp_access_name(access), "openers",
+			   flags & XFER_WINDOW_ONE_OPENER ? "one" : "many");
+	if (params && length &&
+	    json_object_set_new(params, "length", json_integer((json_int_t)length)))
+		json_decref(params), params = NULL;
+	rc = params ? client_request(c, "window.create", params, -1, &result) : -ENOMEM;
+	if (rc == 0) {
+		uint64_t id;
+		char *meta = NULL;
+		rc = result_u64(c, result, "window", &id);
+		if (!rc && metadata)
+			rc = result_strdup(c, result, "metadata", &meta);
+		json_decref(result);
+		if (!rc && window)
+			*window = id;
+		if (!rc && metadata)
+			*metadata = meta;
+	}
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_window_open(struct xfer_client *c, const char *metadata, uint64_t *handle,
+				 uint64_t *length, enum xfer_access *access)
+{
+	json_t *params, *result;
+	uint64_t id, len;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (!metadata) {
+		client_set_error(c, "window.open needs metadata");
+		return client_finish(c, -EINVAL);
+	}
+	params = json_pack("{s:s}", "metadata", metadata);
+	if (!params) {
+		client_set_error(c, "metadata is not a valid xfer1. string");
+		return client_finish(c, -EBADMSG);
+	}
+	rc = client_request(c, "window.open", params, -1, &result);
+	if (rc == 0) {
+		int a = xp_access_from_name(obj_str(result, "access"));
+		rc = result_u64(c, result, "window", &id);
+		if (!rc)
+			rc = result_u64(c, result, "length", &len);
+		json_decref(result);
+		if (!rc && a < 0)
+			rc = -EPROTO;
+		if (!rc && handle)
+			*handle = id;
+		if (!rc && length)
+			*length = len;
+		if (!rc && access)
+			*access = (enum xfer_access)a;
+	}
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_window_close(struct xfer_client *c, uint64_t window)
+{
+	json_t *params;
+
+	if (!c)
+		return -EINVAL;
+	if (window > INT64_MAX) {
+		client_set_error(c, "no window %llu", (unsigned long long)window);
+		return client_finish(c, -ENOENT);
+	}
+	params = json_pack("{s:I}", "window", (json_int_t)window);
+	return client_finish(c, params ? client_request(c, "window.close", params, -1, NULL) :
+					 -ENOMEM);
+}
+
+/* The params of an op.get/op.put. Returns 0 and *out, or -errno with last_error set. */
+static int window_op_params(struct xfer_client *c, uint64_t handle, uint64_t offset,
+			    const struct xfer_desc *descs, size_t n, const char *tag,
+			    const struct xfer_op_opts *opts, json_t **out)
+{
+	json_t *params;
+	int rc = op_params(c, NULL, descs, n, opts, &params);
+
+	if (rc)
+		return rc;
+	rc = obj_set_u64(params, "window", handle);
+	if (!rc)
+		rc = obj_set_u64(params, "offset", offset);
+	if (!rc && tag && json_object_set_new(params, "tag", json_string(tag)))
+		rc = -EINVAL; /* not UTF-8 */
+	if (rc) {
+		json_decref(params);
+		client_set_error(c, "window, offset or tag out of range");
+		return rc;
+	}
+	*out = params;
+	return 0;
+}
+
+static int window_op(struct xfer_client *c, const char *method, uint64_t handle, uint64_t offset,
+		     const struct xfer_desc *descs, size_t n, const char *tag,
+		     const struct xfer_op_opts *opts, uint64_t *op)
+{
+	json_t *params;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	rc = window_op_params(c, handle, offset, descs, n, tag, opts, &params);
+	if (!rc)
+		rc = op_start(c, method, params, op, NULL);
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_put(struct xfer_client *c, uint64_t handle, uint64_t offset,
+			 const struct xfer_desc *descs, size_t n, const char *tag,
+			 const struct xfer_op_opts *opts, uint64_t *op)
+{
+	return window_op(c, "op.put", handle, offset, descs, n, tag, opts, op);
+}
+
+XFER_EXPORT int xfer_get(struct xfer_client *c, uint64_t handle, uint64_t offset,
+			 const struct xfer_desc *descs, size_t n, const char *tag,
+			 const struct xfer_op_opts *opts, uint64_t *op)
+{
+	return window_op(c, "op.get", handle, offset, descs, n, tag, opts, op);
+}
+
+/* One compact entry: ["get" | "put", handle, offset, [[region, offset, length], ...], tag?]. */
+static json_t *batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+{
+	json_t *descs = json_array(), *e;
+
+	if (o->kind != XFER_GET && o->kind != XFER_PUT) {
+		client_set_error(c, "batch entry %zu is neither XFER_GET nor XFER_PUT", i);
+		json_decref(descs);
+		return NULL;
+	}
+	if (!o->descs || o->n == 0 || o->n > XP_MAX_DESCS || o->handle > INT64_MAX ||
+	    o->offset > INT64_MAX) {
+		client_set_error(c, "batch entry %zu: 1 to %d descriptors, values below 2^63", i,
+				 XP_MAX_DESCS);
+		json_decref(descs);
+		return NULL;
+	}
+	for (size_t k = 0; descs && k < o->n; k++) {
+		const struct xfer_desc *d = &o->descs[k];
+		if (d->region > INT64_MAX || d->offset > INT64_MAX || d->length > INT64_MAX ||
+		    json_array_append_new(descs, json_pack("[I, I, I]", (json_int_t)d->region,
+							   (json_int_t)d->offset,
+							   (json_int_t)d->length))) {
+			client_set_error(c, "batch entry %zu: descriptor values must be below 2^63",
+					 i);
+			json_decref(descs);
+			return NULL;
+		}
+	}
+	e = json_pack("[s, I, I, o]", o->kind == XFER_GET ? "get" : "put", (json_int_t)o->handle,
+		      (json_int_t)o->offset, descs);
+	if (e && o->tag && json_array_append_new(e, json_string(o->tag))) {
+		client_set_error(c, "batch entry %zu: the tag is not UTF-8", i);
+		json_decref(e);
+		return NULL;
+	}
+	return e;
+}
+
+static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, size_t n,
+			const struct xfer_op_opts *opts, json_t **out)
+{
+	json_t *arr = json_array();
+	int rc = arr ? 0 : -ENOMEM;
+
+	if (opts && (opts->timeout_ms || opts->flags)) {
+		client_set_error(c, "batch entries take no options (yet): pass NULL");
+		rc = -EINVAL;
+	}
+	for (size_t i = 0; !rc && i < n; i++) {
+		json_t *e = batch_entry(c, &ops[i], i);
+		if (!e || json_array_append_new(arr, e))
+			rc = -EINVAL;
+	}
+	if (rc) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = json_pack("{s:o}", "ops", arr);
+	return *out ? 0 : -ENOMEM;
+}
+
+/* Fills ops[i].op from {"results": [...], "failed"?, "message"?}; returns how many. */
+static size_t batch_results(const json_t *result, struct xfer_batch_op *ops, size_t n)
+{
+	const json_t *arr = json_object_get(result, "results");
+	size_t i;
+
+	for (i = 0; i < n && i < json_array_size(arr); i++)
+		if (xp_get_u64(json_array_get(arr, i), "op", &ops[i].op) < 0)
+			break;
+	return i;
+}
+
+XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, size_t n,
+			   const struct xfer_op_opts *opts, size_t *done)
+{
+	json_t *params, *result;
+	size_t made = 0;
+	int rc;
+
+	if (!c)
+		return -EINVAL;
+	if (!ops || n == 0 || n > XP_MAX_BATCH) {
+		client_set_error(c, "a batch has 1 to %d entries", XP_MAX_BATCH);
+		rc = -EINVAL;
+	} else {
+		rc = batch_params(c, ops, n, opts, &params);
+	}
+	if (!rc)
+		rc = client_request(c, "op.batch", params, -1, &result);
+	if (!rc) {
+		made = batch_results(result, ops, n);
+		if (json_object_get(result, "failed")) {
+			rc = -(xp_errno_from_name(obj_str(result, "errno")) ?: EIO);
+			client_set_error(c, "%s", obj_str(result, "message"));
+		} else if (made != n) {
+			client_set_error(c, "xferd's reply to op.batch lacks results");
+			rc = -EPROTO;
+		}
+		json_decref(result);
+	}
+	if (done)
+		*done = made;
+	return client_finish(c, rc);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -49,7 +49,8 @@ enum xfer_state {
 	XFER_ERRORED,	  /* failed, see error and cause (terminal) */
 };
 
-enum xfer_kind { XFER_READABLE, XFER_WRITABLE, XFER_READ, XFER_WRITE };
+/* XFER_GET and XFER_PUT: one-sided operations on an open window (xfer_get(), xfer_put()). */
+enum xfer_kind { XFER_READABLE, XFER_WRITABLE, XFER_READ, XFER_WRITE, XFER_GET, XFER_PUT };
 
 /* A snapshot of an operation, as the daemon reported it. */
 struct xfer_op_info {
@@ -222,6 +223,102 @@ XFER_EXPORT int xfer_dispatch(struct xfer_client *c);
  */
 XFER_EXPORT int xfer_call(struct xfer_client *c, const char *method, const char *params_json,
 			  char **result_json);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Windows (PROTOCOL.md §5.1): a range exposed once for many one-sided gets and puts. */
+
+enum xfer_access { XFER_ACCESS_READ = 1, XFER_ACCESS_WRITE = 2, XFER_ACCESS_READWRITE = 3 };
+
+/* xfer_window_create() flags: one opener at a time (default: up to 64). */
+#define XFER_WINDOW_ONE_OPENER 0x1u
+
+/*
+ * Exposes [@offset, +@length) of @region (@length 0: to its end) to openers, with @access.
+ * Returns 0, *window and *metadata (a capability: hand it to the peers that may open the
+ * window; free() it), or -errno. Closing the window (xfer_window_close(), or this client's
+ * disconnect) revokes every opener's access at once.
+ */
+XFER_EXPORT int xfer_window_create(struct xfer_client *c, uint64_t region, uint64_t offset,
+				   uint64_t length, enum xfer_access access, unsigned flags,
+				   uint64_t *window, char **metadata);
+
+/*
+ * Opens window @metadata. Returns 0 and *handle (the id to pass to xfer_get()/xfer_put() and
+ * xfer_window_close()), and the window's *length and *access (either may be NULL), once the
+ * owner accepted; or -errno (-ESTALE: the owner restarted; -EBUSY: a one-opener window is
+ * open already; -EACCES: wrong token; -ENOENT or -ECANCELED: closed).
+ */
+XFER_EXPORT int xfer_window_open(struct xfer_client *c, const char *metadata, uint64_t *handle,
+				 uint64_t *length, enum xfer_access *access);
+
+/*
+ * Closes a window this client created (revokes it: returns once no get or put is in flight on
+ * it any more) or a handle it opened (its gets and puts in flight are cancelled). 0 or -errno.
+ */
+XFER_EXPORT int xfer_window_close(struct xfer_client *c, uint64_t window);
+
+/*
+ * One-sided operations on handle @handle: put the @n descriptors' bytes at @offset of the window,
+ * or get the window's bytes at @offset into them. @tag (NULL: none; at most 256 bytes, a
+ * NUL-terminated UTF-8 string) is delivered to the window's owner once the bytes are in place
+ * (xfer_set_window_cb()). Returns 0 and *op at once (the owner's refusal arrives as the op's end:
+ * wait for it or take its events), or -errno when refused here (-EACCES: access mode; -EINVAL:
+ * out of the window's range; -ECANCELED: the window was revoked).
+ */
+XFER_EXPORT int xfer_put(struct xfer_client *c, uint64_t handle, uint64_t offset,
+			 const struct xfer_desc *descs, size_t n, const char *tag,
+			 const struct xfer_op_opts *opts, uint64_t *op);
+XFER_EXPORT int xfer_get(struct xfer_client *c, uint64_t handle, uint64_t offset,
+			 const struct xfer_desc *descs, size_t n, const char *tag,
+			 const struct xfer_op_opts *opts, uint64_t *op);
+
+/* One get or put of a batch. */
+struct xfer_batch_op {
+	enum xfer_kind kind; /* XFER_GET or XFER_PUT */
+	uint64_t handle, offset;
+	const struct xfer_desc *descs;
+	size_t n;
+	const char *tag; /* NULL: none */
+	uint64_t op;	 /* out: the operation's id */
+};
+
+/*
+ * Posts @n gets and puts (at most 1024) in one request (@opts: NULL, the daemon's default
+ * deadline for each; options per batch are not supported yet). Returns 0 with
+ * every ops[i].op filled, or -errno: then *done (may be NULL) says how many of the first
+ * entries were made (their op ids are filled; they go on) and xfer_last_error() why the next
+ * was refused.
+ */
+XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, size_t n,
+			   const struct xfer_op_opts *opts, size_t *done);
+
+enum xfer_window_event_type {
+	XFER_WINDOW_NOTIFIED, /* (to the owner) a tagged get or put completed */
+	XFER_WINDOW_CLOSED,   /* (to an opener) its handle was revoked or lost */
+};
+
+/* A window notification. */
+struct xfer_window_event {
+	enum xfer_window_event_type type;
+	uint64_t window;	/* NOTIFIED: the owner's window id; CLOSED: the opener's handle */
+	char tag[257];		/* NOTIFIED */
+	enum xfer_kind kind;	/* NOTIFIED: XFER_GET or XFER_PUT */
+	uint64_t offset, bytes; /* NOTIFIED: where in the window, how many */
+	char peer[64];		/* NOTIFIED: the opener's node id, or "local" */
+	uint64_t handle;	/* NOTIFIED: the opener's handle id on its node */
+	int error;		/* CLOSED: -errno */
+	char cause[256];	/* CLOSED */
+};
+
+typedef void (*xfer_window_cb)(struct xfer_client *c, const struct xfer_window_event *ev,
+			       void *arg);
+
+/*
+ * Sets (or with NULL clears) the callback for window notifications; delivered like operation
+ * events (xfer_set_event_cb(): from inside calls on @c, in arrival order with them). Without a
+ * callback they are dropped.
+ */
+XFER_EXPORT void xfer_set_window_cb(struct xfer_client *c, xfer_window_cb cb, void *arg);
 
 /* Names for enum values ("COMPLETE", "read"); never NULL. */
 XFER_EXPORT const char *xfer_state_name(enum xfer_state s);

@@ -312,6 +312,55 @@ static const struct col client_cols[] = {
 	{ "AGE", "age_ms", fmt_age, true },	{ NULL, NULL, NULL, false },
 };
 
+/*
+ * What a window row exposes: the owner's "region R [OFF, +LEN)", or an opener's "node N.. window W
+ * (+LEN)".
+ */
+static void fmt_wrange(const json_t *row, const char *key, char *out, size_t len)
+{
+	char size[32], node[16];
+
+	human_size(obj_u64(row, "length"), size, sizeof(size));
+	if (strcmp(obj_str(row, "role"), "owner") == 0) {
+		snprintf(out, len, "region %llu [%llu, +%s)",
+			 (unsigned long long)obj_u64(row, "region"),
+			 (unsigned long long)obj_u64(row, "offset"), size);
+		return;
+	}
+	esc(obj_str(row, "owner_node"), node, 9);
+	snprintf(out, len, "%s.. window %llu (%s)", node,
+		 (unsigned long long)obj_u64(row, "owner_window"), size);
+}
+
+/* The owner's openers (count: each one's node and gets/puts in flight under --json). */
+static void fmt_wopeners(const json_t *row, const char *key, char *out, size_t len)
+{
+	const json_t *o = json_object_get(row, key);
+
+	if (json_is_array(o))
+		snprintf(out, len, "%zu (%s)", json_array_size(o), obj_str(row, "openers_mode"));
+	else
+		snprintf(out, len, "-");
+}
+
+static const struct col window_cols[] = {
+	{ "WINDOW", "window", fmt_text, true },
+	{ "ROLE", "role", fmt_text, false },
+	{ "CLIENT", "client", fmt_text, true },
+	{ "RANGE", "length", fmt_wrange, false },
+	{ "ACCESS", "access", fmt_text, false },
+	{ "OPENERS", "openers", fmt_wopeners, false },
+	{ "STATE", "state", fmt_text, false },
+	{ "TRANSPORT", "transport", fmt_text, false },
+	{ "INFLIGHT", "inflight", fmt_text, true },
+	{ "GETS", "gets", fmt_text, true },
+	{ "PUTS", "puts", fmt_text, true },
+	{ "NOTIFIED", "notified", fmt_text, true },
+	{ "AGE", "age_ms", fmt_age, true },
+	{ "CAUSE", "cause", fmt_cause, false },
+	{ NULL, NULL, NULL, false },
+};
+
 /* Prints one line: the titles when @row is NULL, else @row's cells, padded to @width. */
 static void table_line(const struct col *cols, const size_t *width, const json_t *row)
 {
@@ -566,7 +615,9 @@ static void limit_cell(const json_t *limits, const char *scope, const char *res,
 /* Usage against each limit: global, and per uid for the caller's uid. */
 static void status_print_limits(const json_t *s)
 {
-	static const char *const res[] = { "bytes", "regions", "ops", "clients", "waits" };
+	static const char *const res[] = {
+		"bytes", "regions", "ops", "clients", "waits", "windows"
+	};
 	const json_t *limits = json_object_get(s, "limits");
 	char uid[32], g[80], u[80];
 
@@ -1080,6 +1131,9 @@ static const struct ctl_cmd commands[] = {
 	{ .name = "clients",
 	  .help = "connected clients",
 	  PAGED("list.clients", "clients", client_cols) },
+	{ .name = "windows",
+	  .help = "windows owned (range, access, openers) and opened (owner, state)",
+	  PAGED("list.windows", "windows", window_cols) },
 	{ .name = "peers", .help = "peer daemons", PAGED("list.peers", "peers", NULL) },
 	{ .name = "devices",
 	  .help = "RDMA devices",

@@ -28,7 +28,8 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	x->id = id;
 	x->active = active;
 	x->one_sided = p->transport->one_sided;
-	x->source = op->kind == XP_KIND_READABLE || op->kind == XP_KIND_WRITE;
+	x->source = op->kind == XP_KIND_READABLE || op->kind == XP_KIND_WRITE ||
+		    op->kind == XP_KIND_PUT;
 	x->op = op;
 	x->nsegs = op->nsegs;
 	x->length = op->length;
@@ -130,10 +131,42 @@ static int claim_credential(struct xd_xfer *x, json_t *claim)
 	return json_object_set_new(claim, "proof", json_string(hex)) ? -ENOMEM : 0;
 }
 
+/*
+ * An op.get/op.put's claim (PROTOCOL.md §10.6): no credential, the opener proved the window's
+ * token when it opened it, and the set's handshake proves who this is.
+ */
+static json_t *wclaim_json(struct xd_xfer *x)
+{
+	const struct xd_wreq *w = x->op->wreq;
+	char node[2 * XP_ID_BYTES + 1];
+
+	xp_hex_encode(x->owner_node, XP_ID_BYTES, node);
+	json_t *j = json_pack("{s:I, s:I, s:s, s:I, s:I, s:s, s:I}", "window",
+			      (json_int_t)w->window, "handle", (json_int_t)w->handle, "kind",
+			      xp_kind_name(x->op->kind), "offset", (json_int_t)w->offset, "length",
+			      (json_int_t)x->op->length, "node", node, "epoch",
+			      (json_int_t)x->owner_epoch);
+	if (j && w->has_tag && json_object_set_new(j, "tag", json_string(w->tag))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
 static void send_claim(struct xd_xfer *x)
 {
 	struct xd_op *op = x->op;
 	char node[2 * XP_ID_BYTES + 1];
+
+	if (op->wreq) {
+		json_t *wc = wclaim_json(x);
+		int rc = wc ? send_ctrl(x, XP_PEER_WCLAIM, wc) : -ENOMEM;
+		if (rc)
+			xfer_fail(x, XP_ST_ERRORED, -rc, "could not send the request to the owner");
+		else
+			x->claim_sent = true;
+		return;
+	}
 
 	xp_hex_encode(x->owner_node, XP_ID_BYTES, node);
 	json_t *claim = json_pack("{s:I, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)x->owner_op,
@@ -175,10 +208,30 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 	return 0;
 }
 
+int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *p,
+			const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+{
+	op->id = ++call->conn->d->next_op;
+	struct xd_xfer *x = xfer_new(p, op->id, true, op);
+	if (!x)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	memcpy(x->owner_node, node, XP_ID_BYTES);
+	x->owner_op = op->wreq->window;
+	x->owner_epoch = epoch;
+	/* Listed at once: the reply does not wait for the owner, whose refusal ends the op. */
+	xd_op_start(call, op, XP_ST_INITIALIZED);
+	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
+	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
+	if (p->state == XD_PEER_UP)
+		send_claim(x);
+	return 0;
+}
+
 static void peer_up(struct xd_peer *p)
 {
 	struct xd_xfer *x, *tmp;
 
+	xd_windows_peer_up(p); /* (opens first: a get or put may follow its open at once) */
 	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp)
 		if (x->peer == p && x->active && !x->claim_sent && x->op)
 			send_claim(x);
@@ -216,6 +269,7 @@ static void peer_lost(struct xd_peer *p, int err, const char *cause)
 	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp)
 		if (x->peer == p)
 			xfer_fail(x, XP_ST_ERRORED, err, msg);
+	xd_windows_peer_lost(p, err, msg);
 }
 
 /* Active one-sided side: tells the owner it may let go of its keys, once nothing uses them. */
@@ -375,6 +429,39 @@ static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
 	xfer_close(x);
 }
 
+/*
+ * A claim (CLAIM or WCLAIM) passed every check: the transfer starts, and the claimer hears
+ * CLAIM_OK (with keys, one-sided). Returns 0 or -ENOMEM.
+ */
+static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_op *passive)
+{
+	char msg[XD_CAUSE_MAX];
+	int err;
+	struct xd_xfer *x = xfer_new(p, id, false, passive);
+
+	if (!x) {
+		/* (an internal op would otherwise wait for its deadline) */
+		if (passive->internal)
+			xd_op_end(passive, XP_ST_ERRORED, ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	x->via = via;
+	err = -ENOMEM;
+	snprintf(msg, sizeof(msg), "out of memory answering a claim");
+	json_t *ok = x->one_sided ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
+	if (!ok) {
+		refuse_claim(x, -err, msg);
+		if (passive->internal) /* (a pairing's stays claimable; a window's op is done) */
+			xd_op_end(passive, XP_ST_ERRORED, -err, "%s", msg);
+		return 0;
+	}
+	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
+	xd_op_set_in_progress(passive, p->transport->name, p->node_hex);
+	if (x->source && !x->one_sided)
+		xd_peer_stream_add(p, x);
+	return 0;
+}
+
 static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
 	struct xd_claim cl;
@@ -404,22 +491,62 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	struct xd_xfer *x = xfer_new(p, h->xfer, false, passive);
-	if (!x)
-		return -ENOMEM;
-	x->via = via;
-	err = -ENOMEM;
-	snprintf(msg, sizeof(msg), "out of memory answering a claim");
-	json_t *ok = x->one_sided ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
-	if (!ok) {
-		refuse_claim(x, -err, msg);
-		return 0;
-	}
-	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
-	xd_op_set_in_progress(passive, p->transport->name, p->node_hex);
-	if (x->source && !x->one_sided)
-		xd_peer_stream_add(p, x);
+	return accept_claim(p, via, h->xfer, passive);
+}
+
+/* The owner's op.get/op.put side: a window's range, the refusals of window.c. */
+static int parse_wclaim(json_t *json, struct xd_wclaim *w, uint8_t node[XP_ID_BYTES],
+			uint64_t *epoch)
+{
+	json_int_t window, handle, offset, length, ep;
+	const char *kind, *hex;
+
+	w->tag = NULL;
+	if (!json ||
+	    json_unpack(json, "{s:I, s:I, s:s, s:I, s:I, s:s, s:I, s?s}", "window", &window,
+			"handle", &handle, "kind", &kind, "offset", &offset, "length", &length,
+			"node", &hex, "epoch", &ep, "tag", &w->tag) ||
+	    window < 0 || handle < 0 || offset < 0 || length <= 0 || ep < 0 ||
+	    xp_hex_decode(hex, node, XP_ID_BYTES) || (w->tag && strlen(w->tag) > XP_MAX_TAG))
+		return -EPROTO;
+	int k = xp_kind_from_name(kind);
+	if (k != XP_KIND_GET && k != XP_KIND_PUT)
+		return -EPROTO;
+	*w = (struct xd_wclaim){
+		k, (uint64_t)window, (uint64_t)handle, (uint64_t)offset, (uint64_t)length, w->tag
+	};
+	*epoch = (uint64_t)ep;
 	return 0;
+}
+
+static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
+{
+	struct xd_wclaim w;
+	uint8_t node[XP_ID_BYTES];
+	uint64_t epoch;
+	char msg[XD_CAUSE_MAX];
+	int err = 0;
+
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_wclaim(json, &w, node, &epoch) < 0)
+		return -EPROTO;
+	if (xfer_find(p, h->xfer, false)) /* (as for CLAIM: a transfer's name is used once) */
+		return -EPROTO;
+	struct xd_op *passive = NULL;
+	if (memcmp(node, p->d->node, XP_ID_BYTES) != 0 || epoch != p->d->epoch) {
+		err = -ESTALE;
+		snprintf(
+			msg, sizeof(msg),
+			"the window was opened on an earlier run of the owner daemon: it restarted");
+	} else {
+		passive = xd_window_claim(p->d, p, &w, &err, msg, sizeof(msg));
+	}
+	if (!passive) {
+		json_t *e = error_json(-err, msg);
+		int rc = xd_peer_send_ctrl(p, via, XP_PEER_CLAIM_ERR, 0, h->xfer, e);
+		json_decref(e);
+		return rc == -ENOMEM ? rc : 0;
+	}
+	return accept_claim(p, via, h->xfer, passive);
 }
 
 /* The owner's passive op is done: every byte moved, and the active side said DONE. */
@@ -473,7 +600,7 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	x->via = via;
 	if (x->one_sided && parse_rsegs(x, json) < 0)
 		return -EPROTO;
-	if (op->owner)
+	if (op->owner && op->life == XD_OP_CLAIMING) /* (a window's get/put had its reply) */
 		xd_client_reply(op->owner, op->reply_id,
 				json_pack("{s:I}", "op", (json_int_t)op->id));
 	xd_op_set_in_progress(op, x->peer->transport->name, x->peer->node_hex);
@@ -534,6 +661,11 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 {
 	if (h->type == XP_PEER_CLAIM)
 		return handle_claim(p, via, h, json);
+	if (h->type == XP_PEER_WCLAIM)
+		return handle_wclaim(p, via, h, json);
+	if (h->type == XP_PEER_WOPEN || h->type == XP_PEER_WOPEN_OK ||
+	    h->type == XP_PEER_WOPEN_ERR || h->type == XP_PEER_WCLOSE)
+		return xd_window_ctrl(p, via, h, json);
 	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)
 		return 0; /* the two ends crossed: it already ended here */

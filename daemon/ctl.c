@@ -81,6 +81,7 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 	       (unsigned long long)c->id, c->name, (int)c->pid, (unsigned)c->uid, why);
 	event_del(c->rev);
 	event_del(c->wev);
+	xd_windows_conn_closed(c); /* (first: a window's ops end with its cause) */
 	xd_ops_conn_closed(c);
 	struct xd_region *r, *tmp;
 	TAILQ_FOREACH_SAFE(r, &c->d->regions, link, tmp)

@@ -40,6 +40,13 @@ static int handle_list_devices(struct xd_call *call);
 #define method_LIST_PEERS handle_list_peers
 #define method_LIST_DEVICES handle_list_devices
 #define method_STATS handle_stats
+#define method_WINDOW_CREATE xd_handle_window_create
+#define method_WINDOW_OPEN xd_handle_window_open
+#define method_WINDOW_CLOSE xd_handle_window_close
+#define method_OP_GET xd_handle_op_window
+#define method_OP_PUT xd_handle_op_window
+#define method_OP_BATCH xd_handle_op_batch
+#define method_LIST_WINDOWS xd_handle_list_windows
 
 /* clang-format off */
 static const xd_handler handlers[XP_M_COUNT] = {

@@ -14,14 +14,14 @@
 
 static const char *const res_names[XD_NRES] = {
 	[XD_RES_BYTES] = "bytes",     [XD_RES_REGIONS] = "regions", [XD_RES_OPS] = "ops",
-	[XD_RES_CLIENTS] = "clients", [XD_RES_WAITS] = "waits",
+	[XD_RES_CLIENTS] = "clients", [XD_RES_WAITS] = "waits",	    [XD_RES_WINDOWS] = "windows",
 };
 
 /* What a limit counts, for messages ("12 GiB registered bytes", "4 regions"). */
 static const char *const res_nouns[XD_NRES] = {
 	[XD_RES_BYTES] = "registered bytes", [XD_RES_REGIONS] = "regions",
 	[XD_RES_OPS] = "operations",	     [XD_RES_CLIENTS] = "connections",
-	[XD_RES_WAITS] = "pending waits",
+	[XD_RES_WAITS] = "pending waits",    [XD_RES_WINDOWS] = "windows",
 };
 
 const char *xd_res_name(enum xd_res res)
@@ -73,6 +73,9 @@ void xd_limits_defaults(struct xd_config *cfg)
 	conn->max[XD_RES_WAITS] = 1024;
 	uid->max[XD_RES_WAITS] = XD_NO_LIMIT;
 	all->max[XD_RES_WAITS] = 16384;
+	conn->max[XD_RES_WINDOWS] = 1024;
+	uid->max[XD_RES_WINDOWS] = 4096;
+	all->max[XD_RES_WINDOWS] = 16384;
 }
 
 int xd_limits_load(struct xd_limits *lim, const json_t *obj, unsigned allowed, const char *key,

@@ -423,6 +423,8 @@ void xd_daemon_clear(struct xd_daemon *d)
 	TAILQ_INIT(&d->ops);
 	TAILQ_INIT(&d->peers);
 	TAILQ_INIT(&d->xfers);
+	TAILQ_INIT(&d->windows);
+	TAILQ_INIT(&d->whandles);
 	TAILQ_INIT(&d->deferred);
 	xd_usage_init(d);
 	d->listen_fd = -1;
@@ -463,6 +465,7 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_transport_local(d)->fini(d); /* first: no worker may touch a mapping after this */
 	xd_metrics_stop(d);
 	xd_ctl_fini(d);
+	xd_windows_fini(d);
 	xd_peers_stop(d);
 	xd_ops_fini(d);
 	xd_peers_fini(d); /* last: every registration and queue pair is gone by now */

@@ -77,8 +77,8 @@ static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out
 }
 
 /* Builds an op from the descriptors; not yet listed, no deadline running. */
-static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
-			    json_int_t timeout, int release_on_end)
+struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, json_int_t timeout,
+			int release_on_end)
 {
 	struct xd_conn *c = call->conn;
 	char msg[200];
@@ -139,7 +139,7 @@ int xd_handle_op_passive(struct xd_call *call)
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *op = op_new(call, kind, descs, timeout, release_on_end);
+	struct xd_op *op = xd_op_new(call, kind, descs, timeout, release_on_end);
 	if (!op)
 		return -call->cause_errno;
 	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
@@ -178,7 +178,7 @@ static struct xd_op *claim_check(struct xd_call *call, const struct xp_meta *m,
 	return passive;
 }
 
-static int decode_metadata(struct xd_call *call, const char *metadata, struct xp_meta *m)
+int xd_metadata_decode(struct xd_call *call, const char *metadata, struct xp_meta *m)
 {
 	char err[200];
 	int rc = xp_meta_decode(metadata, m, err, sizeof(err));
@@ -202,10 +202,18 @@ int xd_handle_op_active(struct xd_call *call)
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *active = op_new(call, kind, descs, timeout, release_on_end);
+	struct xd_op *active = xd_op_new(call, kind, descs, timeout, release_on_end);
 	if (!active)
 		return -call->cause_errno;
-	int rc = decode_metadata(call, metadata, &m);
+	int rc = xd_metadata_decode(call, metadata, &m);
+	if (rc == 0 && m.kind == XP_KIND_WINDOW) {
+		xp_meta_fini(&m);
+		rc = xd_fail(call, XP_E_FAILED, EINVAL,
+			     "metadata is for a window; %s needs %s metadata (windows take op.get "
+			     "and op.put after window.open)",
+			     xp_method_name(call->method),
+			     kind == XP_KIND_READ ? "readable" : "writable");
+	}
 	if (rc == 0 && memcmp(m.node, call->conn->d->node, XP_ID_BYTES) != 0) {
 		rc = xd_remote_claim(call, active, &m); /* the reply waits for the owner */
 		xp_meta_fini(&m);

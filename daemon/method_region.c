@@ -85,11 +85,13 @@ int xd_handle_region_deregister(struct xd_call *call)
 		return -call->cause_errno;
 	if (r->live_ops && !force)
 		return xd_fail(call, XP_E_FAILED, EBUSY,
-			       "region %llu is used by %u operation(s) that have not ended; "
-			       "cancel them or pass force",
+			       "region %llu is used by %u operation(s) or window(s) that have "
+			       "not ended; cancel or close them, or pass force",
 			       (unsigned long long)r->id, r->live_ops);
-	if (r->live_ops)
+	if (r->live_ops) {
 		end_ops_using(call->conn->d, r);
+		xd_windows_region_gone(r);
+	}
 	xd_region_release(r);
 	call->result = json_object();
 	return 0;

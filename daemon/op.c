@@ -63,6 +63,11 @@ json_t *xd_op_to_json(const struct xd_op *op)
 			      op->peer, "client", (json_int_t)op->client_id, "timeout_ms",
 			      (json_int_t)op->timeout_ms, "age_ms", (json_int_t)age);
 
+	if (o && op->wreq &&
+	    json_object_set_new(o, "window", json_integer((json_int_t)op->wreq->handle))) {
+		json_decref(o);
+		return NULL;
+	}
 	if (o && op->cause_errno &&
 	    (json_object_set_new(o, "errno", json_string(xp_errno_name(op->cause_errno))) ||
 	     json_object_set_new(o, "cause", json_string(op->cause)))) {
@@ -325,6 +330,13 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 		detach_owner(op); /* gone for lookups at once; freed at the next loop turn */
 		forget_soon(op);
 	}
+	if (op->internal) { /* no client holds it: its window hears of the end, then it goes */
+		void (*on_end)(struct xd_op *) = op->on_end;
+		op->on_end = NULL;
+		if (on_end)
+			on_end(op);
+		forget_soon(op);
+	}
 	struct xd_op *pair = op->pair;
 	if (pair && !xp_state_terminal(pair->state) && state != XP_ST_COMPLETE)
 		xd_op_end(pair, state, err, "peer operation %llu ended: %s",
@@ -373,6 +385,7 @@ static void op_free(struct xd_op *op)
 	xd_event_free(op->deadline);
 	xd_defer_cancel(op->d, &op->forget_later);
 	free(op->segs);
+	free(op->wreq);
 	free(op);
 }
 
@@ -452,6 +465,7 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 void xd_op_discard(struct xd_op *op)
 {
 	free(op->segs);
+	free(op->wreq);
 	xd_event_free(op->deadline);
 	free(op);
 }
@@ -499,6 +513,19 @@ static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state
 	evtimer_add(op->deadline, &tv);
 }
 
+void xd_op_start_internal(struct xd_op *op)
+{
+	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
+
+	op->internal = true;
+	op->id = ++op->d->next_op;
+	op->state = XP_ST_INITIALIZED;
+	op->created_us = xd_now_us();
+	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
+	op_enter(op, XD_OP_OPEN);
+	evtimer_add(op->deadline, &tv);
+}
+
 void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
 {
 	op_start(call, op, state, XD_OP_OPEN);
@@ -515,7 +542,7 @@ void xd_op_start_claim(struct xd_call *call, struct xd_op *op)
 static int start_local_copy(struct xd_op *active, struct xd_op *passive)
 {
 	const struct xd_transport_ops *t = xd_transport_local(active->d);
-	int rc = active->kind == XP_KIND_READ ?
+	int rc = active->kind == XP_KIND_READ || active->kind == XP_KIND_GET ?
 			 t->copy(active->d, active->segs, active->nsegs, passive->segs,
 				 passive->nsegs, local_copy_done, active, &active->job) :
 			 t->copy(active->d, passive->segs, passive->nsegs, active->segs,
@@ -570,7 +597,7 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 		       "now %llu): it restarted",
 		       (unsigned long long)cl->epoch, (unsigned long long)d->epoch);
 	struct xd_op *passive = op_find(d, cl->op);
-	if (!passive || !xp_kind_passive(passive->kind))
+	if (!passive || !xp_kind_passive(passive->kind) || passive->internal)
 		REFUSE(ENOENT, "the owner has no operation %llu (released, or never made)",
 		       (unsigned long long)cl->op);
 	if (!token_matches(d, cl, passive) || passive->kind != cl->want)

@@ -78,6 +78,9 @@ static inline void xd_event_free(struct event *ev)
 		event_free(ev);
 }
 struct xd_copy_job;
+struct xd_window;
+struct xd_wopener;
+struct xd_whandle;
 
 /* log.c */
 enum xd_log_level { XD_LOG_ERR, XD_LOG_WARN, XD_LOG_INFO, XD_LOG_DEBUG };
@@ -110,6 +113,7 @@ enum xd_res {
 	XD_RES_OPS,	/**< operations not yet released */
 	XD_RES_CLIENTS, /**< control connections (per uid and global) */
 	XD_RES_WAITS,	/**< pending op.wait and op.cancel replies (per connection and global) */
+	XD_RES_WINDOWS, /**< windows created and window handles opened */
 	XD_NRES,
 };
 #define XD_NO_LIMIT UINT64_MAX
@@ -434,10 +438,14 @@ struct xd_daemon {
 	char ctl_rxbuf[XP_MAX_MSG]; /**< ctl.c: the packet being handled (one at a time) */
 	TAILQ_HEAD(, xd_peer) peers;
 	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< claim.c: every cross-node transfer */
+	TAILQ_HEAD(, xd_window) windows;	 /**< window.c: windows this daemon's clients own */
+	TAILQ_HEAD(, xd_whandle) whandles;	 /**< window.c: windows its clients opened */
+	uint64_t next_window;			 /**< ids of windows and handles, one space */
 	bool stopping;
 	unsigned shutdown_ticks; /**< main.c: 10 ms turns spent draining after SIGTERM */
 	struct {
 		uint64_t ops_completed, ops_failed, ops_cancelled, bytes_moved;
+		uint64_t window_ops, window_notified;
 	} stats;
 	struct xd_counters counters;	       /**< for metrics.c, kept where the events happen */
 	struct xd_metrics *metrics;	       /**< metrics.c: the HTTP listener, NULL when off */
@@ -650,6 +658,15 @@ struct xd_op {
 	bool release_on_end; /**< the client's option: forgotten once its end was pushed */
 	bool charged;	     /**< counted against its owner's XD_RES_OPS limits */
 	int64_t reply_id;    /**< CLAIMING: the op.read/op.write to answer */
+	/*
+	 * Windows (window.c). An owner's side of an op.get/op.put is an internal op: no client
+	 * owns it or hears of it, window.c is told of its end through @on_end and it is freed
+	 * right after. An opener's op.get/op.put carries @wreq: where in the window it goes.
+	 */
+	bool internal;
+	void (*on_end)(struct xd_op *op); /**< internal: called once, when it ended */
+	void *on_end_arg;
+	struct xd_wreq *wreq; /**< opener's get/put over the network: owned, freed with the op */
 	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
@@ -667,6 +684,15 @@ struct xd_remote_ops {
 	bool (*drain)(struct xd_op *op);
 	/* @op ended here: tell the peer (unless it already knows), let go of the transfer. */
 	void (*op_ended)(struct xd_op *op);
+};
+
+/* An opener's op.get/op.put as the owner is asked for it (the WCLAIM of PROTOCOL.md §10.6). */
+struct xd_wreq {
+	uint64_t window; /**< the owner's window id */
+	uint64_t handle; /**< the opener's handle id (the owner's name for this opener) */
+	uint64_t offset; /**< in the window */
+	bool has_tag;
+	char tag[XP_MAX_TAG + 1];
 };
 
 /* Makes an op of @kind with its deadline timer, not yet listed. NULL when out of memory. */
@@ -707,6 +733,8 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer);
 /* Every byte arrived and both sides agree: @op is COMPLETE. */
 void xd_op_complete(struct xd_op *op);
+/* Lists an internal op (no client), holds its regions, starts its deadline: OPEN. */
+void xd_op_start_internal(struct xd_op *op);
 /* Lists @op under @call's client, holds its regions, starts its deadline. */
 void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state);
 /*
@@ -736,6 +764,22 @@ int xd_handle_op_wait(struct xd_call *call);
 int xd_handle_op_cancel(struct xd_call *call);
 int xd_handle_op_release(struct xd_call *call);
 int xd_handle_list_ops(struct xd_call *call);
+/*
+ * An active op of @kind from @descs (borrowed) and @timeout (-1: default), checked against the
+ * limits; not yet listed. NULL with @call failed.
+ */
+struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, json_int_t timeout,
+			int release_on_end);
+/* Decodes @metadata into @m (xp_meta_fini() it). Returns 0 or fails @call (EBADMSG). */
+int xd_metadata_decode(struct xd_call *call, const char *metadata, struct xp_meta *m);
+
+/* method_window.c: window.*, op.get, op.put, op.batch, list.windows */
+int xd_handle_window_create(struct xd_call *call);
+int xd_handle_window_open(struct xd_call *call);
+int xd_handle_window_close(struct xd_call *call);
+int xd_handle_op_window(struct xd_call *call);
+int xd_handle_op_batch(struct xd_call *call);
+int xd_handle_list_windows(struct xd_call *call);
 
 /* local.c: the local transport (transport.h), and populating new regions on its workers */
 /* Called on the loop thread when a populate job is done (err: 0 or a positive errno). */
@@ -822,10 +866,66 @@ void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 /* [{node, transport, state, ...}] of every set (list.peers), or NULL. */
 json_t *xd_peers_json(struct xd_daemon *d);
 
+/* window.c: windows (PROTOCOL.md §5.1, §10.6) */
+#define XD_WINDOW_MAX_OPENERS 64    /* openers of one window with openers "many" */
+#define XD_WINDOW_MAX_INFLIGHT 4096 /* an opener's gets/puts not yet ended, at the owner */
+/* What window.c asks of a transfer's claim (op.get/op.put), so that it sits below claim.c. */
+struct xd_wclaim {
+	enum xp_kind kind; /**< XP_KIND_GET or XP_KIND_PUT */
+	uint64_t window, handle, offset, length;
+	const char *tag; /**< NULL: no notification */
+};
+/* window.create: a window over a range of a region of @call's client. 0 or fails @call. */
+int xd_window_create(struct xd_call *call, uint64_t region, uint64_t offset, uint64_t length,
+		     int access, bool many);
+/* window.open of metadata @m: local at once, else over the peer set (deferred reply). */
+int xd_window_open(struct xd_call *call, const struct xp_meta *m);
+/* window.close of a window or a handle of @call's client. 0 or fails @call. */
+int xd_window_close(struct xd_call *call, uint64_t id);
+/* Where an opener's get or put goes. */
+struct xd_wtarget {
+	struct xd_peer *peer; /**< NULL: the window is on this daemon */
+	uint64_t window;      /**< the owner's id */
+	uint8_t node[XP_ID_BYTES];
+	uint64_t epoch;
+};
+/*
+ * The opener's checks of an op.get/op.put on handle @w->handle of @call's client: open,
+ * in range, allowed. Returns 0 and where it goes in @t, or -errno with @call failed.
+ */
+int xd_window_check(struct xd_call *call, const struct xd_wclaim *w, struct xd_wtarget *t);
+/*
+ * The owner's side of an op.get/op.put from opener @handle of set @p (NULL: on this daemon):
+ * every refusal decided before any byte moves, then an internal op over the window's range,
+ * started. NULL with -errno in *err and the cause in @msg.
+ */
+struct xd_op *xd_window_claim(struct xd_daemon *d, struct xd_peer *p, const struct xd_wclaim *w,
+			      int *err, char *msg, size_t msglen);
+/* A window message from @p (WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE). Returns 0 or -EPROTO. */
+int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
+/* Set @p is up (its pending opens go) / lost (its openers and handles are gone). */
+void xd_windows_peer_up(struct xd_peer *p);
+void xd_windows_peer_lost(struct xd_peer *p, int err, const char *cause);
+/* A connection closes: its windows are revoked, its handles closed. */
+void xd_windows_conn_closed(struct xd_conn *c);
+/* Region @r is deregistered with force: the windows over it are revoked. */
+void xd_windows_region_gone(struct xd_region *r);
+/* list.windows: one page of @call's client's windows and handles. */
+int xd_windows_list(struct xd_call *call);
+/* Frees everything (final teardown). */
+void xd_windows_fini(struct xd_daemon *d);
+
 /* claim.c: operations whose pair is on another node (PROTOCOL.md §10.3-10.5) */
 /* Listens to the peer sets and transports (d->xfer_events) and to op.c (d->remote). */
 void xd_claims_start(struct xd_daemon *d);
 /* Claims the passive op @m names on its owner for @op (not yet listed). Defers the reply. */
 int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m);
+/*
+ * Starts @op (an op.get/op.put with its wreq filled, not yet listed) as a transfer on set @p
+ * to window @op->wreq->window of node @node, @epoch: listed under @call's client at once,
+ * the WCLAIM sent when the set is up. Returns 0 or fails @call.
+ */
+int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *p,
+			const uint8_t node[XP_ID_BYTES], uint64_t epoch);
 
 #endif /* XFERD_H */

@@ -50,7 +50,14 @@
 	X(LIST_CLIENTS, "list.clients", 0, true)           \
 	X(LIST_PEERS, "list.peers", 0, true)               \
 	X(LIST_DEVICES, "list.devices", 0, true)           \
-	X(STATS, "stats", 0, true)
+	X(STATS, "stats", 0, true)                         \
+	X(WINDOW_CREATE, "window.create", 0, true)         \
+	X(WINDOW_OPEN, "window.open", 0, true)             \
+	X(WINDOW_CLOSE, "window.close", 0, true)           \
+	X(OP_GET, "op.get", 0, true)                       \
+	X(OP_PUT, "op.put", 0, true)                       \
+	X(OP_BATCH, "op.batch", 0, true)                   \
+	X(LIST_WINDOWS, "list.windows", 0, true)
 
 /* (clang-format would take the X-macro line for a statement that goes on) */
 /* clang-format off */
@@ -62,8 +69,14 @@ enum xp_method {
 };
 /* clang-format on */
 
-/* The one notification the daemon pushes: an operation changed state. */
+/* The notifications the daemon pushes: an operation changed state; a window's notify tag
+ * arrived (to the window's owner); a window handle was revoked or lost (to its opener). */
 #define XP_NOTIFY_OP_CHANGED "op.changed"
+#define XP_NOTIFY_WINDOW_NOTIFIED "window.notified"
+#define XP_NOTIFY_WINDOW_CLOSED "window.closed"
+
+#define XP_MAX_TAG 256	  /* bytes of a notify tag of op.get / op.put */
+#define XP_MAX_BATCH 1024 /* entries of one op.batch */
 
 /*
  * JSON-RPC error codes. The standard ones for the envelope; XP_E_FAILED for a well-formed
@@ -100,6 +113,9 @@ enum xp_kind {
 	XP_KIND_WRITABLE, /**< passive: my buffer may be written once */
 	XP_KIND_READ,	  /**< active: pull readable metadata's bytes into my buffer */
 	XP_KIND_WRITE,	  /**< active: push my buffer into writable metadata's buffer */
+	XP_KIND_GET,	  /**< one-sided: pull a range of an open window into my buffer */
+	XP_KIND_PUT,	  /**< one-sided: push my buffer into a range of an open window */
+	XP_KIND_WINDOW,	  /**< metadata of a window (window.create), never an operation */
 	XP_KIND_COUNT
 };
 
@@ -128,6 +144,17 @@ static inline bool xp_kind_passive(enum xp_kind k)
 {
 	return k == XP_KIND_READABLE || k == XP_KIND_WRITABLE;
 }
+
+/* Window access modes (window.create "access"). */
+enum xp_access {
+	XP_ACCESS_READ = 1,	 /**< openers may op.get */
+	XP_ACCESS_WRITE = 2,	 /**< openers may op.put */
+	XP_ACCESS_READWRITE = 3, /**< both */
+};
+/* "read", "write", "readwrite"; "unknown" out of range. */
+const char *xp_access_name(int access);
+/* The mode for @name, or -EINVAL. */
+int xp_access_from_name(const char *name);
 
 /* Symbolic errno name ("EINVAL") for a positive errno value; "EIO" for unknown ones. */
 const char *xp_errno_name(int err);

@@ -150,6 +150,11 @@ int xp_meta_encode(const struct xp_meta *m, char **out)
 			      xp_kind_name(m->kind), "node", node, "epoch", (json_int_t)m->epoch,
 			      "endpoints", endpoints_to_json(m), "op", (json_int_t)m->op, "token",
 			      token, "lengths", lengths_to_json(m));
+	if (o && m->kind == XP_KIND_WINDOW &&
+	    json_object_set_new(o, "access", json_string(xp_access_name(m->access)))) {
+		json_decref(o);
+		o = NULL;
+	}
 	if (!o)
 		return -ENOMEM;
 	char *text = json_dumps(o, JSON_COMPACT);
@@ -227,22 +232,30 @@ static int decode_lengths(json_t *arr, struct xp_meta *m, char *err, size_t errl
 static int decode_object(json_t *o, struct xp_meta *m, char *err, size_t errlen)
 {
 	json_t *endpoints, *lengths;
-	const char *kind, *node, *token;
+	const char *kind, *node, *token, *access = NULL;
 	json_int_t version, epoch, op;
 	json_error_t jerr;
 
-	if (json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:s, s:s, s:I, s:o, s:I, s:s, s:o}", "v",
-			   &version, "kind", &kind, "node", &node, "epoch", &epoch, "endpoints",
-			   &endpoints, "op", &op, "token", &token, "lengths", &lengths)) {
+	if (json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:s, s:s, s:I, s:o, s:I, s:s, s:o, s?s}",
+			   "v", &version, "kind", &kind, "node", &node, "epoch", &epoch,
+			   "endpoints", &endpoints, "op", &op, "token", &token, "lengths", &lengths,
+			   "access", &access)) {
 		snprintf(err, errlen, "metadata fields are wrong: %s", jerr.text);
 		return -EBADMSG;
 	}
 	if (version != 1)
 		return bad(err, errlen, "has an unsupported version (this daemon reads v1)");
 	int k = xp_kind_from_name(kind);
-	if (k != XP_KIND_READABLE && k != XP_KIND_WRITABLE)
-		return bad(err, errlen, "kind must be readable or writable");
+	if (k != XP_KIND_READABLE && k != XP_KIND_WRITABLE && k != XP_KIND_WINDOW)
+		return bad(err, errlen, "kind must be readable, writable or window");
 	m->kind = k;
+	/* A window names its access mode and one length; an operation has no access. */
+	if ((k == XP_KIND_WINDOW) != (access != NULL))
+		return bad(err, errlen, "has \"access\" exactly when its kind is window");
+	if (access && (m->access = xp_access_from_name(access)) < 0)
+		return bad(err, errlen, "access must be read, write or readwrite");
+	if (k == XP_KIND_WINDOW && json_array_size(lengths) != 1)
+		return bad(err, errlen, "of a window must carry exactly one length");
 	if (xp_hex_decode(node, m->node, XP_ID_BYTES) ||
 	    xp_hex_decode(token, m->token, XP_ID_BYTES))
 		return bad(err, errlen, "node and token must be 32 hex digits");

@@ -21,10 +21,11 @@ struct xp_endpoint {
 };
 
 struct xp_meta {
-	enum xp_kind kind; /* XP_KIND_READABLE or XP_KIND_WRITABLE */
+	enum xp_kind kind; /* XP_KIND_READABLE, XP_KIND_WRITABLE or XP_KIND_WINDOW */
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch;
-	uint64_t op;
+	uint64_t op; /* the operation, or for a window the window id */
+	int access;  /* a window's enum xp_access ("access"); 0 for operations */
 	uint8_t token[XP_ID_BYTES];
 	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS];
 	int nendpoints;

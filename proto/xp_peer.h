@@ -28,13 +28,18 @@
 	X(PING, 9)       \
 	X(PONG, 10)      \
 	X(CREDIT, 11)    \
-	X(AUTH, 12)
+	X(AUTH, 12)      \
+	X(WOPEN, 13)     \
+	X(WOPEN_OK, 14)  \
+	X(WOPEN_ERR, 15) \
+	X(WCLOSE, 16)    \
+	X(WCLAIM, 17)
 
 enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-		XP_PEER_TYPE_MAX = 12
+		XP_PEER_TYPE_MAX = 17
 };
 
 struct xp_peer_hdr {

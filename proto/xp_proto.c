@@ -26,11 +26,30 @@ static const char *const states[XP_ST_COUNT] = {
 };
 
 static const char *const kinds[XP_KIND_COUNT] = {
-	[XP_KIND_READABLE] = "readable",
-	[XP_KIND_WRITABLE] = "writable",
-	[XP_KIND_READ] = "read",
-	[XP_KIND_WRITE] = "write",
+	[XP_KIND_READABLE] = "readable", [XP_KIND_WRITABLE] = "writable", [XP_KIND_READ] = "read",
+	[XP_KIND_WRITE] = "write",	 [XP_KIND_GET] = "get",		  [XP_KIND_PUT] = "put",
+	[XP_KIND_WINDOW] = "window",
 };
+
+static const char *const access_names[] = {
+	[XP_ACCESS_READ] = "read",
+	[XP_ACCESS_WRITE] = "write",
+	[XP_ACCESS_READWRITE] = "readwrite",
+};
+
+const char *xp_access_name(int access)
+{
+	return access >= XP_ACCESS_READ && access <= XP_ACCESS_READWRITE ? access_names[access] :
+									   "unknown";
+}
+
+int xp_access_from_name(const char *name)
+{
+	for (int i = XP_ACCESS_READ; i <= XP_ACCESS_READWRITE; i++)
+		if (strcmp(access_names[i], name) == 0)
+			return i;
+	return -EINVAL;
+}
 
 const char *xp_method_name(enum xp_method m)
 {

@@ -10,6 +10,12 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
   hostile_peer.py replay HOST PORT KEYFILE       an AUTH recorded from an earlier connection,
                                                  replayed under the same nonce: must be cut
   hostile_peer.py pose HOST PORT NODEHEX         HELLO as an existing node, garbage AUTH: cut
+  hostile_peer.py windows HOST PORT KEYFILE META a member node misusing the window frames
+                                                 (PROTOCOL.md §10.6) on read-only window META:
+                                                 refusals answered, the set kept; misuse cut
+  hostile_peer.py owner SOCKET METAFILE          (helper) a local client owning a read-only
+                                                 window of 64 KiB whose bytes are i % 256;
+                                                 writes its metadata, stays until killed
   hostile_peer.py relay LPORT HOST PORT LOG      forwards one connection, writing both
                                                  directions to LOG, until either side closes
 """
@@ -25,12 +31,15 @@ import threading
 
 HDR = struct.Struct("<BBHIQQ")  # type, flags, credits, length, xfer, offset
 HELLO, PING, PONG, AUTH = 1, 9, 10, 12
+CLAIM_OK, CLAIM_ERR, DATA, DONE, DONE_ACK = 3, 4, 5, 6, 7
+WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE, WCLAIM = 13, 14, 15, 16, 17
+FROM_ACTIVE = 1
 TIMEOUT = 5.0
 
 
-def frame(msg_type, payload=None):
+def frame(msg_type, payload=None, flags=0, xfer=0):
     body = json.dumps(payload, separators=(",", ":")).encode() if payload is not None else b""
-    return HDR.pack(msg_type, 0, 0, len(body), 0, 0) + body
+    return HDR.pack(msg_type, flags, 0, len(body), xfer, 0) + body
 
 
 def recv_exact(sock, n):
@@ -162,6 +171,145 @@ def mode_pose(host, port, node_hex):
     return closed_soon(sock)
 
 
+def recv_any(sock):
+    """(type, flags, xfer, offset, body bytes) of the next frame, or None once closed."""
+    try:
+        hdr = recv_exact(sock, HDR.size)
+        if hdr is None:
+            return None
+        msg_type, flags, _, length, xfer, offset = HDR.unpack(hdr)
+        body = recv_exact(sock, length) if length else b""
+        return None if body is None else (msg_type, flags, xfer, offset, body)
+    except (ConnectionResetError, socket.timeout):
+        return None
+
+
+def expect(sock, want_type, want_errno=None):
+    """The next frame that is not a PING, if of @want_type (and errno); else None."""
+    while True:
+        got = recv_any(sock)
+        if got is None or got[0] != PING:
+            break
+        sock.sendall(frame(PONG))
+    if got is None or got[0] != want_type:
+        print(f"expected type {want_type}, got {got and got[:4]}", file=sys.stderr)
+        return None
+    if want_errno and json.loads(got[4]).get("errno") != want_errno:
+        print(f"expected {want_errno}, got {got[4]!r}", file=sys.stderr)
+        return None
+    return got
+
+
+def member(host, port, key):
+    """An authenticated connection as a new node: (sock, the daemon's HELLO, our node, epoch)."""
+    node, epoch, nonce = secrets.token_hex(16), 9, secrets.token_bytes(16)
+    sock, hello, _, theirs = handshake(host, port, key, node, epoch, nonce)
+    if hello is None or theirs is None or theirs[0] != AUTH:
+        raise OSError("handshake failed")
+    return sock, hello, node, epoch
+
+
+def claim_proof(key, owner, owner_epoch, claimer, claimer_epoch, op, xfer, token):
+    msg = (b"xferd-claim-v1\0" + ident(owner, owner_epoch) + ident(claimer, claimer_epoch) +
+           struct.pack("<QQ", op, xfer) + token)
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def mode_windows(host, port, keyfile, metafile):
+    import base64
+    key = read_key(keyfile)
+    with open(metafile) as f:
+        m = f.read().strip()[len("xfer1."):]
+    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    sock, hello, node, epoch = member(host, port, key)
+    owner, oep, win = hello["node"], hello["epoch"], meta["op"]
+    wc = {"window": win, "handle": 7, "kind": "get", "offset": 0, "length": 16,
+          "node": owner, "epoch": oep}
+    # a get before opening: refused, not a protocol error
+    sock.sendall(frame(WCLAIM, wc, FROM_ACTIVE, 101))
+    ok = expect(sock, CLAIM_ERR, "EACCES") is not None
+    # an open with a proof made for another handle: refused
+    proof = claim_proof(key, owner, oep, node, epoch, win, 8, bytes.fromhex(meta["token"]))
+    sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                       FROM_ACTIVE, 7))
+    ok = ok and expect(sock, WOPEN_ERR, "EACCES") is not None
+    # the right proof: open as handle 7
+    proof = claim_proof(key, owner, oep, node, epoch, win, 7, bytes.fromhex(meta["token"]))
+    sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                       FROM_ACTIVE, 7))
+    ok = ok and expect(sock, WOPEN_OK) is not None
+    # a put into the read-only window, a get past its end, a get of a handle never opened
+    sock.sendall(frame(WCLAIM, dict(wc, kind="put"), FROM_ACTIVE, 102))
+    ok = ok and expect(sock, CLAIM_ERR, "EACCES") is not None
+    sock.sendall(frame(WCLAIM, dict(wc, offset=meta["lengths"][0] - 8), FROM_ACTIVE, 103))
+    ok = ok and expect(sock, CLAIM_ERR, "EINVAL") is not None
+    sock.sendall(frame(WCLAIM, dict(wc, offset=2**62, length=2**62), FROM_ACTIVE, 104))
+    ok = ok and expect(sock, CLAIM_ERR, "EINVAL") is not None
+    sock.sendall(frame(WCLAIM, dict(wc, handle=8), FROM_ACTIVE, 105))
+    ok = ok and expect(sock, CLAIM_ERR, "EACCES") is not None
+    sock.sendall(frame(WCLAIM, dict(wc, epoch=oep + 1), FROM_ACTIVE, 106))
+    ok = ok and expect(sock, CLAIM_ERR, "ESTALE") is not None
+    # a good get: the window's first 16 bytes come as DATA, DONE is acknowledged
+    sock.sendall(frame(WCLAIM, wc, FROM_ACTIVE, 107))
+    ok = ok and expect(sock, CLAIM_OK) is not None
+    data = expect(sock, DATA) if ok else None
+    ok = ok and data is not None and data[4] == bytes(range(16))
+    sock.sendall(frame(DONE, {"bytes": 16}, FROM_ACTIVE, 107))
+    ok = ok and expect(sock, DONE_ACK) is not None
+    # answers for handles it never asked about, and a close of an unknown one: ignored
+    sock.sendall(frame(WOPEN_OK, {}, 0, 999) + frame(WCLOSE, {"errno": "EIO", "message": "x"}, 0, 998)
+                 + frame(WCLOSE, {"window": win}, FROM_ACTIVE, 997) + frame(PING))
+    ok = ok and expect(sock, PONG) is not None
+    # the opener lets go: a get on the handle is refused afterwards
+    sock.sendall(frame(WCLOSE, {"window": win}, FROM_ACTIVE, 7))
+    sock.sendall(frame(WCLAIM, wc, FROM_ACTIVE, 108))
+    ok = ok and expect(sock, CLAIM_ERR, "EACCES") is not None
+    # misuse: opening a handle twice, then a WOPEN without FROM_ACTIVE: the set is cut
+    sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                       FROM_ACTIVE, 7))
+    ok = ok and expect(sock, WOPEN_OK) is not None
+    sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                       FROM_ACTIVE, 7))
+    ok = ok and closed_soon(sock)
+    for bad in (frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                      0, 1),
+                frame(WCLAIM, dict(wc, tag="x" * 257), FROM_ACTIVE, 1),
+                frame(WCLAIM, dict(wc, kind="read"), FROM_ACTIVE, 1),
+                frame(WCLOSE, {"window": "x"}, FROM_ACTIVE, 1)):
+        sock, _, _, _ = member(host, port, key)
+        sock.sendall(bad)
+        if not closed_soon(sock):
+            print(f"not cut off after {bad!r}", file=sys.stderr)
+            ok = False
+    return ok
+
+
+def mode_owner(path, metafile):
+    import array
+    import fcntl
+    import time
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(path)
+
+    def call(i, method, params, fds=()):
+        msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        sock.sendmsg([msg], anc)
+        return json.loads(sock.recv(65536))["result"]
+
+    fd = os.memfd_create("win", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.write(fd, bytes(i % 256 for i in range(65536)))
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    call(1, "hello", {"version": 1, "client": "owner"})
+    region = call(2, "region.register", {}, [fd])["region"]
+    meta = call(3, "window.create", {"region": region, "access": "read"})["metadata"]
+    fd2 = os.open(metafile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd2, meta.encode() + b"\n")
+    os.close(fd2)
+    while True:
+        time.sleep(60)
+
+
 def pump(src, dst, log, lock):
     try:
         while True:
@@ -205,7 +353,8 @@ def mode_relay(lport, host, port, logpath):
 
 def main(argv):
     modes = {"noauth": mode_noauth, "auth": mode_auth, "wrongkey": mode_wrongkey,
-             "replay": mode_replay, "pose": mode_pose, "relay": mode_relay}
+             "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
+             "windows": mode_windows, "owner": mode_owner}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

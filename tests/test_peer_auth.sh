@@ -111,6 +111,19 @@ else
 	fail "a replayed AUTH is cut off" "see above"
 fi
 
+# --- a member node misusing the window frames (PROTOCOL.md §10.6)
+$PY tests/hostile_peer.py owner "$D/A.sock" "$D/w.meta" &
+OWNER=$!
+for _ in $(seq 100); do [ -s "$D/w.meta" ] && break; sleep 0.05; done
+if $PY tests/hostile_peer.py windows 127.0.0.1 "$PA" "$D/key" "$D/w.meta" &&
+	kill -0 "$(pid_of A)" 2>/dev/null; then
+	ok "window frames: refusals (access, range, proof, stale, unopened) answered; misuse cut off"
+else
+	fail "window frames from a hostile member" "$(tail -n 3 "$D/A.log")"
+fi
+kill "$OWNER" 2>/dev/null
+wait "$OWNER" 2>/dev/null
+
 # --- someone posing as B
 # A's one peer set so far is B's.
 read -r NODE_B EPOCH_B < <("$BUILD/xferctl" --socket "$D/A.sock" --json peers |

@@ -1019,7 +1019,8 @@ TEST(state_and_kind_tables)
 {
 	static const char *const states[] = { "UNINITIALIZED", "INITIALIZED", "IN_PROGRESS",
 					      "COMPLETE",      "CANCELLED",   "ERRORED" };
-	static const char *const kinds[] = { "readable", "writable", "read", "write" };
+	static const char *const kinds[] = { "readable", "writable", "read",  "write",
+					     "get",	 "put",	     "window" };
 
 	CHECK_EQ_INT(XP_ST_COUNT, 6);
 	for (int s = 0; s < XP_ST_COUNT; s++) {
@@ -1035,6 +1036,10 @@ TEST(state_and_kind_tables)
 		CHECK_EQ_INT(xp_kind_passive(k), k == XP_KIND_READABLE || k == XP_KIND_WRITABLE);
 	}
 	CHECK_EQ_INT(xp_kind_from_name("readwrite"), -EINVAL);
+	CHECK_STR_EQ(xp_access_name(XP_ACCESS_READWRITE), "readwrite");
+	CHECK_EQ_INT(xp_access_from_name("write"), XP_ACCESS_WRITE);
+	CHECK_EQ_INT(xp_access_from_name("rw"), -EINVAL);
+	CHECK_STR_EQ(xp_access_name(0), "unknown");
 }
 
 /* ---- the spec check: PROTOCOL.md against xfer_proto.h ---- */

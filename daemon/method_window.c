@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The window.*, op.get, op.put, op.batch and list.windows methods: params checked and handed
+ * to window.c (windows and handles), to a local copy, or to a transfer on another node
+ * (claim.c). op.batch runs many of these (and op.readable/op.writable) in one request.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "transport.h"
+
+int xd_handle_window_create(struct xd_call *call)
+{
+	json_int_t region, offset = 0, length = 0;
+	const char *access, *openers = "many";
+
+	if (xd_unpack_params(call, "{s:I, s?I, s?I, s:s, s?s}", "region", &region, "offset",
+			     &offset, "length", &length, "access", &access, "openers", &openers))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	int mode = xp_access_from_name(access);
+	if (mode < 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "access must be \"read\", \"write\" or \"readwrite\"");
+	if (strcmp(openers, "one") != 0 && strcmp(openers, "many") != 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "openers must be \"one\" or \"many\"");
+	if (region < 0 || offset < 0 || length < 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "region, offset and length must not be negative");
+	return xd_window_create(call, (uint64_t)region, (uint64_t)offset, (uint64_t)length, mode,
+				strcmp(openers, "many") == 0);
+}
+
+int xd_handle_window_open(struct xd_call *call)
+{
+	const char *metadata;
+	struct xp_meta m;
+
+	if (xd_unpack_params(call, "{s:s}", "metadata", &metadata))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	int rc = xd_metadata_decode(call, metadata, &m);
+	if (rc == 0)
+		rc = xd_window_open(call, &m);
+	xp_meta_fini(&m);
+	return rc;
+}
+
+int xd_handle_window_close(struct xd_call *call)
+{
+	json_int_t id;
+
+	if (xd_unpack_params(call, "{s:I}", "window", &id))
+		return -EINVAL;
+	if (id < 0)
+		return xd_fail(call, XP_E_FAILED, ENOENT, "no window %lld", (long long)id);
+	return xd_window_close(call, (uint64_t)id);
+}
+
+int xd_handle_list_windows(struct xd_call *call)
+{
+	return xd_windows_list(call);
+}
+
+/* The local pair of a get or put: the owner's internal op, then the copy. */
+static int start_local(struct xd_call *call, struct xd_op *active, struct xd_wclaim *wc)
+{
+	int err;
+	struct xd_op *passive = xd_window_claim(call->conn->d, NULL, wc, &err, call->message,
+						sizeof(call->message));
+
+	if (!passive) {
+		call->code = XP_E_FAILED;
+		call->cause_errno = -err;
+		xd_op_discard(active);
+		return err;
+	}
+	xd_op_start(call, active, XP_ST_IN_PROGRESS);
+	int rc = xd_op_start_local(active, passive);
+	if (rc) /* the op exists and has ended: the client learns why from its state */
+		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s",
+			  strerror(-rc));
+	return 0;
+}
+
+static int start_remote(struct xd_call *call, struct xd_op *active, const struct xd_wclaim *wc,
+			const struct xd_wtarget *t)
+{
+	active->wreq = calloc(1, sizeof(*active->wreq));
+	if (!active->wreq) {
+		xd_op_discard(active);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
+	*active->wreq = (struct xd_wreq){ .window = t->window,
+					  .handle = wc->handle,
+					  .offset = wc->offset,
+					  .has_tag = wc->tag != NULL };
+	if (wc->tag)
+		snprintf(active->wreq->tag, sizeof(active->wreq->tag), "%s", wc->tag);
+	int rc = xd_remote_window_op(call, active, t->peer, t->node, t->epoch);
+	if (rc)
+		xd_op_discard(active);
+	return rc;
+}
+
+/* op.get and op.put: {window, offset, descs, tag?, timeout_ms?, release_on_end?}. */
+int xd_handle_op_window(struct xd_call *call)
+{
+	enum xp_kind kind = call->method == XP_M_OP_GET ? XP_KIND_GET : XP_KIND_PUT;
+	json_int_t window, offset, timeout = -1;
+	const char *tag = NULL;
+	int release_on_end = 0;
+	struct xd_wtarget t;
+	json_t *descs;
+
+	if (xd_unpack_params(call, "{s:I, s:I, s:o, s?s, s?I, s?b}", "window", &window, "offset",
+			     &offset, "descs", &descs, "tag", &tag, "timeout_ms", &timeout,
+			     "release_on_end", &release_on_end))
+		return -EINVAL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	if (window < 0 || offset < 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "window and offset must not be negative");
+	if (tag && strlen(tag) > XP_MAX_TAG)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "a notify tag has at most %d bytes",
+			       XP_MAX_TAG);
+	struct xd_op *active = xd_op_new(call, kind, descs, timeout, release_on_end);
+	if (!active)
+		return -call->cause_errno;
+	struct xd_wclaim wc = { kind, 0, (uint64_t)window, (uint64_t)offset, active->length, tag };
+	if (xd_window_check(call, &wc, &t)) {
+		xd_op_discard(active);
+		return -call->cause_errno;
+	}
+	wc.window = t.window;
+	int rc = t.peer ? start_remote(call, active, &wc, &t) : start_local(call, active, &wc);
+	if (rc == 0)
+		call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+	return rc;
+}
+
+/* ---- op.batch ---- */
+
+static int batch_method(const char *name)
+{
+	int m = xp_method_from_name(name);
+
+	return m == XP_M_OP_GET || m == XP_M_OP_PUT || m == XP_M_OP_READABLE ||
+			       m == XP_M_OP_WRITABLE ?
+		       m :
+		       -EINVAL;
+}
+
+/*
+ * The params of a compact entry ["get" | "put", window, offset, [[region, offset, length], ...],
+ * tag?] (so that 1024 fit one packet), or NULL: not one, or no memory.
+ */
+static json_t *compact_params(json_t *entry, const char **name)
+{
+	json_int_t window, offset;
+	json_t *descs, *d, *out;
+	const char *tag = NULL;
+	size_t i;
+
+	size_t n = json_array_size(entry);
+
+	/* (jansson takes no optional items in arrays: the tag is read by hand) */
+	if ((n != 4 && n != 5) ||
+	    json_unpack(entry, "[s, I, I, o]", name, &window, &offset, &descs) ||
+	    !json_is_array(descs) || (strcmp(*name, "get") && strcmp(*name, "put")) ||
+	    (n == 5 && !(tag = json_string_value(json_array_get(entry, 4)))))
+		return NULL;
+	*name = strcmp(*name, "get") == 0 ? "op.get" : "op.put";
+	json_t *arr = json_array();
+	json_array_foreach(descs, i, d) {
+		json_int_t r, o, l;
+		if (!arr || json_unpack(d, "[I, I, I!]", &r, &o, &l) ||
+		    json_array_append_new(arr, json_pack("{s:I, s:I, s:I}", "region", r, "offset",
+							 o, "length", l))) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	out = json_pack("{s:I, s:I, s:o}", "window", window, "offset", offset, "descs", arr);
+	if (out && tag && json_object_set_new(out, "tag", json_string(tag))) {
+		json_decref(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* Runs entry @i of a batch as its own request; its result or error goes into @results. */
+static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *results)
+{
+	struct xd_call sub = { .conn = call->conn, .id = call->id, .code = XP_E_FAILED };
+	const char *name;
+	json_t *params = NULL, *owned = NULL;
+	json_error_t jerr;
+	int rc;
+
+	if (json_is_array(entry))
+		params = owned = compact_params(entry, &name);
+	else if (json_unpack_ex(entry, &jerr, JSON_STRICT, "{s:s, s:o}", "method", &name, "params",
+				&params) ||
+		 !json_is_object(params))
+		params = NULL;
+	if (!params)
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "op.batch entry %zu must be {\"method\", \"params\": {...}} or "
+			       "[\"get\" | \"put\", window, offset, [[region, offset, length], "
+			       "...], tag?]",
+			       i);
+	int m = batch_method(name);
+	if (m < 0) {
+		json_decref(owned);
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "op.batch entry %zu: a batch carries op.get, op.put, op.readable "
+			       "and op.writable only",
+			       i);
+	}
+	sub.method = m;
+	sub.params = params;
+	rc = m == XP_M_OP_GET || m == XP_M_OP_PUT ? xd_handle_op_window(&sub) :
+						    xd_handle_op_passive(&sub);
+	json_decref(owned);
+	if (rc < 0) {
+		json_decref(sub.result);
+		return xd_fail(call, sub.code, sub.cause_errno, "op.batch entry %zu: %s", i,
+			       sub.message);
+	}
+	return json_array_append_new(results, sub.result) ? -ENOMEM : 0;
+}
+
+/*
+ * op.batch {"ops": [{"method", "params"}, ...]}: each entry as if sent alone, in order. The
+ * first refused entry stops the batch; the reply is still a result, with the ids of the
+ * entries before it (which stand) and the refusal: {"results", "failed", "errno", "message"}
+ * (PROTOCOL.md §5.2).
+ */
+int xd_handle_op_batch(struct xd_call *call)
+{
+	json_t *ops, *entry, *results;
+	size_t i;
+
+	if (xd_unpack_params(call, "{s:o}", "ops", &ops))
+		return -EINVAL;
+	if (!json_is_array(ops) || json_array_size(ops) == 0 || json_array_size(ops) > XP_MAX_BATCH)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "ops must be an array of 1 to %d entries",
+			       XP_MAX_BATCH);
+	results = json_array();
+	if (!results)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	json_array_foreach(ops, i, entry) {
+		int rc = batch_entry(call, i, entry, results);
+		if (rc == -ENOMEM)
+			xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		if (rc < 0) {
+			/* The entries before it were made: their ids go with the refusal. */
+			json_t *done = json_pack("{s:o, s:I, s:s, s:s}", "results", results,
+						 "failed", (json_int_t)i, "errno",
+						 xp_errno_name(call->cause_errno), "message",
+						 call->message);
+			call->result = done;
+			return done ? 0 : xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		}
+	}
+	call->result = json_pack("{s:o}", "results", results);
+	return 0;
+}

@@ -1,0 +1,1137 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Windows (PROTOCOL.md §5.1, §10.6): a range of a region its owner exposes for repeated
+ * one-sided gets and puts. The owner's side keeps the window and its openers; an opener's side
+ * keeps a handle. A get or put is a transfer like a pairing's (claim.c moves it), whose
+ * passive side is an internal op this file makes over the window's range and is told the end
+ * of: no client is woken for it, except by a notify tag, delivered once, in order per opener.
+ * Closing a window revokes it: every opener is told, every transfer on it ends.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include "transport.h"
+
+enum whandle_state {
+	WH_OPENING, /**< WOPEN sent (or waiting for the set), the client's reply pending */
+	WH_OPEN,    /**< gets and puts may go */
+	WH_CLOSED,  /**< revoked by the owner or lost with its peer set; @cause says which */
+};
+
+/* One get or put at the owner, and its notification if it carries a tag. */
+struct xd_wnote {
+	TAILQ_ENTRY(xd_wnote) link; /**< in opener->notes while queued (tagged ones only) */
+	struct xd_wopener *o;
+	bool queued, done, visible;
+	enum xp_kind kind;
+	uint64_t offset, bytes;
+	char tag[XP_MAX_TAG + 1];
+};
+
+/* One opener of a window, at the owner: a handle of a peer daemon (or of this one). */
+struct xd_wopener {
+	TAILQ_ENTRY(xd_wopener) link; /**< in w->openers */
+	struct xd_window *w;
+	struct xd_peer *peer; /**< NULL: a handle of this daemon, or its set is gone */
+	bool local;
+	uint64_t handle; /**< the opener's handle id, in the opener daemon's id space */
+	char node_hex[2 * XP_ID_BYTES + 1];
+	bool gone;	   /**< closed: freed once its ops have ended */
+	unsigned inflight; /**< its internal ops not yet ended */
+	unsigned nnotes;
+	TAILQ_HEAD(, xd_wnote) notes; /**< tagged ops in the order they came, delivered in it */
+	uint64_t gets, puts;
+};
+
+struct xd_window {
+	bool is_handle; /**< false (listings tell the two apart by this first field) */
+	TAILQ_ENTRY(xd_window) link;
+	struct xd_daemon *d;
+	uint64_t id;
+	struct xd_conn *owner; /**< NULL once closed */
+	uint64_t client_id;
+	uid_t uid;
+	struct xd_region *region; /**< referenced, and counted in its live_ops */
+	uint64_t offset, length;
+	int access;
+	bool many;
+	uint8_t token[XP_ID_BYTES];
+	TAILQ_HEAD(, xd_wopener) openers;
+	unsigned nopeners; /**< not gone */
+	unsigned inflight; /**< internal ops not yet ended */
+	bool closing;
+	struct xd_conn *close_conn; /**< window.close to answer once nothing is in flight */
+	int64_t close_id;
+	struct xd_deferred reap; /**< frees gone openers, ends a close, outside callbacks */
+	uint64_t created_us, gets, puts, notified;
+};
+
+struct xd_whandle {
+	bool is_handle; /**< true */
+	TAILQ_ENTRY(xd_whandle) link;
+	struct xd_daemon *d;
+	uint64_t id;
+	struct xd_conn *conn; /**< NULL: its client went while it was opening */
+	uint64_t client_id;
+	struct xd_peer *peer; /**< NULL: local, or its set is gone */
+	bool local;
+	uint64_t window; /**< the owner's id */
+	uint8_t node[XP_ID_BYTES];
+	char node_hex[2 * XP_ID_BYTES + 1];
+	uint64_t epoch;
+	uint8_t token[XP_ID_BYTES];
+	uint64_t length;
+	int access;
+	enum whandle_state state;
+	bool open_sent;
+	int64_t reply_id; /**< WH_OPENING: the window.open to answer */
+	char transport[8];
+	int cause_errno;
+	char cause[XD_CAUSE_MAX];
+	uint64_t created_us;
+};
+
+/* ---- lookup, charges ---- */
+
+static struct xd_window *window_find(struct xd_daemon *d, uint64_t id)
+{
+	struct xd_window *w;
+
+	TAILQ_FOREACH(w, &d->windows, link)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+static struct xd_whandle *handle_find(struct xd_daemon *d, uint64_t id)
+{
+	struct xd_whandle *h;
+
+	TAILQ_FOREACH(h, &d->whandles, link)
+		if (h->id == id)
+			return h;
+	return NULL;
+}
+
+static struct xd_whandle *handle_of_peer(struct xd_peer *p, uint64_t id)
+{
+	struct xd_whandle *h = handle_find(p->d, id);
+
+	return h && h->peer == p ? h : NULL;
+}
+
+/* The opener (not gone) of @w that is handle @handle of set @p (NULL: of this daemon). */
+static struct xd_wopener *opener_find(struct xd_window *w, struct xd_peer *p, uint64_t handle)
+{
+	struct xd_wopener *o;
+
+	TAILQ_FOREACH(o, &w->openers, link)
+		if (!o->gone && o->handle == handle && (p ? o->peer == p : o->local))
+			return o;
+	return NULL;
+}
+
+static int charge_window(struct xd_call *call)
+{
+	struct xd_conn *c = call->conn;
+	char msg[200];
+	int rc = xd_charge(c->d, c->use, c->uid, XD_RES_WINDOWS, 1, msg, sizeof(msg));
+
+	return rc ? xd_fail(call, XP_E_FAILED, -rc, "%s", msg) : 0;
+}
+
+static void uncharge_window(struct xd_conn *c)
+{
+	if (c)
+		xd_uncharge(c->d, c->use, c->uid, XD_RES_WINDOWS, 1);
+}
+
+/* ---- notifications ---- */
+
+static void push(struct xd_conn *c, const char *method, json_t *params)
+{
+	json_t *msg = params ? xp_build_notification(method, params) : NULL;
+
+	if (c && msg)
+		xd_client_send(c, msg);
+	json_decref(msg);
+}
+
+static void push_notified(struct xd_window *w, const struct xd_wnote *n)
+{
+	push(w->owner, XP_NOTIFY_WINDOW_NOTIFIED,
+	     json_pack("{s:I, s:s, s:I, s:s, s:I, s:s, s:I}", "window", (json_int_t)w->id, "tag",
+		       n->tag, "bytes", (json_int_t)n->bytes, "kind", xp_kind_name(n->kind),
+		       "offset", (json_int_t)n->offset, "peer",
+		       n->o->local ? "local" : n->o->node_hex, "handle", (json_int_t)n->o->handle));
+	w->notified++;
+	w->d->stats.window_notified++;
+}
+
+/*
+ * Delivers @o's notifications whose ops have ended, in the order the ops came, stopping at the
+ * first still in flight: a later put's tag never overtakes an earlier one's. An op that did not
+ * complete delivers nothing (its bytes are not all there), and does not hold the others up.
+ */
+static void deliver(struct xd_wopener *o)
+{
+	struct xd_wnote *n;
+
+	while ((n = TAILQ_FIRST(&o->notes)) && n->done) {
+		TAILQ_REMOVE(&o->notes, n, link);
+		o->nnotes--;
+		if (n->visible && o->w->owner && !o->w->closing)
+			push_notified(o->w, n);
+		free(n);
+	}
+}
+
+/* ---- the owner's side: lifetime ---- */
+
+static void window_reap_cb(void *arg);
+
+static void reap_soon(struct xd_window *w)
+{
+	xd_defer(w->d, &w->reap, window_reap_cb, w);
+}
+
+static void opener_free(struct xd_wopener *o)
+{
+	struct xd_wnote *n;
+
+	while ((n = TAILQ_FIRST(&o->notes))) {
+		TAILQ_REMOVE(&o->notes, n, link);
+		free(n);
+	}
+	TAILQ_REMOVE(&o->w->openers, o, link);
+	free(o);
+}
+
+static void window_free(struct xd_window *w)
+{
+	struct xd_wopener *o;
+
+	while ((o = TAILQ_FIRST(&w->openers)))
+		opener_free(o);
+	TAILQ_REMOVE(&w->d->windows, w, link);
+	xd_defer_cancel(w->d, &w->reap);
+	w->region->live_ops--;
+	xd_region_unref(w->region);
+	free(w);
+}
+
+/* Frees gone openers whose ops have ended; ends a closed window once nothing is in flight. */
+static void window_reap_cb(void *arg)
+{
+	struct xd_window *w = arg;
+	struct xd_wopener *o, *tmp;
+
+	TAILQ_FOREACH_SAFE(o, &w->openers, link, tmp)
+		if (o->gone && o->inflight == 0)
+			opener_free(o);
+	if (!w->closing || w->inflight > 0)
+		return;
+	if (w->close_conn)
+		xd_client_reply(w->close_conn, w->close_id, json_object());
+	window_free(w);
+}
+
+/* Ends every op of opener @o (the opener is gone: closed, lost, or the window revoked). */
+static void opener_close(struct xd_wopener *o, enum xp_state state, int err, const char *cause)
+{
+	struct xd_daemon *d = o->w->d;
+	struct xd_op *op, *tmp;
+
+	if (o->gone)
+		return;
+	o->gone = true;
+	o->w->nopeners--;
+	TAILQ_FOREACH_SAFE(op, &d->ops, link, tmp) {
+		struct xd_wnote *n = op->internal ? op->on_end_arg : NULL;
+		if (n && n->o == o)
+			xd_op_end(op, state, err, "%s", cause);
+	}
+	reap_soon(o->w);
+}
+
+/* An internal op of a window ended (op.c calls this once, from its end). */
+static void window_op_ended(struct xd_op *op)
+{
+	struct xd_wnote *n = op->on_end_arg;
+	struct xd_wopener *o = n->o;
+	struct xd_window *w = o->w;
+
+	xd_uncharge(w->d, NULL, w->uid, XD_RES_OPS, 1);
+	o->inflight--;
+	w->inflight--;
+	n->done = true;
+	n->visible = op->state == XP_ST_COMPLETE;
+	if (n->visible) {
+		w->d->stats.window_ops++;
+		if (n->kind == XP_KIND_GET)
+			o->gets++, w->gets++;
+		else
+			o->puts++, w->puts++;
+	}
+	if (n->queued)
+		deliver(o);
+	else
+		free(n);
+	if (o->gone || w->closing)
+		reap_soon(w);
+}
+
+/* ---- the opener's side: handles ---- */
+
+static void handle_free(struct xd_whandle *h)
+{
+	if (h->conn)
+		uncharge_window(h->conn);
+	TAILQ_REMOVE(&h->d->whandles, h, link);
+	free(h);
+}
+
+/* Ends the ops still going on handle @h, with @cause. */
+static void handle_end_ops(struct xd_whandle *h, enum xp_state state, int err, const char *cause)
+{
+	struct xd_op *op, *tmp;
+
+	TAILQ_FOREACH_SAFE(op, &h->d->ops, link, tmp)
+		if (op->wreq && op->wreq->handle == h->id)
+			xd_op_end(op, state, err, "%s", cause);
+}
+
+/* @h no longer reaches its window: its client is told, later gets and puts refused. */
+static void handle_revoked(struct xd_whandle *h, int err, const char *cause)
+{
+	if (h->state == WH_CLOSED)
+		return;
+	h->state = WH_CLOSED;
+	h->peer = NULL;
+	h->cause_errno = err;
+	snprintf(h->cause, sizeof(h->cause), "%s", cause);
+	handle_end_ops(h, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
+	push(h->conn, XP_NOTIFY_WINDOW_CLOSED,
+	     json_pack("{s:I, s:s, s:s}", "window", (json_int_t)h->id, "errno", xp_errno_name(err),
+		       "cause", h->cause));
+}
+
+static json_t *open_result(const struct xd_whandle *h)
+{
+	return json_pack("{s:I, s:I, s:s}", "window", (json_int_t)h->id, "length",
+			 (json_int_t)h->length, "access", xp_access_name(h->access));
+}
+
+static struct xd_whandle *handle_new(struct xd_call *call, const struct xp_meta *m)
+{
+	struct xd_whandle *h = calloc(1, sizeof(*h));
+
+	if (!h) {
+		xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+		return NULL;
+	}
+	h->is_handle = true;
+	h->d = call->conn->d;
+	h->id = ++h->d->next_window;
+	h->conn = call->conn;
+	h->client_id = call->conn->id;
+	h->window = m->op;
+	memcpy(h->node, m->node, XP_ID_BYTES);
+	xp_hex_encode(m->node, XP_ID_BYTES, h->node_hex);
+	h->epoch = m->epoch;
+	memcpy(h->token, m->token, XP_ID_BYTES);
+	h->length = m->total;
+	h->access = m->access;
+	h->created_us = xd_now_us();
+	TAILQ_INSERT_TAIL(&h->d->whandles, h, link);
+	return h;
+}
+
+/* ---- open: the owner's checks, shared by local and remote opens ---- */
+
+struct open_req {
+	uint64_t window, epoch;
+	const uint8_t *token; /**< the token itself (local, unkeyed peer), or NULL */
+	const uint8_t *proof; /**< a proof of it (keyed peer), or NULL */
+	const uint8_t *opener;
+	uint64_t opener_epoch, handle;
+};
+
+static bool open_token_ok(struct xd_daemon *d, const struct open_req *rq, const struct xd_window *w)
+{
+	uint8_t want[XD_MAC_LEN];
+	unsigned char diff = 0;
+
+	if (rq->proof)
+		return xd_claim_proof(d, d->node, d->epoch, rq->opener, rq->opener_epoch,
+				      rq->window, rq->handle, w->token, want) == 0 &&
+		       xd_mac_equal(want, rq->proof);
+	for (int i = 0; i < XP_ID_BYTES; i++)
+		diff |= (unsigned char)(rq->token[i] ^ w->token[i]);
+	return diff == 0;
+}
+
+#define REFUSE(e, ...)                              \
+	do {                                        \
+		*err = -(e);                        \
+		snprintf(msg, msglen, __VA_ARGS__); \
+		return NULL;                        \
+	} while (0)
+
+/* The refusals of window.open (PROTOCOL.md §5.1). Returns the window or NULL with -errno. */
+static struct xd_window *open_lookup(struct xd_daemon *d, const struct open_req *rq, int *err,
+				     char *msg, size_t msglen)
+{
+	if (rq->epoch != d->epoch)
+		REFUSE(ESTALE,
+		       "window metadata is from an earlier run of the owner daemon (epoch %llu, "
+		       "now %llu): it restarted",
+		       (unsigned long long)rq->epoch, (unsigned long long)d->epoch);
+	struct xd_window *w = window_find(d, rq->window);
+	if (!w)
+		REFUSE(ENOENT, "the owner has no window %llu (closed, or never made)",
+		       (unsigned long long)rq->window);
+	if (!open_token_ok(d, rq, w))
+		REFUSE(EACCES, "metadata token does not match window %llu",
+		       (unsigned long long)rq->window);
+	if (w->closing)
+		REFUSE(ECANCELED, "window %llu was closed by its owner",
+		       (unsigned long long)rq->window);
+	if (!w->many && w->nopeners > 0)
+		REFUSE(EBUSY, "window %llu takes one opener at a time (openers: one) and is open",
+		       (unsigned long long)rq->window);
+	if (w->nopeners >= XD_WINDOW_MAX_OPENERS)
+		REFUSE(EDQUOT, "window %llu has %d openers, the most a window takes",
+		       (unsigned long long)rq->window, XD_WINDOW_MAX_OPENERS);
+	return w;
+}
+
+static struct xd_wopener *opener_add(struct xd_window *w, struct xd_peer *p, uint64_t handle)
+{
+	struct xd_wopener *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return NULL;
+	o->w = w;
+	o->peer = p;
+	o->local = p == NULL;
+	o->handle = handle;
+	snprintf(o->node_hex, sizeof(o->node_hex), "%s", p ? p->node_hex : w->d->node_hex);
+	TAILQ_INIT(&o->notes);
+	TAILQ_INSERT_TAIL(&w->openers, o, link);
+	w->nopeners++;
+	return o;
+}
+
+static int open_local(struct xd_call *call, const struct xp_meta *m)
+{
+	struct xd_daemon *d = call->conn->d;
+	struct open_req rq = { .window = m->op, .epoch = m->epoch, .token = m->token };
+	int err;
+
+	struct xd_window *w = open_lookup(d, &rq, &err, call->message, sizeof(call->message));
+	if (!w) {
+		call->code = XP_E_FAILED;
+		call->cause_errno = -err;
+		return err;
+	}
+	if (charge_window(call))
+		return -call->cause_errno;
+	struct xd_whandle *h = handle_new(call, m);
+	if (!h || !opener_add(w, NULL, h->id)) {
+		if (h)
+			handle_free(h);
+		else
+			uncharge_window(call->conn);
+		return h ? xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory") : -ENOMEM;
+	}
+	h->local = true;
+	h->state = WH_OPEN;
+	snprintf(h->transport, sizeof(h->transport), "%s", xd_transport_local(d)->name);
+	call->result = open_result(h);
+	return 0;
+}
+
+/* Sends WOPEN for @h (its set is up): a proof of the token (keyed) or the token. */
+static void send_open(struct xd_whandle *h)
+{
+	struct xd_daemon *d = h->d;
+	char node[2 * XP_ID_BYTES + 1], hex[2 * XD_MAC_LEN + 1];
+	uint8_t proof[XD_MAC_LEN];
+	int rc = 0;
+
+	xp_hex_encode(h->node, XP_ID_BYTES, node);
+	json_t *j = json_pack("{s:I, s:s, s:I}", "window", (json_int_t)h->window, "node", node,
+			      "epoch", (json_int_t)h->epoch);
+	if (d->peer_key_len) {
+		rc = xd_claim_proof(d, h->node, h->epoch, d->node, d->epoch, h->window, h->id,
+				    h->token, proof);
+		xp_hex_encode(proof, sizeof(proof), hex);
+	} else {
+		xp_hex_encode(h->token, XP_ID_BYTES, hex);
+	}
+	if (!j || rc ||
+	    json_object_set_new(j, d->peer_key_len ? "proof" : "token", json_string(hex)))
+		rc = -ENOMEM;
+	if (!rc)
+		rc = xd_peer_send_ctrl(h->peer, 0, XP_PEER_WOPEN, XP_PEER_FROM_ACTIVE, h->id, j);
+	json_decref(j);
+	h->open_sent = true;
+	if (rc && h->conn) {
+		xd_client_reply_error(h->conn, h->reply_id, XP_E_FAILED, -rc,
+				      "could not send the open to the owner");
+		handle_free(h);
+	} else if (rc) {
+		handle_free(h);
+	}
+}
+
+int xd_window_open(struct xd_call *call, const struct xp_meta *m)
+{
+	struct xd_daemon *d = call->conn->d;
+
+	if (m->kind != XP_KIND_WINDOW)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "metadata is for a %s operation; window.open needs window metadata",
+			       xp_kind_name(m->kind));
+	if (memcmp(m->node, d->node, XP_ID_BYTES) == 0)
+		return open_local(call, m);
+	struct xd_peer *p = xd_peer_for_meta(call, m);
+	if (!p || charge_window(call))
+		return -call->cause_errno;
+	struct xd_whandle *h = handle_new(call, m);
+	if (!h) {
+		uncharge_window(call->conn);
+		return -ENOMEM;
+	}
+	h->peer = p;
+	h->reply_id = call->id;
+	h->state = WH_OPENING;
+	snprintf(h->transport, sizeof(h->transport), "%s", p->transport->name);
+	call->deferred = true;
+	if (p->state == XD_PEER_UP)
+		send_open(h);
+	return 0;
+}
+
+/* ---- create, close ---- */
+
+static json_t *create_result(const struct xd_window *w)
+{
+	struct xd_daemon *d = w->d;
+	uint64_t len = w->length;
+	struct xp_meta m = { .kind = XP_KIND_WINDOW,
+			     .epoch = d->epoch,
+			     .op = w->id,
+			     .access = w->access,
+			     .lengths = &len,
+			     .nlengths = 1 };
+	char *metadata = NULL;
+
+	memcpy(m.node, d->node, sizeof(m.node));
+	memcpy(m.token, w->token, sizeof(m.token));
+	memcpy(m.endpoints, d->endpoints, sizeof(m.endpoints));
+	m.nendpoints = d->nendpoints;
+	if (xp_meta_encode(&m, &metadata))
+		return NULL;
+	json_t *result = json_pack("{s:I, s:s}", "window", (json_int_t)w->id, "metadata", metadata);
+	free(metadata);
+	return result;
+}
+
+int xd_window_create(struct xd_call *call, uint64_t region, uint64_t offset, uint64_t length,
+		     int access, bool many)
+{
+	struct xd_region *r = xd_region_lookup(call, region);
+	uint64_t end;
+
+	if (!r)
+		return -call->cause_errno;
+	if (length == 0 && offset < r->length)
+		length = r->length - offset; /* (absent: to the end of the region) */
+	if (length == 0 || __builtin_add_overflow(offset, length, &end) || end > r->length)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "window [%llu, +%llu) must be non-empty and inside region %llu "
+			       "(%llu bytes)",
+			       (unsigned long long)offset, (unsigned long long)length,
+			       (unsigned long long)region, (unsigned long long)r->length);
+	if (charge_window(call))
+		return -call->cause_errno;
+	struct xd_window *w = calloc(1, sizeof(*w));
+	if (!w || getrandom(w->token, sizeof(w->token), 0) != sizeof(w->token)) {
+		free(w);
+		uncharge_window(call->conn);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
+	w->d = call->conn->d;
+	w->id = ++w->d->next_window;
+	w->owner = call->conn;
+	w->client_id = call->conn->id;
+	w->uid = call->conn->uid;
+	w->region = r;
+	xd_region_ref(r);
+	r->live_ops++; /* deregistering it is refused (EBUSY) while the window is open */
+	w->offset = offset;
+	w->length = length;
+	w->access = access;
+	w->many = many;
+	w->created_us = xd_now_us();
+	TAILQ_INIT(&w->openers);
+	TAILQ_INSERT_TAIL(&w->d->windows, w, link);
+	call->result = create_result(w);
+	if (!call->result) { /* nothing was given out: take it back */
+		uncharge_window(w->owner);
+		w->closing = true;
+		window_free(w);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+/* Tells opener @o that the window is gone (WCLOSE, or its local handle). */
+static void tell_opener(struct xd_wopener *o, int err, const char *cause)
+{
+	if (o->local) {
+		struct xd_whandle *h = handle_find(o->w->d, o->handle);
+		if (h && h->local)
+			handle_revoked(h, err, cause);
+		return;
+	}
+	if (!o->peer)
+		return;
+	json_t *j = json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", cause);
+	if (j)
+		xd_peer_send_ctrl(o->peer, 0, XP_PEER_WCLOSE, 0, o->handle, j);
+	json_decref(j);
+}
+
+/* Revokes @w: openers told, every transfer on it ended; freed once none is in flight. */
+static void window_revoke(struct xd_window *w, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void window_revoke(struct xd_window *w, int err, const char *fmt, ...)
+{
+	struct xd_wopener *o;
+	char cause[XD_CAUSE_MAX];
+	va_list ap;
+
+	if (w->closing)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(cause, sizeof(cause), fmt, ap);
+	va_end(ap);
+	w->closing = true;
+	uncharge_window(w->owner);
+	w->owner = NULL;
+	TAILQ_FOREACH(o, &w->openers, link) {
+		if (o->gone)
+			continue;
+		tell_opener(o, err, cause);
+		opener_close(o, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
+	}
+	reap_soon(w);
+}
+
+/* The opener lets go of @h: the owner is told; its ops end. */
+static void handle_close(struct xd_whandle *h, const char *cause)
+{
+	handle_end_ops(h, XP_ST_CANCELLED, ECANCELED, cause);
+	if (h->state == WH_OPEN && h->local) {
+		struct xd_window *w = window_find(h->d, h->window);
+		struct xd_wopener *o = w ? opener_find(w, NULL, h->id) : NULL;
+		if (o)
+			opener_close(o, XP_ST_CANCELLED, ECANCELED, "the opener closed its handle");
+	} else if (h->state == WH_OPEN && h->peer) {
+		json_t *j = json_pack("{s:I}", "window", (json_int_t)h->window);
+		if (j)
+			xd_peer_send_ctrl(h->peer, 0, XP_PEER_WCLOSE, XP_PEER_FROM_ACTIVE, h->id,
+					  j);
+		json_decref(j);
+	}
+	handle_free(h);
+}
+
+int xd_window_close(struct xd_call *call, uint64_t id)
+{
+	struct xd_daemon *d = call->conn->d;
+	struct xd_window *w = window_find(d, id);
+	struct xd_whandle *h = handle_find(d, id);
+
+	if (w && w->owner && xd_conn_may_access(call->conn, w->owner)) {
+		window_revoke(w, ECANCELED, "window %llu was closed by its owner",
+			      (unsigned long long)id);
+		w->close_conn = call->conn; /* answered once nothing is in flight on it */
+		w->close_id = call->id;
+		call->deferred = true;
+		return 0;
+	}
+	if (w && w->owner)
+		return xd_fail(call, XP_E_FAILED, EPERM, "window %llu belongs to another client",
+			       (unsigned long long)id);
+	if (h && h->conn == call->conn && h->state != WH_OPENING) {
+		handle_close(h, "its window handle was closed by its client");
+		call->result = json_object();
+		return 0;
+	}
+	return xd_fail(call, XP_E_FAILED, ENOENT, "no window or window handle %llu",
+		       (unsigned long long)id);
+}
+
+/* ---- gets and puts ---- */
+
+static int check_access(int access, enum xp_kind kind, uint64_t window, int *err, char *msg,
+			size_t msglen)
+{
+	bool get = kind == XP_KIND_GET;
+
+	if (access & (get ? XP_ACCESS_READ : XP_ACCESS_WRITE))
+		return 0;
+	*err = -EACCES;
+	snprintf(msg, msglen, "window %llu is %s: %s needs %s access", (unsigned long long)window,
+		 get ? "write-only" : "read-only", get ? "op.get" : "op.put",
+		 get ? "read" : "write");
+	return -1;
+}
+
+static int check_range(uint64_t length, const struct xd_wclaim *wc, uint64_t window, int *err,
+		       char *msg, size_t msglen)
+{
+	uint64_t end;
+
+	if (!__builtin_add_overflow(wc->offset, wc->length, &end) && end <= length)
+		return 0;
+	*err = -EINVAL;
+	snprintf(msg, msglen, "[%llu, +%llu) passes the end of window %llu (%llu bytes)",
+		 (unsigned long long)wc->offset, (unsigned long long)wc->length,
+		 (unsigned long long)window, (unsigned long long)length);
+	return -1;
+}
+
+int xd_window_check(struct xd_call *call, const struct xd_wclaim *wc, struct xd_wtarget *t)
+{
+	struct xd_whandle *h = handle_find(call->conn->d, wc->handle);
+	int err;
+
+	if (!h || h->conn != call->conn || h->state == WH_OPENING)
+		return xd_fail(call, XP_E_FAILED, ENOENT, "no window handle %llu",
+			       (unsigned long long)wc->handle);
+	if (h->state == WH_CLOSED)
+		return xd_fail(call, XP_E_FAILED, h->cause_errno, "window handle %llu: %s",
+			       (unsigned long long)wc->handle, h->cause);
+	if (check_access(h->access, wc->kind, wc->handle, &err, call->message,
+			 sizeof(call->message)) ||
+	    check_range(h->length, wc, wc->handle, &err, call->message, sizeof(call->message))) {
+		call->code = XP_E_FAILED;
+		call->cause_errno = -err;
+		return err;
+	}
+	t->peer = h->local ? NULL : h->peer;
+	t->window = h->window;
+	memcpy(t->node, h->node, XP_ID_BYTES);
+	t->epoch = h->epoch;
+	return 0;
+}
+
+static struct xd_op *internal_op(struct xd_window *w, const struct xd_wclaim *wc)
+{
+	struct xd_op *op =
+		xd_op_create(w->d, wc->kind == XP_KIND_GET ? XP_KIND_READABLE : XP_KIND_WRITABLE);
+
+	if (!op || !(op->segs = calloc(1, sizeof(*op->segs)))) {
+		if (op)
+			xd_op_discard(op);
+		return NULL;
+	}
+	op->segs[0] = (struct xd_seg){ w->region, w->offset + wc->offset, wc->length };
+	op->nsegs = 1;
+	op->length = wc->length;
+	op->client_id = w->client_id;
+	op->timeout_ms = w->d->cfg.default_timeout_ms;
+	op->on_end = window_op_ended;
+	return op;
+}
+
+struct xd_op *xd_window_claim(struct xd_daemon *d, struct xd_peer *p, const struct xd_wclaim *wc,
+			      int *err, char *msg, size_t msglen)
+{
+	struct xd_window *w = window_find(d, wc->window);
+	struct xd_wopener *o = w ? opener_find(w, p, wc->handle) : NULL;
+	char quota[200];
+
+	if (!w)
+		REFUSE(ENOENT, "the owner has no window %llu (closed, or never made)",
+		       (unsigned long long)wc->window);
+	if (w->closing)
+		REFUSE(ECANCELED, "window %llu was closed by its owner",
+		       (unsigned long long)wc->window);
+	if (!o)
+		REFUSE(EACCES, "window %llu is not open by this handle (closed, or never opened)",
+		       (unsigned long long)wc->window);
+	if (check_access(w->access, wc->kind, wc->window, err, msg, msglen) ||
+	    check_range(w->length, wc, wc->window, err, msg, msglen))
+		return NULL;
+	if (o->inflight >= XD_WINDOW_MAX_INFLIGHT || o->nnotes >= XD_WINDOW_MAX_INFLIGHT)
+		REFUSE(EDQUOT, "%d gets and puts of this opener are in flight on window %llu",
+		       XD_WINDOW_MAX_INFLIGHT, (unsigned long long)wc->window);
+	/* The owner's side of each is charged to the window owner's uid and the daemon. */
+	int rc = xd_charge(d, NULL, w->uid, XD_RES_OPS, 1, quota, sizeof(quota));
+	if (rc)
+		REFUSE(-rc, "owner: %s", quota);
+	struct xd_wnote *n = calloc(1, sizeof(*n));
+	struct xd_op *op = n ? internal_op(w, wc) : NULL;
+	if (!op) {
+		free(n);
+		xd_uncharge(d, NULL, w->uid, XD_RES_OPS, 1);
+		REFUSE(ENOMEM, "out of memory");
+	}
+	n->o = o;
+	n->kind = wc->kind;
+	n->offset = wc->offset;
+	n->bytes = wc->length;
+	if (wc->tag) {
+		snprintf(n->tag, sizeof(n->tag), "%s", wc->tag);
+		n->queued = true;
+		TAILQ_INSERT_TAIL(&o->notes, n, link);
+		o->nnotes++;
+	}
+	op->on_end_arg = n;
+	o->inflight++;
+	w->inflight++;
+	xd_op_start_internal(op);
+	return op;
+}
+
+/* ---- peer messages ---- */
+
+static json_t *error_json(int err, const char *message)
+{
+	return json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", message);
+}
+
+static int send_open_err(struct xd_peer *p, uint32_t via, uint64_t handle, int err, const char *msg)
+{
+	json_t *e = error_json(err, msg);
+	int rc = xd_peer_send_ctrl(p, via, XP_PEER_WOPEN_ERR, 0, handle, e);
+
+	json_decref(e);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+/* Whether @p already has handle @handle open on any window (its ids are used once). */
+static bool handle_known(struct xd_daemon *d, struct xd_peer *p, uint64_t handle)
+{
+	struct xd_window *w;
+
+	TAILQ_FOREACH(w, &d->windows, link)
+		if (opener_find(w, p, handle))
+			return true;
+	return false;
+}
+
+/* The owner: WOPEN {window, node, epoch, proof | token}. */
+static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
+{
+	struct xd_daemon *d = p->d;
+	const char *node, *token = NULL, *proof = NULL;
+	json_int_t window, epoch;
+	uint8_t nodeb[XP_ID_BYTES], tok[XP_ID_BYTES], mac[XD_MAC_LEN];
+	char msg[XD_CAUSE_MAX];
+	int err;
+
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || !json ||
+	    json_unpack(json, "{s:I, s:s, s:I, s?s, s?s}", "window", &window, "node", &node,
+			"epoch", &epoch, "token", &token, "proof", &proof) ||
+	    !token == !proof || window < 0 || epoch < 0 ||
+	    xp_hex_decode(node, nodeb, XP_ID_BYTES) ||
+	    (token && xp_hex_decode(token, tok, XP_ID_BYTES)) ||
+	    (proof && xp_hex_decode(proof, mac, XD_MAC_LEN)) || handle_known(d, p, h->xfer))
+		return -EPROTO;
+	if (d->peer_key_len ? !proof : !token)
+		return send_open_err(p, via, h->xfer, EACCES,
+				     d->peer_key_len ?
+					     "the owner takes a proof of the window's "
+					     "token only (it has a cluster key)" :
+					     "the owner has no cluster key to check a proof");
+	if (memcmp(nodeb, d->node, XP_ID_BYTES) != 0)
+		return send_open_err(p, via, h->xfer, EHOSTUNREACH,
+				     "window metadata names another node");
+	struct open_req rq = { .window = (uint64_t)window,
+			       .epoch = (uint64_t)epoch,
+			       .token = token ? tok : NULL,
+			       .proof = proof ? mac : NULL,
+			       .opener = p->node,
+			       .opener_epoch = p->epoch,
+			       .handle = h->xfer };
+	struct xd_window *w = open_lookup(d, &rq, &err, msg, sizeof(msg));
+	if (!w)
+		return send_open_err(p, via, h->xfer, -err, msg);
+	if (!opener_add(w, p, h->xfer))
+		return send_open_err(p, via, h->xfer, ENOMEM, "out of memory");
+	json_t *ok = json_object();
+	int rc = xd_peer_send_ctrl(p, via, XP_PEER_WOPEN_OK, 0, h->xfer, ok);
+	json_decref(ok);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+/* The opener: WOPEN_OK or WOPEN_ERR for handle @h. */
+static int handle_open_answer(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_t *json)
+{
+	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
+	const char *name = NULL, *raw = NULL;
+	char message[XD_CAUSE_MAX];
+
+	if (hdr->flags & XP_PEER_FROM_ACTIVE)
+		return -EPROTO;
+	if (hdr->type == XP_PEER_WOPEN_ERR &&
+	    (!json || json_unpack(json, "{s:s, s:s}", "errno", &name, "message", &raw)))
+		return -EPROTO;
+	if (!h || h->state != WH_OPENING || !h->open_sent)
+		return h ? -EPROTO : 0; /* (unknown: the two ends crossed) */
+	if (hdr->type == XP_PEER_WOPEN_OK) {
+		h->state = WH_OPEN;
+		if (h->conn) {
+			xd_client_reply(h->conn, h->reply_id, open_result(h));
+			return 0;
+		}
+		handle_close(h, "its client disconnected while it was opening");
+		return 0;
+	}
+	xd_escape(raw, message, sizeof(message));
+	if (h->conn)
+		xd_client_reply_error(h->conn, h->reply_id, XP_E_FAILED,
+				      xp_errno_from_name(name) ?: EIO, message);
+	handle_free(h);
+	return 0;
+}
+
+/* WCLOSE: from an opener (it let go), or from the owner (revoked). */
+static int handle_wclose(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_t *json)
+{
+	const char *name = NULL, *raw = NULL;
+	char message[XD_CAUSE_MAX - 40], cause[XD_CAUSE_MAX];
+	json_int_t window;
+	struct xd_window *w;
+
+	if (hdr->flags & XP_PEER_FROM_ACTIVE) {
+		if (!json || json_unpack(json, "{s:I}", "window", &window))
+			return -EPROTO;
+		w = window_find(p->d, (uint64_t)window);
+		struct xd_wopener *o = w ? opener_find(w, p, hdr->xfer) : NULL;
+		if (o)
+			opener_close(o, XP_ST_CANCELLED, ECANCELED, "the opener closed its handle");
+		return 0;
+	}
+	if (!json || json_unpack(json, "{s:s, s:s}", "errno", &name, "message", &raw))
+		return -EPROTO;
+	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
+	if (!h || h->state == WH_OPENING)
+		return h ? -EPROTO : 0;
+	xd_escape(raw, message, sizeof(message));
+	snprintf(cause, sizeof(cause), "peer: %s", message);
+	handle_revoked(h, xp_errno_from_name(name) ?: EIO, cause);
+	return 0;
+}
+
+int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
+{
+	switch (h->type) {
+	case XP_PEER_WOPEN:
+		return handle_wopen(p, via, h, json);
+	case XP_PEER_WOPEN_OK:
+	case XP_PEER_WOPEN_ERR:
+		return handle_open_answer(p, h, json);
+	case XP_PEER_WCLOSE:
+		return handle_wclose(p, h, json);
+	default:
+		return -EPROTO;
+	}
+}
+
+void xd_windows_peer_up(struct xd_peer *p)
+{
+	struct xd_whandle *h, *tmp;
+
+	TAILQ_FOREACH_SAFE(h, &p->d->whandles, link, tmp)
+		if (h->peer == p && h->state == WH_OPENING && !h->open_sent)
+			send_open(h);
+}
+
+void xd_windows_peer_lost(struct xd_peer *p, int err, const char *cause)
+{
+	struct xd_daemon *d = p->d;
+	struct xd_window *w;
+	struct xd_wopener *o;
+	struct xd_whandle *h, *tmp;
+
+	TAILQ_FOREACH(w, &d->windows, link) {
+		TAILQ_FOREACH(o, &w->openers, link) {
+			if (o->peer != p)
+				continue;
+			o->peer = NULL;
+			opener_close(o, XP_ST_ERRORED, err, cause);
+		}
+	}
+	TAILQ_FOREACH_SAFE(h, &d->whandles, link, tmp) {
+		if (h->peer != p)
+			continue;
+		if (h->state == WH_OPENING) {
+			if (h->conn)
+				xd_client_reply_error(h->conn, h->reply_id, XP_E_FAILED, err,
+						      cause);
+			handle_free(h);
+		} else {
+			handle_revoked(h, err, cause);
+		}
+	}
+}
+
+/* ---- whole-daemon events ---- */
+
+void xd_windows_conn_closed(struct xd_conn *c)
+{
+	struct xd_daemon *d = c->d;
+	struct xd_window *w;
+	struct xd_whandle *h, *tmp;
+
+	TAILQ_FOREACH_SAFE(h, &d->whandles, link, tmp) {
+		if (h->conn != c)
+			continue;
+		if (h->state == WH_OPENING) { /* kept for the owner's answer, then closed */
+			uncharge_window(c);
+			h->conn = NULL;
+			continue;
+		}
+		handle_close(h, "its client disconnected");
+	}
+	TAILQ_FOREACH(w, &d->windows, link) {
+		if (w->close_conn == c)
+			w->close_conn = NULL;
+		if (w->owner == c)
+			window_revoke(w, ECONNRESET,
+				      "the window's owner, client %llu (%s, pid %d), "
+				      "disconnected",
+				      (unsigned long long)c->id, c->name, (int)c->pid);
+	}
+}
+
+void xd_windows_region_gone(struct xd_region *r)
+{
+	struct xd_window *w;
+
+	TAILQ_FOREACH(w, &r->d->windows, link)
+		if (w->region == r)
+			window_revoke(w, ECANCELED, "region %llu was deregistered with force",
+				      (unsigned long long)r->id);
+}
+
+void xd_windows_fini(struct xd_daemon *d)
+{
+	struct xd_window *w;
+	struct xd_whandle *h;
+
+	while ((w = TAILQ_FIRST(&d->windows)))
+		window_free(w);
+	while ((h = TAILQ_FIRST(&d->whandles))) {
+		h->conn = NULL;
+		handle_free(h);
+	}
+}
+
+/* ---- listing ---- */
+
+static json_t *openers_json(const struct xd_window *w)
+{
+	json_t *arr = json_array();
+	const struct xd_wopener *o;
+
+	TAILQ_FOREACH(o, &w->openers, link) {
+		if (!arr || o->gone)
+			continue;
+		if (json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:I}", "peer",
+							 o->local ? "local" : o->node_hex, "handle",
+							 (json_int_t)o->handle, "inflight",
+							 (json_int_t)o->inflight, "gets",
+							 (json_int_t)o->gets, "puts",
+							 (json_int_t)o->puts))) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	}
+	return arr;
+}
+
+static json_t *window_json(const struct xd_window *w, uint64_t now)
+{
+	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, "
+			 "s:I}",
+			 "window", (json_int_t)w->id, "role", "owner", "client",
+			 (json_int_t)w->client_id, "region", (json_int_t)w->region->id, "offset",
+			 (json_int_t)w->offset, "length", (json_int_t)w->length, "access",
+			 xp_access_name(w->access), "openers_mode", w->many ? "many" : "one",
+			 "state", w->closing ? "closing" : "open", "openers", openers_json(w),
+			 "inflight", (json_int_t)w->inflight, "gets", (json_int_t)w->gets, "puts",
+			 (json_int_t)w->puts, "notified", (json_int_t)w->notified, "age_ms",
+			 (json_int_t)((now - w->created_us) / 1000));
+}
+
+static json_t *handle_json(const struct xd_whandle *h, uint64_t now)
+{
+	static const char *const states[] = { "opening", "open", "closed" };
+	json_t *o = json_pack("{s:I, s:s, s:I, s:s, s:I, s:I, s:s, s:s, s:s, s:I}", "window",
+			      (json_int_t)h->id, "role", "opener", "client",
+			      (json_int_t)h->client_id, "owner_node", h->node_hex, "owner_window",
+			      (json_int_t)h->window, "length", (json_int_t)h->length, "access",
+			      xp_access_name(h->access), "state", states[h->state], "transport",
+			      h->transport, "age_ms", (json_int_t)((now - h->created_us) / 1000));
+
+	if (o && h->cause_errno &&
+	    (json_object_set_new(o, "errno", json_string(xp_errno_name(h->cause_errno))) ||
+	     json_object_set_new(o, "cause", json_string(h->cause)))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static json_t *list_entry(const void *p, void *arg)
+{
+	uint64_t now = *(const uint64_t *)arg;
+
+	return *(const bool *)p ? handle_json(p, now) : window_json(p, now);
+}
+
+/* Pages by id (PROTOCOL.md §7); windows and handles share one id space. */
+int xd_windows_list(struct xd_call *call)
+{
+	struct xd_daemon *d = call->conn->d;
+	struct xd_page_item *items;
+	struct xd_window *w;
+	struct xd_whandle *h;
+	struct xd_page pg;
+	uint64_t now = xd_now_us();
+	size_t n = 0;
+	int rc = xd_page_begin(call, &pg);
+
+	if (rc)
+		return rc;
+	TAILQ_FOREACH(w, &d->windows, link)
+		n++;
+	TAILQ_FOREACH(h, &d->whandles, link)
+		n++;
+	items = calloc(n + 1, sizeof(*items));
+	if (!items)
+		return xd_page_finish(call, &pg, "windows", -ENOMEM);
+	n = 0;
+	TAILQ_FOREACH(w, &d->windows, link)
+		if (w->owner && xd_conn_may_access(call->conn, w->owner) &&
+		    (json_int_t)w->id > pg.after)
+			items[n++] = (struct xd_page_item){ w->id, w };
+	TAILQ_FOREACH(h, &d->whandles, link)
+		if (h->conn && xd_conn_may_access(call->conn, h->conn) &&
+		    (json_int_t)h->id > pg.after)
+			items[n++] = (struct xd_page_item){ h->id, h };
+	rc = xd_page_fill(&pg, items, n, list_entry, &now);
+	free(items);
+	return xd_page_finish(call, &pg, "windows", rc);
+}

@@ -1,0 +1,763 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Windows end to end through libxferclient against real xferd processes: on one node (local
+ * transport) and between daemons on 127.0.0.1 (TCP, keyed: the open proves the token): gets
+ * and puts byte-exact at many offsets, notify tags exactly once and in order, access-mode and
+ * range refusals, revocation with transfers in flight, an opener and an owner killed
+ * mid-stream, three nodes opening one window, and batches of 1000.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon_util.h"
+#include "harness.h"
+#include "xferclient.h"
+
+#define KiB 1024ul
+#define MiB (1024ul * KiB)
+#define WAIT_MS 60000
+#define XP_TAG_BUF 257
+
+struct tbuf {
+	struct xfer_buf buf;
+	uint64_t region;
+};
+
+/* A node: one daemon, listening on 127.0.0.1 with the shared key in @keydir. */
+struct node {
+	struct td d;
+};
+
+static char keyfile[64];
+
+static void key_make(void)
+{
+	uint8_t raw[32];
+	char hex[65];
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	CHECK(fd >= 0 && read(fd, raw, sizeof(raw)) == (ssize_t)sizeof(raw));
+	close(fd);
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+	snprintf(keyfile, sizeof(keyfile), "/tmp/xferd-wkey-%d", (int)getpid());
+	fd = open(keyfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CHECK(fd >= 0 && write(fd, hex, 64) == 64);
+	close(fd);
+}
+
+static void node_start(struct node *n)
+{
+	char cfg[300];
+
+	if (!keyfile[0])
+		key_make();
+	snprintf(cfg, sizeof(cfg),
+		 "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", "
+		 "\"keepalive_timeout_ms\": 3000}",
+		 keyfile);
+	CHECK_OK(td_start(&n->d, cfg));
+}
+
+static void node_stop(struct node *n)
+{
+	CHECK_EQ_INT(td_stop(&n->d), 0);
+}
+
+static struct xfer_client *conn(struct td *d, const char *name)
+{
+	struct xfer_client *c = NULL;
+
+	CHECK_OK(xfer_connect(d->sock, name, &c));
+	return c;
+}
+
+static void tbuf_make(struct xfer_client *c, size_t len, struct tbuf *t)
+{
+	CHECK_OK(xfer_buf_alloc(len, &t->buf));
+	CHECK_OK(xfer_region_register(c, t->buf.fd, 0, 0, "test", &t->region));
+}
+
+static void fill(void *p, size_t len, unsigned seed)
+{
+	uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)((i * 131u + seed * 7u + (i >> 12)) & 0xff);
+}
+
+static void wait_complete(struct xfer_client *c, uint64_t op)
+{
+	struct xfer_op_info info;
+
+	CHECK_OK(xfer_wait(c, op, WAIT_MS, &info));
+	if (info.state != XFER_COMPLETE)
+		harness_fail(__FILE__, __LINE__, "op %llu ended %s: %s", (unsigned long long)op,
+			     xfer_state_name(info.state), info.cause);
+}
+
+static void wait_ended(struct xfer_client *c, uint64_t op, struct xfer_op_info *info)
+{
+	CHECK_OK(xfer_wait(c, op, WAIT_MS, info));
+}
+
+/* The window events a client received. */
+struct wevents {
+	int notified, closed;
+	char tags[1100][XP_TAG_BUF];
+	uint64_t bytes[1100];
+	int closed_error;
+};
+
+static void window_cb(struct xfer_client *c, const struct xfer_window_event *ev, void *arg)
+{
+	struct wevents *w = arg;
+
+	if (ev->type == XFER_WINDOW_CLOSED) {
+		w->closed++;
+		w->closed_error = ev->error;
+		return;
+	}
+	if (w->notified < 1100) {
+		snprintf(w->tags[w->notified], sizeof(w->tags[0]), "%s", ev->tag);
+		w->bytes[w->notified] = ev->bytes;
+	}
+	w->notified++;
+}
+
+/* Dispatches @c's events until @cond holds (or fails after WAIT_MS). */
+#define WAIT_EVENTS(c, cond)                              \
+	do {                                              \
+		long long until_ = td_now_ms() + WAIT_MS; \
+		while (!(cond)) {                         \
+			CHECK(td_now_ms() < until_);      \
+			CHECK(xfer_dispatch(c) >= 0);     \
+			usleep(2000);                     \
+		}                                         \
+	} while (0)
+
+/* Opens a window of @owner's @len-byte buffer in @opener's daemon. */
+struct win {
+	struct tbuf obuf;
+	uint64_t window, handle;
+	char *meta;
+};
+
+static void win_make(struct xfer_client *owner, struct xfer_client *opener, size_t len,
+		     enum xfer_access access, struct win *w)
+{
+	uint64_t length;
+	enum xfer_access got;
+
+	tbuf_make(owner, len, &w->obuf);
+	CHECK_OK(xfer_window_create(owner, w->obuf.region, 0, 0, access, 0, &w->window, &w->meta));
+	CHECK(strncmp(w->meta, "xfer1.", 6) == 0);
+	CHECK_OK(xfer_window_open(opener, w->meta, &w->handle, &length, &got));
+	CHECK_EQ_INT(length, len);
+	CHECK_EQ_INT(got, access);
+}
+
+/* Puts and gets at many offsets, each checked byte for byte on the other side. */
+static void get_put_offsets(struct xfer_client *owner, struct xfer_client *opener)
+{
+	const size_t wlen = 4 * MiB, llen = 1 * MiB;
+	static const uint64_t offs[] = {
+		0, 1, 4095, 4096, 65537, 1 * MiB - 3, 3 * MiB, 3 * MiB + 7
+	};
+	static const uint64_t lens[] = { 1, 17, 4096, 65536, 1 * MiB - 9 };
+	struct tbuf lbuf;
+	struct win w;
+	uint64_t op;
+
+	win_make(owner, opener, wlen, XFER_ACCESS_READWRITE, &w);
+	tbuf_make(opener, llen, &lbuf);
+	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+		for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
+			uint64_t off = offs[i], len = lens[j];
+			if (off + len > wlen)
+				continue;
+			/* put: opener's bytes land in the owner's window, nothing around them */
+			fill(lbuf.buf.addr, len, (unsigned)(i * 10 + j));
+			memset(w.obuf.buf.addr, 0xEE, wlen);
+			struct xfer_desc d = { lbuf.region, 0, len };
+			CHECK_OK(xfer_put(opener, w.handle, off, &d, 1, NULL, NULL, &op));
+			wait_complete(opener, op);
+			CHECK_MEM_EQ((uint8_t *)w.obuf.buf.addr + off, lbuf.buf.addr, len);
+			if (off)
+				CHECK_EQ_INT(((uint8_t *)w.obuf.buf.addr)[off - 1], 0xEE);
+			if (off + len < wlen)
+				CHECK_EQ_INT(((uint8_t *)w.obuf.buf.addr)[off + len], 0xEE);
+			/* get: the window's bytes into the opener's buffer */
+			fill((uint8_t *)w.obuf.buf.addr + off, len, (unsigned)(i * 10 + j + 99));
+			memset(lbuf.buf.addr, 0, len);
+			CHECK_OK(xfer_get(opener, w.handle, off, &d, 1, NULL, NULL, &op));
+			wait_complete(opener, op);
+			CHECK_MEM_EQ(lbuf.buf.addr, (uint8_t *)w.obuf.buf.addr + off, len);
+		}
+	}
+	CHECK_OK(xfer_window_close(opener, w.handle));
+	CHECK_OK(xfer_window_close(owner, w.window));
+	CHECK_OK(xfer_region_deregister(owner, w.obuf.region, 0));
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_get_put_many_offsets)
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	get_put_offsets(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+TEST(tcp_get_put_many_offsets)
+{
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	get_put_offsets(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/* 300 tagged puts (and some untagged, and gets) in flight at once: each tag once, in order. */
+static void notify_in_order(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 300 };
+	static struct wevents ev;
+	struct tbuf lbuf;
+	struct win w;
+	uint64_t ops[N];
+	char tag[16];
+
+	memset(&ev, 0, sizeof(ev));
+	xfer_set_window_cb(owner, window_cb, &ev);
+	win_make(owner, opener, N * 4 * KiB, XFER_ACCESS_READWRITE, &w);
+	tbuf_make(opener, N * 4 * KiB, &lbuf);
+	fill(lbuf.buf.addr, N * 4 * KiB, 5);
+	for (int i = 0; i < N; i++) {
+		/* sizes differ so that later ones could finish first */
+		uint64_t len = i % 7 == 0 ? 4 * KiB : 1 + (uint64_t)i;
+		struct xfer_desc d = { lbuf.region, (uint64_t)i * 4 * KiB, len };
+		snprintf(tag, sizeof(tag), "t%03d", i);
+		if (i % 5 == 4)
+			CHECK_OK(xfer_put(opener, w.handle, (uint64_t)i * 4 * KiB, &d, 1, NULL,
+					  NULL, &ops[i]));
+		else
+			CHECK_OK(xfer_put(opener, w.handle, (uint64_t)i * 4 * KiB, &d, 1, tag, NULL,
+					  &ops[i]));
+	}
+	for (int i = 0; i < N; i++)
+		wait_complete(opener, ops[i]);
+	int want = N - N / 5;
+	WAIT_EVENTS(owner, ev.notified >= want);
+	usleep(100 * 1000);
+	CHECK_OK(xfer_dispatch(owner) >= 0 ? 0 : -EIO);
+	CHECK_EQ_INT(ev.notified, want); /* exactly once */
+	for (int i = 0, k = 0; i < N; i++) {
+		if (i % 5 == 4)
+			continue;
+		snprintf(tag, sizeof(tag), "t%03d", i);
+		CHECK_STR_EQ(ev.tags[k], tag); /* in order */
+		CHECK_EQ_INT(ev.bytes[k], i % 7 == 0 ? 4 * KiB : 1 + (uint64_t)i);
+		k++;
+	}
+	for (int i = 0; i < N; i++) {
+		uint64_t len = i % 7 == 0 ? 4 * KiB : 1 + (uint64_t)i;
+		CHECK_MEM_EQ((uint8_t *)w.obuf.buf.addr + i * 4 * KiB,
+			     (uint8_t *)lbuf.buf.addr + i * 4 * KiB, len);
+	}
+	CHECK_OK(xfer_window_close(owner, w.window));
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_notify_exactly_once_in_order)
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	notify_in_order(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+TEST(tcp_notify_exactly_once_in_order)
+{
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	notify_in_order(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/* Every refusal before any byte moves, and the window's bytes untouched. */
+static void refusals(struct xfer_client *owner, struct xfer_client *opener, struct td *od)
+{
+	struct tbuf lbuf;
+	struct win r;
+	uint64_t op, h2;
+	struct xfer_desc d;
+
+	win_make(owner, opener, 64 * KiB, XFER_ACCESS_READ, &r);
+	tbuf_make(opener, 128 * KiB, &lbuf);
+	memset(r.obuf.buf.addr, 0x5A, 64 * KiB);
+	fill(lbuf.buf.addr, 128 * KiB, 3);
+	d = (struct xfer_desc){ lbuf.region, 0, 4 * KiB };
+	CHECK_ERR(xfer_put(opener, r.handle, 0, &d, 1, NULL, NULL, &op), -EACCES);
+	CHECK(strstr(xfer_last_error(opener), "read-only") != NULL);
+	d.length = 64 * KiB + 1;
+	CHECK_ERR(xfer_get(opener, r.handle, 0, &d, 1, NULL, NULL, &op), -EINVAL);
+	CHECK(strstr(xfer_last_error(opener), "passes the end of window") != NULL);
+	d.length = 2;
+	CHECK_ERR(xfer_get(opener, r.handle, 64 * KiB - 1, &d, 1, NULL, NULL, &op), -EINVAL);
+	CHECK_ERR(xfer_get(opener, r.handle, UINT64_MAX / 2, &d, 1, NULL, NULL, &op), -EINVAL);
+	CHECK_ERR(xfer_get(opener, 999999, 0, &d, 1, NULL, NULL, &op), -ENOENT);
+	/* a tag over 256 bytes */
+	char big[300];
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	CHECK_ERR(xfer_get(opener, r.handle, 0, &d, 1, big, NULL, &op), -EINVAL);
+	/* the window's metadata is not an operation's, and the other way round */
+	CHECK_ERR(xfer_read(opener, r.meta, &d, 1, NULL, &op), -EINVAL);
+	char *opmeta = NULL;
+	struct xfer_desc od1 = { r.obuf.region, 0, 2 };
+	CHECK_OK(xfer_readable(owner, &od1, 1, NULL, &op, &opmeta));
+	CHECK_ERR(xfer_window_open(opener, opmeta, &h2, NULL, NULL), -EINVAL);
+	CHECK_OK(xfer_release(owner, op));
+	free(opmeta);
+	/* a tampered token */
+	CHECK_ERR(xfer_window_open(opener, "xfer1.eyJ2IjoxfQ", &h2, NULL, NULL), -EBADMSG);
+	/* the region cannot go while the window is open */
+	CHECK_ERR(xfer_region_deregister(owner, r.obuf.region, 0), -EBUSY);
+	/* openers: one */
+	uint64_t w1;
+	char *m1;
+	CHECK_OK(xfer_window_create(owner, r.obuf.region, 4096, 4096, XFER_ACCESS_WRITE,
+				    XFER_WINDOW_ONE_OPENER, &w1, &m1));
+	CHECK_OK(xfer_window_open(opener, m1, &h2, NULL, NULL));
+	uint64_t h3;
+	CHECK_ERR(xfer_window_open(opener, m1, &h3, NULL, NULL), -EBUSY);
+	d.length = 4096;
+	CHECK_ERR(xfer_get(opener, h2, 0, &d, 1, NULL, NULL, &op), -EACCES); /* write-only */
+	CHECK_OK(xfer_window_close(opener, h2));
+	CHECK_OK(xfer_window_open(opener, m1, &h3, NULL, NULL)); /* free again */
+	CHECK_OK(xfer_window_close(owner, w1));
+	CHECK_ERR(xfer_window_open(opener, m1, &h2, NULL, NULL), -ENOENT);
+	CHECK_ERR(xfer_window_close(owner, w1), -ENOENT);
+	/* a handle revoked by the owner: refused, naming why */
+	struct xfer_desc d4 = { lbuf.region, 0, 4096 };
+	CHECK_ERR(xfer_put(opener, h3, 0, &d4, 1, NULL, NULL, &op), -ECANCELED);
+	CHECK(strstr(xfer_last_error(opener), "closed by its owner") != NULL);
+	CHECK_OK(xfer_window_close(opener, h3));
+	free(m1);
+	/* nothing moved into the read-only window */
+	for (size_t i = 0; i < 64 * KiB; i++)
+		if (((uint8_t *)r.obuf.buf.addr)[i] != 0x5A)
+			harness_fail(__FILE__, __LINE__, "byte %zu of the window changed", i);
+	td_check_alive(od, "after the refusals");
+	CHECK_OK(xfer_window_close(owner, r.window));
+	CHECK_OK(xfer_region_deregister(owner, r.obuf.region, 0));
+	free(r.meta);
+	xfer_buf_free(&r.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_refusals)
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	refusals(owner, opener, &a.d);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+TEST(tcp_refusals)
+{
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	refusals(owner, opener, &a.d);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/* The owner closes the window with 32 puts of 1 MiB in flight: every one ends, none later. */
+static void revoke_in_flight(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 32 };
+	static struct wevents ev;
+	struct tbuf lbuf;
+	struct win w;
+	uint64_t ops[N];
+	int complete = 0, cancelled = 0;
+
+	memset(&ev, 0, sizeof(ev));
+	xfer_set_window_cb(opener, window_cb, &ev);
+	win_make(owner, opener, 4 * MiB, XFER_ACCESS_WRITE, &w);
+	tbuf_make(opener, 4 * MiB, &lbuf);
+	for (int i = 0; i < N; i++) {
+		struct xfer_desc d = { lbuf.region, 0, 4 * MiB };
+		CHECK_OK(xfer_put(opener, w.handle, 0, &d, 1, "x", NULL, &ops[i]));
+	}
+	CHECK_OK(xfer_window_close(owner, w.window)); /* returns once nothing is in flight */
+	memset(w.obuf.buf.addr, 0x11, 4 * MiB);	      /* the owner may reuse it at once */
+	for (int i = 0; i < N; i++) {
+		struct xfer_op_info info;
+		wait_ended(opener, ops[i], &info);
+		if (info.state == XFER_COMPLETE)
+			complete++;
+		else
+			cancelled++;
+		if (info.state == XFER_CANCELLED || info.state == XFER_ERRORED)
+			CHECK(strstr(info.cause, "closed") != NULL ||
+			      strstr(info.cause, "revoked") != NULL);
+	}
+	harness_note("revoked with %d complete, %d cancelled", complete, cancelled);
+	WAIT_EVENTS(opener, ev.closed == 1);
+	CHECK_EQ_INT(ev.closed_error, -ECANCELED);
+	struct xfer_desc d = { lbuf.region, 0, 4096 };
+	uint64_t op;
+	CHECK_ERR(xfer_put(opener, w.handle, 0, &d, 1, NULL, NULL, &op), -ECANCELED);
+	usleep(200 * 1000);
+	for (size_t i = 0; i < 4 * MiB; i += 4096)
+		if (((uint8_t *)w.obuf.buf.addr)[i] != 0x11)
+			harness_fail(__FILE__, __LINE__, "byte %zu written after the revocation",
+				     i);
+	CHECK_OK(xfer_window_close(opener, w.handle));
+	CHECK_OK(xfer_region_deregister(owner, w.obuf.region, 0));
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_revoke_in_flight)
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	revoke_in_flight(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+TEST(tcp_revoke_in_flight)
+{
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	revoke_in_flight(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/* A child opens @meta on @sock and puts without end until it is killed. */
+struct streamer {
+	const char *sock, *meta;
+};
+
+static void stream_puts(void *arg)
+{
+	struct streamer *s = arg;
+	struct xfer_client *c = NULL;
+	struct tbuf t;
+	uint64_t h, op;
+
+	CHECK_OK(xfer_connect(s->sock, "streamer", &c));
+	tbuf_make(c, 1 * MiB, &t);
+	CHECK_OK(xfer_window_open(c, s->meta, &h, NULL, NULL));
+	for (;;) {
+		struct xfer_desc d = { t.region, 0, 1 * MiB };
+		for (int i = 0; i < 16; i++)
+			if (xfer_put(c, h, 0, &d, 1, "s", NULL, &op))
+				pause(); /* revoked: wait to be killed */
+		xfer_wait(c, op, WAIT_MS, NULL);
+	}
+}
+
+static int windows_of(struct xfer_client *c, const char *what)
+{
+	char *json = NULL;
+	int n = 0;
+
+	CHECK_OK(xfer_call(c, "list.windows", NULL, &json));
+	for (const char *p = json; (p = strstr(p, what)); p++)
+		n++;
+	free(json);
+	return n;
+}
+
+TEST(tcp_opener_killed_mid_stream)
+{
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner");
+	struct tbuf obuf;
+	uint64_t window;
+	char *meta;
+	tbuf_make(owner, 1 * MiB, &obuf);
+	CHECK_OK(
+		xfer_window_create(owner, obuf.region, 0, 0, XFER_ACCESS_WRITE, 0, &window, &meta));
+	struct streamer s = { b.d.sock, meta };
+	pid_t child = td_spawn(stream_puts, &s);
+	CHECK(child > 0);
+	long long until = td_now_ms() + WAIT_MS;
+	while (windows_of(owner, "\"handle\"") == 0) /* it opened */
+		CHECK(td_now_ms() < until);
+	usleep(300 * 1000); /* puts are streaming */
+	CHECK_OK(td_kill9(child));
+	/* its daemon lets go of the handle: the owner's opener goes, nothing stays in flight */
+	until = td_now_ms() + WAIT_MS;
+	while (windows_of(owner, "\"handle\"") != 0)
+		CHECK(td_now_ms() < until);
+	CHECK_EQ_INT(windows_of(owner, "\"inflight\": 0") + windows_of(owner, "\"inflight\":0"), 1);
+	long long ops;
+	CHECK_OK(td_wait_stat(&a.d, "ops", 0, 10000, &ops));
+	CHECK_OK(xfer_window_close(owner, window));
+	CHECK_OK(xfer_region_deregister(owner, obuf.region, 0));
+	free(meta);
+	xfer_buf_free(&obuf.buf);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+static void own_window(void *arg)
+{
+	const char **io = arg; /* [0] socket, [1] file to write the metadata to */
+	struct xfer_client *c = NULL;
+	struct tbuf t;
+	uint64_t w;
+	char *meta;
+
+	CHECK_OK(xfer_connect(io[0], "owner", &c));
+	tbuf_make(c, 1 * MiB, &t);
+	CHECK_OK(xfer_window_create(c, t.region, 0, 0, XFER_ACCESS_READWRITE, 0, &w, &meta));
+	FILE *f = fopen(io[1], "w");
+	CHECK(f && fputs(meta, f) >= 0 && fclose(f) == 0);
+	pause();
+}
+
+TEST(tcp_owner_killed_mid_stream)
+{
+	struct node a, b;
+	static struct wevents ev;
+	char path[80], meta[4096] = "";
+
+	node_start(&a);
+	node_start(&b);
+	snprintf(path, sizeof(path), "%s/meta", a.d.dir);
+	const char *io[2] = { a.d.sock, path };
+	pid_t child = td_spawn(own_window, io);
+	CHECK(child > 0);
+	long long until = td_now_ms() + WAIT_MS;
+	for (;;) {
+		FILE *f = fopen(path, "r");
+		if (f && fgets(meta, sizeof(meta), f) && strlen(meta) > 10) {
+			fclose(f);
+			break;
+		}
+		if (f)
+			fclose(f);
+		CHECK(td_now_ms() < until);
+		usleep(10000);
+	}
+	struct xfer_client *opener = conn(&b.d, "opener");
+	xfer_set_window_cb(opener, window_cb, &ev);
+	struct tbuf t;
+	uint64_t h, ops[64];
+	tbuf_make(opener, 1 * MiB, &t);
+	CHECK_OK(xfer_window_open(opener, meta, &h, NULL, NULL));
+	struct xfer_desc d = { t.region, 0, 1 * MiB };
+	for (int i = 0; i < 64; i++)
+		CHECK_OK(xfer_get(opener, h, 0, &d, 1, NULL, NULL, &ops[i]));
+	CHECK_OK(td_kill9(child));
+	for (int i = 0; i < 64; i++) {
+		struct xfer_op_info info;
+		wait_ended(opener, ops[i], &info); /* each ends: none hangs */
+	}
+	WAIT_EVENTS(opener, ev.closed == 1);
+	CHECK_EQ_INT(ev.closed_error, -ECONNRESET);
+	CHECK_ERR(xfer_get(opener, h, 0, &d, 1, NULL, NULL, &ops[0]), -ECONNRESET);
+	CHECK_OK(xfer_window_close(opener, h));
+	xfer_buf_free(&t.buf);
+	long long n;
+	CHECK_OK(td_wait_stat(&a.d, "ops", 0, 10000, &n));
+	xfer_close(opener);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/* Runs xferctl (beside this test's binary) on @sock with @args: its output must have @want. */
+static void ctl_shows(const char *sock, const char *args, const char *want)
+{
+	char exe[512], cmd[1200], out[16384];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	CHECK(n > 0);
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0';
+	snprintf(cmd, sizeof(cmd), "%s/../xferctl --socket %s %s", exe, sock, args);
+	FILE *f = popen(cmd, "r");
+	CHECK(f != NULL);
+	size_t got = fread(out, 1, sizeof(out) - 1, f);
+	out[got] = '\0';
+	CHECK_EQ_INT(pclose(f), 0);
+	if (!strstr(out, want))
+		harness_fail(__FILE__, __LINE__, "xferctl %s shows no \"%s\":\n%s", args, want,
+			     out);
+}
+
+/* One readable window fanned out to three nodes (two remote, one local opener). */
+TEST(three_nodes_open_one_window)
+{
+	struct node n[3];
+	struct xfer_client *c[3];
+	struct tbuf obuf, lb[3];
+	uint64_t window, h[3], op[3];
+	char *meta;
+
+	for (int i = 0; i < 3; i++) {
+		node_start(&n[i]);
+		c[i] = conn(&n[i].d, "client");
+	}
+	struct xfer_client *owner = conn(&n[0].d, "owner");
+	tbuf_make(owner, 2 * MiB, &obuf);
+	fill(obuf.buf.addr, 2 * MiB, 77);
+	CHECK_OK(xfer_window_create(owner, obuf.region, 0, 0, XFER_ACCESS_READ, 0, &window, &meta));
+	for (int i = 0; i < 3; i++) {
+		tbuf_make(c[i], 2 * MiB, &lb[i]);
+		CHECK_OK(xfer_window_open(c[i], meta, &h[i], NULL, NULL));
+	}
+	CHECK_EQ_INT(windows_of(owner, "\"handle\""), 3);
+	ctl_shows(n[0].d.sock, "windows", "owner");
+	ctl_shows(n[0].d.sock, "windows", "3 (many)");
+	ctl_shows(n[0].d.sock, "--json windows", "\"openers_mode\":\"many\"");
+	ctl_shows(n[1].d.sock, "windows", "opener");
+	ctl_shows(n[1].d.sock, "windows", "tcp");
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < 3; i++) {
+			struct xfer_desc d = { lb[i].region, 0, 2 * MiB };
+			CHECK_OK(xfer_get(c[i], h[i], 0, &d, 1, NULL, NULL, &op[i]));
+		}
+		for (int i = 0; i < 3; i++) {
+			wait_complete(c[i], op[i]);
+			CHECK_MEM_EQ(lb[i].buf.addr, obuf.buf.addr, 2 * MiB);
+			memset(lb[i].buf.addr, 0, 2 * MiB);
+		}
+	}
+	CHECK_OK(xfer_window_close(owner, window));
+	for (int i = 0; i < 3; i++) {
+		xfer_close(c[i]);
+		xfer_buf_free(&lb[i].buf);
+	}
+	xfer_buf_free(&obuf.buf);
+	xfer_close(owner);
+	free(meta);
+	for (int i = 2; i >= 0; i--)
+		node_stop(&n[i]);
+}
+
+static void batch_1000(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 1000, LEN = 1024 };
+	static struct xfer_batch_op ops[N];
+	struct tbuf lbuf;
+	struct win w;
+	size_t done = 0;
+
+	win_make(owner, opener, N * LEN, XFER_ACCESS_READWRITE, &w);
+	tbuf_make(opener, N * LEN, &lbuf);
+	fill(lbuf.buf.addr, N * LEN, 9);
+	static struct xfer_desc d[N];
+	for (int i = 0; i < N; i++) {
+		/* entry i puts the opener's block i into the window's block N-1-i */
+		d[i] = (struct xfer_desc){ lbuf.region, (uint64_t)i * LEN, LEN };
+		ops[i] = (struct xfer_batch_op){ XFER_PUT, w.handle, (uint64_t)(N - 1 - i) * LEN,
+						 &d[i],	   1,	     NULL,
+						 0 };
+	}
+	if (xfer_batch(opener, ops, N, NULL, &done))
+		harness_fail(__FILE__, __LINE__, "batch: %s", xfer_last_error(opener));
+	CHECK_EQ_INT(done, N);
+	for (int i = 0; i < N; i++)
+		wait_complete(opener, ops[i].op);
+	for (int i = 0; i < N; i++)
+		CHECK_MEM_EQ((uint8_t *)w.obuf.buf.addr + (N - 1 - i) * LEN,
+			     (uint8_t *)lbuf.buf.addr + i * LEN, LEN);
+	/* a batch stops at its first refused entry; the ones before it stand */
+	ops[5].offset = N * LEN;
+	CHECK_ERR(xfer_batch(opener, ops, 10, NULL, &done), -EINVAL);
+	CHECK_EQ_INT(done, 5);
+	CHECK(strstr(xfer_last_error(opener), "entry 5") != NULL);
+	for (int i = 0; i < 5; i++)
+		wait_complete(opener, ops[i].op);
+	CHECK_OK(xfer_window_close(owner, w.window));
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_batch_of_1000)
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	batch_1000(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+TEST(tcp_batch_of_1000)
+{
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	batch_1000(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
