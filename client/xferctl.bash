@@ -7,7 +7,7 @@ _xferctl()
 	local cur prev words cword
 	_init_completion || return
 
-	local commands="status regions ops clients peers devices stats readable read
+	local commands="status regions ops clients windows peers devices stats readable read
 		writable write help"
 	local options="--socket --json --timeout --meta-file --help"
 
