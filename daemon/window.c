@@ -249,7 +249,7 @@ static void opener_close(struct xd_wopener *o, enum xp_state state, int err, con
 	o->gone = true;
 	o->w->nopeners--;
 	TAILQ_FOREACH_SAFE(op, &d->ops, link, tmp) {
-		struct xd_wnote *n = op->internal ? op->on_end_arg : NULL;
+		struct xd_wnote *n = op->internal ? op->on_end_arg : NULL; /* (NULL: ended) */
 		if (n && n->o == o)
 			xd_op_end(op, state, err, "%s", cause);
 	}
@@ -263,6 +263,7 @@ static void window_op_ended(struct xd_op *op)
 	struct xd_wopener *o = n->o;
 	struct xd_window *w = o->w;
 
+	op->on_end_arg = NULL; /* (the op stays listed until freed: nothing may reach @n) */
 	xd_uncharge(w->d, NULL, w->uid, XD_RES_OPS, 1);
 	o->inflight--;
 	w->inflight--;
