@@ -19,7 +19,7 @@ RXE_MTU ?= 1500
 
 .PHONY: test-rdma bench-rdma rdma-build
 
-rdma-build: $(BINS) $(RDMA_BINS)
+rdma-build: $(BINS) $(RDMA_BINS) $(B)/tests/test_windows
 
 $(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c client/xferclient.h $(B)/$(LIBNAME)
 	@mkdir -p $(dir $@)

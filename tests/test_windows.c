@@ -5,6 +5,11 @@
  * and puts byte-exact at many offsets, notify tags exactly once and in order, access-mode and
  * range refusals, revocation with transfers in flight, an opener and an owner killed
  * mid-stream, three nodes opening one window, and batches of 1000.
+ *
+ * XFER_WINDOWS_NODES=SOCK,SOCK[,SOCK] runs the same cases against daemons already running
+ * (tests/rdma/run.sh: the two Soft-RoCE nodes of the VM) instead of starting its own, and
+ * XFER_WINDOWS_TRANSPORT the transport cross-node gets and puts must report (default tcp).
+ * Cases that need more nodes than given are skipped.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +40,32 @@ struct node {
 };
 
 static char keyfile[64];
+static const char *want_transport; /* set by the cross-node cases: what their ops must use */
+static int nodes_used;		   /* external nodes handed out in this test */
+
+/* The @i-th socket of XFER_WINDOWS_NODES into @out, or false when there are fewer. */
+static bool external_node(int i, char *out, size_t len)
+{
+	const char *p = getenv("XFER_WINDOWS_NODES");
+
+	for (; p && *p && i > 0; i--)
+		p = strchr(p, ',') ? strchr(p, ',') + 1 : "";
+	if (!p || !*p)
+		return false;
+	size_t n = strchr(p, ',') ? (size_t)(strchr(p, ',') - p) : strlen(p);
+	snprintf(out, len, "%.*s", (int)n, p);
+	return true;
+}
+
+static bool external(void)
+{
+	return getenv("XFER_WINDOWS_NODES") != NULL;
+}
+
+static void cross_node(void)
+{
+	want_transport = getenv("XFER_WINDOWS_TRANSPORT") ?: "tcp";
+}
 
 static void key_make(void)
 {
@@ -56,6 +87,14 @@ static void node_start(struct node *n)
 {
 	char cfg[300];
 
+	if (external()) {
+		memset(&n->d, 0, sizeof(n->d));
+		n->d.pid = -1;
+		snprintf(n->d.dir, sizeof(n->d.dir), "/tmp");
+		if (!external_node(nodes_used++, n->d.sock, sizeof(n->d.sock)))
+			harness_skip("needs more nodes than XFER_WINDOWS_NODES names");
+		return;
+	}
 	if (!keyfile[0])
 		key_make();
 	snprintf(cfg, sizeof(cfg),
@@ -67,6 +106,8 @@ static void node_start(struct node *n)
 
 static void node_stop(struct node *n)
 {
+	if (external())
+		return;
 	CHECK_EQ_INT(td_stop(&n->d), 0);
 }
 
@@ -100,6 +141,9 @@ static void wait_complete(struct xfer_client *c, uint64_t op)
 	if (info.state != XFER_COMPLETE)
 		harness_fail(__FILE__, __LINE__, "op %llu ended %s: %s", (unsigned long long)op,
 			     xfer_state_name(info.state), info.cause);
+	if (want_transport && strcmp(info.transport, want_transport) != 0)
+		harness_fail(__FILE__, __LINE__, "op %llu moved over %s, not %s",
+			     (unsigned long long)op, info.transport, want_transport);
 }
 
 static void wait_ended(struct xfer_client *c, uint64_t op, struct xfer_op_info *info)
@@ -223,6 +267,7 @@ TEST(local_get_put_many_offsets)
 
 TEST(tcp_get_put_many_offsets)
 {
+	cross_node();
 	struct node a, b;
 
 	node_start(&a);
@@ -302,6 +347,7 @@ TEST(local_notify_exactly_once_in_order)
 
 TEST(tcp_notify_exactly_once_in_order)
 {
+	cross_node();
 	struct node a, b;
 
 	node_start(&a);
@@ -400,6 +446,7 @@ TEST(local_refusals)
 
 TEST(tcp_refusals)
 {
+	cross_node();
 	struct node a, b;
 
 	node_start(&a);
@@ -475,6 +522,7 @@ TEST(local_revoke_in_flight)
 
 TEST(tcp_revoke_in_flight)
 {
+	cross_node();
 	struct node a, b;
 
 	node_start(&a);
@@ -525,6 +573,7 @@ static int windows_of(struct xfer_client *c, const char *what)
 
 TEST(tcp_opener_killed_mid_stream)
 {
+	cross_node();
 	struct node a, b;
 
 	node_start(&a);
@@ -578,13 +627,14 @@ static void own_window(void *arg)
 
 TEST(tcp_owner_killed_mid_stream)
 {
+	cross_node();
 	struct node a, b;
 	static struct wevents ev;
 	char path[80], meta[4096] = "";
 
 	node_start(&a);
 	node_start(&b);
-	snprintf(path, sizeof(path), "%s/meta", a.d.dir);
+	snprintf(path, sizeof(path), "%s/meta-%d", a.d.dir, (int)getpid());
 	const char *io[2] = { a.d.sock, path };
 	pid_t child = td_spawn(own_window, io);
 	CHECK(child > 0);
@@ -621,6 +671,7 @@ TEST(tcp_owner_killed_mid_stream)
 	xfer_buf_free(&t.buf);
 	long long n;
 	CHECK_OK(td_wait_stat(&a.d, "ops", 0, 10000, &n));
+	unlink(path);
 	xfer_close(opener);
 	node_stop(&b);
 	node_stop(&a);
@@ -649,11 +700,14 @@ static void ctl_shows(const char *sock, const char *args, const char *want)
 /* One readable window fanned out to three nodes (two remote, one local opener). */
 TEST(three_nodes_open_one_window)
 {
+	cross_node();
 	struct node n[3];
 	struct xfer_client *c[3];
 	struct tbuf obuf, lb[3];
 	uint64_t window, h[3], op[3];
 	char *meta;
+
+	const char *remote = want_transport;
 
 	for (int i = 0; i < 3; i++) {
 		node_start(&n[i]);
@@ -672,13 +726,15 @@ TEST(three_nodes_open_one_window)
 	ctl_shows(n[0].d.sock, "windows", "3 (many)");
 	ctl_shows(n[0].d.sock, "--json windows", "\"openers_mode\":\"many\"");
 	ctl_shows(n[1].d.sock, "windows", "opener");
-	ctl_shows(n[1].d.sock, "windows", "tcp");
+	ctl_shows(n[1].d.sock, "windows", remote);
 	for (int round = 0; round < 4; round++) {
 		for (int i = 0; i < 3; i++) {
 			struct xfer_desc d = { lb[i].region, 0, 2 * MiB };
 			CHECK_OK(xfer_get(c[i], h[i], 0, &d, 1, NULL, NULL, &op[i]));
 		}
 		for (int i = 0; i < 3; i++) {
+			want_transport = i ? remote :
+					     "local"; /* (client 0 is on the owner's node) */
 			wait_complete(c[i], op[i]);
 			CHECK_MEM_EQ(lb[i].buf.addr, obuf.buf.addr, 2 * MiB);
 			memset(lb[i].buf.addr, 0, 2 * MiB);
@@ -750,6 +806,7 @@ TEST(local_batch_of_1000)
 
 TEST(tcp_batch_of_1000)
 {
+	cross_node();
 	struct node a, b;
 
 	node_start(&a);

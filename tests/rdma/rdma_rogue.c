@@ -3,7 +3,9 @@
  * rdma_rogue: a hostile peer daemon against one real xferd. It proves from the outside what
  * PROTOCOL.md §10.5 promises an RDMA claimer: the rkeys of CLAIM_OK reach exactly the claimed
  * operation's range, only in the operation's direction, only while the transfer lasts, and the
- * region's own MR grants no remote access at all.
+ * region's own MR grants no remote access at all; and for windows (§10.6, keyed owners), that
+ * an opener (WOPEN with a proof, a get by WCLAIM) holding a revoked window's rkey is refused
+ * once it let go, and cut off when it does not.
  *
  *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR [KEY_FILE]]
  * With KEY_FILE (the owner's cluster key, hex) the rogue proves the key as a daemon does
@@ -1631,6 +1633,159 @@ static void probe_refused(struct ctx *t, const char *name, bool writable, bool w
 	probe_close(t, &p);
 }
 
+/* ---- windows (PROTOCOL.md §5.1, §10.6): keys of a revoked window ---- */
+
+/* A window over the middle slice, opened by the rogue (WOPEN with a proof), then one get. */
+struct wprobe {
+	uint64_t window;
+	char *metadata;
+	struct xp_meta m;
+	bool decoded;
+	struct rogue r;
+	pid_t closer;
+};
+
+static void wprobe_close(struct ctx *t, struct wprobe *w)
+{
+	rogue_close(&w->r);
+	if (w->closer > 0)
+		waitpid(w->closer, NULL, 0);
+	else if (w->metadata)
+		xfer_window_close(t->c, w->window);
+	free(w->metadata);
+	if (w->decoded)
+		xp_meta_fini(&w->m);
+	memset(w, 0, sizeof(*w));
+}
+
+/* WOPEN as handle @handle, then WCLAIM of a get of the whole window; the grant in w->r. */
+static int wprobe_open(struct ctx *t, struct wprobe *w, char *why, size_t len)
+{
+	char node[2 * XP_ID_BYTES + 1], phex[65], err[256];
+	uint8_t proof[32];
+	json_t *j, *ok = NULL;
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	reset_buffer(t);
+	rc = xfer_window_create(t->c, t->region, SLICE, SLICE, XFER_ACCESS_READ, 0, &w->window,
+				&w->metadata);
+	if (rc < 0 || xp_meta_decode(w->metadata, &w->m, err, sizeof(err)) < 0) {
+		snprintf(why, len, "window.create: %s (%s)", xfer_strerror(rc),
+			 xfer_last_error(t->c));
+		return -1;
+	}
+	w->decoded = true;
+	if (rogue_connect(t, &w->r, &w->m)) {
+		snprintf(why, len, "connect: %s", w->r.why);
+		return -1;
+	}
+	xp_hex_encode(w->m.node, XP_ID_BYTES, node);
+	w->r.xfer = 1; /* the handle: the proof is bound to it */
+	if (claim_proof(&w->r, &w->m, proof))
+		return snprintf(why, len, "HMAC failed"), -1;
+	xp_hex_encode(proof, sizeof(proof), phex);
+	j = json_pack("{s:I, s:s, s:I, s:s}", "window", (json_int_t)w->m.op, "node", node, "epoch",
+		      (json_int_t)w->m.epoch, "proof", phex);
+	rc = send_msg(&w->r, XP_PEER_WOPEN, XP_PEER_FROM_ACTIVE, 1, j);
+	json_decref(j);
+	if (!rc)
+		rc = wait_msg(&w->r, XP_PEER_WOPEN_OK, &ok);
+	json_decref(ok);
+	ok = NULL;
+	w->r.xfer = ++t->xfer_seq;
+	j = json_pack("{s:I, s:I, s:s, s:I, s:I, s:s, s:I}", "window", (json_int_t)w->m.op,
+		      "handle", (json_int_t)1, "kind", "get", "offset", (json_int_t)0, "length",
+		      (json_int_t)SLICE, "node", node, "epoch", (json_int_t)w->m.epoch);
+	if (!rc)
+		rc = send_msg(&w->r, XP_PEER_WCLAIM, XP_PEER_FROM_ACTIVE, w->r.xfer, j);
+	json_decref(j);
+	if (!rc)
+		rc = wait_msg(&w->r, XP_PEER_CLAIM_OK, &ok);
+	if (!rc)
+		rc = parse_grant(&w->r, ok);
+	json_decref(ok);
+	if (rc)
+		snprintf(why, len, "open+get: %s", w->r.why);
+	return rc ? -1 : 0;
+}
+
+/* The owner's client closes the window (in a child: it returns once the keys are let go). */
+static int owner_revokes(struct ctx *t, struct wprobe *w, char *why, size_t len)
+{
+	json_t *c = NULL;
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(xfer_window_close(t->c, w->window) == 0 ? 0 : 1);
+	if (pid < 0)
+		return snprintf(why, len, "fork: %s", strerror(errno)), -1;
+	w->closer = pid;
+	if (wait_msg(&w->r, XP_PEER_CANCEL, &c) == 0) {
+		json_decref(c);
+		c = NULL;
+		if (wait_msg(&w->r, XP_PEER_WCLOSE, &c) == 0) {
+			json_decref(c);
+			return 0;
+		}
+	}
+	snprintf(why, len, "%s", w->r.why);
+	return -1;
+}
+
+/* g: a window's rkey reads the window while its get lasts; once revoked and let go, nothing. */
+static void test_window_revoked(struct ctx *t)
+{
+	const char *g = "g. a revoked window's rkey, let go by the opener, no longer works";
+	struct wprobe w;
+	char why[512];
+	int status = -1;
+
+	if (wprobe_open(t, &w, why, sizeof(why))) {
+		fail(g, "%s", why);
+		wprobe_close(t, &w);
+		return;
+	}
+	if (expect_success(&w.r, false, w.r.addr, w.r.rkey, PROBE_LEN, SLICE, why, sizeof(why)) ||
+	    owner_revokes(t, &w, why, sizeof(why)))
+		fail(g, "%s", why);
+	else if (rogue_release(&w.r))
+		fail(g, "release: %s", w.r.why);
+	else if (expect_refused(&w.r, false, w.r.addr, w.r.rkey, PROBE_LEN, why, sizeof(why)))
+		fail(g, "%s; the owner's windows_open is %lld", why, windows_now(t));
+	else if (waitpid(w.closer, &status, 0) != w.closer || status != 0)
+		fail(g, "the owner's window.close did not return 0 (status %d)", status);
+	else
+		ok("%s: READ with rkey 0x%x -> %s, window.close returned", g, w.r.rkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	w.closer = status == -1 ? w.closer : 0;
+	wprobe_close(t, &w);
+}
+
+/* g: an opener that keeps a revoked window's keys is cut off, and only then does close return. */
+static void test_window_unreleased(struct ctx *t)
+{
+	const char *g = "g. an opener that keeps a revoked window's keys is cut off within "
+			"keepalive_timeout_ms";
+	struct wprobe w;
+	char why[512];
+	uint64_t t0;
+
+	if (wprobe_open(t, &w, why, sizeof(why)) || owner_revokes(t, &w, why, sizeof(why))) {
+		fail(g, "%s", why);
+		wprobe_close(t, &w);
+		return;
+	}
+	t0 = now_ms();
+	if (linger(&w.r, LINGER_MS) == 0)
+		fail(g, "the connection still stood %d ms after the revocation", LINGER_MS);
+	else
+		ok("%s: the owner dropped the connection (and the window with its queue pair) "
+		   "%llu ms after revoking",
+		   g, (unsigned long long)(now_ms() - t0));
+	wprobe_close(t, &w);
+}
+
 /* ---- the checks ---- */
 
 /*
@@ -2195,6 +2350,10 @@ int main(int argc, char **argv)
 		test_unreleased_cut_off(&t);
 		test_write_cancelled(&t);
 		test_mr_rkey(&t);
+		if (peer_key_len) { /* (the rogue opens windows with a proof) */
+			test_window_revoked(&t);
+			test_window_unreleased(&t);
+		}
 		health_rdma(&t);
 		health_local(&t);
 		health_cleanup(&t);

@@ -20,7 +20,10 @@
 #     a wrong MAC and a CLAIM before AUTH are refused, no set made, the op still served; with the
 #     key it proves like a daemon, and then: CLAIM_OK's rkeys are memory windows
 #     that reach only the claimed range, in its direction, through the claimer's queue pair,
-#     while the transfer lasts; the region MR's own rkey reaches nothing
+#     while the transfer lasts; the region MR's own rkey reaches nothing; a window's opener
+#     holding a revoked window's rkey fails once it let go, and is cut off if it does not
+#   - windows: tests/test_windows.c on these two nodes (gets/puts, notify, revocation, kills,
+#     batches), every cross-node get and put over this transport
 #   - concurrency: 8 readable/read pairs each direction plus 4 writable/write pairs each
 #     direction, all at once
 #   - refusals before any byte moves: EINVAL (pairing), EMSGSIZE, EALREADY (second claim while
@@ -41,7 +44,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, multi, bench, hostile, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, multi, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
 # always run).
 set -u
 
@@ -398,6 +401,19 @@ if [ "$TRANSPORT" = rdma ] && want hostile; then
 	else
 		fail "hostile peer" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
 	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Windows (PROTOCOL.md §5.1): tests/test_windows.c against these two daemons, node 0 owning,
+# node 1 opening: gets and puts at many offsets, notify tags once and in order, refusals,
+# revocation with 32 puts in flight, an opener and an owner client killed mid-stream, a batch
+# of 1000; every cross-node op must report this transport (the three-node case is skipped).
+
+if want windows; then
+	out=$(XFER_WINDOWS_NODES="$(node_sock 0),$(node_sock 1)" XFER_WINDOWS_TRANSPORT="$TRANSPORT" \
+		timeout -k 2 900 "$BUILD/tests/test_windows" 2>&1)
+	relay "windows" "test_windows" $? "$out"
+	check_baseline "windows"
 fi
 
 # ---------------------------------------------------------------------------------------------
