@@ -238,7 +238,7 @@ test-build: $(BINS) $(TEST_BINS)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory test-build
-	$(Q)BUILD=$(B) tests/run.sh
+	$(Q)BUILD=$(B) XFER_SANITIZE=$(SANITIZE) tests/run.sh
 
 # The main job as users run it: two daemons on two "nodes" (network namespaces) moving a 1 GiB
 # file with xferctl; first the same-node case, two processes of one node.

@@ -110,6 +110,8 @@ struct xd_rconn {
 	int credits;		       /**< messages the peer has receive buffers for */
 	int to_return;		       /**< receive buffers re-posted, not yet told */
 	STAILQ_HEAD(, xd_frame) pendq; /**< the credits field is filled in when sent */
+	uint32_t pendq_bytes;	       /**< queued control bytes, frame headers included */
+	bool pendq_over;	       /**< the peer let pendq pass XD_PEER_CTRLQ_MAX */
 	struct sq_entry sq[RC_SQ_DEPTH];
 	uint64_t sq_head, sq_tail; /**< posted and retired work requests, ever */
 	unsigned chunks;	   /**< data chunks in flight */
@@ -527,6 +529,7 @@ static void rconn_flush(struct xd_rconn *rc)
 			return;
 		}
 		STAILQ_REMOVE_HEAD(&rc->pendq, link);
+		rc->pendq_bytes -= (uint32_t)(sizeof(*pm) + pm->len);
 		free(pm);
 	}
 	if (!rc->dead && !STAILQ_EMPTY(&rc->pendq))
@@ -544,9 +547,34 @@ static int rconn_queue(struct xd_rconn *rc, uint8_t type, uint8_t flags, uint64_
 
 	if (!f)
 		return err;
+	/*
+	 * A peer that sends (PINGs, claims) but grants no credits for our answers would grow the
+	 * queue without end: past the bound the connection is failed at the next safe point
+	 * (fail_if_overfull()), not here, inside whatever is sending.
+	 */
+	if (rc->pendq_over || rc->pendq_bytes + sizeof(*f) + f->len > XD_PEER_CTRLQ_MAX) {
+		free(f);
+		rc->pendq_over = true;
+		return -ENOBUFS;
+	}
+	rc->pendq_bytes += (uint32_t)(sizeof(*f) + f->len);
 	STAILQ_INSERT_TAIL(&rc->pendq, f, link);
 	rconn_flush(rc);
 	return 0;
+}
+
+/* Fails @rc once its peer let the control queue pass its bound; true if it did. */
+static bool fail_if_overfull(struct xd_rconn *rc)
+{
+	char what[XD_CAUSE_MAX];
+
+	if (!rc->pendq_over || rc->dead)
+		return false;
+	snprintf(what, sizeof(what),
+		 "peer %s takes no control messages: %u bytes queued (bound %u), credits %d",
+		 rc->from, rc->pendq_bytes, XD_PEER_CTRLQ_MAX, rc->credits);
+	rconn_fail(rc, ENOBUFS, what);
+	return true;
 }
 
 /* The peer's connection @via, or its first one for 0; NULL if there is none (any more). */
@@ -782,6 +810,7 @@ static int rconn_send_auth(struct xd_rconn *rc)
 	json_decref(auth);
 	if (!f)
 		return auth ? err : -ENOMEM;
+	rc->pendq_bytes += (uint32_t)(sizeof(*f) + f->len);
 	STAILQ_INSERT_HEAD(&rc->pendq, f, link);
 	rconn_flush(rc);
 	return 0;
@@ -1043,6 +1072,8 @@ static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 		rc->last_rx_us = xd_now_us();
 		dev->counters.recvs++;
 		int err = handle_message(rc, recv_buf(rc, slot), wc->byte_len);
+		if (fail_if_overfull(rc))
+			return;
 		if (err) {
 			rconn_fail(rc, -err, "protocol error in a control message");
 			return;
@@ -1072,7 +1103,8 @@ void xd_rdma_keepalive(struct xd_peer *p)
 	TAILQ_FOREACH(rc, &rp->conns, peer_link) {
 		if (!rc->established)
 			continue;
-		if (xd_link_silent(p, rc->last_rx_us, now))
+		/* Either fails the whole set @p: nothing of it may be touched after. */
+		if (fail_if_overfull(rc) || xd_link_silent(p, rc->last_rx_us, now))
 			return;
 		if ((now - rc->last_tx_us) / 1000 >= d->cfg.keepalive_ms)
 			rconn_queue(rc, XP_PEER_PING, 0, 0, NULL);
@@ -1219,6 +1251,30 @@ static void auth_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	rconn_fail(rc, ETIMEDOUT, "no AUTH in time");
 }
 
+/*
+ * Why a connection from @from may not wait for its AUTH now (NULL: it may). Each such connection
+ * holds a queue pair, its buffers and a registration until handshake_timeout_ms, so they are
+ * bounded as TCP bounds connections before HELLO: max_pending_peer_conns in all (per transport),
+ * XD_PENDING_PER_ADDR from one address.
+ */
+static const char *pending_full(struct xd_daemon *d, const char *from)
+{
+	const struct xd_rconn *rc;
+	int total = 0, same = 0;
+
+	TAILQ_FOREACH(rc, &d->rdma->live, link) {
+		if (rc->outgoing || rc->authenticated)
+			continue;
+		total++;
+		same += strcmp(rc->from, from) == 0;
+	}
+	if (total >= d->cfg.max_pending_peer_conns)
+		return "too many connections before AUTH (max_pending_peer_conns)";
+	if (same >= XD_PENDING_PER_ADDR)
+		return "too many connections before AUTH from this address";
+	return NULL;
+}
+
 /* A peer connects. Returns the id to destroy after the event is acked, if refused. */
 static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm_event *ev)
 {
@@ -1244,6 +1300,12 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 		return ev->id;
 	}
 	bool keyed = d->peer_key_len > 0;
+	const char *full = keyed ? pending_full(d, from) : NULL;
+	if (full) {
+		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from, full);
+		rdma_reject(ev->id, NULL, 0);
+		return ev->id;
+	}
 	if (keyed && !hello.has_nonce) {
 		char node[2 * XP_ID_BYTES + 1];
 		xp_hex_encode(hello.node, XP_ID_BYTES, node);

@@ -30,10 +30,8 @@
 #define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_IOV_MAX 64
-#define XD_PENDING_PER_ADDR 8	     /* connections before HELLO from one address */
-#define XD_PEER_CTRLQ_MAX (1u << 20) /* control bytes queued on a connection */
-#define XD_ACCEPT_PAUSE_MS 1000	     /* listeners rest this long at the fd limit */
-#define XD_FD_RESERVE_MAX 64	     /* fds peers may never take (clients, regions) */
+#define XD_ACCEPT_PAUSE_MS 1000 /* listeners rest this long at the fd limit */
+#define XD_FD_RESERVE_MAX 64	/* fds peers may never take (clients, regions) */
 
 struct xd_listener {
 	int fd;

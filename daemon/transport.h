@@ -178,6 +178,13 @@ struct xd_xfer_events {
 };
 
 /* frame.c: peer-protocol frames, shared by the network transports */
+/*
+ * Bounds every network transport keeps: connections from one address still before their
+ * handshake (HELLO on TCP, AUTH on RDMA), and control bytes queued on one connection (frame
+ * headers included) before it is failed as a peer that does not take what it asked for.
+ */
+#define XD_PENDING_PER_ADDR 8
+#define XD_PEER_CTRLQ_MAX (1u << 20)
 /* A peer-protocol message ready to send: the 24-byte header, then the payload. */
 struct xd_frame {
 	STAILQ_ENTRY(xd_frame) link;

@@ -29,6 +29,9 @@ PKGS=(
 	bash-completion
 	curl # tests/test_metrics.sh scrapes the metrics endpoint
 	prometheus # promtool check metrics (tests/test_metrics.sh); ~20 MB, the server is not started
+	# tests/test_fuzz.sh: a timed libFuzzer session (make fuzz: clang with libFuzzer).
+	clang
+	libclang-rt-14-dev
 	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
 	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
 	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.

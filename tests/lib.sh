@@ -605,5 +605,7 @@ loopback_start()
 		"$BUILD/xferctl" --socket "$D/$name.sock" status >/dev/null 2>&1 && return 0
 		sleep 0.1
 	done
+	note "xferd $name (127.0.0.1:$port) did not answer within 10 s; its log ends:"
+	tail -n 5 "$D/$name.log" | sed 's/^/#   /'
 	return 1
 }

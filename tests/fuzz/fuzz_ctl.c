@@ -157,7 +157,7 @@ static int client_connect(void)
 	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", F.fd.d.cfg.socket_path);
-	if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (sock < 0 || fuzz_connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		fuzz_die("connect to %s: %s", sa.sun_path, strerror(errno));
 	while (TAILQ_EMPTY(&F.fd.d.conns))
 		turn(true);
@@ -180,7 +180,10 @@ static void client_send(int sock, const void *buf, size_t len, const int *fds, i
 
 	if (nfds > 0)
 		xp_msg_put_fds(&msg, cmsg.buf, fds, nfds);
-	if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)len)
+	ssize_t n;
+	while ((n = sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		; /* libFuzzer's SIGALRM */
+	if (n != (ssize_t)len)
 		fuzz_die("sendmsg of %zu bytes: %s", len, strerror(errno));
 }
 

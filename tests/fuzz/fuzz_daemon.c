@@ -5,11 +5,13 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fuzz_daemon.h"
@@ -111,4 +113,26 @@ void fuzz_daemon_stop(struct fuzz_daemon *f)
 	xd_config_fini(&d->cfg);
 	remove_dir(f);
 	f->started = false;
+}
+
+int fuzz_connect(int sock, const struct sockaddr *sa, socklen_t len)
+{
+	struct pollfd pfd = { .fd = sock, .events = POLLOUT };
+	int err = 0;
+	socklen_t elen = sizeof(err);
+
+	while (connect(sock, sa, len) < 0) {
+		if (errno != EINTR)
+			return -1;
+		if (sa->sa_family == AF_UNIX)
+			continue;
+		while (poll(&pfd, 1, -1) < 0)
+			if (errno != EINTR)
+				return -1;
+		if (getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &elen) < 0)
+			return -1;
+		errno = err;
+		return err ? -1 : 0;
+	}
+	return 0;
 }

@@ -7,6 +7,8 @@
 #ifndef XFER_FUZZ_DAEMON_H
 #define XFER_FUZZ_DAEMON_H
 
+#include <sys/socket.h>
+
 #include "../../daemon/transport.h"
 
 struct fuzz_daemon {
@@ -20,6 +22,13 @@ __attribute__((noreturn, format(printf, 1, 2))) void fuzz_die(const char *fmt, .
 
 /* Open fds of this process. */
 int fuzz_count_fds(void);
+
+/*
+ * connect() that libFuzzer's SIGALRM (the -timeout watchdog, every second) cannot break: a TCP
+ * connect it interrupts goes on in the background and is waited for; a Unix one is retried.
+ * Returns 0 or -1 with errno, as connect().
+ */
+int fuzz_connect(int sock, const struct sockaddr *sa, socklen_t len);
 
 /*
  * Makes @f's directory and starts its daemon as node @node_hex, epoch @epoch; @configure (may

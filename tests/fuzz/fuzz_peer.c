@@ -131,7 +131,7 @@ static void run_input(const uint8_t *data, size_t size, int fds)
 	int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (sock < 0 || fuzz_connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		fuzz_die("connect to 127.0.0.1:%u: %s", F.port, strerror(errno));
 	put_hdr(hello, XP_PEER_HELLO, (uint32_t)hlen);
 	memcpy(hello + XP_PEER_HDR_LEN, FUZZ_PEER_HELLO, hlen);

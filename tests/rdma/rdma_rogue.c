@@ -77,7 +77,10 @@
 #define SEND_SIZE 4096
 #define ACK_TIMEOUT 16 /* as the daemon's default: a lost packet costs ~270 ms, not 2 s */
 #define MAX_MSGS 32
+#define STINGY_EVERY 16 /* test_pong_flood: one credit returned per this many PINGs */
+#define FLOOD_MS 60000	/* test_pong_flood: the owner must drop the flooder within this */
 #define MAX_NODES 64
+#define PENDING_CASES 16 /* test_pending: the most connections held before AUTH */
 
 /* wr_id: what a completion is for, and which buffer slot. */
 #define WR_RECV (1ull << 32)
@@ -148,6 +151,12 @@ struct rogue {
 	struct msg q[MAX_MSGS];
 	int nq;
 	unsigned pongs;
+	/*
+	 * Stingy (test_pong_flood): PINGs and PONGs are not answered, and of the receive buffers
+	 * re-posted only one in STINGY_EVERY is returned to the owner as a credit.
+	 */
+	bool stingy;
+	unsigned stingy_sent;
 	bool data_done;
 	enum ibv_wc_status data_status;
 	uint64_t addr, len; /* the grant of CLAIM_OK */
@@ -515,6 +524,17 @@ static void offer_end(struct ctx *t, struct offer *o)
 	memset(o, 0, sizeof(*o));
 }
 
+/* Forgets an offer nobody claimed (the owner cancels it): not counted among the claimed. */
+static void offer_drop(struct ctx *t, struct offer *o)
+{
+	if (o->metadata)
+		xfer_release(t->c, o->op);
+	free(o->metadata);
+	if (o->decoded)
+		xp_meta_fini(&o->m);
+	memset(o, 0, sizeof(*o));
+}
+
 /* Waits until the owner's client sees @op COMPLETE. */
 static int owner_complete(struct ctx *t, uint64_t op, char *why, size_t len)
 {
@@ -611,9 +631,14 @@ static int send_msg(struct rogue *r, uint8_t type, uint8_t flags, uint64_t xfer,
 				 xp_peer_type_name(type), r->credits);
 	}
 	uint8_t *buf = send_slot(r, slot);
+	int give = r->to_return;
+	/* Stingy, our last credit still returns one: else neither side could ever send again. */
+	if (r->stingy)
+		give = r->to_return > 0 &&
+		       (++r->stingy_sent % STINGY_EVERY == 0 || r->credits == 1);
 	struct xp_peer_hdr h = { .type = type,
 				 .flags = flags,
-				 .credits = (uint16_t)r->to_return,
+				 .credits = (uint16_t)give,
 				 .length = (uint32_t)blen,
 				 .xfer = xfer };
 	xp_peer_hdr_pack(&h, buf);
@@ -633,7 +658,7 @@ static int send_msg(struct rogue *r, uint8_t type, uint8_t flags, uint64_t xfer,
 				 strerror(err));
 	r->send_busy[slot] = true;
 	r->credits--;
-	r->to_return = 0;
+	r->to_return -= give;
 	return 0;
 }
 
@@ -676,6 +701,11 @@ static void on_recv(struct rogue *r, int slot, uint32_t len)
 		return;
 	}
 	r->to_return++;
+	if (r->stingy) {
+		r->pongs += h.type == XP_PEER_PONG;
+		json_decref(json);
+		return;
+	}
 	if (h.type == XP_PEER_PING)
 		send_msg(r, XP_PEER_PONG, 0, 0, NULL); /* the owner drops a silent peer after 5 s */
 	else if (h.type == XP_PEER_PONG)
@@ -2306,6 +2336,93 @@ static void test_auth(struct ctx *t)
 	probe_close(t, &p);
 }
 
+/*
+ * k: connections that never send their AUTH hold a queue pair each until handshake_timeout_ms,
+ * so a keyed owner takes at most max_pending_peer_conns of them at once (run.sh sets
+ * ROGUE_MAX_PENDING to what it configured) and rejects the next one before making its QP.
+ */
+static void test_pending(struct ctx *t)
+{
+	const char *capped = "k. connections that never AUTH are capped (max_pending_peer_conns)";
+	const char *env = getenv("ROGUE_MAX_PENDING");
+	int max = env ? atoi(env) : 0, opened = 0;
+	struct rogue r[PENDING_CASES + 1];
+	struct offer o = { 0 };
+	char why[512];
+
+	if (max < 1 || max > PENDING_CASES) {
+		note("k. not run: ROGUE_MAX_PENDING (1..%d) tells the owner's max_pending_peer_conns",
+		     PENDING_CASES);
+		return;
+	}
+	if (offer_new(t, false, &o, why, sizeof(why))) {
+		fail(capped, "%s", why);
+		offer_drop(t, &o);
+		return;
+	}
+	memset(r, 0, sizeof(r));
+	for (; opened < max; opened++) {
+		if (rogue_connect_as(t, &r[opened], &o.m, AUTH_SKIP)) {
+			fail(capped, "connection %d of %d, under the bound, failed: %s", opened + 1,
+			     max, r[opened].why);
+			break;
+		}
+	}
+	if (opened == max) {
+		int err = rogue_connect_as(t, &r[max], &o.m, AUTH_SKIP);
+		if (!err || r[max].established)
+			fail(capped, "connection %d, over the bound of %d, was accepted", max + 1,
+			     max);
+		else
+			ok("%s: %d held, connection %d refused (%s)", capped, max, max + 1,
+			   r[max].why);
+		opened++;
+	}
+	for (int i = 0; i < opened; i++)
+		rogue_close(&r[i]);
+	offer_drop(t, &o);
+}
+
+/*
+ * m: a peer that sends PINGs but returns almost no credits would have the owner queue PONGs it
+ * cannot send, without end. The owner must drop it once XD_PEER_CTRLQ_MAX (1 MiB) is queued.
+ */
+static void test_pong_flood(struct ctx *t)
+{
+	const char *name = "m. a peer that PINGs but returns no credits is dropped (1 MiB bound)";
+	struct offer o = { 0 };
+	struct rogue r;
+	char why[512];
+	unsigned pings = 0;
+	int err = 0;
+
+	if (offer_new(t, false, &o, why, sizeof(why)) || rogue_connect(t, &r, &o.m)) {
+		fail(name, "%s", o.decoded ? r.why : why);
+		if (o.decoded)
+			rogue_close(&r);
+		offer_drop(t, &o);
+		return;
+	}
+	r.stingy = true;
+	uint64_t start = now_ms(), deadline = start + FLOOD_MS;
+	while (!r.disconnected && !r.qp_error && now_ms() < deadline) {
+		while (send_msg(&r, XP_PEER_PING, 0, 0, NULL) == 0)
+			pings++;
+		if ((err = pump(&r, 200)) < 0 && err != -ETIMEDOUT)
+			break;
+	}
+	if (r.disconnected || r.qp_error)
+		ok("%s: dropped after %u PINGs, %u PONGs sent back, %.1f s", name, pings, r.pongs,
+		   (double)(now_ms() - start) / 1000);
+	else
+		fail(name, "still connected after %u PINGs in %.1f s, %u PONGs back (%u held)%s%s",
+		     pings, (double)(now_ms() - start) / 1000, r.pongs, pings - r.pongs,
+		     err < 0 && err != -ETIMEDOUT ? ": " : "",
+		     err < 0 && err != -ETIMEDOUT ? r.why : "");
+	rogue_close(&r);
+	offer_drop(t, &o);
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx t = { 0 };
@@ -2328,9 +2445,11 @@ int main(int argc, char **argv)
 	signal(SIGALRM, on_alarm);
 	alarm(RUN_LIMIT_S);
 	if (setup(&t) == 0) {
-		if (peer_key_len)
+		if (peer_key_len) {
 			test_auth(&t);
-		else
+			test_pending(&t);
+			test_pong_flood(&t);
+		} else
 			note("no KEY_FILE: the owner is taken to be unkeyed, no AUTH cases");
 		test_read_then_done(&t);
 		probe_refused(&t, "b. READ of the 4 KiB just before a readable's range", false,

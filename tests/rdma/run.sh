@@ -118,12 +118,16 @@ HAS_TRANSPORT=0
 # the transfers node 1 drives also cut chunks at the work-request limit per chunk (32).
 REQUEST=(131072 16384)
 METRICS_PORT=9468
+MAX_PENDING=4
 write_config() {
 	local extra=
 	[ "$TRANSPORT" = rdma ] &&
 		extra=", \"require_rdma\": true, \"rdma_ack_timeout\": 19, \"rdma_request_size\": ${REQUEST[$1]}"
 	# The Prometheus endpoint on each node's address (checked against the device counters).
 	extra+=", \"metrics_listen\": \"${IP[$1]}:$METRICS_PORT\""
+	# The hostile peer holds MAX_PENDING connections before AUTH and expects the next refused;
+	# the handshake deadline is long enough that none of them expires while it opens them.
+	extra+=", \"max_pending_peer_conns\": $MAX_PENDING, \"handshake_timeout_ms\": 20000"
 	printf '{"keepalive_ms": 500, "keepalive_timeout_ms": %s, "default_timeout_ms": 300000%s}\n' \
 		"$KA_MS" "$extra" >"$D/n$1.json"
 }
@@ -389,7 +393,7 @@ fi
 
 if [ "$TRANSPORT" = rdma ] && want hostile; then
 	if [ -x "$BUILD/tests/rdma_rogue" ]; then
-		out=$(timeout -k 2 300 "$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" "$KEY" 2>&1)
+		out=$(ROGUE_MAX_PENDING=$MAX_PENDING timeout -k 2 300 "$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" "$KEY" 2>&1)
 		relay "hostile peer" "rdma_rogue" $? "$out"
 		check_baseline "hostile peer"
 		# The daemons still serve each other after the rogue's refused handshakes (bytes checked).
