@@ -577,7 +577,9 @@ loopback_setup()
 	PIDS=()
 	trap loopback_cleanup EXIT
 	[ -n "${KEEP:-}" ] && trap - EXIT
-	BASE=$((20000 + RANDOM % 20000))
+	# Below the kernel's ephemeral range (ip_local_port_range, 32768 up by default): a port
+	# there may be held by any process's outgoing connection, and a listener then cannot bind.
+	BASE=$((10000 + RANDOM % 20000))
 }
 
 loopback_cleanup()
