@@ -175,16 +175,16 @@ static void write_ops(struct xd_daemon *d, struct evbuffer *out)
 					d->counters.ops_ended[k][t][e]);
 	TAILQ_FOREACH(op, &d->ops, link)
 		open[op->kind][op->state]++;
-	family(out, "xferd_operations", "gauge",
+	family(out, "xferd_operations_listed", "gauge",
 	       "Operations listed now (not yet released), by kind and state (lower case).");
 	for (int k = 0; k < XP_KIND_COUNT; k++) {
 		for (int s = 0; s < XP_ST_COUNT; s++) {
 			char state[32];
 			lower(xp_state_name(s), state, sizeof(state));
-			evbuffer_add_printf(out,
-					    "xferd_operations{kind=\"%s\",state=\"%s\"} %" PRIu64
-					    "\n",
-					    xp_kind_name(k), state, open[k][s]);
+			evbuffer_add_printf(
+				out,
+				"xferd_operations_listed{kind=\"%s\",state=\"%s\"} %" PRIu64 "\n",
+				xp_kind_name(k), state, open[k][s]);
 		}
 	}
 }

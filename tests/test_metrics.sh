@@ -307,6 +307,7 @@ matches()
 	[ "$(msum "$f" xferd_operation_duration_seconds_count)" = $((completed + cancelled + failed)) ] ||
 		why+=" duration count != ended"
 	[ "$(msum "$f" xferd_regions)" = "$regions" ] || why+=" regions != $regions"
+	[ "$(msum "$f" xferd_operations_listed)" = "$(stat "$n" ops)" ] || why+=" listed ops != ops"
 	# (stats counts the xferctl asking; the scrape came before it)
 	[ "$(msum "$f" xferd_clients)" = $((clients - 1)) ] || why+=" clients != $clients - 1"
 	[ "$completed" -gt 0 ] && [ "$failed" -gt 0 ] || why+=" nothing counted ($completed, $failed)"
