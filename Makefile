@@ -290,4 +290,4 @@ clean:
 # test-rdma and bench-rdma: the Soft-RoCE VM targets.
 include scripts/rdma-make.mk
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) -name '*.d' -type f 2>/dev/null)

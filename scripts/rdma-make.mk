@@ -10,6 +10,7 @@
 #   make bench-rdma   ib_read_bw/ib_write_bw and xferd read/write, 64 KiB .. 16 MiB, ratios
 #   make bench-rdma RXE_MTU=9000               ... with RoCE MTU 4096 instead of 1024
 #   make bench-rdma REPS=5 DEPTH=4             the knobs of scripts/bench-rdma.sh, by name
+#   make test-systemd the same VM with systemd as PID 1: the installed units (tests/systemd/)
 
 RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue
 # The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
@@ -50,3 +51,24 @@ bench-rdma: deps
 	$(Q)$(MAKE) --no-print-directory rdma-build
 	$(Q)scripts/rxe-vm.sh -t 2400 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) \
 		$(foreach v,$(BENCH_RDMA_VARS),$(if $($(v)),$(v)="$($(v))")) scripts/bench-rdma.sh'
+
+# make test-systemd: the same VM with systemd as PID 1 (scripts/rxe-vm.sh -S). What
+# `make install` writes is staged in $(B)/systemd-root (PREFIX=/usr) and tests/systemd/run.sh
+# installs it in the guest: socket activation, Type=notify, the hardened unit moving bytes over
+# RDMA between two instances, stop/restart, journald. ~1.5 minutes, bounded.
+SYSTEMD_TEST_TIMEOUT ?= 300
+
+.PHONY: test-systemd
+test-systemd: deps
+	$(Q)$(MAKE) --no-print-directory $(BINS) $(B)/xferclient.pc
+	$(Q)rm -rf $(B)/systemd-root
+	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(B)/systemd-root PREFIX=/usr \
+		>/dev/null
+	$(Q)scripts/rxe-vm.sh -S -q -t $(SYSTEMD_TEST_TIMEOUT) $(CURDIR) \
+		'BUILD=$(B) tests/systemd/run.sh'; \
+	rc=$$?; \
+	if [ $$rc -ge 124 ]; then \
+		echo "FAIL - test-systemd (scripts/rxe-vm.sh exit $$rc: the VM timed out or did not set up)"; \
+		echo "0 passed, 1 failed"; \
+	fi; \
+	exit $$rc

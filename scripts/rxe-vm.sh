@@ -13,6 +13,7 @@
 #   -m MB       guest memory (default 2048)      -s N   guest vCPUs (default 2)
 #   -d FILE     save the guest's dmesg to FILE   -v     stream the kernel console to stderr
 #   -q          no closing "[rxe-vm] ..." line on stderr
+#   -S          boot Debian's systemd as PID 1 (see "systemd mode" below)
 #
 # What the guest looks like:
 #   - Debian 12's own kernel (package linux-image-*-amd64, which has rdma_rxe as a module) under
@@ -28,6 +29,14 @@
 #     COMMAND's environment has RXE_DEV0=rxe0 RXE_IP0=10.77.0.1 RXE_GID0=<idx> and the same
 #     with 1; RXE_GIDn is the index of the RoCE v2 GID of that address (perftest -x).
 #
+# systemd mode (-S): after the same setup, /init switches root to the overlay and execs
+# /lib/systemd/systemd --unit=rxe-vm.target, a target that wants one oneshot
+# service: COMMAND, still as root in DIR with the same environment and output. sysinit.target
+# runs as on a real machine (journald, udev, tmpfiles, sysusers); units meant for a real host
+# that only slow the boot or reach for the network (timers, timesyncd, getty) are masked.
+# /etc, /var and /run are the overlay's and tmpfs, so COMMAND may install units, users and
+# configs. When COMMAND ends the VM powers off at once (systemctl poweroff -ff).
+#
 # Environment: RXE_VM_APPEND, extra kernel parameters for experiments. Note that a task asleep on
 # a completion channel wakes up only at the guest's next timer tick (~4 ms) after rxe completes
 # its request (ib_send_lat -e: typical 4 ms, busy-polling: 30 us); `idle=poll` cuts that to
@@ -41,15 +50,16 @@ set -euo pipefail
 
 ME=$(readlink -f "${BASH_SOURCE[0]}")
 CACHE=${XFERD_RXE_CACHE:-/var/tmp/xferd-rxe-cache}
-TIMEOUT=900 MTU=1500 MEM=2048 SMP=2 DMESG='' VERBOSE=0 QUIET=0 PREPARE=0
+TIMEOUT=900 MTU=1500 MEM=2048 SMP=2 DMESG='' VERBOSE=0 QUIET=0 PREPARE=0 SYSTEMD=0
 
 die() { echo "[rxe-vm] error: $*" >&2; exit 125; }
 usage() { sed -n '4,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$ME"; exit "$1"; }
 
-while getopts "t:M:m:s:d:vqBh" o; do
+while getopts "t:M:m:s:d:vqSBh" o; do
 	case $o in
 	t) TIMEOUT=$OPTARG ;; M) MTU=$OPTARG ;; m) MEM=$OPTARG ;; s) SMP=$OPTARG ;;
-	d) DMESG=$OPTARG ;; v) VERBOSE=1 ;; q) QUIET=1 ;; B) PREPARE=1 ;; h) usage 0 ;;
+	d) DMESG=$OPTARG ;; v) VERBOSE=1 ;; q) QUIET=1 ;; S) SYSTEMD=1 ;; B) PREPARE=1 ;;
+	h) usage 0 ;;
 	*) usage 125 >&2 ;;
 	esac
 done
@@ -203,6 +213,17 @@ printf '10.77.0.1\trxe-node0\n10.77.0.2\trxe-node1\n' >>$R/etc/hosts
 cut -d' ' -f1 /proc/uptime >/ctl/t_root
 chroot $R /bin/bash /run/rxe-vm/setup.sh </dev/null >$OUT 2>&1 || fatal "network/rxe setup failed"
 cut -d' ' -f1 /proc/uptime >/ctl/t_ready
+if [ "$SYSTEMD" = 1 ]; then
+	# The units come from the control share. systemd closes the fds it inherits, so the
+	# command's service reopens hvc0 (and makes it raw again).
+	cp /ctl/rxe-vm.target /ctl/rxe-vm-cmd.service $R/etc/systemd/system/ || fatal "no units"
+	for u in $(cat /ctl/mask); do ln -sf /dev/null $R/etc/systemd/system/$u; done
+	# The host's root may come from a container image: with /.dockerenv systemd believes it
+	# runs in a container, ignores the kernel command line and skips half of sysinit.
+	rm -f $R/.dockerenv $R/run/.containerenv
+	exec switch_root $R /lib/systemd/systemd --unit=rxe-vm.target
+	fatal "switch_root to systemd failed"
+fi
 # COMMAND runs in its own session. Its stdout/stderr are a pipe to cat, not the tty: on a tty
 # stdio line-buffers and each line costs a virtio round trip under TCG. When it exits, whatever
 # it left running in its session is killed, so that nothing holds the pipe open (and so the
@@ -254,8 +275,45 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
-printf 'VERBOSE=%s\nHOSTDIR=%s\n' "$VERBOSE" "$HOSTDIR" >"$CTL/env"
+printf 'VERBOSE=%s\nHOSTDIR=%s\nSYSTEMD=%s\n' "$VERBOSE" "$HOSTDIR" "$SYSTEMD" >"$CTL/env"
 printf '%s\n' "$CMD" >"$CTL/cmd.sh"
+if [ "$SYSTEMD" = 1 ]; then
+	cat >"$CTL/rxe-vm.target" <<'UNIT'
+[Unit]
+Description=rxe-vm: run the command under systemd
+Requires=rxe-vm-cmd.service
+After=rxe-vm-cmd.service
+UNIT
+	cat >"$CTL/rxe-vm-cmd.service" <<'UNIT'
+[Unit]
+Description=rxe-vm: the command
+[Service]
+Type=oneshot
+ExecStart=/bin/bash /run/rxe-vm/sd-cmd.sh
+StandardInput=null
+UNIT
+	# Runs as that service: the same environment, output and exit status as without -S.
+	cat >"$CTL/sd-cmd.sh" <<SDCMD
+exec </dev/null >/dev/hvc0 2>&1
+stty -F /dev/hvc0 raw -echo 2>/dev/null
+cut -d' ' -f1 /proc/uptime >/run/rxe-vm/t_ready
+env -i HOME=/root TERM=dumb LANG=C.UTF-8 HOSTDIR="$HOSTDIR" \
+	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	/bin/bash -c '. /run/rxe-vm/env; cd "\$HOSTDIR" && exec /bin/bash /run/rxe-vm/cmd.sh'
+rc=\$?
+cut -d' ' -f1 /proc/uptime >/run/rxe-vm/t_end
+dmesg >/run/rxe-vm/dmesg 2>/dev/null
+echo \$rc >/run/rxe-vm/rc
+sync
+systemctl poweroff -ff >/dev/null 2>&1
+SDCMD
+	# Units of a real host that cost boot time under TCG or reach for the network.
+	echo systemd-timesyncd.service systemd-pstore.service apt-daily.timer \
+		apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer \
+		man-db.timer systemd-tmpfiles-clean.timer getty.target console-getty.service \
+		serial-getty@ttyS0.service systemd-firstboot.service systemd-repart.service \
+		postgresql.service >"$CTL/mask"
+fi
 # Runs in the guest root with the host's bash, ip and rdma. Few execs: each costs 0.1-0.5 s.
 cat >"$CTL/setup.sh" <<SETUP
 MTU=$MTU
