@@ -7,9 +7,9 @@ _xferctl()
 	local cur prev words cword
 	_init_completion || return
 
-	local commands="status regions ops clients windows peers devices stats readable read
+	local commands="status regions ops clients windows peers devices stats top watch readable read
 		writable write help"
-	local options="--socket --json --timeout --meta-file --help"
+	local options="--socket --json --timeout --meta-file --count --once --help"
 
 	case $prev in
 	-s | --socket)
@@ -20,7 +20,7 @@ _xferctl()
 		_filedir
 		return
 		;;
-	-t | --timeout)
+	-t | --timeout | -n | --count)
 		return
 		;;
 	esac
@@ -29,7 +29,7 @@ _xferctl()
 	local i cmd=
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		-s | --socket | -m | --meta-file | -t | --timeout) ((i++)) ;;
+		-s | --socket | -m | --meta-file | -t | --timeout | -n | --count) ((i++)) ;;
 		-*) ;;
 		*)
 			cmd=${words[i]}
@@ -47,6 +47,9 @@ _xferctl()
 		return
 	fi
 	case $cmd in
+	top | watch)
+		COMPREPLY=($(compgen -W "--count --once --json" -- "$cur"))
+		;;
 	readable | read | write | writable)
 		_filedir
 		;;

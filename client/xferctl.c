@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
+#include <time.h>
 #include <unistd.h>
 #include <jansson.h>
 
@@ -45,6 +49,7 @@ struct ctl {
 	int timeout_ms; /* -1: the daemon's default deadline */
 	const char *cmd;
 	const char *meta_file; /* readable, writable: the metadata goes here, not to stdout */
+	long count;	       /* top: frames, watch: events, then exit; 0: until q or Ctrl-C */
 	struct xfer_client *c;
 };
 
@@ -455,6 +460,7 @@ struct ctl_cmd {
 	const char *key;	/* listings: the result's array */
 	bool paged;		/* listings: the method answers by pages (PROTOCOL.md §7) */
 	bool meta_out;		/* readable, writable: takes --meta-file */
+	bool live;		/* top, watch: take --count and --once */
 	const struct col *cols; /* listings: its columns (NULL: generic) */
 	void (*render)(const struct ctl_cmd *cmd, const json_t *result);
 };
@@ -1117,6 +1123,435 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 /* ------------------------------------------------------------------------------------------ */
 /* Command table and main */
 
+/* ------------------------------------------------------------------------------------------ */
+/* Live views: top (a screen refreshed once a second) and watch (one line per event) */
+
+#define TOP_PERIOD_MS 1000
+#define TOP_MAX_CLIENTS 10
+#define WATCH_POLL_MS 1000
+
+static const struct ctl_cmd *cmd_find(const char *name);
+
+/* Set by SIGINT/SIGTERM: the live views end their loop and restore the terminal. */
+static volatile sig_atomic_t live_stop;
+
+static void live_signal(int sig)
+{
+	live_stop = 1;
+}
+
+/* SIGINT and SIGTERM end the loop; without SA_RESTART, so that poll() returns at once. */
+static void live_signals(void)
+{
+	struct sigaction sa = { .sa_handler = live_signal };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+static uint64_t live_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* "HH:MM:SS.mmm" of the wall clock. */
+static void live_clock(char *out, size_t len)
+{
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	snprintf(out, len, "%02d:%02d:%02d.%03ld", tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 ts.tv_nsec / 1000000);
+}
+
+/* One sample of the daemon for top: its counters and listings, parsed. */
+struct top_sample {
+	json_t *stats, *peers, *ops, *clients;
+	uint64_t at_ms;
+};
+
+static void top_sample_clear(struct top_sample *s)
+{
+	json_decref(s->stats);
+	json_decref(s->peers);
+	json_decref(s->ops);
+	json_decref(s->clients);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Fetches one sample. Returns an exit status (the message printed). */
+static int top_sample_take(struct ctl *ctl, struct top_sample *s)
+{
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	rc = ctl_call_json(ctl, "stats", NULL, &s->stats);
+	if (!rc)
+		rc = list_fetch(ctl, cmd_find("peers"), &s->peers);
+	if (!rc)
+		rc = list_fetch(ctl, cmd_find("ops"), &s->ops);
+	if (!rc)
+		rc = list_fetch(ctl, cmd_find("clients"), &s->clients);
+	s->at_ms = live_now_ms();
+	if (rc)
+		top_sample_clear(s);
+	return rc;
+}
+
+/* Bytes per second of the change from @before to @after over @ms; 0 when it went down. */
+static uint64_t top_rate(uint64_t before, uint64_t after, uint64_t ms)
+{
+	return after > before && ms ? (after - before) * 1000 / ms : 0;
+}
+
+/* The entry of @rows whose @key equals @v (a string), or NULL. */
+static const json_t *top_find_peer(const json_t *rows, const json_t *like)
+{
+	size_t i;
+	json_t *r;
+
+	json_array_foreach(rows, i, r)
+		if (!strcmp(obj_str(r, "node"), obj_str(like, "node")) &&
+		    !strcmp(obj_str(r, "transport"), obj_str(like, "transport")) &&
+		    !strcmp(obj_str(r, "endpoint"), obj_str(like, "endpoint")))
+			return r;
+	return NULL;
+}
+
+/* The entry of @rows whose integer @key is @id, or NULL. */
+static const json_t *top_find_id(const json_t *rows, const char *key, uint64_t id)
+{
+	size_t i;
+	json_t *r;
+
+	json_array_foreach(rows, i, r)
+		if (obj_u64(r, key) == id)
+			return r;
+	return NULL;
+}
+
+static void top_header(const struct top_sample *s)
+{
+	const json_t *st = s->stats;
+	char node[16], up[32], safe[CELL_MAX], clock[64];
+
+	snprintf(node, sizeof(node), "%.8s", obj_str(st, "node"));
+	human_duration(obj_u64(st, "uptime_ms"), up, sizeof(up));
+	live_clock(clock, sizeof(clock));
+	printf("%s  node %s  up %s  clients %llu  regions %llu  ops %llu (%llu active)  %.8s\n",
+	       esc(obj_str(st, "daemon"), safe, sizeof(safe)), node, up,
+	       (unsigned long long)obj_u64(st, "clients"),
+	       (unsigned long long)obj_u64(st, "regions"), (unsigned long long)obj_u64(st, "ops"),
+	       (unsigned long long)obj_u64(st, "ops_active"), clock);
+}
+
+/* Throughput per peer set and transport, and of same-node copies (from the operations). */
+static void top_throughput(const struct top_sample *a, const struct top_sample *b)
+{
+	const json_t *peers = json_object_get(b->peers, "peers"), *old, *op, *was;
+	uint64_t ms = b->at_ms - a->at_ms, local = 0;
+	char peer[24], ep[64], out[32], in[32], safe[CELL_MAX];
+	size_t i;
+	json_t *p;
+
+	printf("\nTHROUGHPUT\n  %-16s %-9s %-30s %12s %12s\n", "PEER", "TRANSPORT", "ENDPOINT",
+	       "SENT/s", "RECEIVED/s");
+	json_array_foreach(peers, i, p) {
+		old = top_find_peer(json_object_get(a->peers, "peers"), p);
+		human_size(top_rate(old ? obj_u64(old, "bytes_sent") : 0, obj_u64(p, "bytes_sent"),
+				    ms),
+			   out, sizeof(out));
+		human_size(top_rate(old ? obj_u64(old, "bytes_received") : 0,
+				    obj_u64(p, "bytes_received"), ms),
+			   in, sizeof(in));
+		snprintf(peer, sizeof(peer), "%.16s", esc(obj_str(p, "node"), safe, sizeof(safe)));
+		snprintf(ep, sizeof(ep), "%.30s", esc(obj_str(p, "endpoint"), safe, sizeof(safe)));
+		printf("  %-16s %-9s %-30s %10s/s %10s/s\n", peer,
+		       esc(obj_str(p, "transport"), safe, sizeof(safe)), ep, out, in);
+	}
+	json_array_foreach(json_object_get(b->ops, "ops"), i, op) {
+		if (strcmp(obj_str(op, "transport"), "local"))
+			continue;
+		was = top_find_id(json_object_get(a->ops, "ops"), "op", obj_u64(op, "op"));
+		local += obj_u64(op, "bytes") - (was ? obj_u64(was, "bytes") : 0);
+	}
+	human_size(local * 1000 / (ms ? ms : 1), out, sizeof(out));
+	printf("  %-16s %-9s %-30s %10s/s\n", "(this node)", "local", "-", out);
+	human_size(top_rate(obj_u64(a->stats, "bytes_moved"), obj_u64(b->stats, "bytes_moved"), ms),
+		   out, sizeof(out));
+	printf("  %-16s %-9s %-30s %10s/s  (ended operations, every transport)\n", "all", "", "",
+	       out);
+}
+
+/* How many listed operations are in each state, and the daemon's counters of ends. */
+static void top_states(const struct top_sample *b)
+{
+	static const char *const states[] = { "INITIALIZED", "IN_PROGRESS", "COMPLETE", "CANCELLED",
+					      "ERRORED" };
+	unsigned long long n[5] = { 0 };
+	size_t i;
+	json_t *op;
+
+	json_array_foreach(json_object_get(b->ops, "ops"), i, op)
+		for (int s = 0; s < 5; s++)
+			if (!strcmp(obj_str(op, "state"), states[s]))
+				n[s]++;
+	printf("\nOPERATIONS\n ");
+	for (int s = 0; s < 5; s++)
+		printf(" %s %llu", states[s], n[s]);
+	printf("\n  since start: %llu completed, %llu failed, %llu cancelled\n",
+	       (unsigned long long)obj_u64(b->stats, "ops_completed"),
+	       (unsigned long long)obj_u64(b->stats, "ops_failed"),
+	       (unsigned long long)obj_u64(b->stats, "ops_cancelled"));
+}
+
+struct top_client {
+	uint64_t id, moved;
+	const json_t *row; /* list.clients entry, or NULL */
+};
+
+static int top_client_cmp(const void *x, const void *y)
+{
+	const struct top_client *a = x, *b = y;
+
+	return a->moved != b->moved ? (a->moved < b->moved ? 1 : -1) :
+				      (a->id > b->id) - (a->id < b->id);
+}
+
+/* The clients with the most bytes moved by their listed operations, then registered bytes. */
+static void top_clients(const struct top_sample *b)
+{
+	const json_t *rows = json_object_get(b->clients, "clients"), *ops;
+	size_t n = json_array_size(rows), i, k;
+	struct top_client *tc = calloc(n + 1, sizeof(*tc));
+	char moved[32], reg[32], name[CELL_MAX];
+	json_t *r, *op;
+
+	if (!tc)
+		return;
+	json_array_foreach(rows, i, r)
+		tc[i] = (struct top_client){ obj_u64(r, "client"), 0, r };
+	ops = json_object_get(b->ops, "ops");
+	json_array_foreach(ops, i, op)
+		for (k = 0; k < n; k++)
+			if (tc[k].id == obj_u64(op, "client"))
+				tc[k].moved += obj_u64(op, "bytes");
+	qsort(tc, n, sizeof(*tc), top_client_cmp);
+	printf("\nTOP CLIENTS (by bytes moved in their listed operations)\n  %6s %-20s %8s %6s %5s %10s %10s\n",
+	       "CLIENT", "NAME", "PID", "UID", "OPS", "MOVED", "REGISTERED");
+	for (k = 0; k < n && k < TOP_MAX_CLIENTS; k++) {
+		human_size(tc[k].moved, moved, sizeof(moved));
+		human_size(obj_u64(tc[k].row, "bytes"), reg, sizeof(reg));
+		esc(obj_str(tc[k].row, "name"), name, sizeof(name));
+		printf("  %6llu %-20.20s %8llu %6llu %5llu %10s %10s\n",
+		       (unsigned long long)tc[k].id, name,
+		       (unsigned long long)obj_u64(tc[k].row, "pid"),
+		       (unsigned long long)obj_u64(tc[k].row, "uid"),
+		       (unsigned long long)obj_u64(tc[k].row, "ops"), moved, reg);
+	}
+	if (n > TOP_MAX_CLIENTS)
+		printf("  (%zu more)\n", n - TOP_MAX_CLIENTS);
+	free(tc);
+}
+
+/* One frame: what changed from sample @a to sample @b. */
+static void top_frame(const struct top_sample *a, const struct top_sample *b, bool clear)
+{
+	if (clear)
+		fputs("\033[H\033[2J", stdout); /* home, clear screen */
+	top_header(b);
+	top_throughput(a, b);
+	top_states(b);
+	top_clients(b);
+	if (clear)
+		printf("\n(q or Ctrl-C quits)");
+	else
+		putchar('\n');
+	fflush(stdout);
+}
+
+/* The terminal as it was, restored on the way out; in.fd -1: stdin is not a terminal. */
+struct top_tty {
+	int fd;
+	struct termios saved;
+};
+
+/* Turns off line buffering and echo on a terminal stdin, so that a lone q is read at once. */
+static void top_tty_raw(struct top_tty *t)
+{
+	struct termios raw;
+
+	t->fd = -1;
+	if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &t->saved) < 0)
+		return;
+	raw = t->saved;
+	raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO); /* ISIG stays: Ctrl-C is SIGINT */
+	raw.c_cc[VMIN] = 0;
+	raw.c_cc[VTIME] = 0;
+	if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+		t->fd = STDIN_FILENO;
+}
+
+static void top_tty_restore(const struct top_tty *t)
+{
+	if (t->fd >= 0)
+		tcsetattr(t->fd, TCSANOW, &t->saved);
+}
+
+/* Waits until @deadline_ms. Returns true to go on, false on q, end of input or a signal. */
+static bool top_wait(const struct top_tty *t, uint64_t deadline_ms)
+{
+	struct pollfd pfd = { .fd = t->fd, .events = POLLIN };
+	uint64_t now;
+	char ch;
+
+	while (!live_stop && (now = live_now_ms()) < deadline_ms) {
+		if (poll(&pfd, t->fd >= 0 ? 1 : 0, (int)(deadline_ms - now)) <= 0)
+			continue;
+		if (read(t->fd, &ch, 1) != 1 || ch == 'q' || ch == 'Q')
+			return false;
+	}
+	return !live_stop;
+}
+
+static int cmd_top(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	struct top_sample a, b;
+	struct top_tty tty = { .fd = -1 };
+	bool clear = isatty(STDOUT_FILENO) && ctl->count == 0;
+	long frames = 0;
+	int rc;
+
+	rc = ctl_connect(ctl);
+	if (!rc)
+		rc = top_sample_take(ctl, &a);
+	if (rc)
+		return rc;
+	live_signals();
+	if (ctl->count == 0)
+		top_tty_raw(&tty);
+	while (top_wait(&tty, a.at_ms + TOP_PERIOD_MS)) {
+		rc = top_sample_take(ctl, &b);
+		if (rc)
+			break;
+		top_frame(&a, &b, clear);
+		top_sample_clear(&a);
+		a = b;
+		if (ctl->count && ++frames >= ctl->count)
+			break;
+	}
+	top_sample_clear(&a);
+	top_tty_restore(&tty);
+	if (clear)
+		putchar('\n');
+	return rc;
+}
+
+struct watch {
+	struct ctl *ctl;
+	long seen;
+	int status; /* EXIT_FAILED once printing failed */
+};
+
+/* One event as one line of text, or of JSON with --json. */
+static void watch_event_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct watch *w = arg;
+	char clock[64], cause[CELL_MAX], peer[CELL_MAX], size[32];
+
+	if (w->ctl->count && w->seen >= w->ctl->count)
+		return; /* -n N: exactly N lines, even when more came in one read */
+	w->seen++;
+	live_clock(clock, sizeof(clock));
+	if (w->ctl->json) {
+		json_t *o = json_pack("{s:s, s:I, s:s, s:s, s:I, s:I, s:s, s:s, s:I, s:I}", "time",
+				      clock, "op", (json_int_t)info->op, "kind",
+				      xfer_kind_name(info->kind), "state",
+				      xfer_state_name(info->state), "bytes",
+				      (json_int_t)info->bytes, "length", (json_int_t)info->length,
+				      "transport", info->transport, "peer", info->peer, "client",
+				      (json_int_t)info->client, "age_ms", (json_int_t)info->age_ms);
+		if (o && info->error)
+			json_object_set_new(o, "errno", json_string(errname(info->error)));
+		if (o && info->error)
+			json_object_set_new(o, "cause", json_string(info->cause));
+		if (!o || json_print(o) < 0)
+			w->status = EXIT_FAILED;
+		json_decref(o);
+	} else {
+		human_size(info->length, size, sizeof(size));
+		printf("%s op %llu %s %s client %llu %llu/%llu bytes (%s) transport %s peer %s age "
+		       "%llums",
+		       clock, (unsigned long long)info->op, xfer_kind_name(info->kind),
+		       xfer_state_name(info->state), (unsigned long long)info->client,
+		       (unsigned long long)info->bytes, (unsigned long long)info->length, size,
+		       *info->transport ? esc(info->transport, cause, sizeof(cause)) : "-",
+		       *info->peer ? esc(info->peer, peer, sizeof(peer)) : "-",
+		       (unsigned long long)info->age_ms);
+		if (info->error)
+			printf(": %s (%s)", esc(info->cause, cause, sizeof(cause)),
+			       errname(info->error));
+		putchar('\n');
+	}
+	fflush(stdout);
+}
+
+/* (Re)subscribes. Returns an exit status and *dropped, the events the daemon dropped so far. */
+static int watch_subscribe(struct ctl *ctl, uint64_t *dropped, char *scope, size_t len)
+{
+	json_t *r;
+	int rc = ctl_call_json(ctl, "events.subscribe", NULL, &r);
+
+	if (rc)
+		return rc;
+	*dropped = obj_u64(r, "dropped");
+	snprintf(scope, len, "%s", obj_str(r, "scope"));
+	json_decref(r);
+	return EXIT_OK;
+}
+
+static int cmd_watch(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
+{
+	struct watch w = { .ctl = ctl };
+	uint64_t dropped = 0, seen_dropped = 0, next = 0;
+	char scope[16];
+	int rc;
+
+	rc = ctl_connect(ctl);
+	if (rc)
+		return rc;
+	xfer_set_event_cb(ctl->c, watch_event_cb, &w);
+	rc = watch_subscribe(ctl, &dropped, scope, sizeof(scope));
+	if (rc)
+		return rc;
+	fprintf(stderr, "xferctl: watch: %s (Ctrl-C ends)\n",
+		strcmp(scope, "all") ? "operations of your uid" : "every operation");
+	live_signals();
+	struct pollfd pfd = { .fd = xfer_get_fd(ctl->c), .events = POLLIN };
+	while (!live_stop && w.status == EXIT_OK && (!ctl->count || w.seen < ctl->count)) {
+		if (poll(&pfd, 1, WATCH_POLL_MS) > 0 && (rc = xfer_dispatch(ctl->c)) < 0)
+			return ctl_fail(ctl, rc, "the daemon closed the connection");
+		if (live_now_ms() < next)
+			continue;
+		/* Once a second: how many events the daemon dropped because we fell behind. */
+		next = live_now_ms() + WATCH_POLL_MS;
+		rc = watch_subscribe(ctl, &dropped, scope, sizeof(scope));
+		if (rc)
+			return rc;
+		if (dropped > seen_dropped)
+			printf("# %llu events dropped by xferd: this watcher fell behind\n",
+			       (unsigned long long)(dropped - seen_dropped));
+		seen_dropped = dropped;
+	}
+	return w.status;
+}
+
 static int cmd_help(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv);
 
 #define LISTING(m, k, c, r) .run = cmd_list, .method = (m), .key = (k), .cols = (c), .render = (r)
@@ -1141,6 +1576,14 @@ static const struct ctl_cmd commands[] = {
 	{ .name = "stats",
 	  .help = "every counter of the daemon",
 	  LISTING("stats", NULL, NULL, render_stats) },
+	{ .name = "top",
+	  .run = cmd_top,
+	  .help = "live view: throughput per peer, ops by state, top clients",
+	  .live = true },
+	{ .name = "watch",
+	  .run = cmd_watch,
+	  .help = "one line per operation event (yours; root: everyone's)",
+	  .live = true },
 	{ .name = "readable",
 	  .args = "FILE",
 	  .nargs = 1,
@@ -1182,12 +1625,15 @@ static void usage(FILE *f)
 		"  -t, --timeout MS   deadline of a file command's operation (default: xferd's)\n"
 		"  -m, --meta-file FILE  readable, writable: write the metadata to FILE, a new\n"
 		"                     file of mode 0600 (never overwritten), not to stdout\n"
+		"  -n, --count N      top: N frames, watch: N events, then exit\n"
+		"      --once         top: one frame (after one second), then exit\n"
 		"  -h, --help         this text\n\n"
 		"Metadata is a capability: whoever holds it can take or overwrite the bytes.\n"
 		"read and write take it as @FILE (from FILE) or - (from stdin); a literal\n"
 		"METADATA argument still works but every local user can see it in\n"
 		"/proc/PID/cmdline, so xferctl warns. OUTFILE '-' writes to stdout.\n"
 		"SIZE takes a K, M or G suffix (KiB, MiB, GiB).\n"
+		"top quits on q or Ctrl-C; watch --json prints each event as JSON.\n"
 		"exit status: 0 done, 1 failed, 2 usage error\n",
 		XP_DEFAULT_SOCKET);
 }
@@ -1219,6 +1665,22 @@ static int parse_timeout(const char *s, int *out)
 	return 0;
 }
 
+/* --count N (1 to 1000000). Returns 0, or -EINVAL after saying why. */
+static int parse_count(const char *s, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > 1000000) {
+		fprintf(stderr, "xferctl: bad --count '%s' (1 to 1000000)\n", s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
 /* Parses the global options. Returns -1 to go on, or an exit status. */
 static int parse_options(struct ctl *ctl, int argc, char **argv)
 {
@@ -1227,13 +1689,18 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "meta-file", required_argument, NULL, 'm' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "once", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int o;
 
-	while ((o = getopt_long(argc, argv, "s:jt:m:h", opts, NULL)) != -1) {
-		if (o == 'm') {
+	while ((o = getopt_long(argc, argv, "s:jt:m:n:h", opts, NULL)) != -1) {
+		if (o == 'n' || o == 'O') {
+			if (parse_count(o == 'O' ? "1" : optarg, &ctl->count) < 0)
+				return EXIT_USAGE;
+		} else if (o == 'm') {
 			ctl->meta_file = optarg;
 		} else if (o == 's') {
 			ctl->socket = optarg;
@@ -1276,6 +1743,10 @@ int main(int argc, char **argv)
 	}
 	if (ctl.meta_file && !cmd->meta_out) {
 		fprintf(stderr, "xferctl: --meta-file is for readable and writable only\n");
+		return EXIT_USAGE;
+	}
+	if (ctl.count && !cmd->live) {
+		fprintf(stderr, "xferctl: --count and --once are for top and watch only\n");
 		return EXIT_USAGE;
 	}
 	if (argc - 1 != cmd->nargs) {

@@ -88,6 +88,8 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 		if (r->owner == c)
 			xd_region_release(r);
 	TAILQ_REMOVE(&c->d->conns, c, link);
+	if (c->subscribed)
+		c->d->event_subscribers--;
 	if (c->charged) /* last: the uid's entry stays while its regions and ops are refunded */
 		xd_uncharge(c->d, NULL, c->uid, XD_RES_CLIENTS, 1);
 	c->charged = false;
@@ -343,6 +345,7 @@ static const struct xd_client_ops ctl_client_ops = {
 	.reply = xd_reply_result,
 	.reply_error = xd_reply_error,
 	.find = xd_conn_find,
+	.publish = xd_events_publish,
 };
 
 int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch)

@@ -47,6 +47,7 @@ static int handle_list_devices(struct xd_call *call);
 #define method_OP_PUT xd_handle_op_window
 #define method_OP_BATCH xd_handle_op_batch
 #define method_LIST_WINDOWS xd_handle_list_windows
+#define method_EVENTS_SUBSCRIBE xd_handle_events_subscribe
 
 /* clang-format off */
 static const xd_handler handlers[XP_M_COUNT] = {

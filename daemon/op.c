@@ -77,14 +77,29 @@ json_t *xd_op_to_json(const struct xd_op *op)
 	return o;
 }
 
+/*
+ * Tells @op's owner of its new state, and the event subscribers (events.subscribe) that may
+ * see it. @to_owner false: the owner learns it from a reply instead.
+ */
+static void notify(struct xd_op *op, bool to_owner)
+{
+	if (!op->owner)
+		return;
+	if (op->life == XD_OP_CLAIMING)
+		to_owner = false; /* its client learns of it from the reply to op.read/op.write */
+	if (!to_owner && !op->d->event_subscribers)
+		return;
+	json_t *msg = xp_build_notification(XP_NOTIFY_OP_CHANGED, xd_op_to_json(op));
+	if (msg && to_owner)
+		xd_client_send(op->owner, msg);
+	if (msg && op->d->event_subscribers)
+		op->d->clients->publish(op->d, op->owner, msg);
+	json_decref(msg);
+}
+
 static void notify_owner(struct xd_op *op)
 {
-	if (!op->owner || op->life == XD_OP_CLAIMING)
-		return; /* (a claiming op's client learns of it from the reply to op.read/op.write) */
-	json_t *msg = xp_build_notification(XP_NOTIFY_OP_CHANGED, xd_op_to_json(op));
-	if (msg)
-		xd_client_send(op->owner, msg);
-	json_decref(msg);
+	notify(op, true);
 }
 
 /* ---- waiters (op.wait, and op.cancel while a copy stops) ---- */
@@ -511,6 +526,7 @@ static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
 	op_enter(op, life);
 	evtimer_add(op->deadline, &tv);
+	notify(op, false); /* the owner gets the reply; subscribers see the new operation */
 }
 
 void xd_op_start_internal(struct xd_op *op)

@@ -35,7 +35,14 @@
 
 #define XD_MAX_QUEUED 4096		/* packets queued to one client before it is dropped */
 #define XD_MAX_QUEUED_BYTES (16u << 20) /* ... or bytes of them */
-#define XD_SHUTDOWN_FLUSH_MS 2000	/* how long SIGTERM waits for copies and notifications */
+/*
+ * events.subscribe: at most this many subscribed connections, and an event is dropped (and
+ * counted) rather than queued to a subscriber that has this many packets queued already, so
+ * that a watcher that stops reading costs at most ~64 small packets, and is never closed.
+ */
+#define XD_MAX_SUBSCRIBERS 16
+#define XD_EVENTS_MAX_QUEUED 64
+#define XD_SHUTDOWN_FLUSH_MS 2000 /* how long SIGTERM waits for copies and notifications */
 #define XD_CAUSE_MAX 200
 #define XD_MAX_LISTEN 8	     /* listen and advertise addresses */
 #define XD_MAX_DEVICES 8     /* RDMA devices used */
@@ -428,6 +435,7 @@ struct xd_daemon {
 	int nlisten_eps;
 	struct xd_rdma *rdma;		     /**< rdma.c: devices and listeners */
 	const struct xd_client_ops *clients; /**< ctl.c's, for the layers below it */
+	unsigned event_subscribers;	     /**< connections with ->subscribed */
 	/** the transports this daemon uses, NULL-terminated: transport.c's table unless a test
 	 *  puts its own (xd_daemon_clear() sets it); everything finds transports here */
 	const struct xd_transport_ops *const *transports;
@@ -487,6 +495,8 @@ struct xd_conn {
 	bool charged;	       /**< its XD_RES_CLIENTS charge is held */
 	uint64_t created_us;
 	TAILQ_HEAD(, xd_waiter) waiters;
+	bool subscribed;	 /**< events.subscribe: gets others' op.changed too */
+	uint64_t events_dropped; /**< of those, not sent: it was XD_EVENTS_MAX_QUEUED behind */
 };
 /*
  * How the layers below control reach a client: xd_ctl_start() fills d->clients. A notification
@@ -502,6 +512,11 @@ struct xd_client_ops {
 	void (*reply_error)(struct xd_conn *c, int64_t id, int code, int err, const char *message);
 	/* The open connection with id @id, or NULL. */
 	struct xd_conn *(*find)(struct xd_daemon *d, uint64_t id);
+	/*
+	 * Offers @msg (borrowed), an op.changed of an operation of @owner, to the connections
+	 * subscribed to events (events.subscribe) that may see it, @owner excepted.
+	 */
+	void (*publish)(struct xd_daemon *d, const struct xd_conn *owner, const json_t *msg);
 };
 static inline void xd_client_send(struct xd_conn *c, const json_t *msg)
 {
@@ -780,6 +795,11 @@ int xd_handle_window_close(struct xd_call *call);
 int xd_handle_op_window(struct xd_call *call);
 int xd_handle_op_batch(struct xd_call *call);
 int xd_handle_list_windows(struct xd_call *call);
+
+/* method_events.c: events.subscribe, and handing op.changed to the subscribers */
+int xd_handle_events_subscribe(struct xd_call *call);
+/* The publish entry of struct xd_client_ops (ctl.c's table points here). */
+void xd_events_publish(struct xd_daemon *d, const struct xd_conn *owner, const json_t *msg);
 
 /* local.c: the local transport (transport.h), and populating new regions on its workers */
 /* Called on the loop thread when a populate job is done (err: 0 or a positive errno). */

@@ -57,7 +57,8 @@
 	X(OP_GET, "op.get", 0, true)                       \
 	X(OP_PUT, "op.put", 0, true)                       \
 	X(OP_BATCH, "op.batch", 0, true)                   \
-	X(LIST_WINDOWS, "list.windows", 0, true)
+	X(LIST_WINDOWS, "list.windows", 0, true)           \
+	X(EVENTS_SUBSCRIBE, "events.subscribe", 0, true)
 
 /* (clang-format would take the X-macro line for a statement that goes on) */
 /* clang-format off */
@@ -69,8 +70,11 @@ enum xp_method {
 };
 /* clang-format on */
 
-/* The notifications the daemon pushes: an operation changed state; a window's notify tag
- * arrived (to the window's owner); a window handle was revoked or lost (to its opener). */
+/*
+ * The notifications the daemon pushes: an operation changed state (to its owner, and to the
+ * connections that called events.subscribe and may see it); a window's notify tag arrived (to
+ * the window's owner); a window handle was revoked or lost (to its opener).
+ */
 #define XP_NOTIFY_OP_CHANGED "op.changed"
 #define XP_NOTIFY_WINDOW_NOTIFIED "window.notified"
 #define XP_NOTIFY_WINDOW_CLOSED "window.closed"
