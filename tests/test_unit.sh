@@ -31,7 +31,10 @@ if ! command -v systemd-analyze >/dev/null; then
 	exit 1
 fi
 
-if make --no-print-directory -C "$ROOT" install B="$BUILD" PREFIX="$P" >"$DIR/install.log" 2>&1; then
+# SYSCONFDIR too: the example config goes to /etc whatever PREFIX is, and a test must not
+# write the host's /etc.
+if make --no-print-directory -C "$ROOT" install B="$BUILD" PREFIX="$P" SYSCONFDIR="$DIR/etc" \
+	>"$DIR/install.log" 2>&1; then
 	ok "make install PREFIX=$P"
 else
 	fail "make install" "$(tail -n 3 "$DIR/install.log" | tr '\n' ' ')"
