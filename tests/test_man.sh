@@ -4,8 +4,9 @@
 # The man pages and the bash completion against the code they describe: every page passes
 # `mandoc -T lint`; xferctl(1) and `xferctl --help` name the same commands and options, as do
 # xferd(8) and `xferd --help`; every key daemon/config.c accepts (and every limit resource
-# limits.c knows) is in xferd.conf(5), so that a new key cannot come in undocumented; the
-# completion offers exactly the commands and options of `xferctl --help`.
+# limits.c knows) is in xferd.conf(5), so that a new key cannot come in undocumented; every
+# function xferclient.h exports is in libxferclient(3); the completion offers exactly the
+# commands and options of `xferctl --help`.
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -100,6 +101,15 @@ if [ -n "$res" ] && [ -z "$missing" ]; then
 else
 	fail "xferd.conf(5) names every limit resource of limits.c" "missing: ${missing:-none found}"
 fi
+
+# Every function client/xferclient.h exports (XFER_EXPORT) has its synopsis (.Fn) in
+# libxferclient(3), and the page describes none that is not exported.
+exported=$(tr '\n' ' ' <"$ROOT/client/xferclient.h" | grep -oE 'XFER_EXPORT [^(;]*\(' |
+	grep -oE 'xfer_[a-z0-9_]+ *\($' | tr -d ' (')
+documented=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh DESCRIPTION/s/^\.Fn \(xfer_[a-z0-9_]*\).*/\1/p' \
+	"$MAN/libxferclient.3")
+same_sets "library functions" "client/xferclient.h (XFER_EXPORT)" "$exported" "libxferclient(3)" \
+	"$documented"
 
 # The completion, run by bash-completion itself: its word lists and what it offers.
 comp=$ROOT/client/xferctl.bash
