@@ -52,12 +52,13 @@ CLIENT_SAME(XFER_ACCESS_READ, XP_ACCESS_READ);
 CLIENT_SAME(XFER_ACCESS_WRITE, XP_ACCESS_WRITE);
 CLIENT_SAME(XFER_ACCESS_READWRITE, XP_ACCESS_READWRITE);
 
-/* One notification waiting for delivery: op.changed, or a window's (@is_window). */
+/* One notification waiting for delivery: op.changed, a window's, or a batch's. */
 struct client_event {
 	struct client_event *next;
-	bool is_window;
+	bool is_window, is_batch;
 	struct xfer_op_info info;
 	struct xfer_window_event wev;
+	struct xfer_batch_event bev; /* bev.ends: owned */
 };
 
 struct xfer_client {
@@ -68,6 +69,8 @@ struct xfer_client {
 	void *cb_arg;
 	xfer_window_cb wcb;
 	void *wcb_arg;
+	xfer_batch_cb bcb;
+	void *bcb_arg;
 	struct client_event *ev_head;
 	struct client_event **ev_tail;
 	bool delivering;    /* inside client_deliver(): no nested delivery */
@@ -95,13 +98,20 @@ static void copy_str(char *dst, size_t size, const char *src)
 	dst[n] = '\0';
 }
 
+static void event_free(struct client_event *ev)
+{
+	if (ev)
+		free((void *)ev->bev.ends);
+	free(ev);
+}
+
 static void client_free_events(struct xfer_client *c)
 {
 	struct client_event *ev;
 
 	while ((ev = c->ev_head)) {
 		c->ev_head = ev->next;
-		free(ev);
+		event_free(ev);
 	}
 	c->ev_tail = &c->ev_head;
 }
@@ -219,6 +229,33 @@ static int window_event_parse(const struct xp_reply *rep, struct xfer_window_eve
 	return 0;
 }
 
+/* Fills @ev from op.batch_done {"batch", "ops": [{"op", "state", "bytes", "errno"?}]}. */
+static int batch_event_parse(const struct xp_reply *rep, struct xfer_batch_event *ev)
+{
+	const json_t *ops = json_object_get(rep->params, "ops"), *o;
+	struct xfer_batch_end *ends;
+	size_t i;
+
+	if (xp_get_u64(rep->params, "batch", &ev->batch) < 0 || !json_is_array(ops))
+		return -EBADMSG;
+	ends = calloc(json_array_size(ops) + 1, sizeof(*ends));
+	if (!ends)
+		return -ENOMEM;
+	json_array_foreach(ops, i, o) {
+		int state = xp_state_from_name(obj_str(o, "state"));
+		if (xp_get_u64(o, "op", &ends[i].op) < 0 || state < 0) {
+			free(ends);
+			return -EBADMSG;
+		}
+		ends[i].state = (enum xfer_state)state;
+		xp_get_u64(o, "bytes", &ends[i].bytes);
+		ends[i].error = op_info_error(o, ends[i].state);
+	}
+	ev->n = json_array_size(ops);
+	ev->ends = ends;
+	return 0;
+}
+
 /* Parses a notification into @ev when its callback is set. Returns 0, or -1 to drop it. */
 static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct client_event *ev)
 {
@@ -229,6 +266,10 @@ static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct
 		ev->is_window = true;
 		return c->wcb && window_event_parse(rep, &ev->wev) == 0 ? 0 : -1;
 	}
+	if (strcmp(rep->method, XP_NOTIFY_BATCH_DONE) == 0) {
+		ev->is_batch = true;
+		return c->bcb && batch_event_parse(rep, &ev->bev) == 0 ? 0 : -1;
+	}
 	return -1;
 }
 
@@ -236,13 +277,13 @@ static void client_queue_event(struct xfer_client *c, const struct xp_reply *rep
 {
 	struct client_event *ev;
 
-	if (!c->cb && !c->wcb)
+	if (!c->cb && !c->wcb && !c->bcb)
 		return;
 	ev = calloc(1, sizeof(*ev));
 	if (!ev)
 		return;
 	if (event_parse(c, rep, ev) < 0) {
-		free(ev);
+		event_free(ev);
 		return;
 	}
 	ev->next = NULL;
@@ -283,11 +324,14 @@ static int client_deliver(struct xfer_client *c)
 		if (ev->is_window && c->wcb && !c->close_pending) {
 			c->wcb(c, &ev->wev, c->wcb_arg);
 			n++;
-		} else if (!ev->is_window && c->cb && !c->close_pending) {
+		} else if (ev->is_batch && c->bcb && !c->close_pending) {
+			c->bcb(c, &ev->bev, c->bcb_arg);
+			n++;
+		} else if (!ev->is_window && !ev->is_batch && c->cb && !c->close_pending) {
 			c->cb(c, &ev->info, c->cb_arg);
 			n++;
 		}
-		free(ev);
+		event_free(ev);
 	}
 	c->delivering = false;
 	if (c->close_pending) {
@@ -695,6 +739,14 @@ XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void
 		return;
 	c->cb = cb;
 	c->cb_arg = arg;
+}
+
+XFER_EXPORT void xfer_set_batch_cb(struct xfer_client *c, xfer_batch_cb cb, void *arg)
+{
+	if (!c)
+		return;
+	c->bcb = cb;
+	c->bcb_arg = arg;
 }
 
 XFER_EXPORT void xfer_set_window_cb(struct xfer_client *c, xfer_window_cb cb, void *arg)
@@ -1392,8 +1444,9 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 	json_t *arr = json_array();
 	int rc = arr ? 0 : -ENOMEM;
 
-	if (opts && (opts->timeout_ms || opts->flags)) {
-		client_set_error(c, "batch entries take no options (yet): pass NULL");
+	if (opts && (opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT))) {
+		client_set_error(c, "unknown batch flags %#x",
+				 opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT));
 		rc = -EINVAL;
 	}
 	for (size_t i = 0; !rc && i < n; i++) {
@@ -1405,7 +1458,14 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 		json_decref(arr);
 		return rc;
 	}
-	*out = json_pack("{s:o}", "ops", arr);
+	*out = json_pack("{s:o, s:b, s:s}", "ops", arr, "release_on_end",
+			 opts && (opts->flags & XFER_OP_RELEASE_ON_END), "event",
+			 opts && (opts->flags & XFER_OP_BATCH_EVENT) ? "batch" : "each");
+	if (*out && opts && opts->timeout_ms &&
+	    json_object_set_new(*out, "timeout_ms", json_integer(opts->timeout_ms))) {
+		json_decref(*out);
+		*out = NULL;
+	}
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -1422,7 +1482,7 @@ static size_t batch_results(const json_t *result, struct xfer_batch_op *ops, siz
 }
 
 XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, size_t n,
-			   const struct xfer_op_opts *opts, size_t *done)
+			   const struct xfer_op_opts *opts, size_t *done, uint64_t *batch)
 {
 	json_t *params, *result;
 	size_t made = 0;
@@ -1430,6 +1490,8 @@ XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, siz
 
 	if (!c)
 		return -EINVAL;
+	if (batch)
+		*batch = 0;
 	if (!ops || n == 0 || n > XP_MAX_BATCH) {
 		client_set_error(c, "a batch has 1 to %d entries", XP_MAX_BATCH);
 		rc = -EINVAL;
@@ -1440,6 +1502,8 @@ XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, siz
 		rc = client_request(c, "op.batch", params, -1, &result);
 	if (!rc) {
 		made = batch_results(result, ops, n);
+		if (batch && xp_get_u64(result, "batch", batch) < 0)
+			*batch = 0;
 		if (json_object_get(result, "failed")) {
 			rc = -(xp_errno_from_name(obj_str(result, "errno")) ?: EIO);
 			client_set_error(c, "%s", obj_str(result, "message"));

@@ -283,14 +283,41 @@ struct xfer_batch_op {
 };
 
 /*
- * Posts @n gets and puts (at most 1024) in one request (@opts: NULL, the daemon's default
- * deadline for each; options per batch are not supported yet). Returns 0 with
- * every ops[i].op filled, or -errno: then *done (may be NULL) says how many of the first
- * entries were made (their op ids are filled; they go on) and xfer_last_error() why the next
- * was refused.
+ * In xfer_batch()'s @opts: the ends of the batch's operations come as one event, to the batch
+ * callback (xfer_set_batch_cb()), instead of one op.changed each.
+ */
+#define XFER_OP_BATCH_EVENT 0x2u
+
+/*
+ * Posts @n gets and puts (at most 1024) in one request; @opts (may be NULL) applies to each
+ * (deadline, XFER_OP_RELEASE_ON_END, XFER_OP_BATCH_EVENT). Returns 0 with every ops[i].op
+ * filled and *batch (may be NULL; 0 without XFER_OP_BATCH_EVENT) the id its event will carry,
+ * or -errno: then *done (may be NULL) says how many of the first entries were made (their op
+ * ids are filled; they go on, and with XFER_OP_BATCH_EVENT end into the event) and
+ * xfer_last_error() why the next was refused.
  */
 XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, size_t n,
-			   const struct xfer_op_opts *opts, size_t *done);
+			   const struct xfer_op_opts *opts, size_t *done, uint64_t *batch);
+
+/* One operation's end in a batch event. */
+struct xfer_batch_end {
+	uint64_t op;
+	enum xfer_state state;
+	uint64_t bytes;
+	int error; /* 0, or -errno once CANCELLED or ERRORED (the cause: xfer_status()) */
+};
+
+/* Every operation of a batch posted with XFER_OP_BATCH_EVENT ended. */
+struct xfer_batch_event {
+	uint64_t batch;
+	size_t n;
+	const struct xfer_batch_end *ends; /* in the order they ended; valid during the call */
+};
+
+typedef void (*xfer_batch_cb)(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg);
+
+/* Sets (or with NULL clears) the callback for batch events; delivered like the others. */
+XFER_EXPORT void xfer_set_batch_cb(struct xfer_client *c, xfer_batch_cb cb, void *arg);
 
 enum xfer_window_event_type {
 	XFER_WINDOW_NOTIFIED, /* (to the owner) a tagged get or put completed */

@@ -192,8 +192,39 @@ static json_t *compact_params(json_t *entry, const char **name)
 	return out;
 }
 
+/* What an op.batch applies to each of its entries. */
+struct batch_opts {
+	json_t *timeout;	/**< "timeout_ms" (borrowed), or NULL */
+	json_t *release_on_end; /**< (borrowed), or NULL */
+	struct xd_batch *batch; /**< "event": "batch": the ops' ends go there */
+};
+
+/* @params (a copy the entry owns) gets the batch's options it does not name itself. */
+static int batch_defaults(json_t *params, const struct batch_opts *bo)
+{
+	if (bo->timeout && !json_object_get(params, "timeout_ms") &&
+	    json_object_set(params, "timeout_ms", bo->timeout))
+		return -ENOMEM;
+	if (bo->release_on_end && !json_object_get(params, "release_on_end") &&
+	    json_object_set(params, "release_on_end", bo->release_on_end))
+		return -ENOMEM;
+	return 0;
+}
+
+/* The new op of a successful entry joins the batch's one event. */
+static int batch_join(struct xd_call *call, const struct batch_opts *bo, json_t *result)
+{
+	json_t *id = json_object_get(result, "op");
+	struct xd_op *op = bo->batch && json_is_integer(id) ?
+				   xd_op_find_own(call, (uint64_t)json_integer_value(id)) :
+				   NULL;
+
+	return op ? xd_batch_join(bo->batch, op) : 0;
+}
+
 /* Runs entry @i of a batch as its own request; its result or error goes into @results. */
-static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *results)
+static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *results,
+		       const struct batch_opts *bo)
 {
 	struct xd_call sub = { .conn = call->conn, .id = call->id, .code = XP_E_FAILED };
 	const char *name;
@@ -207,6 +238,12 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 				&params) ||
 		 !json_is_object(params))
 		params = NULL;
+	else
+		params = owned = json_copy(params); /* (the batch's options go into the copy) */
+	if (params && batch_defaults(params, bo)) {
+		json_decref(owned);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
 	if (!params)
 		return xd_fail(call, XP_E_PARAMS, EINVAL,
 			       "op.batch entry %zu must be {\"method\", \"params\": {...}} or "
@@ -231,7 +268,9 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 		return xd_fail(call, sub.code, sub.cause_errno, "op.batch entry %zu: %s", i,
 			       sub.message);
 	}
-	return json_array_append_new(results, sub.result) ? -ENOMEM : 0;
+	if (batch_join(call, bo, sub.result) < 0 || json_array_append_new(results, sub.result))
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "op.batch entry %zu: out of memory", i);
+	return 0;
 }
 
 /*
@@ -240,33 +279,70 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
  * entries before it (which stand) and the refusal: {"results", "failed", "errno", "message"}
  * (PROTOCOL.md §5.2).
  */
+/* The batch's options: {"timeout_ms"?, "release_on_end"?, "event"?: "each" | "batch"}. */
+static int batch_opts(struct xd_call *call, struct batch_opts *bo, json_t **ops)
+{
+	const char *event = "each";
+
+	memset(bo, 0, sizeof(*bo));
+	if (xd_unpack_params(call, "{s:o, s?o, s?o, s?s}", "ops", ops, "timeout_ms", &bo->timeout,
+			     "release_on_end", &bo->release_on_end, "event", &event))
+		return -EINVAL;
+	if (!json_is_array(*ops) || json_array_size(*ops) == 0 ||
+	    json_array_size(*ops) > XP_MAX_BATCH)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "ops must be an array of 1 to %d entries",
+			       XP_MAX_BATCH);
+	if ((bo->timeout && !json_is_integer(bo->timeout)) ||
+	    (bo->release_on_end && !json_is_boolean(bo->release_on_end)))
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "timeout_ms must be an integer and release_on_end a boolean");
+	if (strcmp(event, "each") != 0 && strcmp(event, "batch") != 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "event must be \"each\" or \"batch\"");
+	if (strcmp(event, "batch") == 0 && !(bo->batch = xd_batch_create(call)))
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return 0;
+}
+
+/* The result: {"results", "batch"?} and, when entry @failed (>= 0) was refused, why. */
+static int batch_result(struct xd_call *call, const struct batch_opts *bo, json_t *results,
+			long failed)
+{
+	json_t *r = json_pack("{s:o}", "results", results);
+
+	if (r && bo->batch &&
+	    json_object_set_new(r, "batch", json_integer((json_int_t)bo->batch->id))) {
+		json_decref(r);
+		r = NULL;
+	}
+	if (r && failed >= 0 &&
+	    (json_object_set_new(r, "failed", json_integer(failed)) ||
+	     json_object_set_new(r, "errno", json_string(xp_errno_name(call->cause_errno))) ||
+	     json_object_set_new(r, "message", json_string(call->message)))) {
+		json_decref(r);
+		r = NULL;
+	}
+	xd_batch_seal(bo->batch);
+	call->result = r;
+	return r ? 0 : xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+}
+
 int xd_handle_op_batch(struct xd_call *call)
 {
 	json_t *ops, *entry, *results;
+	struct batch_opts bo;
 	size_t i;
 
-	if (xd_unpack_params(call, "{s:o}", "ops", &ops))
-		return -EINVAL;
-	if (!json_is_array(ops) || json_array_size(ops) == 0 || json_array_size(ops) > XP_MAX_BATCH)
-		return xd_fail(call, XP_E_FAILED, EINVAL, "ops must be an array of 1 to %d entries",
-			       XP_MAX_BATCH);
+	if (batch_opts(call, &bo, &ops))
+		return -call->cause_errno;
 	results = json_array();
-	if (!results)
+	if (!results) {
+		xd_batch_seal(bo.batch);
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	json_array_foreach(ops, i, entry) {
-		int rc = batch_entry(call, i, entry, results);
-		if (rc == -ENOMEM)
-			xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		if (rc < 0) {
-			/* The entries before it were made: their ids go with the refusal. */
-			json_t *done = json_pack("{s:o, s:I, s:s, s:s}", "results", results,
-						 "failed", (json_int_t)i, "errno",
-						 xp_errno_name(call->cause_errno), "message",
-						 call->message);
-			call->result = done;
-			return done ? 0 : xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-		}
 	}
-	call->result = json_pack("{s:o}", "results", results);
-	return 0;
+	json_array_foreach(ops, i, entry) {
+		/* a refused entry stops it: the ones before it stand, their ids go with the why */
+		if (batch_entry(call, i, entry, results, &bo) < 0)
+			return batch_result(call, &bo, results, (long)i);
+	}
+	return batch_result(call, &bo, results, -1);
 }

@@ -97,9 +97,95 @@ static void notify(struct xd_op *op, bool to_owner)
 	json_decref(msg);
 }
 
+/* ---- batches with one event (op.batch "event": "batch") ---- */
+
+static void batch_free(struct xd_batch *b)
+{
+	xd_defer_cancel(b->d, &b->push_later);
+	json_decref(b->ends);
+	free(b);
+}
+
+static void batch_push_cb(void *arg)
+{
+	struct xd_batch *b = arg;
+	struct xd_conn *c = xd_client_find(b->d, b->client);
+	json_t *msg = xp_build_notification(XP_NOTIFY_BATCH_DONE,
+					    json_pack("{s:I, s:O}", "batch", (json_int_t)b->id,
+						      "ops", b->ends));
+
+	if (c && msg)
+		xd_client_send(c, msg);
+	json_decref(msg);
+	batch_free(b);
+}
+
+static void batch_maybe_done(struct xd_batch *b)
+{
+	if (b->sealed && b->pending == 0)
+		xd_defer(b->d, &b->push_later, batch_push_cb, b);
+}
+
+struct xd_batch *xd_batch_create(struct xd_call *call)
+{
+	struct xd_batch *b = calloc(1, sizeof(*b));
+
+	if (!b || !(b->ends = json_array())) {
+		free(b);
+		return NULL;
+	}
+	b->d = call->conn->d;
+	b->id = ++b->d->next_batch;
+	b->client = call->conn->id;
+	return b;
+}
+
+/* Records @op's end in its batch (a compact entry: the cause is op.status's, while listed). */
+static void batch_op_ended(struct xd_op *op)
+{
+	struct xd_batch *b = op->batch;
+	json_t *e = json_pack("{s:I, s:s, s:I}", "op", (json_int_t)op->id, "state",
+			      xp_state_name(op->state), "bytes", (json_int_t)op_bytes(op));
+
+	if (e && op->cause_errno)
+		json_object_set_new(e, "errno", json_string(xp_errno_name(op->cause_errno)));
+	if (!e || json_array_append_new(b->ends, e))
+		xd_log(XD_LOG_ERR, "batch %llu: out of memory recording op %llu",
+		       (unsigned long long)b->id, (unsigned long long)op->id);
+	op->batch = NULL;
+	b->pending--;
+	batch_maybe_done(b);
+}
+
+int xd_batch_join(struct xd_batch *b, struct xd_op *op)
+{
+	op->batch = b;
+	b->pending++;
+	if (xp_state_terminal(op->state))
+		batch_op_ended(op); /* (it ended while its request ran: a refused local copy) */
+	return 0;
+}
+
+void xd_batch_seal(struct xd_batch *b)
+{
+	if (!b)
+		return;
+	b->sealed = true;
+	batch_maybe_done(b);
+}
+
+struct xd_op *xd_op_find_own(struct xd_call *call, uint64_t id)
+{
+	struct xd_op *op = op_find(call->conn->d, id);
+
+	/* (by client id: an op released on its end has no owner any more, but is still here) */
+	return op && op->client_id == call->conn->id && !op->internal ? op : NULL;
+}
+
 static void notify_owner(struct xd_op *op)
 {
-	notify(op, true);
+	/* (a batch's ops end into op.batch_done; subscribers still see them change) */
+	notify(op, !op->batch);
 }
 
 /* ---- waiters (op.wait, and op.cancel while a copy stops) ---- */
@@ -340,6 +426,8 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 	if (claiming)
 		refuse_pending_claim(op);
 	notify_owner(op);
+	if (op->batch)
+		batch_op_ended(op);
 	waiters_reply(op);
 	if (op->release_on_end && op->owner) { /* its end was the owner's last word on it */
 		detach_owner(op); /* gone for lookups at once; freed at the next loop turn */
@@ -394,6 +482,8 @@ static void op_free(struct xd_op *op)
 	}
 	if (op->pair)
 		op->pair->pair = NULL;
+	if (op->batch) /* (freed unended: shutdown's teardown) */
+		batch_op_ended(op);
 	if (life_holds_regions(op->life))
 		drop_regions(op);
 	TAILQ_REMOVE(&op->d->ops, op, link);

@@ -426,7 +426,7 @@ struct xd_daemon {
 	TAILQ_HEAD(, xd_conn) conns;
 	TAILQ_HEAD(, xd_region) regions;
 	TAILQ_HEAD(, xd_op) ops;
-	uint64_t next_client, next_region, next_op;
+	uint64_t next_client, next_region, next_op, next_batch;
 	struct xd_copier *copier;
 	struct xd_tcp *tcp; /**< tcp.c: listeners, connections not yet through HELLO */
 	struct xp_endpoint endpoints[XP_MAX_ENDPOINTS]; /**< advertised in metadata */
@@ -681,7 +681,8 @@ struct xd_op {
 	bool internal;
 	void (*on_end)(struct xd_op *op); /**< internal: called once, when it ended */
 	void *on_end_arg;
-	struct xd_wreq *wreq; /**< opener's get/put over the network: owned, freed with the op */
+	struct xd_wreq *wreq;	/**< opener's get/put over the network: owned, freed with the op */
+	struct xd_batch *batch; /**< op.batch with one event: its end goes there, not op.changed */
 	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
 	TAILQ_HEAD(, xd_waiter) waiters;
 };
@@ -709,6 +710,29 @@ struct xd_wreq {
 	bool has_tag;
 	char tag[XP_MAX_TAG + 1];
 };
+
+/*
+ * An op.batch whose ends its client takes as one op.batch_done (PROTOCOL.md §5.2): its ops'
+ * op.changed are held back, each end is recorded, and once the batch is sealed and every op of
+ * it ended the list is pushed (at the next loop turn, after the batch's reply).
+ */
+struct xd_batch {
+	struct xd_daemon *d;
+	uint64_t id;
+	uint64_t client; /**< the connection's id: it may close meanwhile */
+	unsigned pending;
+	bool sealed;
+	json_t *ends; /**< [{"op", "state", "bytes", "errno"?}] */
+	struct xd_deferred push_later;
+};
+/* A batch for @call's client. NULL when out of memory. */
+struct xd_batch *xd_batch_create(struct xd_call *call);
+/* @op (listed by this batch's request) ends into @b. Returns 0 or -ENOMEM. */
+int xd_batch_join(struct xd_batch *b, struct xd_op *op);
+/* No more ops join @b; it is pushed and freed once every one ended. Accepts NULL. */
+void xd_batch_seal(struct xd_batch *b);
+/* The op @id of @call's client, or NULL (no lookup error recorded). */
+struct xd_op *xd_op_find_own(struct xd_call *call, uint64_t id);
 
 /* Makes an op of @kind with its deadline timer, not yet listed. NULL when out of memory. */
 struct xd_op *xd_op_create(struct xd_daemon *d, enum xp_kind kind);

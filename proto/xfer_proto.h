@@ -78,6 +78,7 @@ enum xp_method {
 #define XP_NOTIFY_OP_CHANGED "op.changed"
 #define XP_NOTIFY_WINDOW_NOTIFIED "window.notified"
 #define XP_NOTIFY_WINDOW_CLOSED "window.closed"
+#define XP_NOTIFY_BATCH_DONE "op.batch_done" /* every op of an op.batch with "event": "batch" */
 
 #define XP_MAX_TAG 256	  /* bytes of a notify tag of op.get / op.put */
 #define XP_MAX_BATCH 1024 /* entries of one op.batch */

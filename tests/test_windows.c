@@ -752,6 +752,81 @@ TEST(three_nodes_open_one_window)
 		node_stop(&n[i]);
 }
 
+static void count_changed(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/* What a batch event delivered. */
+struct bevents {
+	int events;
+	uint64_t batch;
+	size_t n, complete;
+	uint64_t *seen; /* op ids, in the order they ended */
+};
+
+static void batch_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
+{
+	struct bevents *b = arg;
+
+	b->events++;
+	b->batch = ev->batch;
+	b->n = ev->n;
+	b->seen = calloc(ev->n + 1, sizeof(*b->seen));
+	for (size_t i = 0; b->seen && i < ev->n; i++) {
+		b->seen[i] = ev->ends[i].op;
+		b->complete += ev->ends[i].state == XFER_COMPLETE;
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The same 1000 gets, released on their ends, with one event: it lists each op once, all
+ * COMPLETE, and no op.changed came for them.
+ */
+static void batch_one_event(struct xfer_client *opener, struct win *w, struct xfer_batch_op *ops,
+			    size_t n)
+{
+	static struct bevents b;
+	static uint64_t want[1000];
+	struct xfer_op_opts opts = { .flags = XFER_OP_BATCH_EVENT | XFER_OP_RELEASE_ON_END };
+	uint64_t batch = 0;
+	size_t done = 0;
+	int changed = 0;
+
+	memset(&b, 0, sizeof(b));
+	xfer_set_batch_cb(opener, batch_cb, &b);
+	xfer_set_event_cb(opener, count_changed, &changed);
+	for (size_t i = 0; i < n; i++) {
+		ops[i].kind = XFER_GET;
+		ops[i].offset = (uint64_t)(n - 1 - i) * 1024;
+	}
+	CHECK_OK(xfer_batch(opener, ops, n, &opts, &done, &batch));
+	CHECK(batch != 0);
+	WAIT_EVENTS(opener, b.events == 1);
+	CHECK_EQ_INT(b.batch, batch);
+	CHECK_EQ_INT(b.n, n);
+	CHECK_EQ_INT(b.complete, n);
+	for (size_t i = 0; i < n; i++)
+		want[i] = ops[i].op;
+	qsort(want, n, sizeof(want[0]), cmp_u64);
+	qsort(b.seen, n, sizeof(b.seen[0]), cmp_u64);
+	CHECK_MEM_EQ(b.seen, want, n * sizeof(want[0])); /* each once */
+	CHECK_EQ_INT(changed, 0);
+	struct xfer_op_info info;
+	CHECK_ERR(xfer_status(opener, ops[0].op, &info), -ENOENT); /* released on its end */
+	free(b.seen);
+	xfer_set_batch_cb(opener, NULL, NULL);
+	xfer_set_event_cb(opener, NULL, NULL);
+	(void)w;
+}
+
 static void batch_1000(struct xfer_client *owner, struct xfer_client *opener)
 {
 	enum { N = 1000, LEN = 1024 };
@@ -771,7 +846,7 @@ static void batch_1000(struct xfer_client *owner, struct xfer_client *opener)
 						 &d[i],	   1,	     NULL,
 						 0 };
 	}
-	if (xfer_batch(opener, ops, N, NULL, &done))
+	if (xfer_batch(opener, ops, N, NULL, &done, NULL))
 		harness_fail(__FILE__, __LINE__, "batch: %s", xfer_last_error(opener));
 	CHECK_EQ_INT(done, N);
 	for (int i = 0; i < N; i++)
@@ -781,11 +856,12 @@ static void batch_1000(struct xfer_client *owner, struct xfer_client *opener)
 			     (uint8_t *)lbuf.buf.addr + i * LEN, LEN);
 	/* a batch stops at its first refused entry; the ones before it stand */
 	ops[5].offset = N * LEN;
-	CHECK_ERR(xfer_batch(opener, ops, 10, NULL, &done), -EINVAL);
+	CHECK_ERR(xfer_batch(opener, ops, 10, NULL, &done, NULL), -EINVAL);
 	CHECK_EQ_INT(done, 5);
 	CHECK(strstr(xfer_last_error(opener), "entry 5") != NULL);
 	for (int i = 0; i < 5; i++)
 		wait_complete(opener, ops[i].op);
+	batch_one_event(opener, &w, ops, N);
 	CHECK_OK(xfer_window_close(owner, w.window));
 	free(w.meta);
 	xfer_buf_free(&w.obuf.buf);
