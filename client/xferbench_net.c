@@ -11,6 +11,8 @@
  *   lat    the latency part only
  *   check  multi-descriptor (scatter/gather) reads and writes whose descriptor boundaries differ
  *          on the two sides, up to 1024 descriptors, every byte and every gap checked
+ *   win    one-sided gets and puts on a window of the passive client's buffer, opened by the
+ *          active one, N kept in flight (PROTOCOL.md §5.1): the owner's client is not involved
  *
  * Every timed operation goes through the public calls an application makes: readable/writable
  * on the passive client, read/write on the active one, wait for COMPLETE on both. Buffers are
@@ -744,6 +746,192 @@ static int run_pipe(struct bench *b)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* win: one-sided gets and puts on a window, N in flight                                     */
+
+/* The window pipeline: slot k moves the active buffer's slice k to/from window slice k. */
+struct win_state {
+	uint64_t ops[MAX_INFLIGHT], t0[MAX_INFLIGHT], seq[MAX_INFLIGHT];
+	bool ended[MAX_INFLIGHT];
+	int err[MAX_INFLIGHT];
+	int depth;
+	uint64_t size;
+	int stray;
+};
+
+static void win_event_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct win_state *ws = arg;
+
+	if (info->state < XFER_COMPLETE)
+		return;
+	for (int k = 0; k < ws->depth; k++) {
+		if (ws->ended[k] || info->op != ws->ops[k])
+			continue;
+		ws->ended[k] = true;
+		if (info->state != XFER_COMPLETE || info->bytes != ws->size) {
+			fprintf(stderr,
+				"xferbench_net: win: op %" PRIu64 " %s (%" PRIu64 " bytes): %s\n",
+				info->op, xfer_state_name(info->state), info->bytes, info->cause);
+			ws->err[k] = info->error ?: -EIO;
+		}
+		return;
+	}
+	ws->stray++;
+}
+
+static int win_submit(struct bench *b, uint64_t handle, bool put, struct win_state *ws, int k,
+		      uint64_t seq)
+{
+	struct bench_buf *src = put ? &b->ab : &b->pb;
+	struct xfer_desc d = { b->ab.region, (uint64_t)k * ws->size, ws->size };
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	int err;
+
+	ws->ended[k] = false;
+	ws->err[k] = 0;
+	ws->seq[k] = seq;
+	stamp_put((char *)src->buf.addr + (uint64_t)k * ws->size, ws->size, seq);
+	ws->t0[k] = bench_now_ns();
+	err = put ? xfer_put(b->ac, handle, (uint64_t)k * ws->size, &d, 1, NULL, &opts,
+			     &ws->ops[k]) :
+		    xfer_get(b->ac, handle, (uint64_t)k * ws->size, &d, 1, NULL, &opts,
+			     &ws->ops[k]);
+	return err ? bench_fail(b->ac, put ? "xfer_put" : "xfer_get", err) : 0;
+}
+
+static int win_finish(struct bench *b, bool put, struct win_state *ws, int k, uint64_t *lat_ns)
+{
+	struct bench_buf *dst = put ? &b->pb : &b->ab;
+	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
+	struct pollfd pfd = { xfer_get_fd(b->ac), POLLIN, 0 };
+
+	while (!ws->ended[k]) {
+		if (bench_now_ns() > deadline)
+			return -ETIMEDOUT;
+		if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+			return -errno;
+		int rc = xfer_dispatch(b->ac);
+		if (rc < 0)
+			return bench_fail(NULL, "xfer_dispatch", rc);
+	}
+	*lat_ns = bench_now_ns() - ws->t0[k];
+	if (ws->err[k])
+		return ws->err[k];
+	if (!stamp_ok((char *)dst->buf.addr + (uint64_t)k * ws->size, ws->size, ws->seq[k])) {
+		fprintf(stderr,
+			"xferbench_net: win %s %" PRIu64 " bytes: slot %d has stale bytes\n",
+			put ? "put" : "get", ws->size, k);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Keeps @depth gets or puts in flight on @handle for --seconds (and at least 64 of them). */
+static int win_cell(struct bench *b, uint64_t handle, bool put, uint64_t size, int depth,
+		    struct pipe_result *r)
+{
+	struct bench_buf *src = put ? &b->ab : &b->pb, *dst = put ? &b->pb : &b->ab;
+	uint64_t cap = 1 << 18, *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
+	struct win_state *ws = calloc(1, sizeof(*ws));
+	int err = 0, k;
+
+	if (!lat || !ws) {
+		free(lat);
+		free(ws);
+		return -ENOMEM;
+	}
+	ws->depth = depth;
+	ws->size = size;
+	xfer_set_event_cb(b->ac, win_event_cb, ws);
+	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 17 + put);
+	memset(dst->buf.addr, 0, size * (uint64_t)depth);
+	t0 = bench_now_ns();
+	for (k = 0; k < depth && !err; k++, started++)
+		err = win_submit(b, handle, put, ws, k, started + 1);
+	for (k = 0; !err && done < started; k = (k + 1) % depth) {
+		err = win_finish(b, put, ws, k, &lat[done % cap]);
+		done++;
+		double secs = (bench_now_ns() - t0) / 1e9;
+		if (!err && (started < 64 || secs < b->o->seconds) && started < cap) {
+			err = win_submit(b, handle, put, ws, k, started + 1);
+			started++;
+		}
+	}
+	for (; err && done + 1 < started; k = (k + 1) % depth, done++) {
+		uint64_t ignored;
+		win_finish(b, put, ws, k, &ignored);
+	}
+	uint64_t elapsed = bench_now_ns() - t0;
+	xfer_set_event_cb(b->ac, NULL, NULL);
+	if (!err && ws->stray)
+		err = -EIO;
+	for (k = 0; !err && k < depth; k++)
+		if (memcmp((char *)src->buf.addr + (uint64_t)k * size,
+			   (char *)dst->buf.addr + (uint64_t)k * size, size)) {
+			fprintf(stderr, "xferbench_net: win: slot %d differs\n", k);
+			err = -EIO;
+		}
+	if (!err) {
+		size_t n = done < cap ? done : cap;
+		r->ops = done;
+		r->gbps = bench_gbps(size * done, elapsed);
+		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
+		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
+		r->us_op = elapsed / 1e3 / (double)done;
+	}
+	free(lat);
+	free(ws);
+	return err;
+}
+
+static int run_win(struct bench *b)
+{
+	const struct opts *o = b->o;
+	uint64_t window, handle;
+	char *meta = NULL, sz[32];
+	int err = xfer_window_create(b->pc, b->pb.region, 0, 0, XFER_ACCESS_READWRITE, 0, &window,
+				     &meta);
+
+	if (err)
+		return bench_fail(b->pc, "xfer_window_create", err);
+	err = xfer_window_open(b->ac, meta, &handle, NULL, NULL);
+	free(meta);
+	if (err)
+		return bench_fail(b->ac, "xfer_window_open", err);
+	if (!o->json)
+		printf("%-5s %9s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "ops",
+		       "GB/s", "p50 us", "p99 us", "us/op");
+	for (int put = 0; put < 2 && !err; put++) {
+		for (int si = 0; si < o->nsizes && !err; si++) {
+			for (int di = 0; di < o->ndepths && !err; di++) {
+				struct pipe_result r;
+				uint64_t s = o->sizes[si];
+				err = win_cell(b, handle, put, s, o->depths[di], &r);
+				if (err)
+					break;
+				if (o->json)
+					printf("{\"win\":true,\"kind\":\"%s\",\"size\":%" PRIu64
+					       ",\"depth\":%d,\"ops\":%" PRIu64
+					       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,"
+					       "\"us_per_op\":%.2f}\n",
+					       put ? "put" : "get", s, o->depths[di], r.ops, r.gbps,
+					       r.us_p50, r.us_p99, r.us_op);
+				else
+					printf("%-5s %9s %6d %7" PRIu64
+					       " %9.3f %10.1f %10.1f %9.1f\n",
+					       put ? "put" : "get",
+					       bench_fmt_size(s, sz, sizeof(sz)), o->depths[di],
+					       r.ops, r.gbps, r.us_p50, r.us_p99, r.us_op);
+				fflush(stdout);
+			}
+		}
+	}
+	xfer_window_close(b->ac, handle);
+	xfer_window_close(b->pc, window);
+	return err;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* reg: the cost of registering                                                              */
 
 /* Register + deregister of one resident @size memfd, for --seconds (at least 100 times). */
@@ -881,7 +1069,8 @@ static int node_of(struct xfer_client *c, char *out, size_t len)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: xferbench_net bench|lat|check|pipe|reg --passive SOCKET --active SOCKET [options]\n"
+		"usage: xferbench_net bench|lat|check|pipe|win|reg --passive SOCKET --active SOCKET "
+		"[options]\n"
 		"  --passive SOCKET  the owner's daemon: readable/writable are made there\n"
 		"  --active SOCKET   the other daemon: read/write are issued there\n"
 		"  --min SIZE        bench: smallest size (default 4K); sizes grow x4\n"
@@ -892,8 +1081,8 @@ static void usage(FILE *f)
 		"  --lat-iters N     latency round trips (default 1000; 0 skips latency)\n"
 		"  --lat-size SIZE   latency operation size (default 64)\n"
 		"  --transport NAME  check: transport every op must report (default tcp)\n"
-		"  --sizes LIST      pipe: sizes (default 4K,64K,1M,16M)\n"
-		"  --depths LIST     pipe: operations in flight (default 1,8,16,32)\n"
+		"  --sizes LIST      pipe, win: sizes (default 4K,64K,1M,16M)\n"
+		"  --depths LIST     pipe, win: operations in flight (default 1,8,16,32)\n"
 		"  --pool SIZE       reg: also register a touched pool of SIZE once (default 0)\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"pipe keeps N pairs in flight (waiting for the oldest) and prints per-op latency p50/p99;\n"
@@ -911,6 +1100,7 @@ static const struct mode {
 	{ "lat", run_lat, BENCH_GIB },
 	{ "check", run_check, 64 * BENCH_MIB },
 	{ "pipe", run_pipe, 0 },
+	{ "win", run_win, 0 },
 	{ "reg", run_reg, 0 },
 };
 
@@ -1047,7 +1237,7 @@ static uint64_t buf_size(const struct opts *o, const struct mode *mode)
 		bufsize = o->lat_size > 4096 ? o->lat_size : 4096;
 	else if (mode->run == run_check)
 		bufsize = o->max;
-	else if (mode->run == run_pipe)
+	else if (mode->run == run_pipe || mode->run == run_win)
 		bufsize = pipe_buf_size(o);
 	else if (mode->run == run_reg)
 		bufsize = 4096;

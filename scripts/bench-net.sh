@@ -19,15 +19,20 @@
 #      sizes: GB/s, per-operation latency p50/p99, ratio to UCX tag_bw of the same size
 #   6. registration (xferbench_net reg): register+deregister of a resident 1 MiB (and 4 KiB)
 #      memfd per second, and registering a --pool (4 GiB) memfd the client already touched
+#   7. windows (xferbench_net win): one-sided gets (bytes 0 -> 1) and puts (1 -> 0) on a
+#      window of node 0's buffer opened on node 1, 16 in flight, at 4 KiB, 64 KiB and 1 MiB
+#      (--win-sizes, --win-depths): GB/s and ops/s against UCX tag_bw/put_bw of the same size
 # and prints tables with the ratios to iperf3 and UCX. Targets: (issue 3) large transfers
 # >= 0.9x iperf3 single-stream; with several connections per peer, above single-stream;
 # (issue 14) pairings with 8 in flight at 64 KiB >= 0.5x UCX tag_bw; register+deregister of
-# a resident 1 MiB memfd >= 10,000/s; a touched pool registered in <= 0.25 s per GiB.
+# a resident 1 MiB memfd >= 10,000/s; a touched pool registered in <= 0.25 s per GiB; window
+# gets/puts with 16 in flight: 64 KiB >= 1.0x UCX, 4 KiB ops/s >= 1.0x UCX msg/s, 1 MiB >= 1.2x.
 #
 # Options: --max SIZE (default 1G), --min SIZE (4K), --connections N (peer_connections, 2),
 # --seconds S (iperf3 duration, 5), --lat-iters N (1000), --mtu M (veth MTU, default 1500),
 # --json FILE (also write the numbers as JSON), --pipe-sizes LIST (4K,64K,1M,16M), --depths LIST
-# (1,8,16,32), --pipe-seconds S (time per pipe cell, 1.5), --pool SIZE (4G; 0 skips it),
+# (1,8,16,32), --pipe-seconds S (time per pipe or window cell, 1.5), --pool SIZE (4G; 0 skips
+# it), --win-sizes LIST (4K,64K,1M), --win-depths LIST (16),
 # --no-ucx. Environment: BUILD (default build).
 #
 # MTU: the veths keep 1500 (--mtu changes it). Measured here on 2026-11-21 (2 vCPU guest with a
@@ -54,6 +59,8 @@ JSON_OUT=
 PIPE_SIZES=4K,64K,1M,16M
 DEPTHS=1,8,16,32
 PIPE_SECS=1.5
+WIN_SIZES=4K,64K,1M
+WIN_DEPTHS=16
 POOL=4G
 UCX=1
 while [ $# -gt 0 ]; do
@@ -66,6 +73,8 @@ while [ $# -gt 0 ]; do
 	--mtu) export XN_MTU=$2; shift 2 ;;
 	--json) JSON_OUT=$2; shift 2 ;;
 	--pipe-sizes) PIPE_SIZES=$2; shift 2 ;;
+	--win-sizes) WIN_SIZES=$2; shift 2 ;;
+	--win-depths) WIN_DEPTHS=$2; shift 2 ;;
 	--depths) DEPTHS=$2; shift 2 ;;
 	--pipe-seconds) PIPE_SECS=$2; shift 2 ;;
 	--pool) POOL=$2; shift 2 ;;
@@ -227,6 +236,14 @@ if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active 
 	cat "$RUN/pipe.err" >&2
 	exit 1
 fi
+echo "xferd: window gets and puts, $WIN_DEPTHS in flight, at $WIN_SIZES ..."
+if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+	--sizes "$WIN_SIZES" --depths "$WIN_DEPTHS" --seconds "$PIPE_SECS" --json \
+	>>"$RUN/xferd.json" 2>"$RUN/win.err"; then
+	echo "bench-net.sh: xferbench_net win failed:" >&2
+	cat "$RUN/win.err" >&2
+	exit 1
+fi
 echo "xferd: registration ..."
 if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
 	--pool "$POOL" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
@@ -250,8 +267,9 @@ iperf3_round after
 import json, sys
 
 allrows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rows = [r for r in allrows if not r.get("pipe") and not r.get("reg")]
+rows = [r for r in allrows if not r.get("pipe") and not r.get("reg") and not r.get("win")]
 pipe = [r for r in allrows if r.get("pipe")]
+win = [r for r in allrows if r.get("win")]
 reg = [r for r in allrows if r.get("reg")]
 ucx = {}
 for line in sys.argv[6].split("\n"):
@@ -378,6 +396,33 @@ if pipe:
             if 8 in c and 32 in c:
                 print(f"  per-op cost {kind} {fmt(sz)}: 32 in flight {c[32]:.1f} us vs 8 in flight"
                       f" {c[8]:.1f} us ({c[32] / c[8]:.2f}x; must not grow)")
+if win:
+    print()
+    print("xferd windows: one-sided gets (node 0 -> 1) and puts (1 -> 0), N in flight, ends from"
+          " notifications:")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'ops':>6} {'GB/s':>7} {'ops/s':>8} {'p50 us':>9}"
+          f" {'p99 us':>9} {'/tag_bw':>8} {'/put_bw':>8} {'/UCX msg/s':>10}")
+    result["win"] = []
+    for r in win:
+        tg = ucx.get(("tag_bw", r["size"]), {})
+        pt = ucx.get(("put_bw", r["size"]), {})
+        ops = 1e6 / r["us_per_op"]
+        rt = r["gbps"] / tg["GBps"] if tg.get("GBps") else 0
+        rp = r["gbps"] / pt["GBps"] if pt.get("GBps") else 0
+        rm = ops / tg["msg_per_s"] if tg.get("msg_per_s") else 0
+        print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r['ops']:6d} {r['gbps']:7.3f}"
+              f" {ops:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f} {rt:8.2f} {rp:8.2f} {rm:10.2f}")
+        result["win"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp, "ratio_msg_rate": rm})
+    for kind in ("get", "put"):
+        for sz, want, what in ((4096, 1.0, "ops/s vs UCX tag_bw msg/s"),
+                               (65536, 1.0, "GB/s vs UCX tag_bw"),
+                               (1048576, 1.2, "GB/s vs UCX tag_bw")):
+            c = [r for r in result["win"] if r["kind"] == kind and r["size"] == sz
+                 and r["depth"] == 16]
+            if c and (c[0]["ratio_msg_rate"] if sz == 4096 else c[0]["ratio_tag_bw"]):
+                v = c[0]["ratio_msg_rate"] if sz == 4096 else c[0]["ratio_tag_bw"]
+                print(f"target: window {kind} {fmt(sz)}, 16 in flight: {v:.2f}x ({what};"
+                      f" target >= {want}x)")
 if reg:
     print()
     print("registration (on node 0):")
