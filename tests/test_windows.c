@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * Windows end to end through libxferclient against real xferd processes: on one node (local
- * transport) and between daemons on 127.0.0.1 (TCP, keyed: the open proves the token): gets
- * and puts byte-exact at many offsets, notify tags exactly once and in order, access-mode and
- * range refusals, revocation with transfers in flight, an opener and an owner killed
- * mid-stream, three nodes opening one window, and batches of 1000.
+ * transport) and across nodes (cross_*: daemons on 127.0.0.1, TCP, keyed, so that the open
+ * proves the token): gets and puts byte-exact at many offsets, notify tags exactly once and in
+ * order, access-mode and range refusals, revocation with transfers in flight, an opener and an
+ * owner killed mid-stream, three nodes opening one window, and batches of 1000 (one event).
  *
  * XFER_WINDOWS_NODES=SOCK,SOCK[,SOCK] runs the same cases against daemons already running
  * (tests/rdma/run.sh: the two Soft-RoCE nodes of the VM) instead of starting its own, and
@@ -265,7 +265,7 @@ TEST(local_get_put_many_offsets)
 	node_stop(&a);
 }
 
-TEST(tcp_get_put_many_offsets)
+TEST(cross_get_put_many_offsets)
 {
 	cross_node();
 	struct node a, b;
@@ -345,7 +345,7 @@ TEST(local_notify_exactly_once_in_order)
 	node_stop(&a);
 }
 
-TEST(tcp_notify_exactly_once_in_order)
+TEST(cross_notify_exactly_once_in_order)
 {
 	cross_node();
 	struct node a, b;
@@ -444,7 +444,7 @@ TEST(local_refusals)
 	node_stop(&a);
 }
 
-TEST(tcp_refusals)
+TEST(cross_refusals)
 {
 	cross_node();
 	struct node a, b;
@@ -520,7 +520,7 @@ TEST(local_revoke_in_flight)
 	node_stop(&a);
 }
 
-TEST(tcp_revoke_in_flight)
+TEST(cross_revoke_in_flight)
 {
 	cross_node();
 	struct node a, b;
@@ -571,7 +571,7 @@ static int windows_of(struct xfer_client *c, const char *what)
 	return n;
 }
 
-TEST(tcp_opener_killed_mid_stream)
+TEST(cross_opener_killed_mid_stream)
 {
 	cross_node();
 	struct node a, b;
@@ -625,7 +625,7 @@ static void own_window(void *arg)
 	pause();
 }
 
-TEST(tcp_owner_killed_mid_stream)
+TEST(cross_owner_killed_mid_stream)
 {
 	cross_node();
 	struct node a, b;
@@ -698,7 +698,7 @@ static void ctl_shows(const char *sock, const char *args, const char *want)
 }
 
 /* One readable window fanned out to three nodes (two remote, one local opener). */
-TEST(three_nodes_open_one_window)
+TEST(cross_three_nodes_open_one_window)
 {
 	cross_node();
 	struct node n[3];
@@ -880,7 +880,7 @@ TEST(local_batch_of_1000)
 	node_stop(&a);
 }
 
-TEST(tcp_batch_of_1000)
+TEST(cross_batch_of_1000)
 {
 	cross_node();
 	struct node a, b;

@@ -1752,12 +1752,16 @@ static int owner_revokes(struct ctx *t, struct wprobe *w, char *why, size_t len)
 		return snprintf(why, len, "fork: %s", strerror(errno)), -1;
 	w->closer = pid;
 	if (wait_msg(&w->r, XP_PEER_CANCEL, &c) == 0) {
+		uint64_t xfer = w->r.xfer;
+		int rc;
 		json_decref(c);
 		c = NULL;
-		if (wait_msg(&w->r, XP_PEER_WCLOSE, &c) == 0) {
-			json_decref(c);
+		w->r.xfer = 1; /* (WCLOSE names the handle, not the get's transfer) */
+		rc = wait_msg(&w->r, XP_PEER_WCLOSE, &c);
+		w->r.xfer = xfer;
+		json_decref(c);
+		if (rc == 0)
 			return 0;
-		}
 	}
 	snprintf(why, len, "%s", w->r.why);
 	return -1;
