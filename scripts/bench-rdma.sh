@@ -18,7 +18,10 @@
 #   leaves out the first and last DUR/4 seconds (whole seconds, as perftest computes it), and
 #   rdma_bench -m leaves out the same margins (its start, all workers claiming at once, and its
 #   drain, fewer than DEPTH in flight after the end; see tests/rdma/rdma_bench.c);
-#   3. a table: MiB/s of each and the ratio xferd / perftest.
+#   3. windows (PROTOCOL.md §5.1): $BUILD/xferbench_net win, a window of node 1's buffer opened
+#      on node 0, WIN_DEPTH (16) one-sided gets (beside read) and puts (beside write) in flight
+#      for DUR seconds (its rate over the whole run, no margins: a little pessimistic);
+#   4. a table: MiB/s of each and the ratio xferd / perftest.
 #
 # Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
 # with host load by 2x; only the ratios measured in one boot mean anything.
@@ -40,9 +43,10 @@ DUR=${DUR:-5}
 MARGIN=$((DUR / 4)) # perftest's own margin for -D DUR (integer seconds)
 DEPTH=${DEPTH:-8}
 REPS=${REPS:-3}
+WIN_DEPTH=${WIN_DEPTH:-16}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
-for b in xferd xferctl tests/rdma_bench; do
+for b in xferd xferctl xferbench_net tests/rdma_bench; do
 	[ -x "$BUILD/$b" ] || { echo "bench-rdma: $BUILD/$b is missing: build first" >&2; exit 1; }
 done
 command -v ib_write_bw >/dev/null || { echo "bench-rdma: perftest is not installed" >&2; exit 1; }
@@ -147,7 +151,23 @@ xf() {
 	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
 
-declare -A PERF XF
+# xw SIZE: one xferbench_net win run (gets, then puts); appends to XW[get|put.SIZE] (MiB/s).
+xw() {
+	local l k
+	if ! l=$(timeout 300 "$BUILD/xferbench_net" win --passive "$D/n1.sock" --active "$D/n0.sock" \
+		--sizes "$1" --depths "$WIN_DEPTH" --seconds "$DUR" --json 2>"$D/xw.err"); then
+		echo "bench-rdma: xferbench_net win $1 failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
+		XW[get.$1]+=" -" XW[put.$1]+=" -"
+		return
+	fi
+	for k in get put; do
+		XW[$k.$1]+=" $(grep "\"kind\":\"$k\"" <<<"$l" | sed 's/.*"gbps":\([0-9.]*\).*/\1/' |
+			awk '{ printf "%.1f", $1 * 1e9 / 1048576 }')"
+	done
+	echo "# xferd window get/put $1 depth $WIN_DEPTH: ${XW[get.$1]##* } / ${XW[put.$1]##* } MiB/s"
+}
+
+declare -A PERF XF XW
 echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
 echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1)"
 echo "# xferd: readable/writable on node 1 ($RXE_DEV1), read/write from node 0 ($RXE_DEV0), 1 and $DEPTH in flight"
@@ -180,6 +200,9 @@ for ((rep = 1; rep <= REPS; rep++)); do
 			xf "$kind" "$s" "$DEPTH"
 		done
 	done
+	for s in $SIZES; do
+		xw "$s"
+	done
 done
 echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
 for n in 0 1; do
@@ -208,13 +231,19 @@ ratio() {
 	awk -v r="$r" 'BEGIN { printf "%.2fx", r }'
 }
 
-printf '\n%-6s %9s %9s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio "xferd d$DEPTH" ratio
+printf '\n%-6s %9s %9s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
+	"xferd d$DEPTH" ratio "win d$WIN_DEPTH" ratio
 for kind in read write; do
+	wk="put"
+	[ "$kind" = read ] && wk="get"
 	for s in $SIZES; do
 		p=${PERF[ib_${kind}_bw.$s]:-} x1=${XF[$kind.$s.1]:-} xd=${XF[$kind.$s.$DEPTH]:-}
-		printf '%-6s %9s %9s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
-			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")"
+		xw=${XW[$wk.$s]:-}
+		printf '%-6s %9s %9s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
+			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")" \
+			"$(median "$xw")" "$(ratio "$xw" "$p")"
 	done
 done
 echo "# MiB/s, medians of $REPS rounds; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"
+echo "# target (issue 14): windows (win: gets beside read, puts beside write), 64 KiB with 16 in flight >= 0.8x perftest, 1 MiB and larger >= 0.95x"
