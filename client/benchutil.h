@@ -101,6 +101,15 @@ int bench_connect(const char *socket, const char *name, const char *hint, struct
 int bench_buf_create(struct xfer_client *c, size_t len, const char *name, struct bench_buf *rb);
 
 /*
+ * The same backed by a file: a new file of @len bytes in directory @dir (unlinked at once, so
+ * nothing is left behind), registered with xfer_region_register_file(); the client maps it
+ * itself to fill and check it (rb->buf), the daemon moves it with file I/O. Returns 0 or
+ * -errno (printed).
+ */
+int bench_file_create(struct xfer_client *c, size_t len, const char *dir, const char *name,
+		      struct bench_buf *rb);
+
+/*
  * Deregisters @rb from @c (NULL: skips that) with @force, frees it and zeroes it; a zeroed @rb
  * is fine. Returns 0 or the -errno of the deregistration, not printed: the buffer is freed
  * either way.

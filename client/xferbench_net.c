@@ -49,6 +49,7 @@ struct opts {
 	int depths[16]; /* pipe: --depths, operations in flight */
 	int ndepths;
 	uint64_t pool; /* reg: --pool, the size of the touched pool registered once (0: none) */
+	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
 };
 
 /* Waits for @op; 0 only if it ended COMPLETE with @len bytes moved (and over @transport). */
@@ -1085,6 +1086,8 @@ static void usage(FILE *f)
 		"  --depths LIST     pipe, win: operations in flight (default 1,8,16,32)\n"
 		"  --pool SIZE       reg: also register a touched pool of SIZE once (default 0)\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
+		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"
+		"                    in DIR (a file region: the daemon moves it by file I/O)\n"
 		"pipe keeps N pairs in flight (waiting for the oldest) and prints per-op latency p50/p99;\n"
 		"reg times register+deregister of a resident 1 MiB and 4 KiB memfd on --passive\n",
 		MAX_INFLIGHT);
@@ -1166,6 +1169,12 @@ static int set_opt(void *ctx, int ch, const char *arg)
 			return 2;
 		}
 		break;
+	case 'F':
+		o->passive_dir = arg;
+		break;
+	case 'G':
+		o->active_dir = arg;
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -1190,6 +1199,8 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "sizes", required_argument, NULL, 'S' },
 		{ "depths", required_argument, NULL, 'D' },
 		{ "pool", required_argument, NULL, 'P' },
+		{ "passive-file", required_argument, NULL, 'F' },
+		{ "active-file", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1249,6 +1260,15 @@ static uint64_t buf_size(const struct opts *o, const struct mode *mode)
 	return o->lat_size > bufsize ? o->lat_size : bufsize;
 }
 
+/* One side's buffer: a memfd, or a file in @dir (NULL: memfd). */
+static int side_buf_create(struct xfer_client *c, uint64_t size, const char *dir, const char *name,
+			   struct bench_buf *rb)
+{
+	if (dir)
+		return bench_file_create(c, size, dir, name, rb);
+	return bench_buf_create(c, size, name, rb);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = { .min = 4 * BENCH_KIB,
@@ -1280,9 +1300,9 @@ int main(int argc, char **argv)
 	node_of(b.pc, b.pnode, sizeof(b.pnode));
 	node_of(b.ac, b.anode, sizeof(b.anode));
 	bufsize = buf_size(&o, mode);
-	err = bench_buf_create(b.pc, bufsize, "xferbench_net-passive", &b.pb);
+	err = side_buf_create(b.pc, bufsize, o.passive_dir, "xferbench_net-passive", &b.pb);
 	if (!err)
-		err = bench_buf_create(b.ac, bufsize, "xferbench_net-active", &b.ab);
+		err = side_buf_create(b.ac, bufsize, o.active_dir, "xferbench_net-active", &b.ab);
 	if (!err) {
 		if (!o.json)
 			printf("# passive node %s (%s), active node %s (%s)\n", b.pnode, o.passive,

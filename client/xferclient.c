@@ -839,17 +839,26 @@ static int region_register_params(uint64_t offset, uint64_t length, const char *
 	return 0;
 }
 
+#define REGION_FILE (1u << 31) /* region_register(): a file region (XFER_FILE_* below it) */
+
 static int region_register(struct xfer_client *c, int fd, uint64_t offset, uint64_t length,
-			   const char *name, uint64_t *region)
+			   const char *name, unsigned kind, uint64_t *region)
 {
 	json_t *params, *result;
 	int rc;
 
 	if (fd < 0) {
-		client_set_error(c, "region.register needs an open memfd");
+		client_set_error(c, "region.register needs an open memfd or file");
 		return -EBADF;
 	}
 	rc = region_register_params(offset, length, name, &params);
+	if (!rc && (kind & REGION_FILE) &&
+	    (json_object_set_new(params, "kind", json_string("file")) ||
+	     ((kind & XFER_FILE_SYNC) && json_object_set_new(params, "sync", json_true())))) {
+		json_decref(params);
+		client_set_error(c, "out of memory");
+		return -ENOMEM;
+	}
 	if (rc < 0) {
 		/* json_string() refuses invalid UTF-8: the name is the only string here. */
 		client_set_error(c, "region name must be UTF-8 and offsets at most 2^63-1");
@@ -871,7 +880,22 @@ XFER_EXPORT int xfer_region_register(struct xfer_client *c, int fd, uint64_t off
 
 	if (!c)
 		return -EINVAL;
-	rc = region_register(c, fd, offset, length, name, &id);
+	rc = region_register(c, fd, offset, length, name, 0, &id);
+	if (!rc && region)
+		*region = id;
+	return client_finish(c, rc);
+}
+
+XFER_EXPORT int xfer_region_register_file(struct xfer_client *c, int fd, uint64_t offset,
+					  uint64_t length, unsigned flags, const char *name,
+					  uint64_t *region)
+{
+	uint64_t id;
+	int rc;
+
+	if (!c || (flags & ~(unsigned)XFER_FILE_SYNC))
+		return -EINVAL;
+	rc = region_register(c, fd, offset, length, name, REGION_FILE | flags, &id);
 	if (!rc && region)
 		*region = id;
 	return client_finish(c, rc);

@@ -132,6 +132,22 @@ XFER_EXPORT void xfer_buf_free(struct xfer_buf *buf);
 XFER_EXPORT int xfer_region_register(struct xfer_client *c, int fd, uint64_t offset,
 				     uint64_t length, const char *name, uint64_t *region);
 
+/* xfer_region_register_file() flags */
+#define XFER_FILE_SYNC 1u /* fdatasync the file before a transfer into it completes */
+
+/*
+ * Registers @length bytes at @offset of the regular file @fd as a region (@length 0: to the
+ * end of the file). The daemon never maps it: it moves the bytes with file I/O, so a file
+ * truncated meanwhile ends a transfer ERRORED, never the daemon. What @fd was opened for is
+ * what the region may do: read (O_RDONLY) makes it a source (readable, write), write
+ * (O_WRONLY) a target (read, writable), O_RDWR both; O_APPEND is refused. @flags:
+ * XFER_FILE_SYNC or 0. Returns 0 and *region, or -errno. Borrows @fd (the daemon keeps a
+ * duplicate until the region is deregistered).
+ */
+XFER_EXPORT int xfer_region_register_file(struct xfer_client *c, int fd, uint64_t offset,
+					  uint64_t length, unsigned flags, const char *name,
+					  uint64_t *region);
+
 /*
  * Deregisters @region. Returns -EBUSY while an operation that has not ended uses it, unless
  * @force is non-zero, which cancels those operations first.

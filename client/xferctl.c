@@ -40,6 +40,7 @@
 #define CTL_MAX_TIMEOUT_MS 86400000 /* the protocol's limit on an operation's deadline */
 #define CTL_WAIT_GRACE_MS 5000	    /* the daemon's deadline should fire first; see file_op_wait */
 #define CTL_IO_CHUNK (1u << 30)	    /* read(2)/write(2) move at most ~2 GiB per call anyway */
+#define CTL_MAX_READERS 1024	    /* readable --readers: operations over one file */
 #define CELL_MAX 256
 #define MAX_COLS 16
 
@@ -50,6 +51,7 @@ struct ctl {
 	const char *cmd;
 	const char *meta_file; /* readable, writable: the metadata goes here, not to stdout */
 	long count;	       /* top: frames, watch: events, then exit; 0: until q or Ctrl-C */
+	int readers;	       /* readable: operations over the one file (--readers) */
 	struct xfer_client *c;
 };
 
@@ -898,6 +900,10 @@ struct file_op {
 	struct xfer_buf buf;
 	uint64_t region;
 	uint64_t op;
+	/* File mode: the file itself is the region, no buffer between it and the daemon. */
+	int file_fd;	/* the file registered, or -1 (a buffer, for "-") */
+	char *in_mem;	/* readable -, write -: stdin, read whole, copied into the buffer */
+	char *tmp_path; /* read, writable: where the bytes land, renamed to out_path */
 };
 
 /* Starts the operation; a passive one prints its metadata on one line right away. */
@@ -924,9 +930,6 @@ static int file_op_start(struct ctl *ctl, struct file_op *fo)
 		rc = write_all(fo->meta_fd, meta, strlen(meta));
 		if (!rc)
 			rc = write_all(fo->meta_fd, "\n", 1);
-		if (close(fo->meta_fd) < 0 && !rc)
-			rc = -errno;
-		fo->meta_fd = -1;
 		free(meta);
 		return rc ? ctl_fail(ctl, rc, "writing %s: %s", ctl->meta_file, strerror(-rc)) :
 			    EXIT_OK;
@@ -936,6 +939,79 @@ static int file_op_start(struct ctl *ctl, struct file_op *fo)
 	if (fflush(stdout) == EOF)
 		return ctl_fail(ctl, errno, "cannot print the metadata: %s", strerror(errno));
 	return EXIT_OK;
+}
+
+/* Every metadata line is out: closes the --meta-file (which passive_run() keeps otherwise). */
+static int meta_finish(const struct ctl *ctl, struct file_op *fo)
+{
+	int rc = 0;
+
+	if (fo->meta_fd < 0)
+		return EXIT_OK;
+	if (close(fo->meta_fd) < 0)
+		rc = errno;
+	fo->meta_fd = -1;
+	return rc ? ctl_fail(ctl, rc, "writing %s: %s", ctl->meta_file, strerror(rc)) : EXIT_OK;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* One progress line on stderr: bytes, rate, ETA, written over itself. */
+static void progress_print(const struct xfer_op_info *st, uint64_t elapsed_ms)
+{
+	char done[32], total[32], rate[32];
+	double secs = elapsed_ms / 1000.0;
+	double bps = secs > 0 ? st->bytes / secs : 0;
+
+	human_size(st->bytes, done, sizeof(done));
+	human_size(st->length, total, sizeof(total));
+	human_size((uint64_t)bps, rate, sizeof(rate));
+	if (bps > 0 && st->bytes < st->length)
+		fprintf(stderr, "\r\033[K%s of %s  %s/s  ETA %.0f s", done, total, rate,
+			(st->length - st->bytes) / bps);
+	else
+		fprintf(stderr, "\r\033[K%s of %s  %s/s", done, total, rate);
+}
+
+/*
+ * xfer_wait() that, on a terminal, shows a progress line once the operation has run a second
+ * (waits of a second at a time, op.status between them). Same returns as xfer_wait().
+ */
+static int wait_progress(struct ctl *ctl, uint64_t op, int wait_ms, struct xfer_op_info *info)
+{
+	uint64_t t0 = now_ms();
+	bool shown = false;
+	int rc;
+
+	if (!isatty(STDERR_FILENO))
+		return xfer_wait(ctl->c, op, wait_ms, info);
+	for (;;) {
+		uint64_t elapsed = now_ms() - t0;
+		int step = 1000;
+		if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		if (wait_ms >= 0 && (uint64_t)wait_ms - elapsed < (uint64_t)step)
+			step = (int)((uint64_t)wait_ms - elapsed);
+		rc = xfer_wait(ctl->c, op, step, info);
+		if (rc != -ETIMEDOUT)
+			break;
+		struct xfer_op_info st;
+		if (xfer_status(ctl->c, op, &st) == 0) {
+			progress_print(&st, now_ms() - t0);
+			shown = true;
+		}
+	}
+	if (shown)
+		fputs("\r\033[K", stderr);
+	return rc;
 }
 
 /*
@@ -951,7 +1027,7 @@ static int file_op_wait(struct ctl *ctl, const struct file_op *fo)
 	char cause[sizeof(info.cause) * 4];
 	int rc;
 
-	rc = xfer_wait(ctl->c, fo->op, wait_ms, &info);
+	rc = wait_progress(ctl, fo->op, wait_ms, &info);
 	if (rc == -ETIMEDOUT)
 		return ctl_fail(ctl, rc, "operation %llu did not end within %d ms", op, wait_ms);
 	if (rc < 0)
@@ -979,6 +1055,8 @@ static int file_op_run(struct ctl *ctl, struct file_op *fo)
 		if (rc)
 			goto out_free;
 	}
+	if (fo->in_mem)
+		memcpy(fo->buf.addr, fo->in_mem, fo->size);
 	rc = xfer_region_register(ctl->c, fo->buf.fd, 0, 0, CTL_CLIENT_NAME, &fo->region);
 	if (rc < 0) {
 		rc = ctl_refused(ctl, rc);
@@ -986,11 +1064,122 @@ static int file_op_run(struct ctl *ctl, struct file_op *fo)
 	}
 	rc = file_op_start(ctl, fo);
 	if (!rc)
+		rc = meta_finish(ctl, fo);
+	if (!rc)
 		rc = file_op_wait(ctl, fo);
 	if (!rc && fo->out_path)
 		rc = file_save(ctl, fo->out_path, &fo->buf);
 out_free:
 	xfer_buf_free(&fo->buf);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* File mode: the file is the region (xfer_region_register_file), no buffer in between */
+
+/*
+ * A target's landing file: a new file of mode 0600 beside @fo->out_path, @fo->size bytes long,
+ * renamed over out_path only once the operation is COMPLETE (target_commit), removed otherwise.
+ */
+static int target_create(const struct ctl *ctl, struct file_op *fo)
+{
+	if (asprintf(&fo->tmp_path, "%s.xferctl-XXXXXX", fo->out_path) < 0) {
+		fo->tmp_path = NULL;
+		return ctl_fail(ctl, ENOMEM, "out of memory");
+	}
+	fo->file_fd = mkostemp(fo->tmp_path, O_CLOEXEC);
+	if (fo->file_fd < 0) {
+		int err = errno;
+		free(fo->tmp_path);
+		fo->tmp_path = NULL;
+		return ctl_fail(ctl, err, "cannot create a file beside %s: %s", fo->out_path,
+				strerror(err));
+	}
+	if (ftruncate(fo->file_fd, (off_t)fo->size) < 0)
+		return ctl_fail(ctl, errno, "cannot size %s to %zu bytes: %s", fo->tmp_path,
+				fo->size, strerror(errno));
+	return EXIT_OK;
+}
+
+static int target_commit(const struct ctl *ctl, struct file_op *fo)
+{
+	if (close(fo->file_fd) < 0) {
+		fo->file_fd = -1;
+		return ctl_fail(ctl, errno, "writing %s: %s", fo->tmp_path, strerror(errno));
+	}
+	fo->file_fd = -1;
+	if (rename(fo->tmp_path, fo->out_path) < 0)
+		return ctl_fail(ctl, errno, "cannot rename %s to %s: %s", fo->tmp_path,
+				fo->out_path, strerror(errno));
+	free(fo->tmp_path);
+	fo->tmp_path = NULL;
+	return EXIT_OK;
+}
+
+/* Closes the file; a landing file that was not committed is removed. */
+static void file_mode_cleanup(struct file_op *fo)
+{
+	if (fo->file_fd >= 0)
+		close(fo->file_fd);
+	fo->file_fd = -1;
+	if (fo->tmp_path)
+		unlink(fo->tmp_path);
+	free(fo->tmp_path);
+	fo->tmp_path = NULL;
+}
+
+/* readable --readers N: N operations over the one region, each metadata on its line. */
+static int fanout_run(struct ctl *ctl, struct file_op *fo)
+{
+	uint64_t *ops = calloc((size_t)ctl->readers, sizeof(*ops));
+	int rc = ops ? EXIT_OK : ctl_fail(ctl, ENOMEM, "out of memory");
+	int started = 0;
+
+	for (; !rc && started < ctl->readers; started++) {
+		rc = file_op_start(ctl, fo);
+		ops[started] = fo->op;
+	}
+	if (!rc)
+		rc = meta_finish(ctl, fo);
+	for (int i = 0; !rc && i < started; i++) {
+		fo->op = ops[i];
+		rc = file_op_wait(ctl, fo);
+	}
+	free(ops);
+	return rc;
+}
+
+/* Runs @fo with fo->file_fd as its region: one operation, or --readers of them. */
+static int file_mode_run(struct ctl *ctl, struct file_op *fo)
+{
+	int rc = ctl_connect(ctl);
+
+	if (rc)
+		return rc;
+	rc = xfer_region_register_file(ctl->c, fo->file_fd, 0, fo->size, 0, CTL_CLIENT_NAME,
+				       &fo->region);
+	if (rc < 0)
+		return ctl_refused(ctl, rc);
+	if (fo->kind == XFER_READABLE && ctl->readers > 1)
+		return fanout_run(ctl, fo);
+	rc = file_op_start(ctl, fo);
+	if (!rc)
+		rc = meta_finish(ctl, fo);
+	if (!rc)
+		rc = file_op_wait(ctl, fo);
+	if (!rc && fo->tmp_path)
+		rc = target_commit(ctl, fo);
+	return rc;
+}
+
+/* A target in file mode: its landing file, the operation, the rename or the removal. */
+static int target_run(struct ctl *ctl, struct file_op *fo)
+{
+	int rc = target_create(ctl, fo);
+
+	if (!rc)
+		rc = file_mode_run(ctl, fo);
+	file_mode_cleanup(fo);
 	return rc;
 }
 
@@ -1034,7 +1223,12 @@ static int passive_run(struct ctl *ctl, struct file_op *fo)
 
 	if (rc)
 		return rc;
-	rc = file_op_run(ctl, fo);
+	if (fo->file_fd >= 0)
+		rc = file_mode_run(ctl, fo);
+	else if (fo->out_path && strcmp(fo->out_path, "-") != 0)
+		rc = target_run(ctl, fo);
+	else
+		rc = file_op_run(ctl, fo);
 	if (fo->meta_fd >= 0) {
 		close(fo->meta_fd);
 		unlink(ctl->meta_file);
@@ -1042,22 +1236,71 @@ static int passive_run(struct ctl *ctl, struct file_op *fo)
 	return rc;
 }
 
+/* INFILE "-": stdin read to its end (a pipe has no size to register), for a buffer. */
+static int stdin_load(const struct ctl *ctl, struct file_op *fo)
+{
+	size_t cap = 1 << 20, len = 0;
+	char *buf = malloc(cap);
+	ssize_t n;
+
+	while (buf) {
+		if (len == cap) {
+			char *bigger = realloc(buf, cap * 2);
+			if (!bigger)
+				break;
+			buf = bigger;
+			cap *= 2;
+		}
+		n = read(STDIN_FILENO, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			free(buf);
+			return ctl_fail(ctl, errno, "reading stdin: %s", strerror(errno));
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (!buf || len == cap) {
+		free(buf);
+		return ctl_fail(ctl, ENOMEM, "out of memory reading stdin");
+	}
+	if (len == 0) {
+		free(buf);
+		return ctl_fail(ctl, EINVAL, "stdin is empty; a region must be at least 1 byte");
+	}
+	fo->in_mem = buf;
+	fo->size = len;
+	return EXIT_OK;
+}
+
+/* The file itself is registered: the metadata is out at once, no copy into a buffer. */
 static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
-	struct file_op fo = { .kind = XFER_READABLE, .in_path = argv[0] };
+	struct file_op fo = {
+		.kind = XFER_READABLE, .in_fd = -1, .in_path = argv[0], .file_fd = -1
+	};
 	int rc;
 
-	rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
+	if (strcmp(fo.in_path, "-") == 0)
+		rc = stdin_load(ctl, &fo);
+	else
+		rc = file_open_in(ctl, fo.in_path, &fo.file_fd, &fo.size);
 	if (rc)
 		return rc;
 	rc = passive_run(ctl, &fo);
-	close(fo.in_fd);
+	if (fo.file_fd >= 0)
+		close(fo.file_fd);
+	free(fo.in_mem);
 	return rc;
 }
 
 static int cmd_writable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
-	struct file_op fo = { .kind = XFER_WRITABLE, .in_fd = -1, .out_path = argv[1] };
+	struct file_op fo = {
+		.kind = XFER_WRITABLE, .in_fd = -1, .out_path = argv[1], .file_fd = -1
+	};
 
 	if (parse_size(argv[0], &fo.size) < 0) {
 		fprintf(stderr,
@@ -1089,15 +1332,19 @@ static int meta_total(const struct ctl *ctl, const char *meta, size_t *total)
 
 static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
-	struct file_op fo = { .kind = XFER_READ, .in_fd = -1, .out_path = argv[1], .meta_fd = -1 };
+	struct file_op fo = {
+		.kind = XFER_READ, .in_fd = -1, .out_path = argv[1], .meta_fd = -1, .file_fd = -1
+	};
 	int rc;
 
 	rc = meta_get(ctl, argv[0], &fo.meta);
 	if (rc)
 		return rc;
 	rc = meta_total(ctl, fo.meta, &fo.size);
-	if (!rc)
-		rc = file_op_run(ctl, &fo);
+	if (!rc && strcmp(fo.out_path, "-") == 0)
+		rc = file_op_run(ctl, &fo); /* stdout: through a buffer */
+	else if (!rc)
+		rc = target_run(ctl, &fo);
 	free(fo.meta);
 	return rc;
 }
@@ -1111,11 +1358,20 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	rc = meta_get(ctl, argv[0], &fo.meta);
 	if (rc)
 		return rc;
-	rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
-	if (!rc)
+	fo.file_fd = -1;
+	if (strcmp(fo.in_path, "-") == 0 && !strcmp(argv[0], "-"))
+		rc = ctl_fail(ctl, EINVAL, "metadata and INFILE cannot both come from stdin");
+	else if (strcmp(fo.in_path, "-") == 0)
+		rc = stdin_load(ctl, &fo);
+	else
+		rc = file_open_in(ctl, fo.in_path, &fo.file_fd, &fo.size);
+	if (!rc && fo.in_mem)
 		rc = file_op_run(ctl, &fo);
-	if (fo.in_fd >= 0)
-		close(fo.in_fd);
+	else if (!rc)
+		rc = file_mode_run(ctl, &fo);
+	if (fo.file_fd >= 0)
+		close(fo.file_fd);
+	free(fo.in_mem);
 	free(fo.meta);
 	return rc;
 }
@@ -1588,7 +1844,7 @@ static const struct ctl_cmd commands[] = {
 	  .args = "FILE",
 	  .nargs = 1,
 	  .run = cmd_readable,
-	  .help = "offer FILE to one reader: print metadata, wait",
+	  .help = "offer FILE (itself, no copy) to one reader, or N with --readers N",
 	  .meta_out = true },
 	{ .name = "read",
 	  .args = "@METAFILE OUTFILE",
@@ -1627,11 +1883,16 @@ static void usage(FILE *f)
 		"                     file of mode 0600 (never overwritten), not to stdout\n"
 		"  -n, --count N      top: N frames, watch: N events, then exit\n"
 		"      --once         top: one frame (after one second), then exit\n"
+		"  -r, --readers N    readable: N operations over the one file, N metadata lines\n"
 		"  -h, --help         this text\n\n"
 		"Metadata is a capability: whoever holds it can take or overwrite the bytes.\n"
 		"read and write take it as @FILE (from FILE) or - (from stdin); a literal\n"
 		"METADATA argument still works but every local user can see it in\n"
-		"/proc/PID/cmdline, so xferctl warns. OUTFILE '-' writes to stdout.\n"
+		"/proc/PID/cmdline, so xferctl warns. OUTFILE '-' writes to stdout, FILE or\n"
+		"INFILE '-' reads stdin (both through a buffer).\n"
+		"Files are registered themselves (the daemon moves them with file I/O); an\n"
+		"OUTFILE lands in a new file of mode 0600 beside it, renamed into place once\n"
+		"complete and removed on failure. On a terminal a progress line shows after 1 s.\n"
 		"SIZE takes a K, M or G suffix (KiB, MiB, GiB).\n"
 		"top quits on q or Ctrl-C; watch --json prints each event as JSON.\n"
 		"exit status: 0 done, 1 failed, 2 usage error\n",
@@ -1665,6 +1926,20 @@ static int parse_timeout(const char *s, int *out)
 	return 0;
 }
 
+/* --readers N (1 to CTL_MAX_READERS). Returns 0 or -EINVAL. */
+static int parse_readers(const char *s, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 1 || v > CTL_MAX_READERS)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
 /* --count N (1 to 1000000). Returns 0, or -EINVAL after saying why. */
 static int parse_count(const char *s, long *out)
 {
@@ -1691,13 +1966,20 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 		{ "meta-file", required_argument, NULL, 'm' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "once", no_argument, NULL, 'O' },
+		{ "readers", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int o;
 
-	while ((o = getopt_long(argc, argv, "s:jt:m:n:h", opts, NULL)) != -1) {
-		if (o == 'n' || o == 'O') {
+	while ((o = getopt_long(argc, argv, "s:jt:m:n:r:h", opts, NULL)) != -1) {
+		if (o == 'r' && parse_readers(optarg, &ctl->readers) < 0) {
+			fprintf(stderr, "xferctl: bad --readers '%s' (1 to %d)\n", optarg,
+				CTL_MAX_READERS);
+			return EXIT_USAGE;
+		} else if (o == 'r') {
+			continue;
+		} else if (o == 'n' || o == 'O') {
 			if (parse_count(o == 'O' ? "1" : optarg, &ctl->count) < 0)
 				return EXIT_USAGE;
 		} else if (o == 'm') {
@@ -1739,6 +2021,10 @@ int main(int argc, char **argv)
 	cmd = cmd_find(argv[0]);
 	if (!cmd) {
 		fprintf(stderr, "xferctl: unknown command '%s'; try 'xferctl --help'\n", argv[0]);
+		return EXIT_USAGE;
+	}
+	if (ctl.readers > 1 && cmd->run != cmd_readable) {
+		fprintf(stderr, "xferctl: --readers is for readable only\n");
 		return EXIT_USAGE;
 	}
 	if (ctl.meta_file && !cmd->meta_out) {

@@ -184,12 +184,27 @@ static void send_claim(struct xd_xfer *x)
 		x->claim_sent = true;
 }
 
+/* Whether every segment of @op is mapped memory (no file region). */
+static bool op_mapped(const struct xd_op *op)
+{
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		if (!op->segs[i].region->mem->mapped)
+			return false;
+	return true;
+}
+
+#define XD_FILE_ONE_SIDED_MSG                                                                  \
+	"file regions move over two-sided transports only (tcp): staging a file through RDMA " \
+	"is not implemented; set transport tcp"
+
 int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m)
 {
 	struct xd_peer *p = xd_peer_for_meta(call, m);
 
 	if (!p)
 		return -call->cause_errno;
+	if (p->transport->one_sided && !op_mapped(op))
+		return xd_fail(call, XP_E_FAILED, EOPNOTSUPP, XD_FILE_ONE_SIDED_MSG);
 	/* The claim travels with the transfer until the owner answers; the token in the op. */
 	memcpy(op->token, m->token, XP_ID_BYTES);
 	op->id = ++call->conn->d->next_op;
@@ -448,7 +463,13 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 	x->via = via;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
-	json_t *ok = x->one_sided ? claim_ok_segs(x, &err, msg, sizeof(msg)) : json_object();
+	if (x->one_sided && !op_mapped(passive)) {
+		err = -EOPNOTSUPP;
+		snprintf(msg, sizeof(msg), "%s", XD_FILE_ONE_SIDED_MSG);
+	}
+	json_t *ok = err == -EOPNOTSUPP ? NULL :
+		     x->one_sided	? claim_ok_segs(x, &err, msg, sizeof(msg)) :
+					  json_object();
 	if (!ok) {
 		refuse_claim(x, -err, msg);
 		if (passive->internal) /* (a pairing's stays claimable; a window's op is done) */
@@ -716,6 +737,13 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 	}
 }
 
+/* A region of @x failed under a frame (mem.c): the op ends ERRORED, and the peer is told. */
+static void io_failed(struct xd_xfer *x)
+{
+	if (x->op && !xd_op_ending(x->op))
+		xd_op_end(x->op, XP_ST_ERRORED, x->io_err, "%s", x->io_why);
+}
+
 static const struct xd_xfer_events claim_events = {
 	.ctrl = ctrl_received,
 	.data_target = data_target,
@@ -723,6 +751,7 @@ static const struct xd_xfer_events claim_events = {
 	.data_received = data_received,
 	.all_posted = all_posted,
 	.request_done = request_done,
+	.io_failed = io_failed,
 	.peer_up = peer_up,
 	.peer_lost = peer_lost,
 	.peer_tick = check_drains,

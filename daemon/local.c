@@ -31,12 +31,18 @@
 
 #define XD_COPY_INLINE (64ull << 10) /* smaller copies run on the loop thread */
 
-/* One memmove of a copy: a stretch where neither side crosses a segment boundary. */
+/*
+ * One memmove of a copy: a stretch where neither side crosses a segment boundary. Where a side
+ * is a file (not mapped), the piece is file I/O instead (mem.c) at the regions' offsets.
+ */
 struct xd_copy_piece {
 	uint8_t *dst;
 	const uint8_t *src;
 	uint64_t len;
 	uint64_t dst_region, src_region; /**< ids, for the cause of a fault */
+	const struct xd_region *dst_r, *src_r;
+	uint64_t dst_off, src_off; /**< in the regions, for file I/O */
+	bool file;		   /**< a side is a file: xd_mem_copy() */
 };
 
 struct xd_copy_job {
@@ -204,6 +210,25 @@ static void copy_faulted(struct xd_copy_job *job, const struct xd_copy_piece *p,
 		 (unsigned long long)(in_dst ? p->dst_region : p->src_region));
 }
 
+/* A piece with a file side: file I/O in slices, each a point where a cancel lands. */
+static void run_file_piece(struct xd_copy_job *job, const struct xd_copy_piece *p)
+{
+	for (uint64_t off = 0; off < p->len; off += XD_COPY_SLICE) {
+		if (atomic_load_explicit(&job->cancel, memory_order_relaxed)) {
+			job->err = ECANCELED;
+			return;
+		}
+		uint64_t n = p->len - off < XD_COPY_SLICE ? p->len - off : XD_COPY_SLICE, done = 0;
+		int err = xd_mem_copy(p->dst_r, p->dst_off + off, p->src_r, p->src_off + off, n,
+				      &done, job->why, sizeof(job->why));
+		atomic_fetch_add_explicit(&job->done, done, memory_order_relaxed);
+		if (err) {
+			job->err = err;
+			return;
+		}
+	}
+}
+
 static void run_job(struct xd_copy_job *job)
 {
 	uintptr_t fault = 0;
@@ -214,6 +239,12 @@ static void run_job(struct xd_copy_job *job)
 	}
 	for (uint32_t i = 0; i < job->npieces; i++) {
 		const struct xd_copy_piece *p = &job->pieces[i];
+		if (p->file) {
+			run_file_piece(job, p);
+			if (job->err)
+				return;
+			continue;
+		}
 		for (uint64_t off = 0; off < p->len; off += XD_COPY_SLICE) {
 			if (atomic_load_explicit(&job->cancel, memory_order_relaxed)) {
 				job->err = ECANCELED;
@@ -387,6 +418,27 @@ int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_popula
 	return 0;
 }
 
+/* The piece of @len bytes from @ss at @sj to @ds at @di. */
+static struct xd_copy_piece piece_of(const struct xd_seg *ds, uint64_t di, const struct xd_seg *ss,
+				     uint64_t sj, uint64_t len)
+{
+	const struct xd_region *dr = ds->region, *sr = ss->region;
+	struct xd_copy_piece p = { .len = len,
+				   .dst_region = dr->id,
+				   .src_region = sr->id,
+				   .dst_r = dr,
+				   .src_r = sr,
+				   .dst_off = ds->offset + di,
+				   .src_off = ss->offset + sj,
+				   .file = !dr->mem->mapped || !sr->mem->mapped };
+
+	if (!p.file) {
+		p.dst = dr->base + p.dst_off;
+		p.src = sr->base + p.src_off;
+	}
+	return p;
+}
+
 /* Copy pieces from @src's segments to @dst's: boundaries of the two sides need not agree. */
 static struct xd_copy_piece *plan_pieces(const struct xd_seg *dst, uint32_t ndst,
 					 const struct xd_seg *src, uint32_t nsrc, uint32_t *n)
@@ -401,9 +453,7 @@ static struct xd_copy_piece *plan_pieces(const struct xd_seg *dst, uint32_t ndst
 		const struct xd_seg *ds = &dst[i], *ss = &src[j];
 		uint64_t len = ds->length - di < ss->length - sj ? ds->length - di :
 								   ss->length - sj;
-		p[k++] = (struct xd_copy_piece){ ds->region->base + ds->offset + di,
-						 ss->region->base + ss->offset + sj, len,
-						 ds->region->id, ss->region->id };
+		p[k++] = piece_of(ds, di, ss, sj, len);
 		di += len;
 		sj += len;
 		if (di == ds->length) {

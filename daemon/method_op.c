@@ -62,6 +62,30 @@ static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
 	return 0;
 }
 
+/*
+ * What a region's fd allows (a file's access mode; memfds allow both): a readable's or a
+ * write's regions are read, a read's or a writable's written. Returns 0 or fails @call.
+ */
+static int check_access(struct xd_call *call, const struct xd_op *op)
+{
+	bool source = op->kind == XP_KIND_READABLE || op->kind == XP_KIND_WRITE;
+
+	for (uint32_t i = 0; i < op->nsegs; i++) {
+		const struct xd_region *r = op->segs[i].region;
+		if (source && !r->may_read)
+			return xd_fail(call, XP_E_FAILED, EBADF,
+				       "region %llu's file is open write-only: it cannot be the "
+				       "source of %s",
+				       (unsigned long long)r->id, xp_kind_name(op->kind));
+		if (!source && !r->may_write)
+			return xd_fail(call, XP_E_FAILED, EBADF,
+				       "region %llu's file is open read-only: it cannot be the "
+				       "target of %s",
+				       (unsigned long long)r->id, xp_kind_name(op->kind));
+	}
+	return 0;
+}
+
 /* @timeout is -1 when the request had none. */
 static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out)
 {
@@ -95,7 +119,8 @@ struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, 
 	}
 	op->release_on_end = release_on_end;
 	op->client_id = c->id;
-	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op)) {
+	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op) ||
+	    check_access(call, op)) {
 		xd_op_discard(op);
 		return NULL;
 	}

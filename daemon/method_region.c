@@ -23,11 +23,20 @@ static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
 {
 	json_int_t offset = 0, length = 0;
 	json_t *jlength = NULL;
+	const char *kind = "memfd";
+	int sync = 0;
 
 	a->name = "";
-	if (xd_unpack_params(call, "{s?s, s?I, s?o}", "name", &a->name, "offset", &offset, "length",
-			     &jlength))
+	if (xd_unpack_params(call, "{s?s, s?I, s?o, s?s, s?b}", "name", &a->name, "offset", &offset,
+			     "length", &jlength, "kind", &kind, "sync", &sync))
 		return -EINVAL;
+	if (strcmp(kind, "memfd") != 0 && strcmp(kind, "file") != 0)
+		return xd_fail(call, XP_E_FAILED, EINVAL, "kind must be \"memfd\" or \"file\"");
+	a->file = strcmp(kind, "file") == 0;
+	a->sync = sync;
+	if (sync && !a->file)
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "sync applies to file regions only (kind \"file\")");
 	if (jlength && !json_is_integer(jlength))
 		return xd_fail(call, XP_E_PARAMS, EINVAL,
 			       "invalid params: \"length\": expected integer");

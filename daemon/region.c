@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Regions: validating a client's memfd (sealed against shrinking, range inside it), mapping it
- * MAP_SHARED and populated, and the reference-counted lifetime that lets a client vanish while
- * a copy is still running on its pages.
+ * MAP_SHARED and populated, or taking a regular file that is never mapped (file I/O, mem.c),
+ * and the reference-counted lifetime that lets a client vanish while a copy is still running
+ * on its pages.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +54,8 @@ static int64_t check_memfd(struct xd_call *call, int fd)
 
 static int check_range(struct xd_call *call, struct xd_region_args *a, uint64_t size)
 {
+	const char *what = a->file ? "file" : "memfd";
+
 	uint64_t end;
 
 	if (!a->has_length)
@@ -63,12 +66,12 @@ static int check_range(struct xd_call *call, struct xd_region_args *a, uint64_t 
 			       (unsigned long long)a->offset, (unsigned long long)a->length);
 	if (a->length == 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "region length must be > 0 (memfd size %llu, offset %llu)",
+			       "region length must be > 0 (%s size %llu, offset %llu)", what,
 			       (unsigned long long)size, (unsigned long long)a->offset);
 	if (end > size)
 		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "range [%llu, %llu) passes the end of the memfd (%llu bytes)",
-			       (unsigned long long)a->offset, (unsigned long long)end,
+			       "range [%llu, %llu) passes the end of the %s (%llu bytes)",
+			       (unsigned long long)a->offset, (unsigned long long)end, what,
 			       (unsigned long long)size);
 	return 0;
 }
@@ -98,6 +101,7 @@ static int charge_region(struct xd_call *call, struct xd_region *r, uint64_t off
 		r->charge = 0;
 		return xd_fail(call, XP_E_FAILED, -rc, "%s", msg);
 	}
+	r->charged = true;
 	return 0;
 }
 
@@ -191,12 +195,87 @@ static void register_populated(void *arg, int err)
  * Validates and maps now; the pages are faulted in by a worker (a gigabyte of fresh memory
  * takes long enough to stall every other client and peer), and the reply comes after that.
  */
+/*
+ * The file rules (PROTOCOL.md §4): a regular file whose fd may be read or written as asked,
+ * positioned writes possible (no O_APPEND). What the fd's access mode allows is what the region
+ * may be used for. Returns the file's size, or fails the call.
+ */
+static int64_t check_file(struct xd_call *call, int fd, struct xd_region *r)
+{
+	struct stat st;
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fstat(fd, &st) < 0)
+		return xd_fail(call, XP_E_FAILED, EBADF, "fstat of the fd failed: %s",
+			       strerror(errno));
+	if (!S_ISREG(st.st_mode) || (fl & O_PATH))
+		return xd_fail(call, XP_E_FAILED, EBADF,
+			       "a file region needs an fd of a regular file open for reading or "
+			       "writing; the fd is %s",
+			       (fl & O_PATH) ? "an O_PATH fd" : fd_type_name(st.st_mode));
+	if (fl & O_APPEND)
+		return xd_fail(call, XP_E_FAILED, EBADF,
+			       "a file region's fd must not be O_APPEND (bytes land at their "
+			       "offsets)");
+	r->may_read = (fl & O_ACCMODE) != O_WRONLY;
+	r->may_write = (fl & O_ACCMODE) != O_RDONLY;
+	return st.st_size;
+}
+
+/* A file region: checked, its fd kept (a duplicate), charged one region and no bytes. */
+static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
+{
+	struct xd_conn *c = call->conn;
+	struct xd_region *r = calloc(1, sizeof(*r));
+	char msg[200];
+	int rc;
+
+	if (!r)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	int64_t size = check_file(call, fd, r);
+	if (size < 0 || (rc = check_range(call, a, (uint64_t)size))) {
+		free(r);
+		return size < 0 ? (int)size : rc;
+	}
+	rc = xd_charge(c->d, c->use, c->uid, XD_RES_REGIONS, 1, msg, sizeof(msg));
+	if (rc) {
+		free(r);
+		return xd_fail(call, XP_E_FAILED, -rc, "%s", msg);
+	}
+	r->charged = true;
+	r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (r->fd < 0) {
+		rc = xd_fail(call, XP_E_FAILED, errno == EMFILE ? EMFILE : ENOMEM,
+			     "could not keep the file's fd: %s", strerror(errno));
+		uncharge_region(c, r);
+		free(r);
+		return rc;
+	}
+	r->d = c->d;
+	r->pid = c->pid;
+	r->uid = c->uid;
+	r->mem = &xd_mem_file;
+	r->file_off = a->offset;
+	r->length = a->length;
+	r->sync = a->sync;
+	snprintf(r->name, sizeof(r->name), "%s", a->name);
+	r->id = ++c->d->next_region;
+	r->owner = c;
+	r->refs = 1;
+	TAILQ_INSERT_TAIL(&c->d->regions, r, link);
+	call->result = region_result(r);
+	return 0;
+}
+
 int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 {
 	struct xd_conn *c = call->conn;
 	struct pending_reg *pr = NULL;
 	struct xd_region *r = NULL;
 	int rc = 0;
+
+	if (a->file)
+		return register_file(call, fd, a);
 	int64_t size = check_memfd(call, fd);
 
 	if (size < 0 || (rc = check_range(call, a, (uint64_t)size)))
@@ -211,6 +290,9 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 	r->pid = c->pid;
 	r->uid = c->uid;
 	r->length = a->length;
+	r->mem = &xd_mem_memfd;
+	r->fd = -1;
+	r->may_read = r->may_write = true;
 	/*
 	 * Charged before mapping, so that registrations in flight cannot get past the limits
 	 * and the daemon never populates memory nobody was charged for.
@@ -271,10 +353,11 @@ void xd_region_release(struct xd_region *r)
 
 json_t *xd_region_to_json(const struct xd_region *r)
 {
-	return json_pack("{s:I, s:s, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:o}", "region",
-			 (json_int_t)r->id, "name", r->name, "client", (json_int_t)r->owner->id,
-			 "pid", (int)r->pid, "uid", (json_int_t)r->uid, "length",
-			 (json_int_t)r->length, "ops", (json_int_t)r->live_ops, "register_us",
-			 (json_int_t)r->register_us, "rdma_register_us",
+	return json_pack("{s:I, s:s, s:s, s:b, s:b, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:o}",
+			 "region", (json_int_t)r->id, "name", r->name, "kind", r->mem->name,
+			 "readable", r->may_read, "writable", r->may_write, "client",
+			 (json_int_t)r->owner->id, "pid", (int)r->pid, "uid", (json_int_t)r->uid,
+			 "length", (json_int_t)r->length, "ops", (json_int_t)r->live_ops,
+			 "register_us", (json_int_t)r->register_us, "rdma_register_us",
 			 (json_int_t)r->rdma_register_us, "devices", xd_region_devices_json(r));
 }

@@ -88,6 +88,8 @@ struct xd_tcp {
 	unsigned refused;	       /**< refusals not logged since */
 	/* Where the payload of a DATA frame nobody wants is read to (and dropped). */
 	char scratch[64 * 1024];
+	/* What DATA for a file is spliced through (mem.c), made on first use; -1: not yet. */
+	int splice_pipe[2];
 };
 
 const struct xd_transport_ops xd_transport_tcp_ops;
@@ -243,6 +245,24 @@ static bool pconn_start_data(struct xd_pconn *pc)
 	return true;
 }
 
+/*
+ * A DATA frame with bytes in files: the header (@hdr, NULL once sent) goes alone with
+ * MSG_MORE, then the payload through the regions' kinds (sendfile for a file). Returns bytes
+ * written, 0 when the socket is full, or -errno.
+ */
+static ssize_t pconn_write_unmapped(struct xd_pconn *pc, const struct iovec *hdr,
+				    uint32_t payload_done)
+{
+	ssize_t w;
+
+	if (hdr) {
+		w = send(pc->fd, hdr->iov_base, hdr->iov_len, MSG_NOSIGNAL | MSG_MORE);
+		return w >= 0 ? w : errno == EAGAIN ? 0 : -errno;
+	}
+	w = xd_xfer_send(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done, pc->fd);
+	return w == -EAGAIN ? 0 : w;
+}
+
 /* Writes what it can of the current DATA frame. Returns bytes written, or -errno. */
 static ssize_t pconn_write_data(struct xd_pconn *pc)
 {
@@ -253,16 +273,26 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 	if (pc->tx_sent < XP_PEER_HDR_LEN)
 		iov[n++] =
 			(struct iovec){ pc->tx_hdr + pc->tx_sent, XP_PEER_HDR_LEN - pc->tx_sent };
-	n += xd_xfer_iov(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done, iov + n,
-			 XD_IOV_MAX - n);
-	ssize_t w = writev(pc->fd, iov, n);
-	if (w < 0)
-		return errno == EAGAIN ? 0 : -errno;
+	ssize_t w;
+	if (!xd_xfer_mapped(pc->tx_xfer)) {
+		w = pconn_write_unmapped(pc, n ? &iov[0] : NULL, payload_done);
+	} else {
+		n += xd_xfer_iov(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done,
+				 iov + n, XD_IOV_MAX - n);
+		w = writev(pc->fd, iov, n);
+		if (w < 0)
+			w = errno == EAGAIN ? 0 : -errno;
+	}
+	if (w <= 0)
+		return w;
 	pc->tx_sent += (uint32_t)w;
 	if (pc->tx_sent == XP_PEER_HDR_LEN + pc->tx_len) {
 		struct xd_xfer *x = pc->tx_xfer;
 		pc->tx_xfer = NULL;
-		xd_xfer_data_sent(x, pc->tx_len);
+		if (x->io_err)
+			xd_xfer_io_failed(x); /* the zeros that stood in for it are out */
+		else
+			xd_xfer_data_sent(x, pc->tx_len);
 		xd_xfer_unref(x);
 	}
 	return w;
@@ -366,6 +396,40 @@ static int pconn_begin_payload(struct xd_pconn *pc)
 	return pc->rx_ctrl ? 0 : -ENOMEM;
 }
 
+/*
+ * The pipe DATA for a file is spliced through, made at start: its two fds are there from the
+ * first moment, so the daemon's fd count does not change with the first file transfer.
+ * Returns 0 or -errno.
+ */
+static int splice_pipe_open(struct xd_tcp *t)
+{
+	if (pipe2(t->splice_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+		t->splice_pipe[0] = t->splice_pipe[1] = -1;
+		return -errno;
+	}
+	/* A frame's megabyte in one splice where the limit allows (pipe-max-size). */
+	fcntl(t->splice_pipe[1], F_SETPIPE_SZ, (int)XD_TCP_CHUNK);
+	return 0;
+}
+
+/*
+ * DATA payload for a transfer with bytes in files, through the regions' kinds (splice into a
+ * file). Returns as read(2) does: bytes, 0 at the socket's end, -1 with errno.
+ */
+static ssize_t pconn_read_unmapped(struct xd_pconn *pc, uint32_t left)
+{
+	struct xd_tcp *t = pc->d->tcp;
+	ssize_t r = xd_xfer_recv(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, pc->fd,
+				 t->splice_pipe, t->scratch, sizeof(t->scratch));
+
+	if (r >= 0)
+		return r;
+	if (r == -ECONNRESET)
+		return 0;
+	errno = (int)-r;
+	return -1;
+}
+
 /* Reads DATA payload into the transfer's mapping, or drops it. Returns bytes or -errno. */
 static ssize_t pconn_read_data(struct xd_pconn *pc)
 {
@@ -380,6 +444,8 @@ static ssize_t pconn_read_data(struct xd_pconn *pc)
 	}
 	if (!pc->rx_xfer)
 		return read(pc->fd, scratch, left < cap ? left : cap);
+	if (!xd_xfer_mapped(pc->rx_xfer))
+		return pconn_read_unmapped(pc, left);
 	struct iovec iov[XD_IOV_MAX];
 	int n = xd_xfer_iov(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, iov, XD_IOV_MAX);
 	return readv(pc->fd, iov, n);
@@ -392,7 +458,9 @@ static int pconn_finish_frame(struct xd_pconn *pc)
 	if (pc->rx.type == XP_PEER_DATA) {
 		struct xd_xfer *x = pc->rx_xfer;
 		pc->rx_xfer = NULL;
-		if (x)
+		if (x && x->io_err)
+			xd_xfer_io_failed(x); /* the rest of the frame was dropped */
+		else if (x)
 			xd_xfer_data_received(x, pc->rx.length);
 		xd_xfer_unref(x);
 	} else {
@@ -1120,7 +1188,10 @@ static int tcp_start(struct xd_daemon *d)
 		return -ENOMEM;
 	TAILQ_INIT(&d->tcp->hello);
 	d->tcp->reserve_fd = -1;
-	int rc = tcp_start_bounds(d);
+	d->tcp->splice_pipe[0] = d->tcp->splice_pipe[1] = -1;
+	int rc = splice_pipe_open(d->tcp);
+	if (rc == 0)
+		rc = tcp_start_bounds(d);
 	if (rc < 0)
 		return rc;
 	for (int i = 0; i < d->cfg.nlisten; i++) {
@@ -1150,6 +1221,9 @@ static void tcp_fini(struct xd_daemon *d)
 	xd_event_free(t->resume_timer);
 	if (t->reserve_fd >= 0)
 		close(t->reserve_fd);
+	for (int i = 0; i < 2; i++)
+		if (t->splice_pipe[i] >= 0)
+			close(t->splice_pipe[i]);
 	xd_defer_flush(d);
 	free(t);
 	d->tcp = NULL;

@@ -171,6 +171,8 @@ struct xd_xfer_events {
 	/* One-sided: every request of @x is posted; one more request of @x completed. */
 	void (*all_posted)(struct xd_xfer *x);
 	void (*request_done)(struct xd_xfer *x);
+	/* A region of @x failed (x->io_err, x->io_why): its operation ends ERRORED. */
+	void (*io_failed)(struct xd_xfer *x);
 	/* The set is up (its claims may go), gone, or at a keepalive tick. */
 	void (*peer_up)(struct xd_peer *p);
 	void (*peer_lost)(struct xd_peer *p, int err, const char *cause);
@@ -267,6 +269,14 @@ struct xd_xfer {
 	struct xd_rseg *rsegs; /**< one-sided, active side: the owner's ranges from CLAIM_OK */
 	uint32_t nrsegs;
 	struct xd_rdma_grant *grant; /**< one-sided, owner: the claimer's windows onto our ranges */
+	/*
+	 * A region of the transfer failed under it (a file truncated, ENOSPC): the frame under
+	 * way is finished with zeros (sent) or dropped (received), and the operation ends ERRORED
+	 * with this cause once it is (xd_xfer_io_failed()).
+	 */
+	int io_err;
+	bool io_told;
+	char io_why[XD_CAUSE_MAX];
 	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
 	bool claim_sent, done_rx;
 	/*
@@ -308,6 +318,19 @@ uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint
 void xd_xfer_advance(struct xd_xfer *x, uint64_t len);
 /* Fills up to @max iovecs for @len bytes at transfer offset @off. Returns the count. */
 int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max);
+/* Whether every byte of @x is in a mapping (else some segment is a file: xd_xfer_send/recv). */
+bool xd_xfer_mapped(const struct xd_xfer *x);
+/*
+ * Moves at most @len bytes at transfer offset @off between @x's regions and socket @sock,
+ * whatever their kinds (struct xd_mem_ops: same returns). A region's failure is recorded in
+ * x->io_err; from then on send writes zeros and recv drops into @scratch (@scratchlen), so
+ * that the frame under way stays whole.
+ */
+ssize_t xd_xfer_send(struct xd_xfer *x, uint64_t off, uint64_t len, int sock);
+ssize_t xd_xfer_recv(struct xd_xfer *x, uint64_t off, uint64_t len, int sock, const int pipefd[2],
+		     void *scratch, size_t scratchlen);
+/* The frame in which x->io_err arose is finished: tells claim.c once (the op ends ERRORED). */
+void xd_xfer_io_failed(struct xd_xfer *x);
 /* @len bytes of @x were sent / received: counts them and tells claim.c. */
 void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
 void xd_xfer_data_received(struct xd_xfer *x, uint32_t len);
@@ -318,6 +341,42 @@ void xd_xfer_data_received(struct xd_xfer *x, uint32_t len);
 void xd_xfer_request_posted(struct xd_xfer *x);
 void xd_xfer_request_done(struct xd_xfer *x);
 void xd_xfer_all_posted(struct xd_xfer *x);
+
+/*
+ * mem.c: memory kinds (DESIGN §4). What a region is backed by decides how its bytes are
+ * reached; transports ask the region's table for "bytes [off, +len) into this socket" and
+ * never test the kind. A memfd is mapped; a file is never mapped (someone may truncate it
+ * under the daemon) and moves by sendfile/splice/pread/pwrite.
+ *
+ * send and recv move at most @len bytes at region offset @off between the region and the
+ * non-blocking socket @sock. They return bytes moved (> 0), -EAGAIN when the socket has no
+ * room or no bytes, -ECONNRESET at its end, or another -errno of the socket. A failure of the
+ * region's side (a file shorter than its region, ENOSPC, EIO) returns the bytes moved before
+ * it (recv: taken from the socket and dropped) with a positive errno in *err and the cause in
+ * @why.
+ */
+struct xd_mem_ops {
+	const char *name; /**< "memfd", "file": in listings */
+	bool mapped;	  /**< its bytes are at r->base; else reached by file I/O only */
+	ssize_t (*send)(const struct xd_region *r, uint64_t off, size_t len, int sock, int *err,
+			char *why, size_t whylen);
+	/* @pipefd: a non-blocking pipe, empty, that recv may splice through (file kind). */
+	ssize_t (*recv)(const struct xd_region *r, uint64_t off, size_t len, int sock,
+			const int pipefd[2], int *err, char *why, size_t whylen);
+	/* Lets go of what the registration holds (the mapping, the file). */
+	void (*release)(struct xd_region *r);
+};
+extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file;
+/*
+ * Copies @len bytes from @src at @soff to @dst at @doff where at least one side is a file
+ * (pread into / pwrite from a mapping, copy_file_range between files); blocking, for worker
+ * threads and small copies. Returns 0, or a positive errno with the cause in @why; *@done
+ * counts the bytes copied.
+ */
+int xd_mem_copy(const struct xd_region *dst, uint64_t doff, const struct xd_region *src,
+		uint64_t soff, uint64_t len, uint64_t *done, char *why, size_t whylen);
+/* fdatasync of @r's file when it asked for it (file kind, "sync"). Returns 0 or a positive errno. */
+int xd_mem_sync(const struct xd_region *r);
 
 /* mem.c: a region's mapping and registrations, and the references that keep them */
 /* Registers @r with every transport that registers memory. Returns 0 or -errno with @msg. */

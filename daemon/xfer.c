@@ -5,7 +5,10 @@
  * what left and landed. Transports call these; what a count means (DONE, completion) is told
  * upward through d->xfer_events.
  */
+#include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include "transport.h"
 #include "xp_peer.h"
@@ -109,6 +112,72 @@ int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iove
 		off = 0;
 	}
 	return n;
+}
+
+/* ---- bytes of any memory kind (mem.c) ---- */
+
+bool xd_xfer_mapped(const struct xd_xfer *x)
+{
+	for (uint32_t i = 0; i < x->nsegs; i++)
+		if (!x->segs[i].region->mem->mapped)
+			return false;
+	return true;
+}
+
+/* The segment holding transfer offset @off, and the offset in it; NULL past the end. */
+static const struct xd_seg *seg_at(const struct xd_xfer *x, uint64_t *off)
+{
+	for (uint32_t i = 0; i < x->nsegs; i++) {
+		if (*off < x->segs[i].length)
+			return &x->segs[i];
+		*off -= x->segs[i].length;
+	}
+	return NULL;
+}
+
+/* What goes out in place of a failed region's bytes: the frame's length is promised. */
+static const uint8_t xfer_zeros[64 * 1024];
+
+ssize_t xd_xfer_send(struct xd_xfer *x, uint64_t off, uint64_t len, int sock)
+{
+	if (x->io_err) {
+		size_t n = len < sizeof(xfer_zeros) ? (size_t)len : sizeof(xfer_zeros);
+		ssize_t w = send(sock, xfer_zeros, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		return w >= 0 ? w : errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+	uint64_t in = off;
+	const struct xd_seg *s = seg_at(x, &in);
+	if (!s)
+		return -EINVAL;
+	uint64_t n = s->length - in < len ? s->length - in : len;
+	ssize_t w = s->region->mem->send(s->region, s->offset + in, (size_t)n, sock, &x->io_err,
+					 x->io_why, sizeof(x->io_why));
+	/* A region that failed before moving anything: the zeros start now. */
+	return w == 0 && x->io_err ? xd_xfer_send(x, off, len, sock) : w;
+}
+
+ssize_t xd_xfer_recv(struct xd_xfer *x, uint64_t off, uint64_t len, int sock, const int pipefd[2],
+		     void *scratch, size_t scratchlen)
+{
+	if (x->io_err) {
+		ssize_t r = read(sock, scratch, len < scratchlen ? (size_t)len : scratchlen);
+		return r > 0 ? r : r == 0 ? -ECONNRESET : errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+	const struct xd_seg *s = seg_at(x, &off);
+	if (!s)
+		return -EINVAL;
+	uint64_t n = s->length - off < len ? s->length - off : len;
+	ssize_t r = s->region->mem->recv(s->region, s->offset + off, (size_t)n, sock, pipefd,
+					 &x->io_err, x->io_why, sizeof(x->io_why));
+	return r;
+}
+
+void xd_xfer_io_failed(struct xd_xfer *x)
+{
+	if (x->io_told)
+		return;
+	x->io_told = true;
+	x->peer->d->xfer_events->io_failed(x);
 }
 
 /* ---- counts, told upward ---- */

@@ -77,6 +77,7 @@ struct xp_peer_hdr;
 struct iovec;
 struct ibv_mr;
 struct xd_rdma;
+struct xd_mem_ops;
 
 /* event_free() of libevent 2.1 crashes on NULL; destroy functions here accept NULL. */
 static inline void xd_event_free(struct event *ev)
@@ -573,11 +574,18 @@ struct xd_region {
 	uint64_t id;
 	struct xd_conn *owner; /**< NULL once deregistered */
 	char name[XP_MAX_NAME + 1];
-	void *map; /**< page-aligned MAP_SHARED mapping */
+	const struct xd_mem_ops *mem; /**< its memory kind (mem.c): how its bytes are reached */
+	void *map; /**< memfd kind: page-aligned MAP_SHARED mapping (file kind: NULL) */
 	size_t map_len;
-	uint8_t *base; /**< first byte of the registered range */
+	uint8_t *base;	   /**< memfd kind: first byte of the registered range (file kind: NULL) */
+	int fd;		   /**< file kind: the client's file, never mapped (memfd kind: -1) */
+	uint64_t file_off; /**< file kind: where the registered range starts in the file */
+	bool may_read;	   /**< bytes may come from it (readable, write source) */
+	bool may_write;	   /**< bytes may go into it (read target, writable) */
+	bool sync;	   /**< file kind: fdatasync before a transfer into it completes */
 	uint64_t length;
 	uint64_t charge;   /**< bytes charged (the populated mapping), to @uid and the daemon too */
+	bool charged;	   /**< its uid and global charges are held (a file's bytes are 0) */
 	int refs;	   /**< registration + operations that have not ended */
 	unsigned live_ops; /**< operations that have not ended using it */
 	uint64_t register_us;		    /**< time taken to validate, map and register */
@@ -587,11 +595,13 @@ struct xd_region {
 	pid_t pid;
 	uid_t uid;
 };
-/* What region.register asks for: a name and a range of the memfd. */
+/* What region.register asks for: a name and a range of the memfd (or file). */
 struct xd_region_args {
 	const char *name;
 	uint64_t offset, length;
 	bool has_length; /**< false: to the end of the memfd */
+	bool file;	 /**< "kind": "file": a regular file, moved by file I/O */
+	bool sync;	 /**< file kind: fdatasync before a transfer into it completes */
 };
 /*
  * Validates @fd (borrowed) against the memfd rules and @a's range against it and the limits,
