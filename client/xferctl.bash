@@ -9,7 +9,7 @@ _xferctl()
 
 	local commands="status regions ops clients windows peers devices stats top watch readable read
 		writable write help"
-	local options="--socket --json --timeout --meta-file --count --once --help"
+	local options="--socket --json --timeout --meta-file --count --once --readers --sync --help"
 
 	case $prev in
 	-s | --socket)
@@ -20,7 +20,7 @@ _xferctl()
 		_filedir
 		return
 		;;
-	-t | --timeout | -n | --count)
+	-t | --timeout | -n | --count | -r | --readers)
 		return
 		;;
 	esac
@@ -29,7 +29,7 @@ _xferctl()
 	local i cmd=
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		-s | --socket | -m | --meta-file | -t | --timeout | -n | --count) ((i++)) ;;
+		-s | --socket | -m | --meta-file | -t | --timeout | -n | --count | -r | --readers) ((i++)) ;;
 		-*) ;;
 		*)
 			cmd=${words[i]}

@@ -52,6 +52,7 @@ struct ctl {
 	const char *meta_file; /* readable, writable: the metadata goes here, not to stdout */
 	long count;	       /* top: frames, watch: events, then exit; 0: until q or Ctrl-C */
 	int readers;	       /* readable: operations over the one file (--readers) */
+	bool sync;	       /* read, writable: OUTFILE fdatasynced before COMPLETE (--sync) */
 	struct xfer_client *c;
 };
 
@@ -1156,8 +1157,9 @@ static int file_mode_run(struct ctl *ctl, struct file_op *fo)
 
 	if (rc)
 		return rc;
-	rc = xfer_region_register_file(ctl->c, fo->file_fd, 0, fo->size, 0, CTL_CLIENT_NAME,
-				       &fo->region);
+	rc = xfer_region_register_file(ctl->c, fo->file_fd, 0, fo->size,
+				       fo->tmp_path && ctl->sync ? XFER_FILE_SYNC : 0,
+				       CTL_CLIENT_NAME, &fo->region);
 	if (rc < 0)
 		return ctl_refused(ctl, rc);
 	if (fo->kind == XFER_READABLE && ctl->readers > 1)
@@ -1884,6 +1886,7 @@ static void usage(FILE *f)
 		"  -n, --count N      top: N frames, watch: N events, then exit\n"
 		"      --once         top: one frame (after one second), then exit\n"
 		"  -r, --readers N    readable: N operations over the one file, N metadata lines\n"
+		"  -y, --sync         read, writable: OUTFILE is fdatasynced before COMPLETE\n"
 		"  -h, --help         this text\n\n"
 		"Metadata is a capability: whoever holds it can take or overwrite the bytes.\n"
 		"read and write take it as @FILE (from FILE) or - (from stdin); a literal\n"
@@ -1967,12 +1970,13 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 		{ "count", required_argument, NULL, 'n' },
 		{ "once", no_argument, NULL, 'O' },
 		{ "readers", required_argument, NULL, 'r' },
+		{ "sync", no_argument, NULL, 'y' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int o;
 
-	while ((o = getopt_long(argc, argv, "s:jt:m:n:r:h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:jt:m:n:r:yh", opts, NULL)) != -1) {
 		if (o == 'r' && parse_readers(optarg, &ctl->readers) < 0) {
 			fprintf(stderr, "xferctl: bad --readers '%s' (1 to %d)\n", optarg,
 				CTL_MAX_READERS);
@@ -1982,6 +1986,8 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 		} else if (o == 'n' || o == 'O') {
 			if (parse_count(o == 'O' ? "1" : optarg, &ctl->count) < 0)
 				return EXIT_USAGE;
+		} else if (o == 'y') {
+			ctl->sync = true;
 		} else if (o == 'm') {
 			ctl->meta_file = optarg;
 		} else if (o == 's') {

@@ -570,6 +570,8 @@ static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 	return accept_claim(p, via, h->xfer, passive);
 }
 
+static bool wants_sync(const struct xd_xfer *x);
+
 /* The owner's passive op is done: every byte moved, and the active side said DONE. */
 static void complete_passive(struct xd_xfer *x)
 {
@@ -584,7 +586,8 @@ static void complete_passive(struct xd_xfer *x)
 static void maybe_complete_passive(struct xd_xfer *x)
 {
 	/* One-sided, DONE follows the data on the same queue pair: it is all in place. */
-	if (x->done_rx && (x->source || x->one_sided || x->received == x->length))
+	if (x->done_rx && (x->source || x->one_sided || x->received == x->length) &&
+	    (x->source || x->synced || !wants_sync(x)))
 		complete_passive(x);
 }
 
@@ -652,9 +655,52 @@ static void all_posted(struct xd_xfer *x)
 		send_done(x);
 }
 
+/* Whether a target file of @x asked to be on disk before the transfer completes. */
+static bool wants_sync(const struct xd_xfer *x)
+{
+	for (uint32_t i = 0; i < x->nsegs; i++)
+		if (!x->segs[i].region->mem->mapped && x->segs[i].region->sync)
+			return true;
+	return false;
+}
+
+static void data_received(struct xd_xfer *x);
+
+static void xfer_synced(void *arg, int err)
+{
+	struct xd_xfer *x = arg;
+
+	x->synced = true;
+	if (err && x->op && !xd_op_ending(x->op))
+		xd_op_end(x->op, XP_ST_ERRORED, err, "fdatasync of the target file failed: %s",
+			  strerror(err));
+	else if (!err)
+		data_received(x);
+	xd_xfer_unref(x);
+}
+
+/*
+ * Every byte is in the target files: those that asked are fdatasynced on a worker first
+ * (seconds for a large file: never on the loop). Returns whether the end must wait for it.
+ */
+static bool sync_first(struct xd_xfer *x)
+{
+	if (x->synced || !wants_sync(x))
+		return false;
+	xd_xfer_ref(x);
+	int rc = xd_sync_submit(x->peer->d->copier, x->segs, x->nsegs, xfer_synced, x);
+	if (rc) {
+		xd_xfer_unref(x);
+		xd_op_end(x->op, XP_ST_ERRORED, -rc, "could not start the fdatasync");
+	}
+	return true;
+}
+
 static void data_received(struct xd_xfer *x)
 {
 	if (!x->op || x->received < x->length)
+		return;
+	if (sync_first(x))
 		return;
 	if (x->active)
 		send_done(x); /* reader: every byte has landed */

@@ -54,6 +54,7 @@ struct xd_copy_job {
 	void *arg;		  /**< for copied or populated */
 	struct xd_copy_piece *pieces;
 	uint32_t npieces;
+	bool sync_only; /**< a sync job: fdatasync the pieces' target files (populated reports) */
 	uint64_t total;
 	atomic_bool cancel;
 	atomic_uint_fast64_t done;
@@ -229,12 +230,31 @@ static void run_file_piece(struct xd_copy_job *job, const struct xd_copy_piece *
 	}
 }
 
+/* fdatasync of every target file of @job that asked for it (XFER_FILE_SYNC). */
+static void run_syncs(struct xd_copy_job *job)
+{
+	for (uint32_t i = 0; i < job->npieces && !job->err; i++) {
+		const struct xd_region *r = job->pieces[i].dst_r;
+		if (i > 0 && r == job->pieces[i - 1].dst_r)
+			continue;
+		job->err = xd_mem_sync(r);
+		if (job->err)
+			snprintf(job->why, sizeof(job->why),
+				 "fdatasync of the file of region %llu failed: %s",
+				 (unsigned long long)r->id, strerror(job->err));
+	}
+}
+
 static void run_job(struct xd_copy_job *job)
 {
 	uintptr_t fault = 0;
 
 	if (job->populate) {
 		run_populate(job);
+		return;
+	}
+	if (job->sync_only) {
+		run_syncs(job);
 		return;
 	}
 	for (uint32_t i = 0; i < job->npieces; i++) {
@@ -259,6 +279,7 @@ static void run_job(struct xd_copy_job *job)
 			atomic_fetch_add_explicit(&job->done, n, memory_order_relaxed);
 		}
 	}
+	run_syncs(job); /* COMPLETE means on disk for a target that asked */
 }
 
 static void job_finished(struct xd_copier *cp, struct xd_copy_job *job)
@@ -388,11 +409,21 @@ static void copier_destroy(struct xd_copier *cp)
 	free(cp);
 }
 
+/* Whether @job would fdatasync a file: never on the loop thread, whatever its size. */
+static bool job_syncs(const struct xd_copy_job *job)
+{
+	for (uint32_t i = 0; i < job->npieces; i++)
+		if (job->pieces[i].dst_r && !job->pieces[i].dst_r->mem->mapped &&
+		    job->pieces[i].dst_r->sync)
+			return true;
+	return false;
+}
+
 /* Runs small jobs at once (still reported through the queue), large ones on a worker. */
 static void job_start(struct xd_copier *cp, struct xd_copy_job *job, uint64_t size)
 {
 	cp->outstanding++;
-	if (size <= XD_COPY_INLINE) {
+	if (size <= XD_COPY_INLINE && !job_syncs(job)) {
 		run_job(job);
 		job_finished(cp, job);
 		return;
@@ -415,6 +446,27 @@ int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_popula
 	job->populated = done;
 	job->arg = arg;
 	job_start(cp, job, len);
+	return 0;
+}
+
+int xd_sync_submit(struct xd_copier *cp, const struct xd_seg *segs, uint32_t n, xd_populate_cb done,
+		   void *arg)
+{
+	struct xd_copy_job *job = calloc(1, sizeof(*job));
+
+	if (job)
+		job->pieces = calloc(n, sizeof(*job->pieces));
+	if (!job || !job->pieces) {
+		free(job);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		job->pieces[i].dst_r = segs[i].region;
+	job->npieces = n;
+	job->sync_only = true;
+	job->populated = done;
+	job->arg = arg;
+	job_start(cp, job, UINT64_MAX);
 	return 0;
 }
 

@@ -276,6 +276,7 @@ struct xd_xfer {
 	 */
 	int io_err;
 	bool io_told;
+	bool synced; /**< target files asked to be fdatasynced: done (the end may follow) */
 	char io_why[XD_CAUSE_MAX];
 	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
 	bool claim_sent, done_rx;

@@ -841,6 +841,13 @@ typedef void (*xd_populate_cb)(void *arg, int err);
 /* Faults in [@addr, +@len) on a worker, then calls @done. Returns 0 or -errno. */
 int xd_populate_submit(struct xd_copier *cp, void *addr, uint64_t len, xd_populate_cb done,
 		       void *arg);
+/*
+ * fdatasync of every file region among @segs that asked for it (sync), on a worker; then
+ * @done(@arg, 0 or a positive errno) on the loop thread. The regions must stay referenced
+ * until then. Returns 0 or -errno.
+ */
+int xd_sync_submit(struct xd_copier *cp, const struct xd_seg *segs, uint32_t n, xd_populate_cb done,
+		   void *arg);
 /* Whether a copy or populate job was submitted and not yet reported back. */
 bool xd_copier_busy(const struct xd_copier *cp);
 

@@ -62,6 +62,7 @@ leftovers() { find "$1" -maxdepth 1 -name '*.xferctl-*' 2>/dev/null | tr '\n' ' 
 pass_case()
 {
 	local kind=$1 psrc=$2 adst=$3 src=$4 name=$5 out=$DATA/out p=$DATA/pc arc=0 prc=0 meta
+	local sync=${XFERCTL_SYNC:+--sync}
 	rm -f "$out"
 	: >"$p.out" # emptied before the fork: wait_line must not see the last run's line
 	if [ "$kind" = read ]; then
@@ -71,7 +72,8 @@ pass_case()
 			"$BUILD/xferctl" --socket "$(xc_sock 0)" readable "$src" >"$p.out" 2>"$p.err" &
 		fi
 	else
-		"$BUILD/xferctl" --socket "$(xc_sock 0)" writable "$(stat -c %s "$src")" \
+		# shellcheck disable=SC2086 # $sync is empty or one word
+		"$BUILD/xferctl" --socket "$(xc_sock 0)" $sync writable "$(stat -c %s "$src")" \
 			"$([ "$adst" = - ] && echo - || echo "$out")" >"$p.out" 2>"$p.err" &
 	fi
 	local pp=$!
@@ -84,7 +86,8 @@ pass_case()
 	if [ "$kind" = read ] && [ "$adst" = - ]; then
 		ctl 1 read "@$DATA/meta" - >"$out" 2>"$p.aerr" || arc=$?
 	elif [ "$kind" = read ]; then
-		ctl 1 read "@$DATA/meta" "$out" 2>"$p.aerr" || arc=$?
+		# shellcheck disable=SC2086 # $sync is empty or one word
+		ctl 1 $sync read "@$DATA/meta" "$out" 2>"$p.aerr" || arc=$?
 	elif [ "$psrc" = - ]; then
 		ctl 1 write "@$DATA/meta" - <"$src" 2>"$p.aerr" || arc=$?
 	else
@@ -136,6 +139,9 @@ for size in 1 4097 $((3 * MIB + 5)); do
 	pass_case write - "$DATA/out" "$src" "write $size B: memory -> file"
 	pass_case write "$src" - "$src" "write $size B: file -> memory"
 done
+src=$(mkdata synced $((2 * MIB + 1)))
+XFERCTL_SYNC=1 pass_case read "$src" "$DATA/out" "$src" "read --sync: file -> file, fdatasynced"
+XFERCTL_SYNC=1 pass_case write "$src" "$DATA/out" "$src" "writable --sync: file -> file, fdatasynced"
 check_baseline "pairings"
 
 # ---------------------------------------------------------------------------------------------
