@@ -22,6 +22,11 @@
 #   7. windows (xferbench_net win): one-sided gets (bytes 0 -> 1) and puts (1 -> 0) on a
 #      window of node 0's buffer opened on node 1, 16 in flight, at 4 KiB, 64 KiB and 1 MiB
 #      (--win-sizes, --win-depths): GB/s and ops/s against UCX tag_bw/put_bw of the same size
+#   8. files (issue 15): `xferctl read` and `xferctl write` of a --file-size (1 GiB) file in the
+#      page cache, node 0 -> node 1, the whole command timed (read: the read command; write:
+#      from the write command's start to the writable's exit), beside socat (Debian socat)
+#      piping the same file over the same veth into a file (sender start to receiver exit);
+#      targets >= 0.8x iperf3 single stream and >= 1.2x socat
 # and prints tables with the ratios to iperf3 and UCX. Targets: (issue 3) large transfers
 # >= 0.9x iperf3 single-stream; with several connections per peer, above single-stream;
 # (issue 14) pairings with 8 in flight at 64 KiB >= 0.5x UCX tag_bw; register+deregister of
@@ -33,7 +38,7 @@
 # --json FILE (also write the numbers as JSON), --pipe-sizes LIST (4K,64K,1M,16M), --depths LIST
 # (1,8,16,32), --pipe-seconds S (time per pipe or window cell, 1.5), --pool SIZE (4G; 0 skips
 # it), --win-sizes LIST (4K,64K,1M), --win-depths LIST (16),
-# --no-ucx. Environment: BUILD (default build).
+# --no-ucx, --file-size SIZE (1G; 0 skips the file runs). Environment: BUILD (default build).
 #
 # MTU: the veths keep 1500 (--mtu changes it). Measured here on 2026-11-21 (2 vCPU guest with a
 # busy neighbour, two alternating runs each, 1 GiB, peer_connections 2):
@@ -63,6 +68,7 @@ WIN_SIZES=4K,64K,1M
 WIN_DEPTHS=16
 POOL=4G
 UCX=1
+FILE_SIZE=1G
 while [ $# -gt 0 ]; do
 	case $1 in
 	--max) MAX=$2; shift 2 ;;
@@ -79,6 +85,7 @@ while [ $# -gt 0 ]; do
 	--pipe-seconds) PIPE_SECS=$2; shift 2 ;;
 	--pool) POOL=$2; shift 2 ;;
 	--no-ucx) UCX=0; shift ;;
+	--file-size) FILE_SIZE=$2; shift 2 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
 		exit 0
@@ -251,6 +258,83 @@ if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$
 	cat "$RUN/reg.err" >&2
 	exit 1
 fi
+# ns_since T0_NS: nanoseconds since T0_NS (date +%s%N).
+ns_since() { echo $(($(date +%s%N) - $1)); }
+
+# line_of FILE: waits up to 30 s for FILE's first complete line.
+line_of()
+{
+	local i l
+	for ((i = 0; i < 600; i++)); do
+		if [ -s "$1" ] && IFS= read -r l <"$1"; then
+			return 0
+		fi
+		sleep 0.05
+	done
+	return 1
+}
+
+# file_runs: xferctl read and write of $FSRC between the nodes and socat beside them; sets
+# FR[read], FR[write], FR[socat] (nanoseconds, the best of $FILE_ROUNDS) or exits on a failure.
+declare -A FR
+FILE_ROUNDS=2
+file_runs()
+{
+	local k t0 t pp rp
+	for ((k = 0; k < FILE_ROUNDS; k++)); do
+		: >"$RUN/f.meta"
+		xc_ctl 0 readable "$FSRC" >"$RUN/f.meta" 2>"$RUN/f.err" &
+		pp=$!
+		line_of "$RUN/f.meta" || { echo "bench-net.sh: readable printed no metadata" >&2; exit 1; }
+		t0=$(date +%s%N)
+		xc_ctl 1 read "@$RUN/f.meta" "$RUN/dst" || { echo "bench-net.sh: xferctl read failed" >&2; exit 1; }
+		t=$(ns_since "$t0")
+		wait "$pp" || { echo "bench-net.sh: xferctl readable failed" >&2; exit 1; }
+		cmp -s "$FSRC" "$RUN/dst" || { echo "bench-net.sh: xferctl read: bytes differ" >&2; exit 1; }
+		rm -f "$RUN/dst"
+		if [ -z "${FR[read]:-}" ] || [ "$t" -lt "${FR[read]}" ]; then FR[read]=$t; fi
+
+		: >"$RUN/w.meta"
+		xc_ctl 1 writable "$FILE_BYTES" "$RUN/dst" >"$RUN/w.meta" 2>"$RUN/w.err" &
+		pp=$!
+		line_of "$RUN/w.meta" || { echo "bench-net.sh: writable printed no metadata" >&2; exit 1; }
+		t0=$(date +%s%N)
+		xc_ctl 0 write "@$RUN/w.meta" "$FSRC" || { echo "bench-net.sh: xferctl write failed" >&2; exit 1; }
+		wait "$pp" || { echo "bench-net.sh: xferctl writable failed" >&2; exit 1; }
+		t=$(ns_since "$t0")
+		cmp -s "$FSRC" "$RUN/dst" || { echo "bench-net.sh: xferctl write: bytes differ" >&2; exit 1; }
+		rm -f "$RUN/dst"
+		if [ -z "${FR[write]:-}" ] || [ "$t" -lt "${FR[write]}" ]; then FR[write]=$t; fi
+
+		xn_spawn 1 "$RUN/socat.log" socat -u "TCP-LISTEN:$SPORT,bind=$A1,reuseaddr" \
+			"OPEN:$RUN/dst,creat,trunc,wronly"
+		rp=$XN_PID
+		# Not a test connect: the one-shot listener would take it for the transfer.
+		for ((t = 0; t < 200; t++)); do
+			xn_exec 1 ss -Hltn "sport = :$SPORT" 2>/dev/null | grep -q . && break
+			sleep 0.05
+		done
+		t0=$(date +%s%N)
+		xn_exec 0 socat -u "OPEN:$FSRC,rdonly" "TCP:$A1:$SPORT" || { echo "bench-net.sh: socat failed" >&2; exit 1; }
+		wait "$rp" 2>/dev/null || true
+		xn_forget "$rp"
+		t=$(ns_since "$t0")
+		cmp -s "$FSRC" "$RUN/dst" || { echo "bench-net.sh: socat: bytes differ" >&2; exit 1; }
+		rm -f "$RUN/dst"
+		if [ -z "${FR[socat]:-}" ] || [ "$t" -lt "${FR[socat]}" ]; then FR[socat]=$t; fi
+	done
+}
+
+if [ "$FILE_SIZE" != 0 ]; then
+	FILE_BYTES=$(numfmt --from=iec "$FILE_SIZE")
+	FSRC=$RUN/src.bin
+	SPORT=$((IPORT + 1))
+	echo "files: xferctl read/write of a $FILE_SIZE file (page cache) and socat, node 0 -> node 1 ..."
+	head -c "$FILE_BYTES" /dev/urandom >"$FSRC"
+	cat "$FSRC" >/dev/null
+	file_runs
+fi
+
 peers=$(xc_ctl 1 --json peers)
 if ! xc_stop_all; then
 	echo "bench-net.sh: a daemon did not exit 0 on SIGTERM" >&2
@@ -439,3 +523,23 @@ if json_out:
     with open(json_out, "w") as f:
         json.dump(result, f, indent=1)
 PY
+
+if [ "$FILE_SIZE" != 0 ]; then
+	"$XN_PY" - "$FILE_BYTES" "${FR[read]}" "${FR[write]}" "${FR[socat]}" \
+		"$(for k in "${!IP[@]}"; do echo "$k=${IP[$k]}"; done)" <<'PY'
+import sys
+size = int(sys.argv[1])
+rd, wr, so = (int(a) / 1e9 for a in sys.argv[2:5])
+ip = dict(l.split("=", 1) for l in sys.argv[5].split("\n") if "=" in l)
+ref1 = max((sum(float(ip.get(f"{t},1,{ln}", 0)) for t in ("before", "after")) / 2
+            for ln in ("def", "1M")), default=0)
+g = lambda s: size * 8 / s / 1e9
+print()
+print(f"files, node 0 -> node 1, {size / 2**30:g} GiB in the page cache, whole commands timed"
+      f" (best of 2):")
+print(f"  {'':14} {'s':>7} {'Gbit/s':>8} {'/iperf3 1 stream':>17} {'/socat':>7}")
+for name, t in (("xferctl read", rd), ("xferctl write", wr), ("socat pipe", so)):
+    print(f"  {name:14} {t:7.3f} {g(t):8.2f} {g(t) / ref1 if ref1 else 0:17.2f} {so / t:7.2f}")
+print(f"  targets: xferctl >= 0.8x iperf3 single stream ({ref1:.2f} Gbit/s) and >= 1.2x socat")
+PY
+fi

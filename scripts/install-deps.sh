@@ -18,6 +18,7 @@ PKGS=(
 	python3
 	procps
 	iperf3
+	socat # make bench: the plain file copy beside xferctl (scripts/bench-net.sh)
 	ucx-utils # make bench: ucx_perftest beside xferd (scripts/bench-net.sh)
 	clang-format # make format-check (tests/test_format.sh)
 	# tests/test_unit.sh (systemd-analyze verify/security, systemd-sysusers) and

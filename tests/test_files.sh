@@ -317,4 +317,11 @@ else
 	skip "target on a full file system" "cannot mount a tmpfs here"
 fi
 
+# Both daemons exit 0 on SIGTERM (a sanitizer's report would make that non-zero).
+if xc_stop_all 2>"$DATA/stop.err"; then
+	ok "both daemons exited 0 on SIGTERM"
+else
+	fail "both daemons exited 0 on SIGTERM" "$(tr '\n' '|' <"$DATA/stop.err")"
+fi
+
 summary
