@@ -226,6 +226,8 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *p,
 			const uint8_t node[XP_ID_BYTES], uint64_t epoch)
 {
+	if (p->transport->one_sided && !op_mapped(op))
+		return xd_fail(call, XP_E_FAILED, EOPNOTSUPP, XD_FILE_ONE_SIDED_MSG);
 	op->id = ++call->conn->d->next_op;
 	struct xd_xfer *x = xfer_new(p, op->id, true, op);
 	if (!x)
