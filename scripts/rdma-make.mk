@@ -46,7 +46,7 @@ test-rdma: deps
 	exit $$rc
 
 # The guest starts the command with a clean environment: the bench's knobs are passed by name.
-BENCH_RDMA_VARS := SIZES DUR DEPTH REPS PERFTEST_ARGS
+BENCH_RDMA_VARS := SIZES DUR DEPTH REPS PERFTEST_ARGS WIN_DEPTH
 bench-rdma: deps
 	$(Q)$(MAKE) --no-print-directory rdma-build
 	$(Q)scripts/rxe-vm.sh -t 2400 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) \
