@@ -30,6 +30,17 @@ void xd_events_publish(struct xd_daemon *d, const struct xd_conn *owner, const j
 	}
 }
 
+/* Subscribed connections of users other than root. */
+static unsigned unprivileged_subscribers(struct xd_daemon *d)
+{
+	struct xd_conn *c;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(c, &d->conns, link)
+		n += c->subscribed && c->uid != 0;
+	return n;
+}
+
 int xd_handle_events_subscribe(struct xd_call *call)
 {
 	struct xd_conn *c = call->conn;
@@ -38,9 +49,11 @@ int xd_handle_events_subscribe(struct xd_call *call)
 	if (call->params && json_object_size(call->params) > 0)
 		return xd_fail(call, XP_E_PARAMS, EINVAL, "events.subscribe takes no params");
 	if (!c->subscribed) {
-		if (d->event_subscribers >= XD_MAX_SUBSCRIBERS)
+		/* Root is never locked out of watching by other users' subscriptions. */
+		if (c->uid != 0 && unprivileged_subscribers(d) >= XD_MAX_SUBSCRIBERS)
 			return xd_fail(call, XP_E_FAILED, EDQUOT,
-				       "at most %d connections may subscribe to events",
+				       "at most %d connections of users other than root may "
+				       "subscribe to events",
 				       XD_MAX_SUBSCRIBERS);
 		c->subscribed = true;
 		d->event_subscribers++;

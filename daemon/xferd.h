@@ -36,9 +36,10 @@
 #define XD_MAX_QUEUED 4096		/* packets queued to one client before it is dropped */
 #define XD_MAX_QUEUED_BYTES (16u << 20) /* ... or bytes of them */
 /*
- * events.subscribe: at most this many subscribed connections, and an event is dropped (and
- * counted) rather than queued to a subscriber that has this many packets queued already, so
- * that a watcher that stops reading costs at most ~64 small packets, and is never closed.
+ * events.subscribe: at most this many subscribed connections of users other than root (root's
+ * are bounded by the clients limits only), and an event is dropped (and counted) rather than
+ * queued to a subscriber that has this many packets queued already, so that a watcher that
+ * stops reading costs at most ~64 small packets, and is never closed.
  */
 #define XD_MAX_SUBSCRIBERS 16
 #define XD_EVENTS_MAX_QUEUED 64

@@ -3,12 +3,18 @@
  * events.subscribe (PROTOCOL.md §7) against a real xferd: a subscriber sees other clients'
  * operations created, started and ended; a subscriber that never reads costs the daemon at most
  * XD_EVENTS_MAX_QUEUED packets and is not cut off, and learns how many events it missed (every
- * event is either delivered or counted); at most 16 subscribers; params refused.
+ * event is either delivered or counted); at most 16 subscribers of users other than root, who
+ * cannot lock root out; params refused.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
 
@@ -16,8 +22,9 @@
 #include "harness.h"
 #include "xferclient.h"
 
-#define MAX_SUBSCRIBERS 16 /* XD_MAX_SUBSCRIBERS */
-#define MAX_QUEUED 64	   /* XD_EVENTS_MAX_QUEUED */
+#define MAX_SUBSCRIBERS 16 /* XD_MAX_SUBSCRIBERS, for users other than root */
+#define NOBODY 65534
+#define MAX_QUEUED 64 /* XD_EVENTS_MAX_QUEUED */
 
 struct seen {
 	int events;
@@ -185,16 +192,27 @@ TEST_TIMEOUT(slow_subscriber_bounded, 120)
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
-/* At most 16 subscribed connections; a closed one frees its place. Params are refused. */
-TEST(subscribers_capped_params_refused)
-{
-	struct xfer_client *c[MAX_SUBSCRIBERS + 1];
-	struct td d;
-	char *text = NULL;
+struct cap_case {
+	struct td *d;
+	int ready[2]; /* the child writes a byte once it holds its 16 subscriptions */
+};
 
-	CHECK_OK(td_start(&d, NULL));
+/*
+ * As nobody: 16 subscriptions, the 17th refused naming the cap, a closed one frees its place.
+ * (Run as another user the test needs no switch.)
+ */
+static void cap_child(void *arg)
+{
+	struct cap_case *cc = arg;
+	struct xfer_client *c[MAX_SUBSCRIBERS + 1];
+
+	if (geteuid() == 0) {
+		CHECK_OK(setgroups(0, NULL) < 0 ? -errno : 0);
+		CHECK_OK(setgid(NOBODY) < 0 ? -errno : 0);
+		CHECK_OK(setuid(NOBODY) < 0 ? -errno : 0);
+	}
 	for (int i = 0; i <= MAX_SUBSCRIBERS; i++)
-		CHECK_OK(xfer_connect(d.sock, "sub", &c[i]));
+		CHECK_OK(xfer_connect(cc->d->sock, "sub", &c[i]));
 	for (int i = 0; i < MAX_SUBSCRIBERS; i++)
 		CHECK_OK(subscribe(c[i], NULL));
 	CHECK_OK(subscribe(c[0], NULL)); /* again: no second place taken */
@@ -205,10 +223,41 @@ TEST(subscribers_capped_params_refused)
 	for (int tries = 0; subscribe(c[MAX_SUBSCRIBERS], NULL) < 0 && tries < 100; tries++)
 		usleep(10000); /* the daemon sees the close at its next loop turn */
 	CHECK_OK(subscribe(c[MAX_SUBSCRIBERS], NULL));
-	CHECK_ERR(xfer_call(c[0], "events.subscribe", "{\"all\": true}", &text), -EINVAL);
+	CHECK(write(cc->ready[1], "r", 1) == 1);
+	pause(); /* held until the parent has checked that root still gets in */
+}
+
+/*
+ * At most 16 subscriptions of users other than root, and those cannot lock root out of
+ * watching. Params are refused.
+ */
+TEST(subscribers_capped_params_refused)
+{
+	struct cap_case cc;
+	struct xfer_client *root;
+	struct pollfd pfd;
+	char *text = NULL, byte;
+	struct td d;
+
+	CHECK_OK(td_start(&d, "{\"socket_mode\": 438}"));
+	cc.d = &d;
+	CHECK_OK(pipe2(cc.ready, O_CLOEXEC) < 0 ? -errno : 0);
+	/* the test dir is 0700; the socket itself is the daemon's to guard */
+	CHECK_OK(chmod(d.dir, 0755) < 0 ? -errno : 0);
+	pid_t pid = td_spawn(cap_child, &cc);
+	CHECK_OK(pid);
+	close(cc.ready[1]);
+	pfd = (struct pollfd){ .fd = cc.ready[0], .events = POLLIN };
+	/* a child that failed exits: the pipe then reads EOF, and td_wait_child says why */
+	CHECK(poll(&pfd, 1, 30000) == 1 && read(cc.ready[0], &byte, 1) == 1);
+	close(cc.ready[0]);
+	CHECK_OK(xfer_connect(d.sock, "root-watcher", &root));
+	if (geteuid() == 0)
+		CHECK_OK(subscribe(root, NULL)); /* nobody holds 16: root still gets in */
+	CHECK_ERR(xfer_call(root, "events.subscribe", "{\"all\": true}", &text), -EINVAL);
 	free(text);
-	for (int i = 0; i <= MAX_SUBSCRIBERS; i++)
-		if (i != 3)
-			xfer_close(c[i]);
+	kill(pid, SIGKILL);
+	td_wait_child(pid, 10000);
+	xfer_close(root);
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
