@@ -155,6 +155,12 @@ static void lower(const char *in, char *out, size_t len)
 	out[i] = '\0';
 }
 
+/* The kinds an operation can have (a window's metadata kind is none). */
+static bool is_op_kind(int k)
+{
+	return k != XP_KIND_WINDOW;
+}
+
 static const char *const end_names[XD_NEND] = { "complete", "cancelled", "errored" };
 
 static void write_ops(struct xd_daemon *d, struct evbuffer *out)
@@ -165,7 +171,7 @@ static void write_ops(struct xd_daemon *d, struct evbuffer *out)
 	family(out, "xferd_operations_total", "counter",
 	       "Operations that ended, by kind, transport (none: never started) and end state.");
 	for (int k = 0; k < XP_KIND_COUNT; k++)
-		for (int t = 0; t < ntransports(d); t++)
+		for (int t = 0; t < ntransports(d) && is_op_kind(k); t++)
 			for (int e = 0; e < XD_NEND; e++)
 				evbuffer_add_printf(
 					out,
@@ -178,7 +184,7 @@ static void write_ops(struct xd_daemon *d, struct evbuffer *out)
 	family(out, "xferd_operations_listed", "gauge",
 	       "Operations listed now (not yet released), by kind and state (lower case).");
 	for (int k = 0; k < XP_KIND_COUNT; k++) {
-		for (int s = 0; s < XP_ST_COUNT; s++) {
+		for (int s = 0; s < XP_ST_COUNT && is_op_kind(k); s++) {
 			char state[32];
 			lower(xp_state_name(s), state, sizeof(state));
 			evbuffer_add_printf(
@@ -211,8 +217,9 @@ static void write_latencies(struct xd_daemon *d, struct evbuffer *out)
 	family(out, "xferd_operation_duration_seconds", "histogram",
 	       "Operations from creation to end (a passive one waits for its peer), by kind.");
 	for (int k = 0; k < XP_KIND_COUNT; k++)
-		write_hist(out, "xferd_operation_duration_seconds", "kind", xp_kind_name(k),
-			   &d->counters.op_duration[k]);
+		if (is_op_kind(k))
+			write_hist(out, "xferd_operation_duration_seconds", "kind", xp_kind_name(k),
+				   &d->counters.op_duration[k]);
 	family(out, "xferd_claim_latency_seconds", "histogram",
 	       "Cross-node claims (op.read, op.write) until the owner's answer, by transport.");
 	for (int t = 1; t < ntransports(d); t++)
@@ -354,6 +361,28 @@ static void write_limits(struct xd_daemon *d, struct evbuffer *out)
 				limit_line(out, "xferd_limit_used", scopes[s], i, used[s][i]);
 }
 
+static void counter(struct evbuffer *out, const char *name, const char *help, uint64_t v)
+{
+	family(out, name, "counter", help);
+	evbuffer_add_printf(out, "%s %" PRIu64 "\n", name, v);
+}
+
+static void write_windows(struct xd_daemon *d, struct evbuffer *out)
+{
+	uint64_t windows, handles;
+
+	xd_windows_count(d, &windows, &handles);
+	gauge(out, "xferd_windows", "Windows this daemon's clients own (window.create).", windows);
+	gauge(out, "xferd_window_handles", "Windows this daemon's clients opened (window.open).",
+	      handles);
+	counter(out, "xferd_window_operations_total",
+		"op.get and op.put that completed on windows this daemon owns.",
+		d->stats.window_ops);
+	counter(out, "xferd_window_notifications_total",
+		"Notify tags delivered to the owners of windows on this daemon.",
+		d->stats.window_notified);
+}
+
 /* One counter (or gauge) per RDMA device in use; nothing when there is none. */
 static void write_rdma_one(struct xd_daemon *d, struct evbuffer *out, const char *name,
 			   const char *type, const char *help, size_t offset)
@@ -445,6 +474,7 @@ static void metrics_render(struct xd_metrics *m, struct evbuffer *out)
 	write_peers(d, out);
 	write_memory(d, out);
 	write_limits(d, out);
+	write_windows(d, out);
 	write_rdma(d, out);
 }
 

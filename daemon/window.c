@@ -1136,3 +1136,15 @@ int xd_windows_list(struct xd_call *call)
 	free(items);
 	return xd_page_finish(call, &pg, "windows", rc);
 }
+
+void xd_windows_count(const struct xd_daemon *d, uint64_t *windows, uint64_t *handles)
+{
+	const struct xd_window *w;
+	const struct xd_whandle *h;
+
+	*windows = *handles = 0;
+	TAILQ_FOREACH(w, &d->windows, link)
+		(*windows)++;
+	TAILQ_FOREACH(h, &d->whandles, link)
+		(*handles)++;
+}

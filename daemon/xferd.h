@@ -968,6 +968,8 @@ int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 /* Set @p is up (its pending opens go) / lost (its openers and handles are gone). */
 void xd_windows_peer_up(struct xd_peer *p);
 void xd_windows_peer_lost(struct xd_peer *p, int err, const char *cause);
+/* How many windows this daemon's clients own and have opened (handles), for metrics.c. */
+void xd_windows_count(const struct xd_daemon *d, uint64_t *windows, uint64_t *handles);
 /* A connection closes: its windows are revoked, its handles closed. */
 void xd_windows_conn_closed(struct xd_conn *c);
 /* Region @r is deregistered with force: the windows over it are revoked. */
