@@ -156,6 +156,8 @@ static const char *ctl_socket_path(const struct ctl *ctl)
 
 static int ctl_connect(struct ctl *ctl)
 {
+	if (ctl->c)
+		return EXIT_OK;
 	int rc = xfer_connect(ctl->socket, CTL_CLIENT_NAME, &ctl->c);
 
 	if (rc < 0)
@@ -1218,6 +1220,31 @@ static int parse_size(const char *s, size_t *out)
 	return 0;
 }
 
+/*
+ * Whether files may be registered themselves (file regions): not while this daemon uses RDMA
+ * devices, since file regions do not travel over RDMA yet (a claim would be refused with
+ * EOPNOTSUPP); a buffer carries them then, as before. Returns a status and *direct.
+ */
+static int files_direct(struct ctl *ctl, bool *direct)
+{
+	json_t *res, *dev;
+	size_t i;
+	int rc = ctl_connect(ctl);
+
+	if (!rc)
+		rc = ctl_call_json(ctl, "list.devices", NULL, &res);
+	if (rc)
+		return rc;
+	*direct = true;
+	json_array_foreach(json_object_get(res, "devices"), i, dev) {
+		json_t *used = json_object_get(dev, "used");
+		if (!used || json_is_true(used)) /* (the devices in use carry no "used") */
+			*direct = false;
+	}
+	json_decref(res);
+	return EXIT_OK;
+}
+
 /* Runs a passive @fo with its --meta-file; a file that never got its metadata is removed. */
 static int passive_run(struct ctl *ctl, struct file_op *fo)
 {
@@ -1225,11 +1252,14 @@ static int passive_run(struct ctl *ctl, struct file_op *fo)
 
 	if (rc)
 		return rc;
+	bool direct = false;
+
 	if (fo->file_fd >= 0)
 		rc = file_mode_run(ctl, fo);
-	else if (fo->out_path && strcmp(fo->out_path, "-") != 0)
+	else if (fo->out_path && strcmp(fo->out_path, "-") != 0 &&
+		 !(rc = files_direct(ctl, &direct)) && direct)
 		rc = target_run(ctl, fo);
-	else
+	else if (!rc)
 		rc = file_op_run(ctl, fo);
 	if (fo->meta_fd >= 0) {
 		close(fo->meta_fd);
@@ -1285,15 +1315,21 @@ static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	};
 	int rc;
 
+	bool direct = false;
+
 	if (strcmp(fo.in_path, "-") == 0)
 		rc = stdin_load(ctl, &fo);
-	else
+	else if (!(rc = files_direct(ctl, &direct)) && direct)
 		rc = file_open_in(ctl, fo.in_path, &fo.file_fd, &fo.size);
+	else if (!rc)
+		rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
 	if (rc)
 		return rc;
 	rc = passive_run(ctl, &fo);
 	if (fo.file_fd >= 0)
 		close(fo.file_fd);
+	if (fo.in_fd >= 0)
+		close(fo.in_fd);
 	free(fo.in_mem);
 	return rc;
 }
@@ -1342,11 +1378,15 @@ static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	rc = meta_get(ctl, argv[0], &fo.meta);
 	if (rc)
 		return rc;
+	bool direct = false;
+
 	rc = meta_total(ctl, fo.meta, &fo.size);
-	if (!rc && strcmp(fo.out_path, "-") == 0)
-		rc = file_op_run(ctl, &fo); /* stdout: through a buffer */
-	else if (!rc)
+	if (!rc && strcmp(fo.out_path, "-") != 0)
+		rc = files_direct(ctl, &direct);
+	if (!rc && direct)
 		rc = target_run(ctl, &fo);
+	else if (!rc)
+		rc = file_op_run(ctl, &fo); /* stdout, or RDMA: through a buffer */
 	free(fo.meta);
 	return rc;
 }
@@ -1355,6 +1395,7 @@ static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
 	struct file_op fo = { .kind = XFER_WRITE, .in_fd = -1, .in_path = argv[1], .meta_fd = -1 };
+	bool direct = false;
 	int rc;
 
 	rc = meta_get(ctl, argv[0], &fo.meta);
@@ -1365,14 +1406,18 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 		rc = ctl_fail(ctl, EINVAL, "metadata and INFILE cannot both come from stdin");
 	else if (strcmp(fo.in_path, "-") == 0)
 		rc = stdin_load(ctl, &fo);
-	else
+	else if (!(rc = files_direct(ctl, &direct)) && direct)
 		rc = file_open_in(ctl, fo.in_path, &fo.file_fd, &fo.size);
-	if (!rc && fo.in_mem)
-		rc = file_op_run(ctl, &fo);
 	else if (!rc)
+		rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
+	if (!rc && fo.file_fd >= 0)
 		rc = file_mode_run(ctl, &fo);
+	else if (!rc)
+		rc = file_op_run(ctl, &fo);
 	if (fo.file_fd >= 0)
 		close(fo.file_fd);
+	if (fo.in_fd >= 0)
+		close(fo.in_fd);
 	free(fo.in_mem);
 	free(fo.meta);
 	return rc;
