@@ -178,10 +178,12 @@ transfer()
 	w=$(mktemp -u "$D/x.XXXXXX")-$kind
 	head -c "$size" /dev/urandom >"$w.src"
 	chown alice "$w.src"
+	# Through stdin and stdout, so that xferctl moves the bytes through a memfd buffer: a file
+	# registered as itself moves over TCP only (PROTOCOL.md §4, file regions).
 	if [ "$kind" = read ]; then
-		actl "$os" -m "$w.meta" readable "$w.src" >"$w.p.out" 2>"$w.p.err" &
+		actl "$os" -m "$w.meta" readable - <"$w.src" >"$w.p.out" 2>"$w.p.err" &
 	else
-		actl "$os" -m "$w.meta" writable "$size" "$w.dst" >"$w.p.out" 2>"$w.p.err" &
+		actl "$os" -m "$w.meta" writable "$size" - >"$w.dst" 2>"$w.p.err" &
 	fi
 	pid=$!
 	local end=$((SECONDS + 60))
@@ -192,9 +194,9 @@ transfer()
 		return 1
 	fi
 	if [ "$kind" = read ]; then
-		actl "$as" read "@$w.meta" "$w.dst" >"$w.a.out" 2>"$w.a.err" || arc=$?
+		actl "$as" read "@$w.meta" - >"$w.dst" 2>"$w.a.err" || arc=$?
 	else
-		actl "$as" write "@$w.meta" "$w.src" >"$w.a.out" 2>"$w.a.err" || arc=$?
+		actl "$as" write "@$w.meta" - <"$w.src" >"$w.a.out" 2>"$w.a.err" || arc=$?
 	fi
 	if [ $arc -ne 0 ]; then # the passive side would wait for its deadline
 		kill9 "$pid"
