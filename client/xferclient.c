@@ -971,9 +971,13 @@ static int op_params(struct xfer_client *c, const char *metadata, const struct x
 		client_set_error(c, "an operation has 1 to %d descriptors", XP_MAX_DESCS);
 		return -EINVAL;
 	}
-	if (opts && (opts->flags & ~XFER_OP_RELEASE_ON_END)) {
+	if (opts && (opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT))) {
 		client_set_error(c, "unknown operation flags %#x",
-				 opts->flags & ~XFER_OP_RELEASE_ON_END);
+				 opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT));
+		return -EINVAL;
+	}
+	if (opts && (opts->flags & XFER_OP_NOWAIT) && !metadata) {
+		client_set_error(c, "XFER_OP_NOWAIT is for xfer_read and xfer_write only");
 		return -EINVAL;
 	}
 	params = json_object();
@@ -986,6 +990,9 @@ static int op_params(struct xfer_client *c, const char *metadata, const struct x
 		rc = obj_set_u64(params, "timeout_ms", opts->timeout_ms);
 	if (!rc && opts && (opts->flags & XFER_OP_RELEASE_ON_END) &&
 	    json_object_set_new(params, "release_on_end", json_true()))
+		rc = -ENOMEM;
+	if (!rc && opts && (opts->flags & XFER_OP_NOWAIT) &&
+	    json_object_set_new(params, "nowait", json_true()))
 		rc = -ENOMEM;
 	if (!rc && metadata && json_object_set_new(params, "metadata", json_string(metadata)))
 		rc = -EBADMSG; /* not UTF-8, so it cannot be metadata */

@@ -81,6 +81,17 @@ struct xfer_op_opts {
  */
 #define XFER_OP_RELEASE_ON_END 0x1u
 
+/*
+ * For xfer_read()/xfer_write() only: return the operation id as soon as the daemon has made the
+ * operation (one round trip to the local daemon), without waiting for the owner to accept the
+ * claim (up to connect_timeout_ms across nodes). The claim's outcome then arrives as an event:
+ * IN_PROGRESS once accepted, ERRORED with the refusal's errno and cause when refused. Refusals
+ * the local daemon decides at once (bad metadata, a claim on this same node) are still the
+ * call's error. An event may be delivered before the call returns (see xfer_set_event_cb).
+ * An older library refuses the flag (-EINVAL); an older daemon ignores it and answers late.
+ */
+#define XFER_OP_NOWAIT 0x2u
+
 /* A sealed, mapped memfd buffer made by xfer_buf_alloc(). */
 struct xfer_buf {
 	void *addr; /* MAP_SHARED mapping of the whole memfd */
@@ -167,7 +178,8 @@ XFER_EXPORT int xfer_writable(struct xfer_client *c, const struct xfer_desc *des
  * Active operations: read the bytes of readable @metadata into the descriptors, or write the
  * descriptors into writable @metadata's buffer. Returns 0 and *op once the owner accepted the
  * claim (the transfer then runs; wait for it), or -errno when it was refused (see
- * xfer_last_error(); the passive side is untouched).
+ * xfer_last_error(); the passive side is untouched). With XFER_OP_NOWAIT in opts->flags it
+ * returns at once and the claim's outcome arrives as an event.
  */
 XFER_EXPORT int xfer_read(struct xfer_client *c, const char *metadata,
 			  const struct xfer_desc *descs, size_t n, const struct xfer_op_opts *opts,

@@ -218,12 +218,13 @@ int xd_handle_op_active(struct xd_call *call)
 	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
 	const char *metadata;
 	json_int_t timeout = -1;
-	int release_on_end = 0;
+	int release_on_end = 0, nowait = 0;
 	json_t *descs;
 	struct xp_meta m;
 
-	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b}", "metadata", &metadata, "descs", &descs,
-			     "timeout_ms", &timeout, "release_on_end", &release_on_end))
+	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b, s?b}", "metadata", &metadata, "descs",
+			     &descs, "timeout_ms", &timeout, "release_on_end", &release_on_end,
+			     "nowait", &nowait))
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
@@ -240,10 +241,13 @@ int xd_handle_op_active(struct xd_call *call)
 			     kind == XP_KIND_READ ? "readable" : "writable");
 	}
 	if (rc == 0 && memcmp(m.node, call->conn->d->node, XP_ID_BYTES) != 0) {
-		rc = xd_remote_claim(call, active, &m); /* the reply waits for the owner */
+		active->claim_nowait = nowait;
+		rc = xd_remote_claim(call, active, &m); /* without nowait the reply waits */
 		xp_meta_fini(&m);
 		if (rc)
 			xd_op_discard(active);
+		else if (nowait)
+			call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
 		return rc;
 	}
 	struct xd_op *passive = rc ? NULL : claim_check(call, &m, active);

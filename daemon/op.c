@@ -639,6 +639,11 @@ void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
 
 void xd_op_start_claim(struct xd_call *call, struct xd_op *op)
 {
+	if (op->claim_nowait) {
+		/* Listed and open now: the owner's answer arrives as op.changed, not as a reply. */
+		op_start(call, op, XP_ST_INITIALIZED, XD_OP_OPEN);
+		return;
+	}
 	op->reply_id = call->id;
 	call->deferred = true;
 	op_start(call, op, XP_ST_INITIALIZED, XD_OP_CLAIMING);

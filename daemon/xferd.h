@@ -684,6 +684,7 @@ struct xd_op {
 	bool release_on_end; /**< the client's option: forgotten once its end was pushed */
 	bool charged;	     /**< counted against its owner's XD_RES_OPS limits */
 	int64_t reply_id;    /**< CLAIMING: the op.read/op.write to answer */
+	bool claim_nowait;   /**< op.read/op.write "nowait": answered at once, outcome pushed */
 	/*
 	 * Windows (window.c). An owner's side of an op.get/op.put is an internal op: no client
 	 * owns it or hears of it, window.c is told of its end through @on_end and it is freed

@@ -1871,3 +1871,109 @@ TEST(restarted_owner_metadata_refused_estale)
 	EXPECT_BASELINE(1);
 	world_stop();
 }
+
+/* ---- XFER_OP_NOWAIT: the claim's outcome as an event ---- */
+
+/* The states the event callback saw for one op, in order. */
+struct seen {
+	uint64_t op;
+	enum xfer_state states[8];
+	int n;
+};
+
+static void seen_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct seen *s = arg;
+
+	if (info->op == s->op && s->n < 8)
+		s->states[s->n++] = info->state;
+}
+
+static int pair_claim_nowait(struct pair *p, uint64_t length, uint64_t *op)
+{
+	struct xfer_desc d = { p->ab.region, 0, length };
+	struct xfer_op_opts o = { .flags = XFER_OP_NOWAIT };
+
+	if (p->pkind == XFER_READABLE)
+		return xfer_read(p->ac, p->meta, &d, 1, &o, op);
+	return xfer_write(p->ac, p->meta, &d, 1, &o, op);
+}
+
+/*
+ * With XFER_OP_NOWAIT the call returns while the owner has not even seen the CLAIM (held by the
+ * fake), the op INITIALIZED; acceptance then arrives as IN_PROGRESS, and the bytes move.
+ */
+static void run_nowait_accepted(enum xfer_kind pkind)
+{
+	struct seen s = { 0 };
+	struct pair p;
+
+	world_start();
+	pair_open(&p, pkind, LEN);
+	fake_arm(DA, XP_PEER_CLAIM, 0, FAKE_HOLD);
+	CHECK_OK(pair_claim_nowait(&p, LEN, &p.aop));
+	fake_wait();
+	CHECK_STATE(p.ac, p.aop, XFER_INITIALIZED, 0);
+	CHECK_STATE(p.pc, p.pop, XFER_INITIALIZED, 0);
+	s.op = p.aop;
+	xfer_set_event_cb(p.ac, seen_cb, &s);
+	fake_release();
+	CHECK_END(p.pc, p.pop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK_END(p.ac, p.aop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK(s.n >= 2);
+	CHECK_EQ_INT(s.states[0], XFER_IN_PROGRESS);
+	CHECK_EQ_INT(s.states[s.n - 1], XFER_COMPLETE);
+	pair_check_bytes(&p);
+	CHECK_OK(xfer_release(p.ac, p.aop));
+	EXPECT_QUIET(1);
+	pair_close(&p);
+	EXPECT_BASELINE(1);
+	world_stop();
+}
+
+TEST(nowait_claim_accepted_arrives_as_event_read)
+{
+	run_nowait_accepted(XFER_READABLE);
+}
+
+TEST(nowait_claim_accepted_arrives_as_event_write)
+{
+	run_nowait_accepted(XFER_WRITABLE);
+}
+
+/*
+ * A claim the owner refuses (lengths differ) ends the NOWAIT op ERRORED with the owner's errno
+ * and sentence, pushed as an event; the passive op stays claimable, and a right claim then works.
+ */
+TEST(nowait_claim_refused_arrives_as_event)
+{
+	struct seen s = { 0 };
+	struct pair p;
+	uint64_t bad;
+
+	world_start();
+	pair_open(&p, XFER_READABLE, LEN);
+	xfer_set_event_cb(p.ac, seen_cb, &s);
+	s.op = UINT64_MAX;
+	CHECK_OK(pair_claim_nowait(&p, LEN / 2, &bad));
+	s.op = bad; /* (the refusal may already have been delivered: the wait below checks it) */
+	CHECK_END(p.ac, bad, XFER_ERRORED, -EMSGSIZE, "does not match the owner's", 0);
+	CHECK_STATE(p.pc, p.pop, XFER_INITIALIZED, 0);
+	CHECK_OK(xfer_release(p.ac, bad));
+	CHECK_OK(pair_claim_nowait(&p, LEN, &p.aop));
+	CHECK_END(p.pc, p.pop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK_END(p.ac, p.aop, XFER_COMPLETE, 0, NULL, LEN);
+	pair_check_bytes(&p);
+	CHECK_OK(xfer_release(p.ac, p.aop));
+	/* NOWAIT belongs to the active calls only. */
+	struct xfer_desc d = { p.pb.region, 0, LEN };
+	struct xfer_op_opts o = { .flags = XFER_OP_NOWAIT };
+	uint64_t op;
+	char *meta = NULL;
+	CHECK_ERR(xfer_readable(p.pc, &d, 1, &o, &op, &meta), -EINVAL);
+	CHECK_CAUSE(xfer_last_error(p.pc), "XFER_OP_NOWAIT");
+	EXPECT_QUIET(1);
+	pair_close(&p);
+	EXPECT_BASELINE(1);
+	world_stop();
+}
