@@ -30,6 +30,9 @@ COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
 MAN_PAGES := man/xferctl.1 man/libxferclient.3 man/xferd.conf.5 man/xferd.8
 # The config: /etc/xferd/xferd.conf whatever PREFIX is (a PREFIX of /usr/local still reads /etc).
 SYSCONFDIR ?= /etc
+# The Python package (client/python/xferd): where Debian's python3 looks under PREFIX.
+PYVER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
 
 CC ?= cc
 PKGS := libevent jansson libibverbs librdmacm libcrypto
@@ -188,6 +191,15 @@ $(B)/fuzz_meta: $(B)/tests/fuzz/fuzz_meta.o $(B)/libxferproto.a
 
 all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY)
 
+# The Python package's check of its ctypes mirrors: prints xferclient.h's sizeof/offsetof
+# (tests/python/test_layout.py compares). Not named test_*: tests/test_python.sh runs it.
+PY_LAYOUT := $(B)/tests/python/layout
+$(PY_LAYOUT): $(B)/tests/python/layout.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $<
+
+all test-build: $(PY_LAYOUT)
+
 # tests/test_engine.c runs two in-process daemons over a fake transport it defines, with its own
 # transport table in d->transports (the local one and its fake). This explicit rule
 # overrides the pattern rule above for that one program; TEST_BINS already lists it.
@@ -274,6 +286,8 @@ install: $(BINS) $(B)/xferclient.pc
 	@# An operator's edited config is never overwritten; the example above always is.
 	[ -e $(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf ] || \
 		install -m 644 systemd/xferd.conf.example $(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf
+	install -d $(DESTDIR)$(PYTHONDIR)/xferd
+	install -m 644 client/python/xferd/*.py $(DESTDIR)$(PYTHONDIR)/xferd/
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/xferd $(DESTDIR)$(BINDIR)/xferctl \
@@ -283,6 +297,7 @@ uninstall:
 		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 		$(DESTDIR)$(COMPLETIONDIR)/xferctl \
 		$(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf.example
+	rm -rf $(DESTDIR)$(PYTHONDIR)/xferd
 
 clean:
 	rm -rf build build-san

@@ -223,6 +223,20 @@ echo "  node 0's counters:"
 xc_ctl 0 status | sed 's/^/    /'
 
 echo
+echo "3. Python: prefill on node 0 offers a torch KV cache (8 layers, 8 descriptors), decode on"
+echo "   node 1 begin_read()s it into its own tensor; metadata and sha256 cross by two pipes"
+mkfifo -m 600 "$FILES/to-decode" "$FILES/to-prefill"
+export XFERD_LIBRARY
+XFERD_LIBRARY=$(cd "$BUILD" && pwd)/libxferclient.so.1
+KV=client/python/examples/kv_transfer.py
+bg_on 0 /dev/stdout /dev/stderr /usr/bin/python3 "$KV" prefill --socket "$S0" \
+	--send "$FILES/to-decode" --recv "$FILES/to-prefill"
+PPID_KV=$BG
+on 1 /usr/bin/python3 "$KV" decode --socket "$S1" --recv "$FILES/to-decode" \
+	--send "$FILES/to-prefill" || rc=1
+wait "$PPID_KV" || rc=1
+
+echo
 if xc_stop_all; then
 	echo "both daemons stopped with SIGTERM and exited 0; namespaces and files removed"
 else

@@ -30,6 +30,14 @@ rc=0
 "$BUILD/xferbench" demo --socket "$XFERD_SOCK" "$@" || rc=$?
 
 echo
+echo "The same from Python (client/python): a prefill process offers a torch KV cache of 8 layers"
+echo "(8 descriptors over one registered pool), a decode process reads it into its own tensor;"
+echo "metadata and sha256 go through a pipe, and each side checks the other's sha256:"
+echo "  \$ client/python/examples/kv_transfer.py both --socket \$SOCK"
+XFERD_LIBRARY="$BUILD/libxferclient.so.1" /usr/bin/python3 client/python/examples/kv_transfer.py \
+	both --socket "$XFERD_SOCK" || rc=1
+
+echo
 if xferd_tmp_stop; then
 	echo "stopped xferd with SIGTERM; it exited 0"
 elif [ "$rc" -eq 0 ]; then

@@ -33,6 +33,10 @@ PKGS=(
 	# tests/test_fuzz.sh: a timed libFuzzer session (make fuzz: clang with libFuzzer).
 	clang
 	libclang-rt-14-dev
+	# the Python package (client/python, tests/python): Debian's /usr/bin/python3 runs them
+	python3-pytest
+	python3-numpy
+	python3-torch
 	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
 	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
 	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.

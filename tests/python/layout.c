@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Prints, as JSON, sizeof and every field's offsetof of the structs of xferclient.h that the
+ * Python package mirrors with ctypes (client/python/xferd/_clib.py); test_layout.py compares.
+ * A field added to the header without the mirror, or a type changed, fails there.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include "xferclient.h"
+
+#define FIELD(s, f) \
+	printf("\"%s\": [%zu, %zu], ", #f, offsetof(struct s, f), sizeof(((struct s *)0)->f))
+#define END(s) printf("\"sizeof\": [0, %zu]}", sizeof(struct s))
+
+int main(void)
+{
+	printf("{\"xfer_desc\": {");
+	FIELD(xfer_desc, region);
+	FIELD(xfer_desc, offset);
+	FIELD(xfer_desc, length);
+	END(xfer_desc);
+	printf(", \"xfer_op_info\": {");
+	FIELD(xfer_op_info, op);
+	FIELD(xfer_op_info, kind);
+	FIELD(xfer_op_info, state);
+	FIELD(xfer_op_info, length);
+	FIELD(xfer_op_info, bytes);
+	FIELD(xfer_op_info, client);
+	FIELD(xfer_op_info, timeout_ms);
+	FIELD(xfer_op_info, age_ms);
+	FIELD(xfer_op_info, error);
+	FIELD(xfer_op_info, cause);
+	FIELD(xfer_op_info, transport);
+	FIELD(xfer_op_info, peer);
+	END(xfer_op_info);
+	printf(", \"xfer_op_opts\": {");
+	FIELD(xfer_op_opts, timeout_ms);
+	FIELD(xfer_op_opts, flags);
+	END(xfer_op_opts);
+	printf(", \"enums\": {\"XFER_COMPLETE\": %d, \"XFER_ERRORED\": %d, \"XFER_WRITE\": %d, "
+	       "\"XFER_OP_RELEASE_ON_END\": %u, \"XFER_OP_NOWAIT\": %u}}\n",
+	       XFER_COMPLETE, XFER_ERRORED, XFER_WRITE, XFER_OP_RELEASE_ON_END, XFER_OP_NOWAIT);
+	return 0;
+}
