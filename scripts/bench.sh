@@ -11,7 +11,15 @@ xferd_tmp_start
 echo "bench: $BUILD/xferd (pid $XFERD_PID) on $XFERD_SOCK"
 
 rc=0
-"$BUILD/xferbench" bench --socket "$XFERD_SOCK" "$@" || rc=$?
+C_OUT=$XFERD_TMP/xferbench.out
+"$BUILD/xferbench" bench --socket "$XFERD_SOCK" "$@" | tee "$C_OUT" || rc=$?
+
+# The Python client (client/python) on the same daemon right after, compared with the C one.
+if [ "$rc" -eq 0 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+	echo
+	XFERD_LIBRARY="$BUILD/libxferclient.so.1" /usr/bin/python3 client/python/examples/xferbench.py \
+		--socket "$XFERD_SOCK" --compare "$C_OUT" "$@" || rc=1
+fi
 
 if ! xferd_tmp_stop && [ "$rc" -eq 0 ]; then
 	rc=1

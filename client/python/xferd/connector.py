@@ -11,6 +11,7 @@ import ctypes
 import enum
 import errno
 import json
+import re
 import select
 import threading
 import time
@@ -50,14 +51,31 @@ class _Event:
         self.peer = info.peer.decode("ascii", "replace")
 
 
+_NODE = re.compile(rb'"node":\s*"([0-9a-f]{32})"')
+
+
 def _metadata_node(metadata):
-    """The owner's node id named in @metadata, or None when it does not decode (the daemon
-    then refuses it with the reason)."""
-    try:
-        body = metadata.split(".", 1)[1]
-        return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["node"]
-    except (IndexError, ValueError, KeyError, TypeError):
+    """The owner's node id named in @metadata, or None when it does not say (the daemon then
+    refuses it with the reason). Only the head is decoded: the node comes first, and this runs
+    on every begin_read/begin_write."""
+    if not metadata.startswith("xfer1."):
         return None
+    try:
+        head = metadata[6:166]
+        m = _NODE.search(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except ValueError:
+        return None
+    return m.group(1).decode() if m else None
+
+
+async def _within(fut, timeout):
+    """Awaits @fut for at most @timeout seconds (asyncio.timeout where there is one: wait_for
+    costs a task per call)."""
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(timeout):
+            await fut
+    else:
+        await asyncio.wait_for(fut, timeout)
 
 
 def _descriptors(descs):
@@ -165,12 +183,15 @@ class Operation:
             self._connector._attach_loop()
             fut = asyncio.get_running_loop().create_future()
             self._futures.append(fut)
-            try:
-                await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                raise TimeoutError(
-                    "op %d is still %s after %s s" % (self.id, self.status.name, timeout)
-                ) from None
+            if timeout is None:
+                await fut
+            else:
+                try:
+                    await _within(fut, timeout)
+                except (asyncio.TimeoutError, TimeoutError):
+                    raise TimeoutError(
+                        "op %d is still %s after %s s" % (self.id, self.status.name, timeout)
+                    ) from None
         return self._result()
 
     def wait(self, timeout=None):
@@ -272,6 +293,7 @@ class Connector:
         self._early = {}
         self._creating = 0
         self._regions = {}  # block id -> region
+        self._live_regions = set()
         self._dead_regions = []
         self._loop = None
         self._error_lost = None
@@ -428,17 +450,19 @@ class Connector:
         out = ctypes.c_uint64()
         self._c_call(lib.xfer_region_register, block.fd, 0, 0, b"python", ctypes.byref(out))
         self._regions[block.id] = out.value
+        self._live_regions.add(out.value)
         me = weakref.ref(self)
         block.gone_callbacks.append(lambda b: me() and me()._block_gone(b))
         return out.value
 
     def _region_live(self, region):
-        return region in self._regions.values()
+        return region in self._live_regions
 
     def _block_gone(self, block):
         # Called from a finalizer, at any point: deregistered at the next call, not here.
         region = self._regions.pop(block.id, None)
         if region is not None:
+            self._live_regions.discard(region)
             self._dead_regions.append(region)
 
     def _flush_dead_regions(self):
