@@ -626,8 +626,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	x->via = via;
 	if (x->one_sided && parse_rsegs(x, json) < 0)
 		return -EPROTO;
-	if (op->owner &&
-	    op->life == XD_OP_CLAIMING) /* (a window's get/put or a nowait claim had its reply) */
+	/* (a window's get/put, or an op.read/op.write with nowait, had its reply) */
+	if (op->owner && op->life == XD_OP_CLAIMING)
 		xd_client_reply(op->owner, op->reply_id,
 				json_pack("{s:I}", "op", (json_int_t)op->id));
 	xd_op_set_in_progress(op, x->peer->transport->name, x->peer->node_hex);
