@@ -90,7 +90,7 @@ struct xfer_op_opts {
  * call's error. An event may be delivered before the call returns (see xfer_set_event_cb).
  * An older library refuses the flag (-EINVAL); an older daemon ignores it and answers late.
  */
-#define XFER_OP_NOWAIT 0x2u
+#define XFER_OP_NOWAIT 0x4u /* (0x2 is XFER_OP_BATCH_EVENT, for xfer_batch()) */
 
 /* A sealed, mapped memfd buffer made by xfer_buf_alloc(). */
 struct xfer_buf {
