@@ -71,7 +71,21 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
+# Packages that ship a service (prometheus, for promtool) would start it on a host booted with
+# systemd: a test dependency must not leave a server running. policy-rc.d (Debian's
+# invoke-rc.d / deb-systemd-invoke policy hook) says "no starts" while we install, unless the
+# host has a policy of its own, which is then left to decide.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts while it installs\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	own_policy=1
+	trap 'rm -f "$policy"' EXIT
+fi
+
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"
+[ "$own_policy" = 0 ] || rm -f "$policy"
 echo "install-deps: installed ${missing[*]}"
