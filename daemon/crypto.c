@@ -158,3 +158,19 @@ int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
 	};
 	return xd_hmac(d->peer_key, d->peer_key_len, parts, 5, out);
 }
+
+bool xd_token_held(const struct xd_daemon *d, const uint8_t *proof, const uint8_t *sent,
+		   const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch, uint64_t op,
+		   uint64_t xfer, const uint8_t token[XP_ID_BYTES])
+{
+	uint8_t want[XD_MAC_LEN];
+	unsigned char diff = 0;
+
+	if (proof)
+		return xd_claim_proof(d, d->node, d->epoch, claimer, claimer_epoch, op, xfer, token,
+				      want) == 0 &&
+		       xd_mac_equal(want, proof);
+	for (int i = 0; i < XP_ID_BYTES; i++)
+		diff |= (unsigned char)(sent[i] ^ token[i]);
+	return diff == 0;
+}

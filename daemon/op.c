@@ -671,16 +671,8 @@ static int start_local_copy(struct xd_op *active, struct xd_op *passive)
 static bool token_matches(const struct xd_daemon *d, const struct xd_claim *cl,
 			  const struct xd_op *passive)
 {
-	uint8_t want[XD_MAC_LEN];
-	unsigned char diff = 0;
-
-	if (cl->has_proof)
-		return xd_claim_proof(d, d->node, d->epoch, cl->claimer, cl->claimer_epoch, cl->op,
-				      cl->xfer, passive->token, want) == 0 &&
-		       xd_mac_equal(want, cl->proof);
-	for (int i = 0; i < XP_ID_BYTES; i++)
-		diff |= (unsigned char)(cl->token[i] ^ passive->token[i]);
-	return diff == 0;
+	return xd_token_held(d, cl->has_proof ? cl->proof : NULL, cl->token, cl->claimer,
+			     cl->claimer_epoch, cl->op, cl->xfer, passive->token);
 }
 
 #define REFUSE(e, ...)                              \

@@ -362,16 +362,8 @@ struct open_req {
 
 static bool open_token_ok(struct xd_daemon *d, const struct open_req *rq, const struct xd_window *w)
 {
-	uint8_t want[XD_MAC_LEN];
-	unsigned char diff = 0;
-
-	if (rq->proof)
-		return xd_claim_proof(d, d->node, d->epoch, rq->opener, rq->opener_epoch,
-				      rq->window, rq->handle, w->token, want) == 0 &&
-		       xd_mac_equal(want, rq->proof);
-	for (int i = 0; i < XP_ID_BYTES; i++)
-		diff |= (unsigned char)(rq->token[i] ^ w->token[i]);
-	return diff == 0;
+	return xd_token_held(d, rq->proof, rq->token, rq->opener, rq->opener_epoch, rq->window,
+			     rq->handle, w->token);
 }
 
 #define REFUSE(e, ...)                              \

@@ -357,6 +357,14 @@ int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
 		   uint64_t owner_epoch, const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch,
 		   uint64_t op, uint64_t xfer, const uint8_t token[XP_ID_BYTES],
 		   uint8_t out[XD_MAC_LEN]);
+/*
+ * Whether a claimer holds @token (the capability this daemon, the owner, gave out): it sent a
+ * @proof of it (keyed peers; see xd_claim_proof() for @claimer .. @xfer), or else @sent, the
+ * token itself (this daemon, unkeyed peers). Constant-time either way.
+ */
+bool xd_token_held(const struct xd_daemon *d, const uint8_t *proof, const uint8_t *sent,
+		   const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch, uint64_t op,
+		   uint64_t xfer, const uint8_t token[XP_ID_BYTES]);
 
 /* clock.c */
 /* Monotonic microseconds. */
