@@ -180,6 +180,10 @@ class Operation:
         @timeout seconds passed first (the operation goes on).
         """
         if not self.done():
+            # Its end may already be waiting on the socket: taken now, it costs no turn of the
+            # loop (one non-blocking read; never a poll loop).
+            self._connector.dispatch()
+        if not self.done():
             self._connector._attach_loop()
             fut = asyncio.get_running_loop().create_future()
             self._futures.append(fut)
