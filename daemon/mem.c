@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include "transport.h"
 
+#define XD_MINCORE_PAGES 4096 /* pages asked about per mincore() call (16 MiB of 4 KiB) */
+
 /* A read(2)-style result of a socket call as this file's convention: bytes, or -errno. */
 static ssize_t sock_result(ssize_t n)
 {
@@ -302,4 +304,20 @@ void xd_region_unref(struct xd_region *r)
 	r->mem->release(r);
 	xd_region_uncharge(r);
 	free(r);
+}
+
+bool xd_pages_resident(void *addr, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), step = XD_MINCORE_PAGES * page;
+	unsigned char vec[XD_MINCORE_PAGES];
+
+	for (size_t off = 0; off < len; off += step) {
+		size_t n = len - off < step ? len - off : step, pages = (n + page - 1) / page;
+		if (mincore((uint8_t *)addr + off, n, vec) < 0)
+			return false; /* e.g. ENOMEM on a range not mapped: not known to be there */
+		for (size_t i = 0; i < pages; i++)
+			if (!(vec[i] & 1))
+				return false;
+	}
+	return true;
 }

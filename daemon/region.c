@@ -156,12 +156,30 @@ static void reg_undo(struct xd_conn *c, struct xd_region *r)
 	free(r);
 }
 
+/*
+ * Registers @r (mapped, populated or resident) with the transports and files it under @c.
+ * Returns 0, or -errno with the cause in @msg; @r is then still the caller's to undo.
+ */
+static int region_commit(struct xd_conn *c, struct xd_region *r, uint64_t t0, char *msg, size_t len)
+{
+	struct xd_daemon *d = r->d;
+	int err = xd_region_register_transports(r, msg, len);
+
+	if (err < 0)
+		return err;
+	r->id = ++d->next_region;
+	r->owner = c;
+	r->refs = 1;
+	r->register_us = xd_now_us() - t0;
+	TAILQ_INSERT_TAIL(&d->regions, r, link);
+	return 0;
+}
+
 static void register_populated(void *arg, int err)
 {
 	struct pending_reg *pr = arg;
 	struct xd_region *r = pr->r;
-	struct xd_daemon *d = r->d;
-	struct xd_conn *c = xd_client_find(d, pr->client);
+	struct xd_conn *c = xd_client_find(r->d, pr->client);
 	char msg[256];
 
 	if (!c) { /* the client went away meanwhile: nobody to tell */
@@ -177,24 +195,36 @@ static void register_populated(void *arg, int err)
 		xd_client_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT,
 				      msg);
 		reg_undo(c, r);
-	} else if ((err = xd_region_register_transports(r, msg, sizeof(msg))) < 0) {
+	} else if ((err = region_commit(c, r, pr->t0, msg, sizeof(msg))) < 0) {
 		xd_client_reply_error(c, pr->request, XP_E_FAILED, -err, msg);
 		reg_undo(c, r);
 	} else {
-		r->id = ++d->next_region;
-		r->owner = c;
-		r->refs = 1;
-		r->register_us = xd_now_us() - pr->t0;
-		TAILQ_INSERT_TAIL(&d->regions, r, link);
 		xd_client_reply(c, pr->request, region_result(r));
 	}
 	free(pr);
 }
 
 /*
- * Validates and maps now; the pages are faulted in by a worker (a gigabyte of fresh memory
- * takes long enough to stall every other client and peer), and the reply comes after that.
+ * The fast path: a small range whose pages are all in memory already (the client touched
+ * them) needs no worker, since populating it would allocate nothing; it is registered and
+ * answered at once. Returns 1 when it took the call (answered or failed), 0 to go the slow way.
  */
+static int register_resident(struct xd_call *call, struct xd_region *r, uint64_t t0)
+{
+	char msg[256];
+	int err;
+
+	if (r->map_len > XD_REG_INLINE_MAX || !xd_pages_resident(r->map, r->map_len))
+		return 0;
+	if ((err = region_commit(call->conn, r, t0, msg, sizeof(msg))) < 0) {
+		xd_fail(call, XP_E_FAILED, -err, "%s", msg);
+		reg_undo(call->conn, r);
+		return 1;
+	}
+	call->result = region_result(r);
+	return 1;
+}
+
 /*
  * The file rules (PROTOCOL.md §4): a regular file whose fd may be read or written as asked,
  * positioned writes possible (no O_APPEND). What the fd's access mode allows is what the region
@@ -267,6 +297,11 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 	return 0;
 }
 
+/*
+ * Validates and maps now; pages not in memory yet are faulted in by a worker (a gigabyte of
+ * fresh memory takes long enough to stall every other client and peer), and the reply comes
+ * after that; a small range already in memory is answered at once (register_resident()).
+ */
 int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 {
 	struct xd_conn *c = call->conn;
@@ -303,6 +338,10 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 		goto err_uncharge;
 	snprintf(r->name, sizeof(r->name), "%s", a->name);
 	*pr = (struct pending_reg){ r, c->id, call->id, xd_now_us() };
+	if (register_resident(call, r, pr->t0)) {
+		free(pr);
+		return call->result ? 0 : -call->cause_errno;
+	}
 	rc = xd_populate_submit(c->d->copier, r->map, r->map_len, register_populated, pr);
 	if (rc) {
 		munmap(r->map, r->map_len);

@@ -388,6 +388,13 @@ json_t *xd_region_devices_json(const struct xd_region *r);
 /* Gives back @r's uid and global charges (limits.c), once: the mapping is going. */
 void xd_region_uncharge(struct xd_region *r);
 void xd_region_ref(struct xd_region *r);
+/*
+ * Whether every page of the @len bytes at page-aligned @addr (a MAP_SHARED mapping of a memfd)
+ * is already in memory, by mincore(): for a shmem memfd that is its page cache, so pages the
+ * client touched count even though this process never faulted them in. Pages of a hugetlb
+ * memfd count only once mapped here, so those always take the populate path. Thread-safe.
+ */
+bool xd_pages_resident(void *addr, size_t len);
 /* Drops a reference; the last one deregisters, unmaps and frees @r. Accepts NULL. */
 void xd_region_unref(struct xd_region *r);
 

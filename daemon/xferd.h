@@ -63,6 +63,10 @@
 #define XD_RDMA_REQUEST_MAX XD_RDMA_CHUNK
 #define XD_RDMA_REQUEST_DEFAULT (128u << 10)
 #define XD_COPY_SLICE (256ull << 20) /* above glibc's non-temporal threshold here */
+/* Registration: mapped ranges checked for residency (and populated if not) slice by slice;
+ * ranges up to XD_REG_INLINE_MAX that are all resident are registered without a worker. */
+#define XD_POPULATE_SLICE (16ull << 20)
+#define XD_REG_INLINE_MAX (16ull << 20)
 _Static_assert(XD_TCP_CHUNK <= XP_PEER_MAX_DATA, "a DATA frame must fit the peer protocol");
 _Static_assert(XD_RDMA_REQUEST_DEFAULT >= XD_RDMA_REQUEST_MIN &&
 		       XD_RDMA_REQUEST_DEFAULT <= XD_RDMA_REQUEST_MAX,
