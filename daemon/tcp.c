@@ -26,7 +26,7 @@
 #include "transport.h"
 #include "xp_peer.h"
 
-#define XD_MAX_PCONNS 16
+#define XD_MAX_PCONNS 17		 /* peer_connections (at most 16) and the control lane */
 #define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_IOV_MAX 64
@@ -206,13 +206,43 @@ static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_
 	return 0;
 }
 
+/*
+ * Whether @pc is its set's control lane (PROTOCOL.md §10.1): of a set with two or more
+ * connections through the handshake, the first carries control frames only (tcp_send_ctrl()
+ * puts them there) and no DATA. A CLAIM, CLAIM_OK or DONE then never waits behind the DATA
+ * already queued in the sockets' buffers, megabytes and tens of milliseconds on a busy link.
+ * Each side decides for what it sends; the receiver takes any frame on any connection.
+ */
+static bool pconn_control_lane(const struct xd_pconn *pc)
+{
+	const struct xd_pconn *q;
+
+	if (!pc->peer || !pconn_ready(pc))
+		return false;
+	TAILQ_FOREACH(q, &tcp_set(pc->peer)->conns, link)
+		if (pconn_ready(q))
+			break;
+	if (q != pc)
+		return false;
+	for (q = TAILQ_NEXT(pc, link); q; q = TAILQ_NEXT(q, link))
+		if (pconn_ready(q))
+			return true;
+	return false;
+}
+
+/* Whether @pc may start DATA frames: through the handshake and not the control lane. */
+static bool pconn_carries_data(const struct xd_pconn *pc)
+{
+	return pconn_ready(pc) && !pconn_control_lane(pc);
+}
+
 static bool pconn_wants_write(const struct xd_pconn *pc)
 {
 	if (!pc->connected)
 		return true; /* the connect completes when the socket turns writable */
 	if (!STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer)
 		return true;
-	return pconn_ready(pc) && !TAILQ_EMPTY(&pc->peer->sendq);
+	return pconn_carries_data(pc) && !TAILQ_EMPTY(&pc->peer->sendq);
 }
 
 static void pconn_update_write(struct xd_pconn *pc)
@@ -332,7 +362,7 @@ static int pconn_flush(struct xd_pconn *pc)
 			w = pconn_write_data(pc);
 		else if (!STAILQ_EMPTY(&pc->ctrlq))
 			w = pconn_write_ctrl(pc);
-		else if (pconn_ready(pc) && pconn_start_data(pc))
+		else if (pconn_carries_data(pc) && pconn_start_data(pc))
 			continue;
 		else
 			break;
@@ -655,7 +685,8 @@ static int outgoing_hello(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], 
 			xd_link_fail(p, ECONNRESET, "peer daemon restarted while connecting");
 		return 0;
 	}
-	for (int i = tcp_set(p)->nconns; i < p->d->cfg.peer_connections; i++) {
+	/* peer_connections for DATA, and the control lane (pconn_control_lane()). */
+	for (int i = tcp_set(p)->nconns; i < p->d->cfg.peer_connections + 1; i++) {
 		int err;
 		if (!pconn_connect(p, &p->endpoints[p->next_endpoint], &err))
 			xd_log(XD_LOG_WARN, "peer %s: extra connection failed: %s", p->node_hex,
@@ -668,9 +699,15 @@ static int outgoing_hello(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES], 
 /* What a connection's peer says it is, once it is proven (or unkeyed, believed). */
 static int pconn_trusted(struct xd_pconn *pc)
 {
-	if (pc->outgoing)
-		return outgoing_hello(pc, pc->hello.node, pc->hello.epoch);
-	return attach_accepted(pc, pc->hello.node, pc->hello.epoch);
+	int rc = pc->outgoing ? outgoing_hello(pc, pc->hello.node, pc->hello.epoch) :
+				attach_accepted(pc, pc->hello.node, pc->hello.epoch);
+	struct xd_pconn *q;
+
+	/* One more connection through the handshake may make the first the control lane. */
+	if (rc == 0 && !pc->dead && pc->peer)
+		TAILQ_FOREACH(q, &tcp_set(pc->peer)->conns, link)
+			pconn_update_write(q);
+	return rc;
 }
 
 static int handle_hello(struct xd_pconn *pc, json_t *json)

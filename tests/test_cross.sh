@@ -286,6 +286,33 @@ if want multi; then
 fi
 
 # =============================================================================================
+# The control lane (PROTOCOL.md §10): of node 1's connections to node 0, one carries control
+# messages only, however many bytes the others moved (read from the kernel's counters, ss -ti).
+
+if want lane; then
+	if [ "$(xn_mode)" != netns ]; then
+		skip "control lane carries no DATA" "needs network namespaces (ss in node 1's)"
+	else
+		size=$((64 * MIB))
+		src=$(mkdata lane "$size")
+		xfer read 0 1 "$src" "$DATA/lane.out" || fail "control lane: 64 MiB read" "$WHY"
+		lane=$(xn_exec 1 ss -tinH state established dst "$(xn_addr 0)" | "$XN_PY" -c '
+import re, sys
+tot = [int(a or 0) + int(b or 0) for a, b in re.findall(
+    r"bytes_acked:(\d+)(?:.*?bytes_received:(\d+))?", sys.stdin.read())]
+tot.sort()
+print(len(tot), tot[0] if tot else -1, sum(tot))')
+		read -r nconn least total <<<"$lane"
+		if [ "$nconn" -ge 3 ] && [ "$least" -lt $((size / 8)) ] && [ "$total" -gt "$size" ]; then
+			ok "control lane: of $nconn connections to node 0 one moved $least bytes (all: $total)"
+		else
+			fail "control lane carries no DATA" "connections, least bytes, all: $lane"
+		fi
+		check_baseline "control lane"
+	fi
+fi
+
+# =============================================================================================
 # xferctl ops / peers: transport, peer, byte counts
 
 if want listings; then
