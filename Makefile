@@ -7,6 +7,8 @@
 #   make demo            256 MiB between two processes of one node, then a 1 GiB file between
 #                        two daemons in two network namespaces, verified
 #   make bench           same-node throughput beside memcpy, cross-node beside iperf3
+#   make bench-serving   prefill -> decode KV transfers at 60% of the link, p50/p99 beside a
+#                        perfectly shared link
 #   make test-rdma       the cross-node tests over RDMA, in a VM with Soft-RoCE
 #   make bench-rdma      xferd over RDMA beside ib_read_bw/ib_write_bw, in the same VM
 #   make fuzz FUZZ_SECONDS=60   libFuzzer, each target in turn: a control packet, metadata
@@ -91,7 +93,8 @@ LIB_REAL := $(B)/$(LIBNAME).$(SOVERSION).0.0
 LIB_SONAME := $(LIBNAME).$(SOVERSION)
 RPATH := -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../lib'
 
-BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/xferbench_net $(B)/$(LIB_SONAME) \
+BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/xferbench_net $(B)/xferbench_serve \
+	$(B)/$(LIB_SONAME) \
 	$(B)/$(LIBNAME)
 
 # A newline, for $(foreach) bodies that are recipe lines.
@@ -100,7 +103,7 @@ define newline
 
 endef
 
-.PHONY: all test test-build demo bench install uninstall clean deps fuzz format format-check
+.PHONY: all test test-build demo bench bench-serving install uninstall clean deps fuzz format format-check
 all: $(BINS) $(TEST_BINS) $(B)/xferclient.pc
 
 $(B)/%.o: %.c
@@ -140,6 +143,10 @@ $(B)/xferbench: $(B)/client/xferbench.o $(B)/client/benchutil.o $(B)/$(LIBNAME)
 $(B)/xferbench_net: $(B)/client/xferbench_net.o $(B)/client/benchutil.o $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(B) -lxferclient $(RPATH)
+
+$(B)/xferbench_serve: $(B)/client/xferbench_serve.o $(B)/client/benchutil.o $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(B) -lxferclient $(RPATH) -lm
 
 # Every tests/test_X.c is one program, linked with the harness, the proto code and the library.
 $(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNAME)
@@ -264,6 +271,10 @@ bench: deps
 	$(Q)BUILD=$(B) scripts/bench.sh
 	$(Q)BUILD=$(B) scripts/bench-net.sh
 	$(Q)BUILD=$(B) scripts/bench-metrics.sh
+
+bench-serving: deps
+	$(Q)$(MAKE) --no-print-directory $(BINS)
+	$(Q)BUILD=$(B) scripts/bench-serving.sh
 
 install: $(BINS) $(B)/xferclient.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \

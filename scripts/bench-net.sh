@@ -251,6 +251,23 @@ if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "
 	cat "$RUN/win.err" >&2
 	exit 1
 fi
+# A claim's round trip while bulk transfers fill the link: xfer_read/xfer_write block for it,
+# and a control frame queued behind megabytes of DATA would wait for all of them.
+echo "xferd: small-operation latency while 16 MiB pairings (4 in flight) load the link ..."
+"$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes 16M \
+	--depths 4 --seconds 600 >"$RUN/load.out" 2>&1 &
+LOADPID=$!
+sleep 1
+if ! timeout 600 "$BUILD/xferbench_net" lat --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+	--lat-iters "$LAT_ITERS" --json 2>"$RUN/lat-load.err" |
+	sed 's/"latency":true/"latency":true,"loaded":true/' >>"$RUN/xferd.json"; then
+	echo "bench-net.sh: xferbench_net lat under load failed:" >&2
+	cat "$RUN/lat-load.err" >&2
+	kill "$LOADPID" 2>/dev/null
+	exit 1
+fi
+kill "$LOADPID" 2>/dev/null || true
+wait "$LOADPID" 2>/dev/null || true
 echo "xferd: registration ..."
 if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
 	--pool "$POOL" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
@@ -425,7 +442,8 @@ for size in sorted(tp):
                             "read_ratio_parallel": rg / refN if refN else 0,
                             "write_ratio_parallel": wg / refN if refN else 0})
 print("  (GB/s = 1e9 bytes/s; Gb/s = 1e9 bits/s; ip1 = iperf3 single stream, ipN = iperf3 -P N)")
-lat = [r for r in rows if r.get("latency")]
+lat = [r for r in rows if r.get("latency") and not r.get("loaded")]
+loaded = [r for r in rows if r.get("loaded")]
 if lat:
     print()
     print(f"small-operation latency ({lat[0]['size']} B, {lat[0]['iters']} round trips; passive call"
@@ -434,6 +452,13 @@ if lat:
         print(f"  {r['kind']:5} median {r['us_median']:8.1f} us   p99 {r['us_p99']:8.1f} us"
               f"   (claim accepted after {r['us_claim_median']:.1f} us)")
         result["latency"].append(r)
+if loaded:
+    print()
+    print(f"the same while 16 MiB pairings (4 in flight) load the link ({loaded[0]['iters']} round trips):")
+    for r in loaded:
+        print(f"  {r['kind']:5} median {r['us_median']:8.1f} us   p99 {r['us_p99']:8.1f} us"
+              f"   (claim accepted after {r['us_claim_median']:.1f} us; p99 {r.get('us_claim_p99', 0):.1f} us)")
+        result.setdefault("latency_loaded", []).append(r)
 if tp:
     big = max(tp)
     rg = tp[big].get("read", {}).get("gbps_median", 0) * 8
