@@ -193,7 +193,7 @@ UCX_DEV=eth0
 [ "$(xn_mode)" = loopback ] && UCX_DEV=lo
 ucx_run()
 {
-	local t=$1 size=$2 iters=$3 out= try
+	local t=$1 size=$2 iters=$3 out='' try
 	# Note that a probe connection (xn_wait_tcp) would be taken for the test's client: the
 	# server is given time instead, and the client tries again if it was not up yet.
 	for try in 1 2 3; do
