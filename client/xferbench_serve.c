@@ -60,6 +60,8 @@ struct serve {
 	size_t units;
 	uint64_t t0;
 	int failed;
+	size_t pool_waits;  /* requests submitted > 1 ms late: pools full, or a call under way */
+	double pool_wait_s; /* and how late, all together */
 };
 
 static double now_s(const struct serve *s)
@@ -312,6 +314,10 @@ static int run(struct serve *s)
 			struct req *r = &s->reqs[s->next];
 			r->off = pool_get(s, r->bytes);
 			if (r->off != UINT64_MAX) {
+				if (t - r->arrive_s > 0.001) { /* waited for room or for a call */
+					s->pool_waits++;
+					s->pool_wait_s += t - r->arrive_s;
+				}
 				s->next++; /* before submit(): its events may come during the calls */
 				err = submit(s, s->next - 1);
 				continue;
@@ -364,10 +370,10 @@ static void report(struct serve *s)
 		printf("{\"model\":\"pairing\",\"requests\":%zu,\"offered_load\":%.3f,"
 		       "\"link_GBps\":%.3f,\"ms_p50\":%.2f,\"ms_p99\":%.2f,\"shared_ms_p50\":%.2f,"
 		       "\"shared_ms_p99\":%.2f,\"size_ms_p50\":%.2f,\"size_ms_p99\":%.2f,"
-		       "\"mib_p50\":%.1f,\"mib_p99\":%.1f}\n",
+		       "\"mib_p50\":%.1f,\"mib_p99\":%.1f,\"pool_waits\":%zu,\"pool_wait_ms\":%.1f}\n",
 		       n, offered, s->o->link_Bps / 1e9, l50 * 1e3, l99 * 1e3, p50 * 1e3, p99 * 1e3,
 		       s50 * 1e3, s99 * 1e3, s50 * s->o->link_Bps / (1 << 20),
-		       s99 * s->o->link_Bps / (1 << 20));
+		       s99 * s->o->link_Bps / (1 << 20), s->pool_waits, s->pool_wait_s * 1e3);
 	} else {
 		printf("%zu requests, offered load %.2f of %.3f GB/s; ms p50 / p99:\n", n, offered,
 		       s->o->link_Bps / 1e9);
@@ -375,6 +381,8 @@ static void report(struct serve *s)
 		printf("  shared link (sim.)  %9.1f %9.1f\n", p50 * 1e3, p99 * 1e3);
 		printf("  bytes / link        %9.1f %9.1f\n", s50 * 1e3, s99 * 1e3);
 		printf("  p99 / shared p99: %.2fx (target <= 1.2x)\n", l99 / p99);
+		printf("  %zu requests waited for room in the pools, %.1f ms in all\n",
+		       s->pool_waits, s->pool_wait_s * 1e3);
 	}
 	free(lat);
 	free(ps);
