@@ -566,6 +566,8 @@ static int pipe_submit(struct bench *b, bool write, struct pipe_state *ps, int k
 	struct xfer_desc pd = { b->pb.region, (uint64_t)k * size, size };
 	struct xfer_desc ad = { b->ab.region, (uint64_t)k * size, size };
 	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	/* The claim is not waited for (XFER_OP_NOWAIT): its refusal would come as an end. */
+	struct xfer_op_opts active_opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT };
 	struct slot *s = &ps->slots[k];
 	char *md = NULL;
 	int err;
@@ -577,8 +579,8 @@ static int pipe_submit(struct bench *b, bool write, struct pipe_state *ps, int k
 		      xfer_readable(b->pc, &pd, 1, &opts, &s->pop, &md);
 	if (err)
 		return bench_fail(b->pc, write ? "xfer_writable" : "xfer_readable", err);
-	err = write ? xfer_write(b->ac, md, &ad, 1, &opts, &s->aop) :
-		      xfer_read(b->ac, md, &ad, 1, &opts, &s->aop);
+	err = write ? xfer_write(b->ac, md, &ad, 1, &active_opts, &s->aop) :
+		      xfer_read(b->ac, md, &ad, 1, &active_opts, &s->aop);
 	free(md);
 	if (err) {
 		xfer_release(b->pc, s->pop);
