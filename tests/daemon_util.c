@@ -288,6 +288,24 @@ int td_fd_count(pid_t pid)
 	return n;
 }
 
+long long td_status_kib(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t flen = strlen(field);
+	long long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "re")))
+		return -1;
+	while (kib < 0 && fgets(line, sizeof(line), f))
+		if (strncmp(line, field, flen) == 0 && line[flen] == ':' &&
+		    sscanf(line + flen + 1, "%lld kB", &kib) != 1)
+			kib = -1;
+	fclose(f);
+	return kib;
+}
+
 int td_wait_fd_count(struct td *d, int want, int ms)
 {
 	long long end = td_now_ms() + ms;

@@ -51,6 +51,9 @@ int td_stop(struct td *d);
 /* Number of fds process @pid has open, or -errno. */
 int td_fd_count(pid_t pid);
 
+/* Field @field ("VmRSS", "RssShmem", ...) of /proc/PID/status in KiB, or -1 if it is not there. */
+long long td_status_kib(pid_t pid, const char *field);
+
 /*
  * Waits up to @ms for the daemon's fd count to equal @want. Returns the last count seen (equal
  * to @want unless it timed out).

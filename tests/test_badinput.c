@@ -1034,18 +1034,7 @@ __attribute__((constructor)) static void register_cases(void)
 /* The daemon's resident memory, KiB (VmRSS of /proc/PID/status), or -1. */
 static long rss_kib(pid_t pid)
 {
-	char path[64], line[128];
-	long kib = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
+	return (long)td_status_kib(pid, "VmRSS");
 }
 
 /*

@@ -65,18 +65,7 @@ static int subscribe(struct xfer_client *c, long long *dropped)
 /* The daemon's resident memory, KiB, or -1. */
 static long rss_kib(pid_t pid)
 {
-	char path[64], line[128];
-	long kib = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
+	return (long)td_status_kib(pid, "VmRSS");
 }
 
 /* Lets the daemon's events reach @c, then delivers them (a call returns after its reply). */

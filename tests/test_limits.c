@@ -73,17 +73,8 @@ static long long used(struct xfer_client *c, const char *scope, const char *res)
 /* VmRSS of @pid in bytes. */
 static long long rss_bytes(pid_t pid)
 {
-	char path[64], line[256];
-	long long kib = -1;
-	FILE *f;
+	long long kib = td_status_kib(pid, "VmRSS");
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	CHECK(f != NULL);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %lld kB", &kib) == 1)
-			break;
-	fclose(f);
 	CHECK(kib >= 0);
 	return kib * 1024;
 }

@@ -24,17 +24,8 @@
 /* RssShmem of @pid in bytes: the shared memory pages its page tables map. */
 static long long rss_shmem(pid_t pid)
 {
-	char path[64], line[256];
-	long long kib = -1;
-	FILE *f;
+	long long kib = td_status_kib(pid, "RssShmem");
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	CHECK(f != NULL);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "RssShmem: %lld kB", &kib) == 1)
-			break;
-	fclose(f);
 	CHECK(kib >= 0);
 	return kib * 1024;
 }
