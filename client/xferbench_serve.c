@@ -13,6 +13,12 @@
  * shared link (processor sharing at --link-Bps) on the same arrivals and sizes, and prints
  * p50/p99 of both, of the bytes/link time, and their ratios (one JSON line with --json).
  *
+ * --model windows moves the same requests one-sidedly instead (the NIXL / KV-cache pattern): the
+ * decode worker exposes its whole buffer once as a write window, the prefill worker opens it
+ * once, and each request is one op.batch of puts, a put per block, each tagged with the
+ * request's number; the request is done on the decode side when the last of its blocks' tags
+ * has been notified (the bytes are in place), with no operation created on the decode side.
+ *
  * Every request stamps the first and last 8 bytes of each of its blocks with its number and
  * the block's; the decode side's blocks are checked after COMPLETE, and every 8th request (and
  * the last) is compared block by block in full.
@@ -38,6 +44,7 @@ struct opts {
 	int layers;
 	uint64_t seed;
 	bool json;
+	bool windows; /* --model windows */
 };
 
 struct req {
@@ -45,6 +52,8 @@ struct req {
 	uint64_t bytes, tokens;
 	uint64_t off; /* slot in both pools, UNIT-aligned; UINT64_MAX before it has one */
 	uint64_t pop, aop;
+	uint64_t batch; /* windows: the prefill side's batch of puts */
+	int notes;	/* windows: blocks notified on the decode side */
 	int ends;
 	int err;
 	double done_s; /* the decode side's COMPLETE, seconds from the start */
@@ -60,6 +69,8 @@ struct serve {
 	size_t units;
 	uint64_t t0;
 	int failed;
+	uint64_t window, handle; /* windows: the decode side's window, the prefill side's handle */
+	size_t submitting;	 /* windows: the request inside xfer_batch() */
 	size_t pool_waits;  /* requests submitted > 1 ms late: pools full, or a call under way */
 	double pool_wait_s; /* and how late, all together */
 };
@@ -202,14 +213,11 @@ static void stamp(uint8_t *p, uint64_t len, uint64_t v)
 	memcpy(p + len - 8, &v, 8);
 }
 
-static int submit(struct serve *s, size_t k)
+/* Request @k's blocks on both sides (@pd decode, @ad prefill); stamps the prefill side's. */
+static int fill_blocks(struct serve *s, size_t k, struct xfer_desc *pd, struct xfer_desc *ad)
 {
 	struct req *r = &s->reqs[k];
 	int nb = 2 * s->o->layers;
-	struct xfer_desc pd[2 * MAX_LAYERS], ad[2 * MAX_LAYERS];
-	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END, .timeout_ms = 600000 };
-	char *md = NULL;
-	int err;
 
 	for (int i = 0; i < nb; i++) {
 		uint64_t ao, po, len;
@@ -218,6 +226,18 @@ static int submit(struct serve *s, size_t k)
 		ad[i] = (struct xfer_desc){ s->ab.region, ao, len };
 		stamp((uint8_t *)s->ab.buf.addr + ao, len, ((uint64_t)k << 16) | (uint64_t)i);
 	}
+	return nb;
+}
+
+/* The pairing model: a writable over the decode side's blocks, written by the prefill side. */
+static int submit_pairing(struct serve *s, size_t k)
+{
+	struct req *r = &s->reqs[k];
+	struct xfer_desc pd[2 * MAX_LAYERS], ad[2 * MAX_LAYERS];
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END, .timeout_ms = 600000 };
+	int nb = fill_blocks(s, k, pd, ad), err;
+	char *md = NULL;
+
 	err = xfer_writable(s->pc, pd, (size_t)nb, &opts, &r->pop, &md);
 	if (err)
 		return bench_fail(s->pc, "xfer_writable", err);
@@ -226,6 +246,42 @@ static int submit(struct serve *s, size_t k)
 	if (err)
 		return bench_fail(s->ac, "xfer_write", err);
 	return 0;
+}
+
+/*
+ * The windows model: one batch of puts into the decode side's window, a put per block, each
+ * tagged with the request's number (the decode side counts them: window_cb()).
+ */
+static int submit_puts(struct serve *s, size_t k)
+{
+	struct req *r = &s->reqs[k];
+	struct xfer_desc pd[2 * MAX_LAYERS], ad[2 * MAX_LAYERS];
+	struct xfer_batch_op ops[2 * MAX_LAYERS];
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT,
+				     .timeout_ms = 600000 };
+	int nb = fill_blocks(s, k, pd, ad), err;
+	char tag[24];
+
+	snprintf(tag, sizeof(tag), "%zu", k);
+	for (int i = 0; i < nb; i++)
+		ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+						 .handle = s->handle,
+						 .offset =
+							 pd[i].offset, /* the window is all of pb */
+						 .descs = &ad[i],
+						 .n = 1,
+						 .tag = tag };
+	s->submitting = k;
+	err = xfer_batch(s->ac, ops, (size_t)nb, &opts, NULL, &r->batch);
+	s->submitting = SIZE_MAX;
+	if (err)
+		return bench_fail(s->ac, "xfer_batch", err);
+	return 0;
+}
+
+static int submit(struct serve *s, size_t k)
+{
+	return s->o->windows ? submit_puts(s, k) : submit_pairing(s, k);
 }
 
 /* The decode side's blocks of request @k: stamps always, every byte when @full. */
@@ -272,6 +328,64 @@ static void event_cb(struct xfer_client *c, const struct xfer_op_info *info, voi
 	}
 }
 
+/* The request whose batch @batch is; the one being submitted if none has it yet. */
+static struct req *request_of_batch(struct serve *s, uint64_t batch)
+{
+	for (size_t k = s->done; k < s->next; k++)
+		if (s->reqs[k].batch == batch)
+			return &s->reqs[k];
+	return s->submitting < s->next ? &s->reqs[s->submitting] : NULL;
+}
+
+/* Windows: the prefill side's puts of one request all ended. */
+static void batch_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
+{
+	struct serve *s = arg;
+	struct req *r = request_of_batch(s, ev->batch);
+
+	(void)c;
+	if (!r) {
+		fprintf(stderr, "xferbench_serve: an event for unknown batch %" PRIu64 "\n",
+			ev->batch);
+		s->failed = -EPROTO;
+		return;
+	}
+	for (size_t i = 0; i < ev->n && !r->err; i++) {
+		if (ev->ends[i].state == XFER_COMPLETE)
+			continue;
+		fprintf(stderr, "xferbench_serve: request %zu: a put %s\n", (size_t)(r - s->reqs),
+			xfer_state_name(ev->ends[i].state));
+		r->err = ev->ends[i].error ?: -EIO;
+	}
+	r->ends++;
+}
+
+/* Windows: a block's bytes are in the decode side's buffer; the last one ends the request. */
+static void window_cb(struct xfer_client *c, const struct xfer_window_event *ev, void *arg)
+{
+	struct serve *s = arg;
+	char *end;
+
+	(void)c;
+	if (ev->type == XFER_WINDOW_CLOSED) {
+		fprintf(stderr, "xferbench_serve: the window was closed: %s\n", ev->cause);
+		s->failed = ev->error ?: -EIO;
+		return;
+	}
+	errno = 0;
+	unsigned long long k = strtoull(ev->tag, &end, 10);
+	if (errno || end == ev->tag || *end || k >= s->next) {
+		fprintf(stderr, "xferbench_serve: a notification with tag '%s'\n", ev->tag);
+		s->failed = -EPROTO;
+		return;
+	}
+	struct req *r = &s->reqs[k];
+	if (++r->notes == 2 * s->o->layers) {
+		r->done_s = now_s(s);
+		r->ends++;
+	}
+}
+
 /* Frees the slots of finished requests, checking their bytes, oldest first. */
 static int reap(struct serve *s)
 {
@@ -300,7 +414,7 @@ static int pump(struct serve *s, int timeout_ms)
 		return -errno;
 	if ((rc = xfer_dispatch(s->pc)) < 0 || (rc = xfer_dispatch(s->ac)) < 0)
 		return bench_fail(NULL, "xfer_dispatch", rc);
-	return reap(s);
+	return s->failed ?: reap(s);
 }
 
 static int run(struct serve *s)
@@ -366,18 +480,19 @@ static void report(struct serve *s)
 	double l50 = pct(lat, n, 50), l99 = pct(lat, n, 99), p50 = pct(ps, n, 50),
 	       p99 = pct(ps, n, 99), s50 = pct(sz, n, 50), s99 = pct(sz, n, 99);
 	double offered = bytes / s->o->seconds / s->o->link_Bps;
+	const char *model = s->o->windows ? "windows" : "pairing";
 	if (s->o->json) {
-		printf("{\"model\":\"pairing\",\"requests\":%zu,\"offered_load\":%.3f,"
+		printf("{\"model\":\"%s\",\"requests\":%zu,\"offered_load\":%.3f,"
 		       "\"link_GBps\":%.3f,\"ms_p50\":%.2f,\"ms_p99\":%.2f,\"shared_ms_p50\":%.2f,"
 		       "\"shared_ms_p99\":%.2f,\"size_ms_p50\":%.2f,\"size_ms_p99\":%.2f,"
 		       "\"mib_p50\":%.1f,\"mib_p99\":%.1f,\"pool_waits\":%zu,\"pool_wait_ms\":%.1f}\n",
-		       n, offered, s->o->link_Bps / 1e9, l50 * 1e3, l99 * 1e3, p50 * 1e3, p99 * 1e3,
-		       s50 * 1e3, s99 * 1e3, s50 * s->o->link_Bps / (1 << 20),
+		       model, n, offered, s->o->link_Bps / 1e9, l50 * 1e3, l99 * 1e3, p50 * 1e3,
+		       p99 * 1e3, s50 * 1e3, s99 * 1e3, s50 * s->o->link_Bps / (1 << 20),
 		       s99 * s->o->link_Bps / (1 << 20), s->pool_waits, s->pool_wait_s * 1e3);
 	} else {
 		printf("%zu requests, offered load %.2f of %.3f GB/s; ms p50 / p99:\n", n, offered,
 		       s->o->link_Bps / 1e9);
-		printf("  xferd pairing       %9.1f %9.1f\n", l50 * 1e3, l99 * 1e3);
+		printf("  xferd %-13s %9.1f %9.1f\n", model, l50 * 1e3, l99 * 1e3);
 		printf("  shared link (sim.)  %9.1f %9.1f\n", p50 * 1e3, p99 * 1e3);
 		printf("  bytes / link        %9.1f %9.1f\n", s50 * 1e3, s99 * 1e3);
 		printf("  p99 / shared p99: %.2fx (target <= 1.2x)\n", l99 / p99);
@@ -405,6 +520,8 @@ static void usage(FILE *f)
 		"  --max-tokens N     prompt lengths cut here (default 2048)\n"
 		"  --pool SIZE        buffer on each node (default 3G)\n"
 		"  --seed N           (default 1)\n"
+		"  --model M          pairing (a writable + write per request, default) or windows\n"
+		"                     (one window opened once; a batch of tagged puts per request)\n"
 		"  --json             one JSON line\n");
 }
 
@@ -451,10 +568,53 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'j':
 		o->json = true;
 		break;
+	case 'o':
+		if (strcmp(arg, "windows") && strcmp(arg, "pairing")) {
+			fprintf(stderr,
+				"xferbench_serve: --model is pairing or windows, not '%s'\n", arg);
+			return -EINVAL;
+		}
+		o->windows = !strcmp(arg, "windows");
+		break;
 	default:
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/* Windows: the decode side exposes its whole buffer for writing; the prefill side opens it. */
+static int window_setup(struct serve *s)
+{
+	char *md = NULL;
+	int err = xfer_window_create(s->pc, s->pb.region, 0, 0, XFER_ACCESS_WRITE,
+				     XFER_WINDOW_ONE_OPENER, &s->window, &md);
+
+	if (err)
+		return bench_fail(s->pc, "xfer_window_create", err);
+	err = xfer_window_open(s->ac, md, &s->handle, NULL, NULL);
+	free(md);
+	if (err)
+		return bench_fail(s->ac, "xfer_window_open", err);
+	return 0;
+}
+
+static void window_teardown(struct serve *s)
+{
+	if (s->handle)
+		xfer_window_close(s->ac, s->handle);
+	if (s->window)
+		xfer_window_close(s->pc, s->window);
+}
+
+static void set_callbacks(struct serve *s, bool on)
+{
+	void *arg = on ? s : NULL;
+
+	xfer_set_event_cb(s->pc, on ? event_cb : NULL, arg);
+	xfer_set_event_cb(s->ac, on ? event_cb : NULL, arg);
+	xfer_set_window_cb(s->pc, on ? window_cb : NULL, arg);
+	xfer_set_window_cb(s->ac, on ? window_cb : NULL, arg);
+	xfer_set_batch_cb(s->ac, on ? batch_cb : NULL, arg);
 }
 
 int main(int argc, char **argv)
@@ -473,6 +633,7 @@ int main(int argc, char **argv)
 		{ "pool", required_argument, NULL, 'P' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "model", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -485,7 +646,7 @@ int main(int argc, char **argv)
 			  .max_tokens = 2048,
 			  .pool = 3 * BENCH_GIB,
 			  .seed = 1 };
-	struct serve s = { .o = &o };
+	struct serve s = { .o = &o, .submitting = SIZE_MAX };
 	int err;
 
 	bench_prog = "xferbench_serve";
@@ -512,16 +673,17 @@ int main(int argc, char **argv)
 	err = bench_buf_create(s.pc, o.pool, "decode-kv", &s.pb);
 	if (!err)
 		err = bench_buf_create(s.ac, o.pool, "prefill-kv", &s.ab);
+	if (!err && o.windows)
+		err = window_setup(&s);
 	if (!err) {
 		bench_pattern_fill(s.ab.buf.addr, o.pool, o.seed);
-		xfer_set_event_cb(s.pc, event_cb, &s);
-		xfer_set_event_cb(s.ac, event_cb, &s);
+		set_callbacks(&s, true);
 		err = run(&s);
-		xfer_set_event_cb(s.pc, NULL, NULL);
-		xfer_set_event_cb(s.ac, NULL, NULL);
+		set_callbacks(&s, false);
 	}
 	if (!err)
 		report(&s);
+	window_teardown(&s);
 	bench_buf_destroy(s.ac, &s.ab, 1);
 	bench_buf_destroy(s.pc, &s.pb, 1);
 	xfer_close(s.ac);

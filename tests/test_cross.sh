@@ -279,6 +279,20 @@ if want multi; then
 				"$(echo "$out" | grep -v '^#' | tail -n 3 | tr '\n' ' ')"
 		fi
 		check_baseline "pipelined pairings"
+		# The serving workload in both models (xferbench_serve): KV blocks of many
+		# requests as pairings, then as tagged puts into a window opened once; stamps of
+		# every block and every 8th request in full are checked by the program.
+		for model in pairing windows; do
+			if out=$(timeout -k 2 120 "$BUILD/xferbench_serve" --model "$model" \
+				--passive "$(xc_sock 0)" --active "$(xc_sock 1)" --link-Bps 2e8 \
+				--seconds 1 --layers 4 --max-tokens 64 --pool 64M 2>&1); then
+				ok "serving workload across nodes, $model model (xferbench_serve)"
+			else
+				fail "serving workload, $model model (xferbench_serve)" \
+					"$(echo "$out" | tail -n 3 | tr '\n' ' ')"
+			fi
+		done
+		check_baseline "serving workload"
 	else
 		skip "multi-descriptor operations across nodes" \
 			"$BUILD/xferbench_net is not built; xferctl offers one descriptor per operation"
