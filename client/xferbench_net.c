@@ -30,7 +30,7 @@
 #include "benchutil.h"
 
 #define MAX_DESCS 1024 /* PROTOCOL.md section 9 */
-#define MAX_INFLIGHT 64
+#define MAX_INFLIGHT 128
 #define GAP_BYTE 0xa5
 
 struct opts {
@@ -49,6 +49,7 @@ struct opts {
 	int depths[16]; /* pipe: --depths, operations in flight */
 	int ndepths;
 	uint64_t pool; /* reg: --pool, the size of the touched pool registered once (0: none) */
+	int batch;     /* win: --batch, gets/puts per op.batch (one event each); 1: one by one */
 	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
 };
 
@@ -892,6 +893,158 @@ static int win_cell(struct bench *b, uint64_t handle, bool put, uint64_t size, i
 	return err;
 }
 
+/* Batches of gets or puts in flight (win --batch): slot k is in batch k / batch. */
+struct winb_state {
+	uint64_t id[MAX_INFLIGHT], t0[MAX_INFLIGHT], seq[MAX_INFLIGHT];
+	bool ended[MAX_INFLIGHT];
+	int err[MAX_INFLIGHT];
+	int nbatches, batch;
+	uint64_t size;
+	int stray;
+};
+
+static void winb_event_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
+{
+	struct winb_state *ws = arg;
+
+	(void)c;
+	for (int j = 0; j < ws->nbatches; j++) {
+		if (ws->ended[j] || ev->batch != ws->id[j])
+			continue;
+		ws->ended[j] = true;
+		for (size_t i = 0; i < ev->n; i++)
+			if (ev->ends[i].state != XFER_COMPLETE || ev->ends[i].bytes != ws->size) {
+				fprintf(stderr,
+					"xferbench_net: win: op %" PRIu64 " of batch %" PRIu64
+					" %s (%" PRIu64 " bytes)\n",
+					ev->ends[i].op, ev->batch,
+					xfer_state_name(ev->ends[i].state), ev->ends[i].bytes);
+				ws->err[j] = ev->ends[i].error ?: -EIO;
+			}
+		if (ev->n != (size_t)ws->batch)
+			ws->err[j] = -EIO;
+		return;
+	}
+	ws->stray++;
+}
+
+/* Posts batch @j: its slots' gets or puts, stamped with @seq, in one op.batch. */
+static int winb_submit(struct bench *b, uint64_t handle, bool put, struct winb_state *ws, int j,
+		       uint64_t seq)
+{
+	struct bench_buf *src = put ? &b->ab : &b->pb;
+	struct xfer_desc d[MAX_INFLIGHT];
+	struct xfer_batch_op ops[MAX_INFLIGHT];
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT };
+
+	for (int i = 0; i < ws->batch; i++) {
+		uint64_t off = (uint64_t)(j * ws->batch + i) * ws->size;
+		d[i] = (struct xfer_desc){ b->ab.region, off, ws->size };
+		ops[i] = (struct xfer_batch_op){
+			put ? XFER_PUT : XFER_GET, handle, off, &d[i], 1, NULL, 0
+		};
+		stamp_put((char *)src->buf.addr + off, ws->size, seq);
+	}
+	ws->ended[j] = false;
+	ws->err[j] = 0;
+	ws->seq[j] = seq;
+	ws->t0[j] = bench_now_ns();
+	int err = xfer_batch(b->ac, ops, (size_t)ws->batch, &opts, NULL, &ws->id[j]);
+	return err ? bench_fail(b->ac, "xfer_batch", err) : 0;
+}
+
+static int winb_finish(struct bench *b, bool put, struct winb_state *ws, int j, uint64_t *lat_ns)
+{
+	struct bench_buf *dst = put ? &b->pb : &b->ab;
+	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
+	struct pollfd pfd = { xfer_get_fd(b->ac), POLLIN, 0 };
+
+	while (!ws->ended[j]) {
+		if (bench_now_ns() > deadline)
+			return -ETIMEDOUT;
+		if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+			return -errno;
+		int rc = xfer_dispatch(b->ac);
+		if (rc < 0)
+			return bench_fail(NULL, "xfer_dispatch", rc);
+	}
+	*lat_ns = bench_now_ns() - ws->t0[j];
+	if (ws->err[j])
+		return ws->err[j];
+	for (int i = 0; i < ws->batch; i++) {
+		uint64_t off = (uint64_t)(j * ws->batch + i) * ws->size;
+		if (!stamp_ok((char *)dst->buf.addr + off, ws->size, ws->seq[j])) {
+			fprintf(stderr, "xferbench_net: win %s: slot %d has stale bytes\n",
+				put ? "put" : "get", j * ws->batch + i);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/*
+ * win --batch: @depth gets or puts in flight as batches of --batch, each posted with one
+ * op.batch and ended with one op.batch_done; an op's latency is its batch's (post to event).
+ */
+static int winb_cell(struct bench *b, uint64_t handle, bool put, uint64_t size, int depth,
+		     struct pipe_result *r)
+{
+	struct bench_buf *src = put ? &b->ab : &b->pb, *dst = put ? &b->pb : &b->ab;
+	uint64_t cap = 1 << 16, *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
+	struct winb_state *ws = calloc(1, sizeof(*ws));
+	int err = 0, j;
+
+	if (!lat || !ws) {
+		free(lat);
+		free(ws);
+		return -ENOMEM;
+	}
+	ws->batch = b->o->batch;
+	ws->nbatches = (depth + ws->batch - 1) / ws->batch;
+	ws->size = size;
+	depth = ws->nbatches * ws->batch;
+	xfer_set_batch_cb(b->ac, winb_event_cb, ws);
+	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 17 + put);
+	memset(dst->buf.addr, 0, size * (uint64_t)depth);
+	t0 = bench_now_ns();
+	for (j = 0; j < ws->nbatches && !err; j++, started++)
+		err = winb_submit(b, handle, put, ws, j, started + 1);
+	for (j = 0; !err && done < started; j = (j + 1) % ws->nbatches) {
+		err = winb_finish(b, put, ws, j, &lat[done % cap]);
+		done++;
+		double secs = (bench_now_ns() - t0) / 1e9;
+		if (!err && (started * (uint64_t)ws->batch < 256 || secs < b->o->seconds) &&
+		    started < cap) {
+			err = winb_submit(b, handle, put, ws, j, started + 1);
+			started++;
+		}
+	}
+	for (; err && done + 1 < started; j = (j + 1) % ws->nbatches, done++) {
+		uint64_t ignored;
+		winb_finish(b, put, ws, j, &ignored);
+	}
+	uint64_t elapsed = bench_now_ns() - t0;
+	xfer_set_batch_cb(b->ac, NULL, NULL);
+	if (!err && ws->stray)
+		err = -EIO;
+	if (!err && memcmp(src->buf.addr, dst->buf.addr, size * (uint64_t)depth)) {
+		fprintf(stderr, "xferbench_net: win: the buffers differ after the run\n");
+		err = -EIO;
+	}
+	if (!err) {
+		size_t n = done < cap ? done : cap;
+		uint64_t ops = done * (uint64_t)ws->batch;
+		r->ops = ops;
+		r->gbps = bench_gbps(size * ops, elapsed);
+		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
+		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
+		r->us_op = elapsed / 1e3 / (double)ops;
+	}
+	free(lat);
+	free(ws);
+	return err;
+}
+
 static int run_win(struct bench *b)
 {
 	const struct opts *o = b->o;
@@ -907,28 +1060,34 @@ static int run_win(struct bench *b)
 	if (err)
 		return bench_fail(b->ac, "xfer_window_open", err);
 	if (!o->json)
-		printf("%-5s %9s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "ops",
-		       "GB/s", "p50 us", "p99 us", "us/op");
+		printf("%-5s %9s %6s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "batch",
+		       "ops", "GB/s", "p50 us", "p99 us", "us/op");
 	for (int put = 0; put < 2 && !err; put++) {
 		for (int si = 0; si < o->nsizes && !err; si++) {
 			for (int di = 0; di < o->ndepths && !err; di++) {
 				struct pipe_result r;
 				uint64_t s = o->sizes[si];
-				err = win_cell(b, handle, put, s, o->depths[di], &r);
+				int depth = o->depths[di];
+				if (o->batch > 1) {
+					depth = (depth + o->batch - 1) / o->batch * o->batch;
+					err = winb_cell(b, handle, put, s, depth, &r);
+				} else {
+					err = win_cell(b, handle, put, s, depth, &r);
+				}
 				if (err)
 					break;
 				if (o->json)
 					printf("{\"win\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-					       ",\"depth\":%d,\"ops\":%" PRIu64
+					       ",\"depth\":%d,\"batch\":%d,\"ops\":%" PRIu64
 					       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,"
 					       "\"us_per_op\":%.2f}\n",
-					       put ? "put" : "get", s, o->depths[di], r.ops, r.gbps,
-					       r.us_p50, r.us_p99, r.us_op);
+					       put ? "put" : "get", s, depth, o->batch, r.ops,
+					       r.gbps, r.us_p50, r.us_p99, r.us_op);
 				else
-					printf("%-5s %9s %6d %7" PRIu64
+					printf("%-5s %9s %6d %6d %7" PRIu64
 					       " %9.3f %10.1f %10.1f %9.1f\n",
 					       put ? "put" : "get",
-					       bench_fmt_size(s, sz, sizeof(sz)), o->depths[di],
+					       bench_fmt_size(s, sz, sizeof(sz)), depth, o->batch,
 					       r.ops, r.gbps, r.us_p50, r.us_p99, r.us_op);
 				fflush(stdout);
 			}
@@ -1092,6 +1251,8 @@ static void usage(FILE *f)
 		"  --sizes LIST      pipe, win: sizes (default 4K,64K,1M,16M)\n"
 		"  --depths LIST     pipe, win: operations in flight (default 1,8,16,32)\n"
 		"  --pool SIZE       reg: also register a touched pool of SIZE once (default 0)\n"
+		"  --batch N         win: post N gets/puts per op.batch, their ends as one event\n"
+		"                    (default 1: one call each); the depth is rounded up to N\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"
 		"                    in DIR (a file region: the daemon moves it by file I/O)\n"
@@ -1179,6 +1340,13 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'F':
 		o->passive_dir = arg;
 		break;
+	case 'B':
+		o->batch = atoi(arg);
+		if (o->batch < 1 || o->batch > MAX_INFLIGHT) {
+			fprintf(stderr, "xferbench_net: --batch takes 1..%d\n", MAX_INFLIGHT);
+			return 2;
+		}
+		break;
 	case 'G':
 		o->active_dir = arg;
 		break;
@@ -1205,6 +1373,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "json", no_argument, NULL, 'j' },
 		{ "sizes", required_argument, NULL, 'S' },
 		{ "depths", required_argument, NULL, 'D' },
+		{ "batch", required_argument, NULL, 'B' },
 		{ "pool", required_argument, NULL, 'P' },
 		{ "passive-file", required_argument, NULL, 'F' },
 		{ "active-file", required_argument, NULL, 'G' },
@@ -1288,7 +1457,8 @@ int main(int argc, char **argv)
 			  .sizes = { 4 * BENCH_KIB, 64 * BENCH_KIB, BENCH_MIB, 16 * BENCH_MIB },
 			  .nsizes = 4,
 			  .depths = { 1, 8, 16, 32 },
-			  .ndepths = 4 };
+			  .ndepths = 4,
+			  .batch = 1 };
 	struct bench b = { .o = &o };
 	const struct mode *mode = NULL;
 	uint64_t bufsize;

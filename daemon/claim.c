@@ -239,9 +239,30 @@ int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *
 	xd_op_start(call, op, XP_ST_INITIALIZED);
 	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
 	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
+	if (xd_peer_window_frames(p) && op_mapped(op)) {
+		/* One-sided frames (PROTOCOL.md §10.7): no claim, no DONE; the handle is open. */
+		x->wfast = true;
+		x->claim_sent = true;
+		int rc = xd_window_fast_start(x);
+		if (rc)
+			xfer_fail(x, XP_ST_ERRORED, -rc,
+				  "could not queue the request to the owner");
+		return 0;
+	}
 	if (p->state == XD_PEER_UP)
 		send_claim(x);
 	return 0;
+}
+
+/* The owner took every frame of put @x (WACK): it is COMPLETE unless it ended already. */
+static void fast_put_acked(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	if (!op)
+		return; /* (closed when its op ended: nothing is left to do) */
+	xfer_close(x);
+	xd_op_complete(op);
 }
 
 static void peer_up(struct xd_peer *p)
@@ -315,7 +336,8 @@ static void op_ended(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
-	if (op->state == XP_ST_COMPLETE) {
+	if (op->state == XP_ST_COMPLETE || x->wfast) {
+		/* (a window frame's owner has no op to tell: its frames land or are dropped) */
 		xfer_close(x);
 		return;
 	}
@@ -644,7 +666,7 @@ static void send_done(struct xd_xfer *x)
 static void data_sent(struct xd_xfer *x)
 {
 	/* Two-sided writer: every DATA frame is on the wire (one-sided: see all_posted()). */
-	if (x->active && !x->one_sided && x->op && x->sent == x->length)
+	if (x->active && !x->one_sided && !x->wfast && x->op && x->sent == x->length)
 		send_done(x);
 }
 
@@ -705,10 +727,15 @@ static void data_received(struct xd_xfer *x)
 		return;
 	if (sync_first(x))
 		return;
-	if (x->active)
+	if (x->active && x->wfast) { /* a window get: its one reply is all here */
+		struct xd_op *op = x->op;
+		xfer_close(x);
+		xd_op_complete(op);
+	} else if (x->active) {
 		send_done(x); /* reader: every byte has landed */
-	else
+	} else {
 		maybe_complete_passive(x);
+	}
 }
 
 static struct xd_xfer *data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err)
@@ -793,6 +820,13 @@ static void io_failed(struct xd_xfer *x)
 		xd_op_end(x->op, XP_ST_ERRORED, x->io_err, "%s", x->io_why);
 }
 
+static int wframe_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+			   const uint8_t *payload, uint32_t len)
+{
+	(void)via;
+	return xd_window_frame(p, h, payload, len, fast_put_acked);
+}
+
 static const struct xd_xfer_events claim_events = {
 	.ctrl = ctrl_received,
 	.data_target = data_target,
@@ -804,6 +838,8 @@ static const struct xd_xfer_events claim_events = {
 	.peer_up = peer_up,
 	.peer_lost = peer_lost,
 	.peer_tick = check_drains,
+	.wput_target = xd_window_put_target,
+	.wframe = wframe_received,
 };
 
 static const struct xd_remote_ops claim_remote_ops = {

@@ -217,6 +217,14 @@ int xd_peer_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t fla
 	return p->transport->send_ctrl(p, via, type, flags, xfer, json);
 }
 
+int xd_peer_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,
+			uint32_t hdrlen, struct xd_xfer *x, uint64_t off, uint32_t len)
+{
+	if (!p->transport->send_wframe)
+		return -EOPNOTSUPP;
+	return p->transport->send_wframe(p, lane, key, hdr, hdrlen, x, off, len);
+}
+
 void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x)
 {
 	xd_xfer_sendq_insert(&p->sendq, x);
@@ -435,4 +443,9 @@ json_t *xd_peers_json(struct xd_daemon *d)
 		}
 	}
 	return arr;
+}
+
+bool xd_peer_window_frames(const struct xd_peer *p)
+{
+	return p->transport->send_wframe != NULL;
 }

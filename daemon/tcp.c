@@ -38,9 +38,19 @@ struct xd_listener {
 	struct event *ev;
 };
 
+/* A window frame queued by send_wframe: its header (and prefix, tag), then bytes of @x. */
+struct xd_wframe {
+	STAILQ_ENTRY(xd_wframe) link;
+	struct xd_xfer *x; /**< a reference, or NULL: the header alone */
+	uint64_t off;
+	uint32_t len, hdrlen, sent; /**< sent counts header + payload bytes */
+	uint8_t hdr[];
+};
+
 struct xd_pconn {
 	TAILQ_ENTRY(xd_pconn) link; /**< in its set's conns, or d->tcp->hello */
 	struct xd_daemon *d;
+	uint32_t id;	      /**< in its set, from 1: a window lane (send_wframe) names it */
 	struct xd_peer *peer; /**< NULL until an accepted connection says HELLO */
 	int fd;
 	struct event *rev, *wev;
@@ -58,6 +68,10 @@ struct xd_pconn {
 	struct xp_peer_hdr rx;
 	char *rx_ctrl;		 /**< control payload being read */
 	struct xd_xfer *rx_xfer; /**< DATA target (a reference), NULL to drop */
+	/* WPUT: its prefix and tag first (rx_wdata false), then its payload as DATA's */
+	uint8_t rx_wmeta[XP_WIN_MAX_META];
+	uint32_t rx_wmeta_len;
+	bool rx_wdata;
 	/* send state: control frames first, then one DATA frame at a time */
 	STAILQ_HEAD(, xd_frame) ctrlq;
 	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
@@ -67,12 +81,17 @@ struct xd_pconn {
 	uint8_t tx_hdr[XP_PEER_HDR_LEN];
 	uint64_t tx_off;
 	uint32_t tx_len, tx_sent; /**< tx_sent counts header + payload bytes */
+	/* window frames, strictly in the order queued (never round-robin: a lane's order) */
+	STAILQ_HEAD(, xd_wframe) wq;
+	unsigned wq_n;
+	struct xd_wframe *tx_wf; /**< window frame being sent */
 };
 
 /* The TCP part of a peer set (p->tstate). */
 struct tcp_set {
 	TAILQ_HEAD(, xd_pconn) conns;
 	int nconns;
+	uint32_t next_id;
 };
 
 /* The daemon's TCP state (d->tcp). */
@@ -134,9 +153,18 @@ static void pconn_free(void *arg)
 	struct xd_pconn *pc = arg;
 	struct xd_frame *f;
 
+	struct xd_wframe *wf;
+
 	while ((f = STAILQ_FIRST(&pc->ctrlq))) {
 		STAILQ_REMOVE_HEAD(&pc->ctrlq, link);
 		free(f);
+	}
+	if (pc->tx_wf)
+		STAILQ_INSERT_HEAD(&pc->wq, pc->tx_wf, link);
+	while ((wf = STAILQ_FIRST(&pc->wq))) {
+		STAILQ_REMOVE_HEAD(&pc->wq, link);
+		xd_xfer_unref(wf->x);
+		free(wf);
 	}
 	xd_xfer_unref(pc->rx_xfer);
 	xd_xfer_unref(pc->tx_xfer);
@@ -240,7 +268,7 @@ static bool pconn_wants_write(const struct xd_pconn *pc)
 {
 	if (!pc->connected)
 		return true; /* the connect completes when the socket turns writable */
-	if (!STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer)
+	if (!STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer || pc->tx_wf || !STAILQ_EMPTY(&pc->wq))
 		return true;
 	return pconn_carries_data(pc) && !TAILQ_EMPTY(&pc->peer->sendq);
 }
@@ -328,6 +356,50 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 	return w;
 }
 
+/* Writes what it can of the window frame under way. Returns bytes written, or -errno. */
+static ssize_t pconn_write_wframe(struct xd_pconn *pc)
+{
+	struct xd_wframe *wf = pc->tx_wf;
+	struct iovec iov[XD_IOV_MAX];
+	int n = 0;
+	uint32_t done = wf->sent > wf->hdrlen ? wf->sent - wf->hdrlen : 0;
+
+	if (wf->sent < wf->hdrlen)
+		iov[n++] = (struct iovec){ wf->hdr + wf->sent, wf->hdrlen - wf->sent };
+	if (wf->x)
+		n += xd_xfer_iov(wf->x, wf->off + done, wf->len - done, iov + n, XD_IOV_MAX - n);
+	ssize_t w = writev(pc->fd, iov, n);
+	if (w < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	wf->sent += (uint32_t)w;
+	if (wf->sent == wf->hdrlen + wf->len) {
+		pc->tx_wf = NULL;
+		if (wf->x)
+			xd_xfer_data_sent(wf->x, wf->len);
+		xd_xfer_unref(wf->x);
+		free(wf);
+	}
+	return w;
+}
+
+/* Takes the next window frame to send, dropping those of revoked transfers. */
+static bool pconn_start_wframe(struct xd_pconn *pc)
+{
+	struct xd_wframe *wf;
+
+	while ((wf = STAILQ_FIRST(&pc->wq))) {
+		STAILQ_REMOVE_HEAD(&pc->wq, link);
+		pc->wq_n--;
+		if (!wf->x || !wf->x->wdrop) {
+			pc->tx_wf = wf;
+			return true;
+		}
+		xd_xfer_unref(wf->x);
+		free(wf);
+	}
+	return false;
+}
+
 /* Writes what it can of the head control frame. Returns bytes written, or -errno. */
 static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
 {
@@ -360,8 +432,12 @@ static int pconn_flush(struct xd_pconn *pc)
 		/* A control frame may not cut into a DATA frame already begun, nor the reverse. */
 		if (pc->tx_xfer)
 			w = pconn_write_data(pc);
+		else if (pc->tx_wf)
+			w = pconn_write_wframe(pc);
 		else if (!STAILQ_EMPTY(&pc->ctrlq))
 			w = pconn_write_ctrl(pc);
+		else if (pconn_ready(pc) && pconn_start_wframe(pc))
+			continue;
 		else if (pconn_carries_data(pc) && pconn_start_data(pc))
 			continue;
 		else
@@ -384,6 +460,12 @@ static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 {
 	json_t *json = NULL;
 
+	/* Window requests and acks carry binary payloads (PROTOCOL.md §10.7). */
+	if (pc->rx.type == XP_PEER_WGET || pc->rx.type == XP_PEER_WACK)
+		return pconn_ready(pc) ?
+			       pc->d->xfer_events->wframe(pc->peer, pc->id, &pc->rx,
+							  (uint8_t *)pc->rx_ctrl, pc->rx.length) :
+			       -EPROTO;
 	if (pc->rx.length) {
 		json = json_loadb(pc->rx_ctrl, pc->rx.length, JSON_REJECT_DUPLICATES, NULL);
 		if (!json_is_object(json)) {
@@ -421,6 +503,11 @@ static int pconn_begin_payload(struct xd_pconn *pc)
 		int err = 0;
 		pc->rx_xfer = pc->d->xfer_events->data_target(pc->peer, &pc->rx, &err);
 		return err;
+	}
+	if (pc->rx.type == XP_PEER_WPUT) {
+		pc->rx_wmeta_len = XP_WIN_PREFIX_LEN;
+		pc->rx_wdata = false;
+		return pconn_ready(pc) ? 0 : -EPROTO;
 	}
 	pc->rx_ctrl = malloc(pc->rx.length + 1);
 	return pc->rx_ctrl ? 0 : -ENOMEM;
@@ -485,7 +572,7 @@ static int pconn_finish_frame(struct xd_pconn *pc)
 {
 	int rc = 0;
 
-	if (pc->rx.type == XP_PEER_DATA) {
+	if (pc->rx.type == XP_PEER_DATA || pc->rx.type == XP_PEER_WPUT) {
 		struct xd_xfer *x = pc->rx_xfer;
 		pc->rx_xfer = NULL;
 		if (x && x->io_err)
@@ -502,6 +589,36 @@ static int pconn_finish_frame(struct xd_pconn *pc)
 	return rc;
 }
 
+/*
+ * @r more bytes of a WPUT's prefix and tag arrived. Once they are all here, window.c says where
+ * the payload lands (or that it is dropped), and the payload is read as a DATA frame's, into a
+ * transfer that is exactly its range. Returns 0 or -errno.
+ */
+static int pconn_wmeta_got(struct xd_pconn *pc, uint32_t r)
+{
+	struct xp_win_prefix wp;
+	int err = 0;
+
+	pc->rx_got += r;
+	if (pc->rx_got == XP_WIN_PREFIX_LEN && pc->rx_wmeta_len == XP_WIN_PREFIX_LEN) {
+		if (xp_win_prefix_unpack(pc->rx_wmeta, &wp) < 0 || wp.length == 0 ||
+		    (uint64_t)XP_WIN_PREFIX_LEN + wp.tag_len + wp.length != pc->rx.length)
+			return -EPROTO;
+		pc->rx_wmeta_len += wp.tag_len;
+	}
+	if (pc->rx_got < pc->rx_wmeta_len)
+		return 0;
+	pc->rx_xfer = pc->d->xfer_events->wput_target(pc->peer, pc->id, &pc->rx, pc->rx_wmeta,
+						      pc->rx_wmeta_len, &err);
+	if (err)
+		return err;
+	pc->rx_wdata = true;
+	pc->rx.length -= pc->rx_wmeta_len; /* the payload alone, at offset 0 of its landing */
+	pc->rx.offset = 0;
+	pc->rx_got = 0;
+	return 0;
+}
+
 /* One read step. Returns bytes consumed (> 0), 0 when the socket is drained, or -errno. */
 static ssize_t pconn_read_step(struct xd_pconn *pc)
 {
@@ -516,8 +633,15 @@ static ssize_t pconn_read_step(struct xd_pconn *pc)
 			if (rc)
 				return rc;
 		}
+	} else if (pc->rx.type == XP_PEER_WPUT && !pc->rx_wdata) {
+		r = read(pc->fd, pc->rx_wmeta + pc->rx_got, pc->rx_wmeta_len - pc->rx_got);
+		if (r > 0) {
+			int rc = pconn_wmeta_got(pc, (uint32_t)r);
+			if (rc)
+				return rc;
+		}
 	} else {
-		if (pc->rx.type == XP_PEER_DATA)
+		if (pc->rx.type == XP_PEER_DATA || pc->rx.type == XP_PEER_WPUT)
 			r = pconn_read_data(pc);
 		else
 			r = read(pc->fd, pc->rx_ctrl + pc->rx_got, pc->rx.length - pc->rx_got);
@@ -596,6 +720,7 @@ static struct xd_pconn *pconn_new(struct xd_daemon *d, int fd, bool outgoing)
 	pc->outgoing = outgoing;
 	pc->started_us = pc->last_rx_us = pc->last_tx_us = xd_now_us();
 	STAILQ_INIT(&pc->ctrlq);
+	STAILQ_INIT(&pc->wq);
 	pc->rev = event_new(d->base, fd, EV_READ | EV_PERSIST, pconn_read_cb, pc);
 	pc->wev = event_new(d->base, fd, EV_WRITE | EV_PERSIST, pconn_write_cb, pc);
 	if (!pc->rev || !pc->wev) {
@@ -661,6 +786,7 @@ static int attach_accepted(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES],
 	TAILQ_INSERT_TAIL(&set->conns, pc, link);
 	set->nconns++;
 	pc->peer = p;
+	pc->id = ++set->next_id;
 	/* Keyed, our HELLO went out with the challenge, before the peer's AUTH. */
 	int rc = d->peer_key_len ? 0 : pconn_send_hello(pc);
 	if (rc == 0)
@@ -844,6 +970,7 @@ static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoin
 	}
 	snprintf(pc->addr, sizeof(pc->addr), "%s:%u", ep->addr, ep->port);
 	pc->peer = p;
+	pc->id = ++set->next_id;
 	TAILQ_INSERT_TAIL(&set->conns, pc, link);
 	set->nconns++;
 	event_add(pc->wev, NULL); /* writable = connected (or failed) */
@@ -1121,6 +1248,52 @@ static int tcp_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t 
 	return -ENOTCONN;
 }
 
+/* A window lane: the connection named *@lane, or (0, or gone) a data connection by @key. */
+static struct xd_pconn *wframe_lane(struct tcp_set *set, uint32_t *lane, uint64_t key)
+{
+	struct xd_pconn *pc, *first = NULL;
+	int n = 0;
+
+	TAILQ_FOREACH(pc, &set->conns, link) {
+		if (*lane && pc->id == *lane && pconn_ready(pc))
+			return pc;
+		n += pconn_carries_data(pc);
+		if (!first && pconn_ready(pc))
+			first = pc;
+	}
+	if (n == 0)
+		return first ? (*lane = first->id, first) : NULL;
+	int pick = (int)(key % (uint64_t)n);
+	TAILQ_FOREACH(pc, &set->conns, link)
+		if (pconn_carries_data(pc) && pick-- == 0)
+			break;
+	*lane = pc->id;
+	return pc;
+}
+
+static int tcp_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,
+			   uint32_t hdrlen, struct xd_xfer *x, uint64_t off, uint32_t len)
+{
+	struct tcp_set *set = tcp_set(p);
+	struct xd_pconn *pc = set ? wframe_lane(set, lane, key) : NULL;
+
+	if (!pc)
+		return -ENOTCONN;
+	if (pc->wq_n >= XD_WFRAMES_MAX)
+		return -ENOBUFS;
+	struct xd_wframe *wf = malloc(sizeof(*wf) + hdrlen);
+	if (!wf)
+		return -ENOMEM;
+	*wf = (struct xd_wframe){ .x = x, .off = off, .len = x ? len : 0, .hdrlen = hdrlen };
+	memcpy(wf->hdr, hdr, hdrlen);
+	if (x)
+		xd_xfer_ref(x);
+	STAILQ_INSERT_TAIL(&pc->wq, wf, link);
+	pc->wq_n++;
+	pconn_update_write(pc);
+	return 0;
+}
+
 static void tcp_kick(struct xd_peer *p)
 {
 	struct tcp_set *set = tcp_set(p);
@@ -1280,6 +1453,7 @@ const struct xd_transport_ops xd_transport_tcp_ops = {
 	.usable = tcp_usable,
 	.connect = tcp_connect,
 	.send_ctrl = tcp_send_ctrl,
+	.send_wframe = tcp_send_wframe,
 	.kick = tcp_kick,
 	.keepalive = tcp_keepalive,
 	.close = tcp_close,

@@ -25,6 +25,7 @@ struct xp_peer_hdr;
 struct xd_seg;
 struct xd_copy_job;
 struct xd_rdma_grant;
+struct xd_wnote;
 /*
  * A local copy ended: err 0, ECANCELED or a positive errno; @bytes copied; @why NULL or a cause
  * for @err (EFAULT: which region's page vanished).
@@ -93,6 +94,17 @@ struct xd_transport_ops {
 			  bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
 			  size_t len);
 	void (*grant_close)(struct xd_rdma_grant *g);
+	/*
+	 * Two-sided network transports with one-sided windows (tcp; NULL elsewhere, where gets
+	 * and puts go as claims): queues a window frame (PROTOCOL.md §10.7), the @hdrlen bytes of
+	 * @hdr (its 24-byte header first) and then @len bytes of @x at transfer offset @off (@x
+	 * NULL: none; a reference is taken). Frames of one *@lane go out in the order queued, on
+	 * one connection: 0 picks one (spread by @key) and sets it. A frame of an @x with wdrop
+	 * set is dropped unsent. Returns 0, or -ENOBUFS (XD_WFRAMES_MAX queued on that connection)
+	 * or -ENOTCONN.
+	 */
+	int (*send_wframe)(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,
+			   uint32_t hdrlen, struct xd_xfer *x, uint64_t off, uint32_t len);
 
 	/* The local transport (NULL elsewhere): copies between two mappings of this daemon. */
 	/*
@@ -177,6 +189,15 @@ struct xd_xfer_events {
 	void (*peer_up)(struct xd_peer *p);
 	void (*peer_lost)(struct xd_peer *p, int err, const char *cause);
 	void (*peer_tick)(struct xd_peer *p);
+	/*
+	 * Window frames (PROTOCOL.md §10.7), on connection @via. A WPUT's header and prefix and
+	 * tag (@meta, @metalen): where its payload lands (a transfer with a reference; NULL: read
+	 * and drop it), or -EPROTO in *err. WGET and WACK (@payload raw, @len bytes): 0 or -errno.
+	 */
+	struct xd_xfer *(*wput_target)(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+				       const uint8_t *meta, uint32_t metalen, int *err);
+	int (*wframe)(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+		      const uint8_t *payload, uint32_t len);
 };
 
 /* frame.c: peer-protocol frames, shared by the network transports */
@@ -187,6 +208,8 @@ struct xd_xfer_events {
  */
 #define XD_PENDING_PER_ADDR 8
 #define XD_PEER_CTRLQ_MAX (1u << 20)
+/* Window frames (send_wframe) queued on one connection, at most. */
+#define XD_WFRAMES_MAX 16384
 /* A peer-protocol message ready to send: the 24-byte header, then the payload. */
 struct xd_frame {
 	STAILQ_ENTRY(xd_frame) link;
@@ -290,6 +313,18 @@ struct xd_xfer {
 	bool release_pending, release_sent;
 	int release_cause_errno;
 	char release_msg[XD_CAUSE_MAX];
+	/*
+	 * One-sided TCP windows (window.c, PROTOCOL.md §10.7): an opener's get or put, or at the
+	 * owner a put's landing or a get's reply, none of which has an op at the owner. @on_free
+	 * runs when the last reference goes (window.c's accounting; NULL: none), @wctx is its.
+	 */
+	bool wfast;
+	bool wdrop;    /**< owner: revoked, its frames dropped and its bytes not taken */
+	uint64_t wseq; /**< opener's put: the number of its last frame on its handle */
+	void *wctx;
+	struct xd_wnote *wnote;
+	TAILQ_ENTRY(xd_xfer) wlink;
+	void (*on_free)(struct xd_xfer *x);
 	/* active side: what the owner's metadata said, for the CLAIM */
 	uint8_t owner_node[XP_ID_BYTES];
 	uint64_t owner_op, owner_epoch;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include "transport.h"
+#include "xp_peer.h"
 
 enum whandle_state {
 	WH_OPENING, /**< WOPEN sent (or waiting for the set), the client's reply pending */
@@ -43,6 +44,11 @@ struct xd_wopener {
 	unsigned nnotes;
 	TAILQ_HEAD(, xd_wnote) notes; /**< tagged ops in the order they came, delivered in it */
 	uint64_t gets, puts;
+	/* One-sided TCP frames (PROTOCOL.md §10.7): landings and get replies under way */
+	TAILQ_HEAD(, xd_xfer) xfers;
+	uint64_t frames, acked; /**< its WPUTs taken (landed or refused), and acknowledged */
+	uint32_t lane;		/**< where its get replies, refusals and acks go */
+	struct xd_deferred ack_later;
 };
 
 struct xd_window {
@@ -91,6 +97,12 @@ struct xd_whandle {
 	int cause_errno;
 	char cause[XD_CAUSE_MAX];
 	uint64_t created_us;
+	/* One-sided TCP frames (PROTOCOL.md §10.7) */
+	uint32_t lane;		     /**< the connection its frames go on, in order */
+	uint64_t frames_sent, acked; /**< WPUTs sent, and acknowledged by the owner */
+	TAILQ_HEAD(, xd_xfer) puts;  /**< not yet acknowledged, in order (x->wseq ascending) */
+	TAILQ_HEAD(, xd_xfer) gets;  /**< their replies not yet all here */
+	unsigned nfast;		     /**< on the two lists */
 };
 
 /* ---- lookup, charges ---- */
@@ -197,10 +209,14 @@ static void reap_soon(struct xd_window *w)
 	xd_defer(w->d, &w->reap, window_reap_cb, w);
 }
 
+static void fast_detach_all(struct xd_wopener *o);
+
 static void opener_free(struct xd_wopener *o)
 {
 	struct xd_wnote *n;
 
+	fast_detach_all(o);
+	xd_defer_cancel(o->w->d, &o->ack_later);
 	while ((n = TAILQ_FIRST(&o->notes))) {
 		TAILQ_REMOVE(&o->notes, n, link);
 		free(n);
@@ -248,6 +264,7 @@ static void opener_close(struct xd_wopener *o, enum xp_state state, int err, con
 		return;
 	o->gone = true;
 	o->w->nopeners--;
+	fast_detach_all(o); /* its landings drop their bytes, its get replies go unsent */
 	TAILQ_FOREACH_SAFE(op, &d->ops, link, tmp) {
 		struct xd_wnote *n = op->internal ? op->on_end_arg : NULL; /* (NULL: ended) */
 		if (n && n->o == o)
@@ -286,8 +303,11 @@ static void window_op_ended(struct xd_op *op)
 
 /* ---- the opener's side: handles ---- */
 
+static void handle_fast_detach(struct xd_whandle *h);
+
 static void handle_free(struct xd_whandle *h)
 {
+	handle_fast_detach(h);
 	if (h->conn)
 		uncharge_window(h->conn);
 	TAILQ_REMOVE(&h->d->whandles, h, link);
@@ -346,6 +366,8 @@ static struct xd_whandle *handle_new(struct xd_call *call, const struct xp_meta 
 	h->length = m->total;
 	h->access = m->access;
 	h->created_us = xd_now_us();
+	TAILQ_INIT(&h->puts);
+	TAILQ_INIT(&h->gets);
 	TAILQ_INSERT_TAIL(&h->d->whandles, h, link);
 	return h;
 }
@@ -413,6 +435,7 @@ static struct xd_wopener *opener_add(struct xd_window *w, struct xd_peer *p, uin
 	o->handle = handle;
 	snprintf(o->node_hex, sizeof(o->node_hex), "%s", p ? p->node_hex : w->d->node_hex);
 	TAILQ_INIT(&o->notes);
+	TAILQ_INIT(&o->xfers);
 	TAILQ_INSERT_TAIL(&w->openers, o, link);
 	w->nopeners++;
 	return o;
@@ -712,6 +735,10 @@ int xd_window_check(struct xd_call *call, const struct xd_wclaim *wc, struct xd_
 	if (h->state == WH_CLOSED)
 		return xd_fail(call, XP_E_FAILED, h->cause_errno, "window handle %llu: %s",
 			       (unsigned long long)wc->handle, h->cause);
+	if (h->nfast >= XD_WINDOW_MAX_INFLIGHT)
+		return xd_fail(call, XP_E_FAILED, EDQUOT,
+			       "%d gets and puts are in flight on window handle %llu",
+			       XD_WINDOW_MAX_INFLIGHT, (unsigned long long)wc->handle);
 	if (check_access(h->access, wc->kind, wc->handle, &err, call->message,
 			 sizeof(call->message)) ||
 	    check_range(h->length, wc, wc->handle, &err, call->message, sizeof(call->message))) {
@@ -793,6 +820,390 @@ struct xd_op *xd_window_claim(struct xd_daemon *d, struct xd_peer *p, const stru
 	w->inflight++;
 	xd_op_start_internal(op);
 	return op;
+}
+
+static bool handle_known(struct xd_daemon *d, struct xd_peer *p, uint64_t handle);
+
+/* ---- one-sided TCP windows (PROTOCOL.md §10.7) ---- */
+
+/*
+ * Once a window is open, a put is one WPUT (its bytes written into the window's range as they
+ * arrive) and a get one WGET answered by DATA: no op at the owner, no claim, no DONE. The
+ * owner checks each against what it granted at open (the opener is the set and the handle,
+ * never what the frame says), acknowledges puts by count per opener in order (WACK), and
+ * answers a refusal with CANCEL on the same lane, so that it comes before the WACK covering it.
+ * What is under way is listed on its opener (o->xfers) and dropped when the opener goes.
+ */
+
+/* Queues @hdrlen bytes of @hdr then @len bytes of @x to opener @o on its lane. */
+static int owner_send(struct xd_wopener *o, const uint8_t *hdr, uint32_t hdrlen, struct xd_xfer *x,
+		      uint64_t off, uint32_t len)
+{
+	if (!o->peer)
+		return -ENOTCONN;
+	return xd_peer_send_wframe(o->peer, &o->lane, o->handle, hdr, hdrlen, x, off, len);
+}
+
+/* Refuses the opener's get or put @op (its id) with @err and @msg: CANCEL, on @o's lane. */
+static void fast_refuse(struct xd_wopener *o, uint64_t op, int err, const char *msg)
+{
+	json_t *e = json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", msg);
+	struct xd_frame *f = e ? xd_frame_new(XP_PEER_CANCEL, 0, op, e, &err) : NULL;
+
+	if (f)
+		owner_send(o, f->data, f->len, NULL, 0, 0);
+	free(f);
+	json_decref(e);
+}
+
+static void ack_cb(void *arg)
+{
+	struct xd_wopener *o = arg;
+	struct xp_peer_hdr h = { .type = XP_PEER_WACK, .xfer = o->handle, .offset = o->frames };
+	uint8_t hdr[XP_PEER_HDR_LEN];
+
+	if (o->gone || o->acked == o->frames)
+		return;
+	xp_peer_hdr_pack(&h, hdr);
+	if (owner_send(o, hdr, sizeof(hdr), NULL, 0, 0) == 0)
+		o->acked = o->frames;
+}
+
+/* One more of @o's WPUTs is taken: acknowledged with the others at the next loop turn. */
+static void frame_taken(struct xd_wopener *o)
+{
+	o->frames++;
+	if (!o->gone)
+		xd_defer(o->w->d, &o->ack_later, ack_cb, o);
+}
+
+/* @x (a landing or a get reply of @o) is over: counted, its tag delivered in order. */
+static void fast_end(struct xd_wopener *o, struct xd_xfer *x, bool visible)
+{
+	struct xd_window *w = o->w;
+	struct xd_wnote *n = x->wnote;
+
+	TAILQ_REMOVE(&o->xfers, x, wlink);
+	x->wctx = NULL;
+	x->wnote = NULL;
+	o->inflight--;
+	w->inflight--;
+	if (!x->source)
+		frame_taken(o);
+	if (visible && (x->source || x->wseq)) { /* (wseq: a put's last frame) */
+		w->d->stats.window_ops++;
+		if (x->source)
+			o->gets++, w->gets++;
+		else
+			o->puts++, w->puts++;
+	}
+	if (n) {
+		n->done = true;
+		n->visible = visible;
+		deliver(o);
+	}
+	if (o->gone || w->closing)
+		reap_soon(w);
+}
+
+/* The last reference to a landing or a get reply went: the transport is done with it. */
+static void fast_freed(struct xd_xfer *x)
+{
+	struct xd_wopener *o = x->wctx;
+
+	if (o)
+		fast_end(o, x, !x->wdrop && !x->io_err && xd_xfer_bytes(x) == x->length);
+}
+
+static void fast_detach_all(struct xd_wopener *o)
+{
+	struct xd_xfer *x;
+
+	while ((x = TAILQ_FIRST(&o->xfers))) {
+		x->wdrop = true;
+		fast_end(o, x, false);
+	}
+}
+
+/* A landing (a put's frame) or a get's reply over [@off, +@len) of @o's window. */
+static struct xd_xfer *fast_xfer(struct xd_wopener *o, uint64_t op, uint64_t off, uint64_t len,
+				 bool source)
+{
+	struct xd_window *w = o->w;
+	struct xd_xfer *x = calloc(1, sizeof(*x));
+
+	if (!x || !(x->segs = calloc(1, sizeof(*x->segs)))) {
+		free(x);
+		return NULL;
+	}
+	x->peer = o->peer;
+	x->id = op;
+	x->source = source;
+	x->segs[0] = (struct xd_seg){ w->region, w->offset + off, len };
+	xd_region_ref(w->region);
+	x->nsegs = 1;
+	x->length = len;
+	x->refs = 1;
+	x->wfast = true;
+	x->wctx = o;
+	x->on_free = fast_freed;
+	TAILQ_INSERT_TAIL(&o->xfers, x, wlink);
+	o->inflight++;
+	w->inflight++;
+	return x;
+}
+
+/* Queues @x's notification (tagged: in order with @o's others). 0 or -ENOMEM. */
+static int fast_note(struct xd_wopener *o, struct xd_xfer *x, enum xp_kind kind, uint64_t off,
+		     uint64_t bytes, const uint8_t *tag, uint16_t tag_len)
+{
+	struct xd_wnote *n = calloc(1, sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	n->o = o;
+	n->kind = kind;
+	n->offset = off;
+	n->bytes = bytes;
+	n->queued = true;
+	memcpy(n->tag, tag, tag_len);
+	TAILQ_INSERT_TAIL(&o->notes, n, link);
+	o->nnotes++;
+	x->wnote = n;
+	return 0;
+}
+
+/*
+ * The opener (@p, the handle of @wp) of the window @wp names, or NULL: a frame of a handle
+ * that was closed or revoked (the two ends crossed: dropped), or -EPROTO in *err for a handle
+ * this set has open on another window (a forged window id).
+ */
+static struct xd_wopener *fast_opener(struct xd_peer *p, const struct xp_win_prefix *wp, int *err)
+{
+	struct xd_window *w = window_find(p->d, wp->window);
+	struct xd_wopener *o = w ? opener_find(w, p, wp->handle) : NULL;
+
+	if (!o && handle_known(p->d, p, wp->handle))
+		*err = -EPROTO;
+	return o && !w->closing ? o : NULL;
+}
+
+/* The owner's checks of a get or put, against what it granted at open. 0 or -errno, @msg. */
+static int fast_check(struct xd_wopener *o, enum xp_kind kind, uint64_t off, uint64_t len,
+		      char *msg, size_t msglen)
+{
+	struct xd_window *w = o->w;
+	struct xd_wclaim wc = { .kind = kind, .offset = off, .length = len };
+	int err = 0;
+
+	if (check_access(w->access, kind, w->id, &err, msg, msglen) ||
+	    check_range(w->length, &wc, w->id, &err, msg, msglen))
+		return err;
+	if (!w->region->mem->mapped) {
+		snprintf(msg, msglen,
+			 "window %llu is over a file region: its gets and puts go as claims "
+			 "only (one-sided frames read and write mappings)",
+			 (unsigned long long)w->id);
+		return -EOPNOTSUPP;
+	}
+	if (o->inflight >= XD_WINDOW_MAX_INFLIGHT || o->nnotes >= XD_WINDOW_MAX_INFLIGHT) {
+		snprintf(msg, msglen,
+			 "%d gets and puts of this opener are in flight on window %llu",
+			 XD_WINDOW_MAX_INFLIGHT, (unsigned long long)w->id);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+				     const uint8_t *meta, uint32_t metalen, int *err)
+{
+	struct xp_win_prefix wp;
+	char msg[XD_CAUSE_MAX];
+
+	(void)via;
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(meta, &wp) < 0 ||
+	    metalen != XP_WIN_PREFIX_LEN + (uint32_t)wp.tag_len ||
+	    (wp.tag_len && !(wp.flags & XP_WIN_LAST)) ||
+	    memchr(meta + XP_WIN_PREFIX_LEN, 0, wp.tag_len)) {
+		*err = -EPROTO;
+		return NULL;
+	}
+	struct xd_wopener *o = fast_opener(p, &wp, err);
+	if (!o)
+		return NULL;
+	int rc = fast_check(o, XP_KIND_PUT, h->offset, wp.length, msg, sizeof(msg));
+	struct xd_xfer *x = rc ? NULL : fast_xfer(o, h->xfer, h->offset, wp.length, false);
+	if (x && wp.tag_len &&
+	    fast_note(o, x, XP_KIND_PUT, h->offset, wp.length, meta + XP_WIN_PREFIX_LEN,
+		      wp.tag_len)) {
+		xd_xfer_unref(x);
+		x = NULL;
+	}
+	if (!x) {
+		fast_refuse(o, h->xfer, rc ? -rc : ENOMEM, rc ? msg : "out of memory");
+		frame_taken(o);
+		return NULL;
+	}
+	x->wseq = (wp.flags & XP_WIN_LAST) != 0;
+	return x;
+}
+
+/* WGET: the window's bytes go back as DATA frames of the opener's op, on @o's lane. */
+static int owner_wget(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_t *pl,
+		      uint32_t len)
+{
+	struct xp_win_prefix wp;
+	char msg[XD_CAUSE_MAX];
+	int err = 0;
+
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(pl, &wp) < 0 ||
+	    len != XP_WIN_PREFIX_LEN + (uint32_t)wp.tag_len || wp.flags || wp.length == 0 ||
+	    memchr(pl + XP_WIN_PREFIX_LEN, 0, wp.tag_len))
+		return -EPROTO;
+	struct xd_wopener *o = fast_opener(p, &wp, &err);
+	if (!o)
+		return err;
+	int rc = fast_check(o, XP_KIND_GET, h->offset, wp.length, msg, sizeof(msg));
+	struct xd_xfer *x = rc ? NULL : fast_xfer(o, h->xfer, h->offset, wp.length, true);
+	if (x && wp.tag_len &&
+	    fast_note(o, x, XP_KIND_GET, h->offset, wp.length, pl + XP_WIN_PREFIX_LEN, wp.tag_len))
+		rc = -ENOMEM;
+	for (uint64_t off = 0; x && !rc && off < wp.length; off += XP_PEER_MAX_DATA) {
+		uint32_t n = wp.length - off < XP_PEER_MAX_DATA ? (uint32_t)(wp.length - off) :
+								  XP_PEER_MAX_DATA;
+		struct xp_peer_hdr dh = {
+			.type = XP_PEER_DATA, .length = n, .xfer = h->xfer, .offset = off
+		};
+		uint8_t hdr[XP_PEER_HDR_LEN];
+		xp_peer_hdr_pack(&dh, hdr);
+		rc = owner_send(o, hdr, sizeof(hdr), x, off, n);
+		if (rc == -ENOBUFS)
+			snprintf(msg, sizeof(msg),
+				 "the owner has %d window frames queued to this peer, which does "
+				 "not read them",
+				 XD_WFRAMES_MAX);
+	}
+	if (rc == -ENOMEM || (!x && !rc))
+		snprintf(msg, sizeof(msg), "out of memory");
+	if (rc || !x) {
+		if (x)
+			x->wdrop = true; /* (frames already queued go unsent) */
+		fast_refuse(o, h->xfer, rc ? -rc : ENOMEM, msg);
+	}
+	xd_xfer_unref(x); /* (the frames hold theirs) */
+	return 0;
+}
+
+/* WACK: the owner took @count of the handle's WPUTs; puts all of whose frames it took end. */
+static int opener_wack(struct xd_peer *p, const struct xp_peer_hdr *hdr,
+		       void (*acked)(struct xd_xfer *x))
+{
+	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
+	struct xd_xfer *x;
+
+	if (hdr->flags & XP_PEER_FROM_ACTIVE)
+		return -EPROTO;
+	if (!h)
+		return 0; /* (closed here, or revoked: the two ends crossed) */
+	if (hdr->offset > h->frames_sent || hdr->offset < h->acked)
+		return -EPROTO;
+	h->acked = hdr->offset;
+	while ((x = TAILQ_FIRST(&h->puts)) && x->wseq <= h->acked) {
+		TAILQ_REMOVE(&h->puts, x, wlink);
+		h->nfast--;
+		x->wctx = NULL;
+		acked(x);
+	}
+	return 0;
+}
+
+int xd_window_frame(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_t *payload,
+		    uint32_t len, void (*acked)(struct xd_xfer *x))
+{
+	return h->type == XP_PEER_WGET ? owner_wget(p, h, payload, len) : opener_wack(p, h, acked);
+}
+
+/* ---- one-sided TCP windows: the opener ---- */
+
+static void handle_fast_freed(struct xd_xfer *x)
+{
+	struct xd_whandle *h = x->wctx;
+
+	if (!h)
+		return;
+	if (x->source)
+		TAILQ_REMOVE(&h->puts, x, wlink);
+	else
+		TAILQ_REMOVE(&h->gets, x, wlink);
+	h->nfast--;
+}
+
+static void handle_fast_detach(struct xd_whandle *h)
+{
+	struct xd_xfer *x;
+
+	while ((x = TAILQ_FIRST(&h->puts)) || (x = TAILQ_FIRST(&h->gets))) {
+		handle_fast_freed(x);
+		x->wctx = NULL;
+	}
+}
+
+/* The WPUT or WGET header, prefix and tag for @len bytes at window offset @off into @buf. */
+static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x, uint64_t off,
+			    uint32_t len, bool last, uint8_t *buf)
+{
+	const struct xd_wreq *rq = x->op->wreq;
+	bool put = x->source;
+	uint16_t tag_len = rq->has_tag && last ? (uint16_t)strlen(rq->tag) : 0;
+	struct xp_win_prefix wp = { .window = h->window,
+				    .handle = h->id,
+				    .length = len,
+				    .tag_len = tag_len,
+				    .flags = put && last ? XP_WIN_LAST : 0 };
+	struct xp_peer_hdr ph = { .type = put ? XP_PEER_WPUT : XP_PEER_WGET,
+				  .flags = XP_PEER_FROM_ACTIVE,
+				  .length = XP_WIN_PREFIX_LEN + tag_len + (put ? len : 0),
+				  .xfer = x->id,
+				  .offset = rq->offset + off };
+
+	xp_peer_hdr_pack(&ph, buf);
+	xp_win_prefix_pack(&wp, buf + XP_PEER_HDR_LEN);
+	memcpy(buf + XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN, rq->tag, tag_len);
+	return XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN + tag_len;
+}
+
+int xd_window_fast_start(struct xd_xfer *x)
+{
+	struct xd_whandle *h = handle_find(x->peer->d, x->op->wreq->handle);
+	uint8_t buf[XP_PEER_HDR_LEN + XP_WIN_MAX_META];
+	int rc = 0;
+
+	if (!h || h->state != WH_OPEN || h->peer != x->peer)
+		return -ECANCELED;
+	if (!x->source) {
+		uint32_t n = fast_header(h, x, 0, (uint32_t)x->length, true, buf);
+		rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, NULL, 0, 0);
+		if (rc)
+			return rc;
+		TAILQ_INSERT_TAIL(&h->gets, x, wlink);
+	} else {
+		for (uint64_t off = 0; off < x->length && !rc; off += XP_PEER_MAX_DATA) {
+			uint64_t left = x->length - off;
+			uint32_t len = left < XP_PEER_MAX_DATA ? (uint32_t)left : XP_PEER_MAX_DATA;
+			uint32_t n = fast_header(h, x, off, len, off + len == x->length, buf);
+			rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, x, off, len);
+			h->frames_sent += rc == 0;
+		}
+		if (rc)
+			return rc; /* (frames already queued land; the owner counts them) */
+		x->wseq = h->frames_sent;
+		TAILQ_INSERT_TAIL(&h->puts, x, wlink);
+	}
+	x->wctx = h;
+	x->on_free = handle_fast_freed;
+	h->nfast++;
+	return 0;
 }
 
 /* ---- peer messages ---- */

@@ -22,6 +22,8 @@ void xd_xfer_unref(struct xd_xfer *x)
 {
 	if (!x || --x->refs > 0)
 		return;
+	if (x->on_free)
+		x->on_free(x);
 	for (uint32_t i = 0; i < x->nsegs; i++)
 		xd_region_unref(x->segs[i].region);
 	free(x->segs);
@@ -31,7 +33,8 @@ void xd_xfer_unref(struct xd_xfer *x)
 
 bool xd_xfer_live(const struct xd_xfer *x)
 {
-	return x->op != NULL;
+	/* (a window's landing or get reply has no op at the owner: alive until revoked) */
+	return x->op != NULL || (x->wfast && !x->active && !x->wdrop);
 }
 
 bool xd_xfer_has_more(const struct xd_xfer *x)

@@ -932,6 +932,11 @@ struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m);
 /* Queues a control message (payload @json borrowed, may be NULL). Returns 0 or -errno. */
 int xd_peer_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
 		      const json_t *json);
+/* Queues a window frame: the transport's send_wframe (transport.h), -EOPNOTSUPP without. */
+int xd_peer_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,
+			uint32_t hdrlen, struct xd_xfer *x, uint64_t off, uint32_t len);
+/* Whether @p's transport moves window gets and puts as one-sided frames (send_wframe). */
+bool xd_peer_window_frames(const struct xd_peer *p);
 /* Offers @x's bytes to the set's round-robin scheduler / takes them back. */
 void xd_peer_stream_add(struct xd_peer *p, struct xd_xfer *x);
 void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x);
@@ -976,6 +981,17 @@ int xd_window_check(struct xd_call *call, const struct xd_wclaim *w, struct xd_w
  */
 struct xd_op *xd_window_claim(struct xd_daemon *d, struct xd_peer *p, const struct xd_wclaim *w,
 			      int *err, char *msg, size_t msglen);
+/*
+ * One-sided TCP windows (PROTOCOL.md §10.7). The owner: where a WPUT's payload lands (a
+ * transfer with a reference, NULL: dropped, -EPROTO in *err). Either side: a WGET or WACK;
+ * @acked ends an opener's put whose frames the owner all took. The opener: queues @x's WPUTs or
+ * its WGET (@x an op.get/op.put transfer of an open handle). Return 0 or -errno.
+ */
+struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+				     const uint8_t *meta, uint32_t metalen, int *err);
+int xd_window_frame(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_t *payload,
+		    uint32_t len, void (*acked)(struct xd_xfer *x));
+int xd_window_fast_start(struct xd_xfer *x);
 /* A window message from @p (WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE). Returns 0 or -EPROTO. */
 int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
 /* Set @p is up (its pending opens go) / lost (its openers and handles are gone). */

@@ -57,7 +57,33 @@ bool xp_peer_hdr_valid(const struct xp_peer_hdr *h)
 		return false;
 	if (h->type == XP_PEER_DATA)
 		return h->length > 0 && h->length <= XP_PEER_MAX_DATA;
+	if (h->type == XP_PEER_WPUT)
+		return h->length > XP_WIN_PREFIX_LEN &&
+		       h->length <= XP_WIN_MAX_META + XP_PEER_MAX_DATA;
+	if (h->type == XP_PEER_WGET)
+		return h->length >= XP_WIN_PREFIX_LEN && h->length <= XP_WIN_MAX_META;
+	if (h->type == XP_PEER_WACK)
+		return h->length == 0;
 	return h->length <= XP_PEER_MAX_CTRL;
+}
+
+void xp_win_prefix_pack(const struct xp_win_prefix *w, uint8_t out[XP_WIN_PREFIX_LEN])
+{
+	put_le(out, w->window, 8);
+	put_le(out + 8, w->handle, 8);
+	put_le(out + 16, w->length, 4);
+	put_le(out + 20, w->tag_len, 2);
+	put_le(out + 22, w->flags, 2);
+}
+
+int xp_win_prefix_unpack(const uint8_t in[XP_WIN_PREFIX_LEN], struct xp_win_prefix *w)
+{
+	w->window = get_le(in, 8);
+	w->handle = get_le(in + 8, 8);
+	w->length = (uint32_t)get_le(in + 16, 4);
+	w->tag_len = (uint16_t)get_le(in + 20, 2);
+	w->flags = (uint16_t)get_le(in + 22, 2);
+	return w->tag_len > XP_MAX_TAG || (w->flags & ~XP_WIN_LAST) ? -EPROTO : 0;
 }
 
 void xp_rdma_hello_pack(const struct xp_rdma_hello *h, uint8_t out[XP_RDMA_HELLO_LEN])

@@ -33,13 +33,16 @@
 	X(WOPEN_OK, 14)  \
 	X(WOPEN_ERR, 15) \
 	X(WCLOSE, 16)    \
-	X(WCLAIM, 17)
+	X(WCLAIM, 17)    \
+	X(WPUT, 18)      \
+	X(WGET, 19)      \
+	X(WACK, 20)
 
 enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-		XP_PEER_TYPE_MAX = 17
+		XP_PEER_TYPE_MAX = 20
 };
 
 struct xp_peer_hdr {
@@ -57,6 +60,27 @@ void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h
 const char *xp_peer_type_name(int type);
 /* Whether @h obeys the framing limits: known type, payload within its limit. */
 bool xp_peer_hdr_valid(const struct xp_peer_hdr *h);
+
+/*
+ * The one-sided TCP window frames (PROTOCOL.md §10.7). WPUT and WGET carry, after the 24-byte
+ * header (xfer: the opener's op id, offset: where in the window), this 24-byte prefix, then the
+ * notify tag (tag_len bytes), then (WPUT) the payload: window u64 | handle u64 | data length
+ * u32 | tag length u16 | flags u16, little-endian. A put larger than one frame goes as several
+ * WPUTs in a row; the last has XP_WIN_LAST and alone carries the tag.
+ */
+#define XP_WIN_PREFIX_LEN 24
+#define XP_WIN_LAST 0x0001u
+#define XP_WIN_MAX_META (XP_WIN_PREFIX_LEN + XP_MAX_TAG)
+
+struct xp_win_prefix {
+	uint64_t window, handle;
+	uint32_t length;
+	uint16_t tag_len, flags;
+};
+
+void xp_win_prefix_pack(const struct xp_win_prefix *w, uint8_t out[XP_WIN_PREFIX_LEN]);
+/* Decodes a prefix. Returns 0, or -EPROTO (unknown flags, a tag over XP_MAX_TAG). */
+int xp_win_prefix_unpack(const uint8_t in[XP_WIN_PREFIX_LEN], struct xp_win_prefix *w);
 
 /*
  * The HELLO of an RDMA connection, in the rdma_cm connect and accept private data (PROTOCOL.md

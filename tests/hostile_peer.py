@@ -13,9 +13,22 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
   hostile_peer.py windows HOST PORT KEYFILE META a member node misusing the window frames
                                                  (PROTOCOL.md §10.6) on read-only window META:
                                                  refusals answered, the set kept; misuse cut
-  hostile_peer.py owner SOCKET METAFILE          (helper) a local client owning a read-only
-                                                 window of 64 KiB whose bytes are i % 256;
-                                                 writes its metadata, stays until killed
+  hostile_peer.py wframes HOST PORT KEYFILE META PID
+                                                 a member node misusing the one-sided window
+                                                 frames (PROTOCOL.md §10.7) on read-write
+                                                 window META of daemon PID: out-of-range and
+                                                 forged puts and gets, a get flood it never
+                                                 reads, a notify flood against an owner client
+                                                 that never reads, puts after the revocation;
+                                                 refusals answered, memory bounded, misuse cut
+  hostile_peer.py wframes_cut HOST PORT KEYFILE META
+                                                 malformed window frames (a forged window id
+                                                 for an open handle, bad lengths, flags, tags):
+                                                 each cuts the set
+  hostile_peer.py owner SOCKET METAFILE [ACCESS] (helper) a local client owning a window
+                                                 (ACCESS: read, the default, or readwrite) of
+                                                 64 KiB whose bytes are i % 256; writes its
+                                                 metadata, stays until killed, reads nothing
   hostile_peer.py relay LPORT HOST PORT LOG      forwards one connection, writing both
                                                  directions to LOG, until either side closes
 """
@@ -33,7 +46,9 @@ HDR = struct.Struct("<BBHIQQ")  # type, flags, credits, length, xfer, offset
 HELLO, PING, PONG, AUTH = 1, 9, 10, 12
 CLAIM_OK, CLAIM_ERR, DATA, DONE, DONE_ACK = 3, 4, 5, 6, 7
 WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE, WCLAIM = 13, 14, 15, 16, 17
+CANCEL, WPUT, WGET, WACK = 8, 18, 19, 20
 FROM_ACTIVE = 1
+WPRE = struct.Struct("<QQIHH")  # window, handle, length, tag length, flags (XP_WIN_LAST = 1)
 TIMEOUT = 5.0
 
 
@@ -238,6 +253,10 @@ def mode_windows(host, port, keyfile, metafile):
     sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
                        FROM_ACTIVE, 7))
     ok = ok and expect(sock, WOPEN_OK) is not None
+    # a one-sided put into the read-only window (§10.7): refused EACCES, then acknowledged
+    sock.sendall(wput(win, 7, 150, 0, b"abcd"))
+    ok = ok and expect(sock, CANCEL, "EACCES") is not None
+    ok = ok and expect(sock, WACK) is not None
     # a put into the read-only window, a get past its end, a get of a handle never opened
     sock.sendall(frame(WCLAIM, dict(wc, kind="put"), FROM_ACTIVE, 102))
     ok = ok and expect(sock, CLAIM_ERR, "EACCES") is not None
@@ -284,7 +303,190 @@ def mode_windows(host, port, keyfile, metafile):
     return ok
 
 
-def mode_owner(path, metafile):
+def wput(win, handle, op, offset, data, tag=b"", flags=1, window_len=None):
+    pre = WPRE.pack(win, handle, len(data) if window_len is None else window_len, len(tag), flags)
+    body = pre + tag + data
+    return HDR.pack(WPUT, FROM_ACTIVE, 0, len(body), op, offset) + body
+
+
+def wget(win, handle, op, offset, length, tag=b""):
+    body = WPRE.pack(win, handle, length, len(tag), 0) + tag
+    return HDR.pack(WGET, FROM_ACTIVE, 0, len(body), op, offset) + body
+
+
+def vm_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def collect(sock, want, limit=64):
+    """Frames until @want(frames) holds (PINGs answered); None once closed or after @limit."""
+    got = []
+    for _ in range(limit):
+        f = recv_any(sock)
+        if f is None:
+            return None
+        if f[0] == PING:
+            sock.sendall(frame(PONG))
+            continue
+        got.append(f)
+        if want(got):
+            return got
+    return None
+
+
+def cancel_of(frames, op, errno_name):
+    return any(f[0] == CANCEL and f[2] == op and json.loads(f[4]).get("errno") == errno_name
+               for f in frames)
+
+
+def wack_at_least(frames, n):
+    return any(f[0] == WACK and f[3] >= n for f in frames)
+
+
+def wframes_open(host, port, key, meta, handle):
+    sock, hello, node, epoch = member(host, port, key)
+    owner, oep, win = hello["node"], hello["epoch"], meta["op"]
+    proof = claim_proof(key, owner, oep, node, epoch, win, handle, bytes.fromhex(meta["token"]))
+    sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                       FROM_ACTIVE, handle))
+    if expect(sock, WOPEN_OK) is None:
+        raise OSError("open refused")
+    return sock, win
+
+
+def cut_after(host, port, key, meta, bad):
+    """Whether a fresh member that opened the window is cut off after sending @bad(win)."""
+    sock, win = wframes_open(host, port, key, meta, 7)
+    sock.sendall(bad(win))
+    if closed_soon(sock):
+        return True
+    print(f"not cut off after {bad(win)[:64]!r}", file=sys.stderr)
+    return False
+
+
+def mode_wframes(host, port, keyfile, metafile, pid):
+    import base64
+    import time
+    key = read_key(keyfile)
+    with open(metafile) as f:
+        m = f.read().strip()[len("xfer1."):]
+    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    wlen = meta["lengths"][0]
+    orig = bytes(i % 256 for i in range(wlen))
+    # ASan's quarantine keeps freed memory resident: there the cut-offs are the checks
+    sanitized = os.environ.get("XFER_SANITIZE") or "san" in os.environ.get("BUILD", "")
+    rss_bound = 1 << 40 if sanitized else 64 * 1024
+    sock, win = wframes_open(host, port, key, meta, 7)
+    ok = True
+
+    def check(cond, what):
+        nonlocal ok
+        if not cond:
+            print(f"wframes: {what}", file=sys.stderr)
+            ok = False
+        return cond
+
+    # a get: one request, one DATA of the window's bytes
+    sock.sendall(wget(win, 7, 201, 0, 16))
+    got = collect(sock, lambda fs: any(f[0] == DATA for f in fs))
+    check(got and got[-1][2] == 201 and got[-1][4] == orig[:16], f"get 0+16: {got}")
+    # a put lands, is acknowledged (count 1), and a get after it sees it
+    sock.sendall(wput(win, 7, 202, 100, b"ABCD") + wget(win, 7, 203, 96, 12))
+    got = collect(sock, lambda fs: any(f[0] == DATA for f in fs) and wack_at_least(fs, 1))
+    data = [f for f in got or [] if f[0] == DATA]
+    check(data and data[0][4] == orig[96:100] + b"ABCD" + orig[104:108], f"put then get: {got}")
+    # out of range, both ways, and past 2^64: refused (CANCEL naming the rule), the frame counted
+    sock.sendall(wput(win, 7, 204, wlen - 2, b"WXYZ") + wget(win, 7, 205, wlen - 8, 16) +
+                 wput(win, 7, 206, 2**64 - 2, b"WXYZ"))
+    got = collect(sock, lambda fs: cancel_of(fs, 204, "EINVAL") and cancel_of(fs, 205, "EINVAL")
+                  and cancel_of(fs, 206, "EINVAL") and wack_at_least(fs, 3))
+    check(got is not None, "out-of-range put/get not refused EINVAL")
+    sock.sendall(wget(win, 7, 207, wlen - 16, 16))
+    got = collect(sock, lambda fs: any(f[0] == DATA for f in fs))
+    check(got and got[-1][4] == orig[wlen - 16:], "bytes near the end changed by a refused put")
+    # a handle never opened (8): dropped, no answer, the set kept
+    sock.sendall(wput(win, 8, 208, 0, b"NOPE") + wget(win, 8, 209, 0, 4) + frame(PING))
+    got = collect(sock, lambda fs: any(f[0] == PONG for f in fs))
+    check(got and all(f[0] in (PONG, WACK) and (f[0] != WACK or f[3] == 3) for f in got),
+          f"frames of an unopened handle answered: {got}")
+    # a get flood it never reads: the owner's queue of replies stays bounded
+    rss0 = vm_rss_kib(pid)
+    flood = b"".join(wget(win, 7, 1000 + i, 0, 65536) for i in range(30000))
+    sock.setblocking(False)
+    sent = 0
+    deadline = time.monotonic() + 20
+    while sent < len(flood) and time.monotonic() < deadline:
+        try:
+            sent += sock.send(flood[sent:])
+        except BlockingIOError:
+            time.sleep(0.01)
+    time.sleep(1)
+    rss1 = vm_rss_kib(pid)
+    check(rss1 - rss0 < rss_bound, f"get flood grew the daemon by {rss1 - rss0} KiB")
+    print(f"# wframes: {sent // len(wget(win, 7, 0, 0, 1))} gets sent unread: daemon +{rss1 - rss0} KiB",
+          file=sys.stderr)
+    check(os.path.exists(f"/proc/{pid}"), "daemon gone after the get flood")
+    sock.close()
+    # a notify flood against an owner client that never reads: bounded, the owner cut off
+    sock, win = wframes_open(host, port, key, meta, 9)
+    rss0 = vm_rss_kib(pid)
+    tag = b"t" * 256
+    chunk = b"".join(wput(win, 9, 5000 + i, i % 1024, b"x", tag) for i in range(2000))
+    sock.settimeout(TIMEOUT)
+    closed = None
+    for rounds in range(200):
+        sock.sendall(chunk)
+        sock.setblocking(False)
+        try:
+            while True:
+                f = sock.recv(65536)
+                if not f:
+                    break
+                if struct.pack("<B", WCLOSE) in f and b"ECONNRESET" in f:
+                    closed = True
+        except BlockingIOError:
+            pass
+        sock.settimeout(TIMEOUT)
+        if closed:
+            break
+    rss1 = vm_rss_kib(pid)
+    check(closed, "the owner client that never reads was not cut off (window revoked)")
+    check(rss1 - rss0 < rss_bound, f"notify flood grew the daemon by {rss1 - rss0} KiB")
+    print(f"# wframes: owner cut off after {(rounds + 1) * 2000} tagged puts: daemon +{rss1 - rss0} KiB",
+          file=sys.stderr)
+    # puts after the revocation: dropped, the set kept
+    sock.sendall(wput(win, 9, 9000, 0, b"LATE") + frame(PING))
+    got = collect(sock, lambda fs: any(f[0] == PONG for f in fs), 100000)
+    check(got is not None and not any(f[0] == CANCEL and f[2] == 9000 for f in got),
+          "a put after the revocation was answered or cut the set")
+    sock.close()
+    return ok
+
+
+def mode_wframes_cut(host, port, keyfile, metafile):
+    import base64
+    key = read_key(keyfile)
+    with open(metafile) as f:
+        m = f.read().strip()[len("xfer1."):]
+    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    ok = True
+    for bad in (lambda w: wput(w + 1000, 7, 1, 0, b"x"),  # forged window id, an open handle
+                lambda w: wput(w, 7, 1, 0, b"x", b"y" * 257),  # tag over 256
+                lambda w: wput(w, 7, 1, 0, b"xyz", window_len=2),  # lengths disagree
+                lambda w: wput(w, 7, 1, 0, b"x", b"tag", flags=0),  # a tag not on the last
+                lambda w: wput(w, 7, 1, 0, b"x", flags=6),  # unknown flags
+                lambda w: wget(w, 7, 1, 0, 0),  # an empty get
+                lambda w: HDR.pack(WPUT, 0, 0, 25, 1, 0) + WPRE.pack(w, 7, 1, 0, 1) + b"x",
+                lambda w: HDR.pack(WACK, 0, 0, 4, 7, 0) + b"abcd"):
+        ok = cut_after(host, port, key, meta, bad) and ok
+    return ok
+
+
+def mode_owner(path, metafile, access="read"):
     import array
     import fcntl
     import time
@@ -302,7 +504,7 @@ def mode_owner(path, metafile):
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     call(1, "hello", {"version": 1, "client": "owner"})
     region = call(2, "region.register", {}, [fd])["region"]
-    meta = call(3, "window.create", {"region": region, "access": "read"})["metadata"]
+    meta = call(3, "window.create", {"region": region, "access": access})["metadata"]
     fd2 = os.open(metafile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd2, meta.encode() + b"\n")
     os.close(fd2)
@@ -354,7 +556,8 @@ def mode_relay(lport, host, port, logpath):
 def main(argv):
     modes = {"noauth": mode_noauth, "auth": mode_auth, "wrongkey": mode_wrongkey,
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
-             "windows": mode_windows, "owner": mode_owner}
+             "windows": mode_windows, "owner": mode_owner, "wframes": mode_wframes,
+             "wframes_cut": mode_wframes_cut}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

@@ -124,6 +124,27 @@ fi
 kill "$OWNER" 2>/dev/null
 wait "$OWNER" 2>/dev/null
 
+# --- one-sided window frames (PROTOCOL.md §10.7) from a hostile member, on a read-write window
+# whose owner client never reads
+$PY tests/hostile_peer.py owner "$D/A.sock" "$D/rw.meta" readwrite &
+OWNER=$!
+for _ in $(seq 100); do [ -s "$D/rw.meta" ] && break; sleep 0.05; done
+if $PY tests/hostile_peer.py wframes_cut 127.0.0.1 "$PA" "$D/key" "$D/rw.meta" &&
+	kill -0 "$(pid_of A)" 2>/dev/null; then
+	ok "window frames: a forged window id, bad lengths, flags or tags cut the set"
+else
+	fail "malformed window frames cut the set" "$(tail -n 3 "$D/A.log")"
+fi
+if $PY tests/hostile_peer.py wframes 127.0.0.1 "$PA" "$D/key" "$D/rw.meta" "$(pid_of A)" &&
+	kill -0 "$(pid_of A)" 2>/dev/null; then
+	ok "window frames: out-of-range puts and gets refused before a byte lands, unopened handles\
+ dropped, a get flood and a notify flood bounded, puts after revocation dropped"
+else
+	fail "one-sided window frames from a hostile member" "$(tail -n 3 "$D/A.log")"
+fi
+kill "$OWNER" 2>/dev/null
+wait "$OWNER" 2>/dev/null
+
 # --- someone posing as B
 # A's one peer set so far is B's.
 read -r NODE_B EPOCH_B < <("$BUILD/xferctl" --socket "$D/A.sock" --json peers |
