@@ -239,7 +239,8 @@ int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *
 	xd_op_start(call, op, XP_ST_INITIALIZED);
 	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
 	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
-	if (xd_peer_window_frames(p) && op_mapped(op)) {
+	if (xd_peer_window_frames(p) && op_mapped(op) &&
+	    xd_window_frames_ok(p->d, op->wreq->handle)) {
 		/* One-sided frames (PROTOCOL.md §10.7): no claim, no DONE; the handle is open. */
 		x->wfast = true;
 		x->claim_sent = true;

@@ -356,28 +356,67 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 	return w;
 }
 
-/* Writes what it can of the window frame under way. Returns bytes written, or -errno. */
-static ssize_t pconn_write_wframe(struct xd_pconn *pc)
+/* The iovecs of what is left of window frame @wf (at most @max). */
+static int wframe_iov(const struct xd_wframe *wf, struct iovec *iov, int max)
 {
-	struct xd_wframe *wf = pc->tx_wf;
-	struct iovec iov[XD_IOV_MAX];
-	int n = 0;
 	uint32_t done = wf->sent > wf->hdrlen ? wf->sent - wf->hdrlen : 0;
+	int n = 0;
 
 	if (wf->sent < wf->hdrlen)
-		iov[n++] = (struct iovec){ wf->hdr + wf->sent, wf->hdrlen - wf->sent };
+		iov[n++] = (struct iovec){ (uint8_t *)wf->hdr + wf->sent, wf->hdrlen - wf->sent };
+	if (wf->x && wf->len > done)
+		n += xd_xfer_iov(wf->x, wf->off + done, wf->len - done, iov + n, max - n);
+	return n;
+}
+
+/* Window frame @wf is all on the wire. */
+static void wframe_sent(struct xd_wframe *wf)
+{
 	if (wf->x)
-		n += xd_xfer_iov(wf->x, wf->off + done, wf->len - done, iov + n, XD_IOV_MAX - n);
+		xd_xfer_data_sent(wf->x, wf->len);
+	xd_xfer_unref(wf->x);
+	free(wf);
+}
+
+#define XD_WFRAME_COALESCE (256u << 10) /* bytes of window frames given to one writev */
+
+/*
+ * Writes what it can of the window frame under way and of those queued behind it, in one
+ * writev: a batch of small gets and puts (or the owner's replies to them) costs one system
+ * call, not one each. Returns bytes written, or -errno.
+ */
+static ssize_t pconn_write_wframe(struct xd_pconn *pc)
+{
+	struct iovec iov[XD_IOV_MAX];
+	int n = wframe_iov(pc->tx_wf, iov, XD_IOV_MAX);
+	uint64_t bytes = pc->tx_wf->hdrlen + pc->tx_wf->len - pc->tx_wf->sent;
+	struct xd_wframe *next;
+
+	/* Whole frames only behind the first, and none of a revoked transfer (dropped later). */
+	STAILQ_FOREACH(next, &pc->wq, link) {
+		if ((next->x && next->x->wdrop) || bytes >= XD_WFRAME_COALESCE ||
+		    n + 1 + (next->x ? (int)next->x->nsegs : 0) > XD_IOV_MAX)
+			break;
+		n += wframe_iov(next, iov + n, XD_IOV_MAX - n);
+		bytes += next->hdrlen + next->len;
+	}
 	ssize_t w = writev(pc->fd, iov, n);
 	if (w < 0)
 		return errno == EAGAIN ? 0 : -errno;
-	wf->sent += (uint32_t)w;
-	if (wf->sent == wf->hdrlen + wf->len) {
+	for (size_t left = (size_t)w; left > 0;) {
+		struct xd_wframe *wf = pc->tx_wf;
+		uint32_t need = wf->hdrlen + wf->len - wf->sent;
+		uint32_t take = left < need ? (uint32_t)left : need;
+		wf->sent += take;
+		left -= take;
+		if (take < need)
+			break;
 		pc->tx_wf = NULL;
-		if (wf->x)
-			xd_xfer_data_sent(wf->x, wf->len);
-		xd_xfer_unref(wf->x);
-		free(wf);
+		wframe_sent(wf);
+		if (left > 0 && (pc->tx_wf = STAILQ_FIRST(&pc->wq))) {
+			STAILQ_REMOVE_HEAD(&pc->wq, link); /* (the one the writev took next) */
+			pc->wq_n--;
+		}
 	}
 	return w;
 }

@@ -46,8 +46,9 @@ struct xd_wopener {
 	uint64_t gets, puts;
 	/* One-sided TCP frames (PROTOCOL.md §10.7): landings and get replies under way */
 	TAILQ_HEAD(, xd_xfer) xfers;
-	uint64_t frames, acked; /**< its WPUTs taken (landed or refused), and acknowledged */
-	uint32_t lane;		/**< where its get replies, refusals and acks go */
+	uint64_t frames, acked;	     /**< its WPUTs taken (landed or refused), and acknowledged */
+	uint32_t lane;		     /**< where its get replies, refusals and acks go */
+	uint64_t put_off, put_bytes; /**< the put whose frames are arriving (they come in a row) */
 	struct xd_deferred ack_later;
 };
 
@@ -103,6 +104,7 @@ struct xd_whandle {
 	TAILQ_HEAD(, xd_xfer) puts;  /**< not yet acknowledged, in order (x->wseq ascending) */
 	TAILQ_HEAD(, xd_xfer) gets;  /**< their replies not yet all here */
 	unsigned nfast;		     /**< on the two lists */
+	bool file;		     /**< the window is over a file region: claims only */
 };
 
 /* ---- lookup, charges ---- */
@@ -1034,8 +1036,15 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 		return NULL;
 	int rc = fast_check(o, XP_KIND_PUT, h->offset, wp.length, msg, sizeof(msg));
 	struct xd_xfer *x = rc ? NULL : fast_xfer(o, h->xfer, h->offset, wp.length, false);
+	/* A put's frames come in a row: its notification names all of them. */
+	if (o->put_bytes == 0)
+		o->put_off = h->offset;
+	o->put_bytes += wp.length;
+	uint64_t put_off = o->put_off, put_bytes = o->put_bytes;
+	if (wp.flags & XP_WIN_LAST)
+		o->put_bytes = 0;
 	if (x && wp.tag_len &&
-	    fast_note(o, x, XP_KIND_PUT, h->offset, wp.length, meta + XP_WIN_PREFIX_LEN,
+	    fast_note(o, x, XP_KIND_PUT, put_off, put_bytes, meta + XP_WIN_PREFIX_LEN,
 		      wp.tag_len)) {
 		xd_xfer_unref(x);
 		x = NULL;
@@ -1173,6 +1182,13 @@ static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x,
 	return XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN + tag_len;
 }
 
+bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle)
+{
+	struct xd_whandle *h = handle_find(d, handle);
+
+	return h && !h->file;
+}
+
 int xd_window_fast_start(struct xd_xfer *x)
 {
 	struct xd_whandle *h = handle_find(x->peer->d, x->op->wreq->handle);
@@ -1272,7 +1288,8 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 		return send_open_err(p, via, h->xfer, -err, msg);
 	if (!opener_add(w, p, h->xfer))
 		return send_open_err(p, via, h->xfer, ENOMEM, "out of memory");
-	json_t *ok = json_object();
+	/* A window over a file region takes claims only (§10.7): the opener is told so. */
+	json_t *ok = w->region->mem->mapped ? json_object() : json_pack("{s:b}", "file", 1);
 	int rc = xd_peer_send_ctrl(p, via, XP_PEER_WOPEN_OK, 0, h->xfer, ok);
 	json_decref(ok);
 	return rc == -ENOMEM ? rc : 0;
@@ -1293,6 +1310,10 @@ static int handle_open_answer(struct xd_peer *p, const struct xp_peer_hdr *hdr, 
 	if (!h || h->state != WH_OPENING || !h->open_sent)
 		return h ? -EPROTO : 0; /* (unknown: the two ends crossed) */
 	if (hdr->type == XP_PEER_WOPEN_OK) {
+		int file = 0;
+		if (json && json_unpack(json, "{s?b}", "file", &file))
+			return -EPROTO;
+		h->file = file;
 		h->state = WH_OPEN;
 		if (h->conn) {
 			xd_client_reply(h->conn, h->reply_id, open_result(h));

@@ -992,6 +992,8 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 int xd_window_frame(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_t *payload,
 		    uint32_t len, void (*acked)(struct xd_xfer *x));
 int xd_window_fast_start(struct xd_xfer *x);
+/* Whether handle @handle's gets and puts may go as one-sided frames (not a file region's). */
+bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle);
 /* A window message from @p (WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE). Returns 0 or -EPROTO. */
 int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
 /* Set @p is up (its pending opens go) / lost (its openers and handles are gone). */

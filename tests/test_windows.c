@@ -4,7 +4,8 @@
  * transport) and across nodes (cross_*: daemons on 127.0.0.1, TCP, keyed, so that the open
  * proves the token): gets and puts byte-exact at many offsets, notify tags exactly once and in
  * order, access-mode and range refusals, revocation with transfers in flight, an opener and an
- * owner killed mid-stream, three nodes opening one window, and batches of 1000 (one event).
+ * owner killed mid-stream, three nodes opening one window, batches of 1000 (one event), and
+ * large and small gets and puts mixed (puts over several frames, scattered descriptors).
  *
  * XFER_WINDOWS_NODES=SOCK,SOCK[,SOCK] runs the same cases against daemons already running
  * (tests/rdma/run.sh: the two Soft-RoCE nodes of the VM) instead of starting its own, and
@@ -891,6 +892,138 @@ TEST(cross_batch_of_1000)
 	node_start(&b);
 	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
 	batch_1000(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/*
+ * Large and small tagged gets and puts in flight at once: puts larger than one frame (4 MiB,
+ * XP_PEER_MAX_DATA) from three scattered descriptors, gets of ranges the owner filled, each
+ * byte-exact, and every tag once in the order posted, gets and puts alike.
+ */
+static void large_mixed_in_order(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 8 };
+	static const uint64_t sizes[] = { 5 * MiB + 3, 7, 4 * MiB + 1, 64 * KiB + 5 };
+	const uint64_t slot = 6 * MiB;
+	static struct wevents ev;
+	struct tbuf lbuf;
+	struct win w;
+	uint64_t ops[N];
+	char tag[16];
+
+	memset(&ev, 0, sizeof(ev));
+	xfer_set_window_cb(owner, window_cb, &ev);
+	win_make(owner, opener, N * slot, XFER_ACCESS_READWRITE, &w);
+	tbuf_make(opener, N * slot, &lbuf);
+	fill(lbuf.buf.addr, N * slot, 11);
+	fill(w.obuf.buf.addr, N * slot, 12);
+	for (int i = 0; i < N; i++) {
+		uint64_t len = sizes[i / 2 % 4], base = (uint64_t)i * slot, a = len / 3,
+			 b = 2 * len / 3;
+		/* the local side in three pieces, out of order in the buffer */
+		struct xfer_desc d[3] = { { lbuf.region, base + a, b - a },
+					  { lbuf.region, base, a },
+					  { lbuf.region, base + b, len - b } };
+		snprintf(tag, sizeof(tag), "%c%d", i % 2 ? 'g' : 'p', i);
+		if (i % 2)
+			CHECK_OK(xfer_get(opener, w.handle, base, d, 3, tag, NULL, &ops[i]));
+		else
+			CHECK_OK(xfer_put(opener, w.handle, base, d, 3, tag, NULL, &ops[i]));
+	}
+	for (int i = 0; i < N; i++)
+		wait_complete(opener, ops[i]);
+	WAIT_EVENTS(owner, ev.notified >= N);
+	for (int i = 0; i < N; i++) {
+		uint64_t len = sizes[i / 2 % 4], base = (uint64_t)i * slot, a = len / 3,
+			 b = 2 * len / 3;
+		const uint8_t *win = (uint8_t *)w.obuf.buf.addr + base,
+			      *loc = (uint8_t *)lbuf.buf.addr + base;
+		snprintf(tag, sizeof(tag), "%c%d", i % 2 ? 'g' : 'p', i);
+		CHECK_STR_EQ(ev.tags[i], tag);
+		CHECK_EQ_INT(ev.bytes[i], len);
+		CHECK_MEM_EQ(win, loc + a, b - a);
+		CHECK_MEM_EQ(win + (b - a), loc, a);
+		CHECK_MEM_EQ(win + b, loc + b, len - b);
+	}
+	CHECK_OK(xfer_window_close(owner, w.window));
+	CHECK(xfer_dispatch(owner) >= 0);
+	CHECK_EQ_INT(ev.notified, N); /* (the close's reply came after every event: exactly once) */
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_large_mixed_in_order)
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	large_mixed_in_order(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+TEST(cross_large_mixed_in_order)
+{
+	cross_node();
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	large_mixed_in_order(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/*
+ * A window over a file region: its owner's daemon tells the opener so at the open, and gets and
+ * puts go as claims (one-sided frames read and write mappings only), byte-exact both ways.
+ */
+TEST(cross_window_over_a_file)
+{
+	cross_node();
+	struct node a, b;
+	char path[] = "/tmp/xferd-wfile-XXXXXX";
+	const size_t len = 256 * KiB;
+	struct tbuf lbuf;
+	uint64_t region, window, handle, op;
+	char *meta = NULL;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	CHECK(ftruncate(fd, (off_t)len) == 0);
+	CHECK_OK(xfer_region_register_file(owner, fd, 0, 0, 0, "wfile", &region));
+	CHECK_OK(xfer_window_create(owner, region, 0, 0, XFER_ACCESS_READWRITE, 0, &window, &meta));
+	CHECK_OK(xfer_window_open(opener, meta, &handle, NULL, NULL));
+	tbuf_make(opener, len, &lbuf);
+	fill(lbuf.buf.addr, len, 21);
+	struct xfer_desc d = { lbuf.region, 0, 100 * KiB + 1 };
+	CHECK_OK(xfer_put(opener, handle, 4097, &d, 1, NULL, NULL, &op));
+	wait_complete(opener, op);
+	uint8_t *back = malloc(len);
+	CHECK(back && pread(fd, back, 100 * KiB + 1, 4097) == (ssize_t)(100 * KiB + 1));
+	CHECK_MEM_EQ(back, lbuf.buf.addr, 100 * KiB + 1);
+	memset(lbuf.buf.addr, 0, len);
+	CHECK_OK(xfer_get(opener, handle, 4097, &d, 1, NULL, NULL, &op));
+	wait_complete(opener, op);
+	CHECK_MEM_EQ(lbuf.buf.addr, back, 100 * KiB + 1);
+	free(back);
+	CHECK_OK(xfer_window_close(owner, window));
+	free(meta);
+	xfer_buf_free(&lbuf.buf);
+	close(fd);
+	unlink(path);
 	xfer_close(opener);
 	xfer_close(owner);
 	node_stop(&b);
