@@ -997,6 +997,8 @@ TEST(cross_window_over_a_file)
 	uint64_t region, window, handle, op;
 	char *meta = NULL;
 
+	if (want_transport && strcmp(want_transport, "tcp") != 0)
+		harness_skip("file regions move over tcp only (RDMA staging is not written yet)");
 	node_start(&a);
 	node_start(&b);
 	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
