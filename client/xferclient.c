@@ -1430,16 +1430,29 @@ XFER_EXPORT int xfer_get(struct xfer_client *c, uint64_t handle, uint64_t offset
 	return window_op(c, "op.get", handle, offset, descs, n, tag, opts, op);
 }
 
+/* A read or write entry: {"method": "op.read" | "op.write", "params": {metadata, descs}}. */
+static json_t *pairing_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+{
+	json_t *params, *e;
+
+	if (!o->metadata) {
+		client_set_error(c, "batch entry %zu: a read or write needs metadata", i);
+		return NULL;
+	}
+	if (!o->descs || o->n == 0 || op_params(c, o->metadata, o->descs, o->n, NULL, &params))
+		return NULL;
+	e = json_pack("{s:s, s:o}", "method", o->kind == XFER_READ ? "op.read" : "op.write",
+		      "params", params);
+	if (!e)
+		client_set_error(c, "out of memory");
+	return e;
+}
+
 /* One compact entry: ["get" | "put", handle, offset, [[region, offset, length], ...], tag?]. */
-static json_t *batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+static json_t *window_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
 {
 	json_t *descs = json_array(), *e;
 
-	if (o->kind != XFER_GET && o->kind != XFER_PUT) {
-		client_set_error(c, "batch entry %zu is neither XFER_GET nor XFER_PUT", i);
-		json_decref(descs);
-		return NULL;
-	}
 	if (!o->descs || o->n == 0 || o->n > XP_MAX_DESCS || o->handle > INT64_MAX ||
 	    o->offset > INT64_MAX) {
 		client_set_error(c, "batch entry %zu: 1 to %d descriptors, values below 2^63", i,
@@ -1467,6 +1480,24 @@ static json_t *batch_entry(struct xfer_client *c, const struct xfer_batch_op *o,
 		return NULL;
 	}
 	return e;
+}
+
+static json_t *batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+{
+	switch (o->kind) {
+	case XFER_GET:
+	case XFER_PUT:
+		return window_batch_entry(c, o, i);
+	case XFER_READ:
+	case XFER_WRITE:
+		return pairing_batch_entry(c, o, i);
+	default:
+		client_set_error(c,
+				 "batch entry %zu is not XFER_GET, XFER_PUT, XFER_READ or "
+				 "XFER_WRITE",
+				 i);
+		return NULL;
+	}
 }
 
 static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, size_t n,

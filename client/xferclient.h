@@ -300,14 +300,21 @@ XFER_EXPORT int xfer_get(struct xfer_client *c, uint64_t handle, uint64_t offset
 			 const struct xfer_desc *descs, size_t n, const char *tag,
 			 const struct xfer_op_opts *opts, uint64_t *op);
 
-/* One get or put of a batch. */
+/*
+ * One entry of a batch: a get or put on a window, or a read or write of a pairing (an active
+ * operation on another's metadata, as xfer_read()/xfer_write() with XFER_OP_NOWAIT: a refused
+ * claim is the operation's end).
+ */
 struct xfer_batch_op {
-	enum xfer_kind kind; /* XFER_GET or XFER_PUT */
-	uint64_t handle, offset;
+	enum xfer_kind kind;	 /* XFER_GET, XFER_PUT, XFER_READ or XFER_WRITE */
+	uint64_t handle, offset; /* XFER_GET, XFER_PUT */
 	const struct xfer_desc *descs;
 	size_t n;
-	const char *tag; /* NULL: none */
-	uint64_t op;	 /* out: the operation's id */
+	union {
+		const char *tag;      /* XFER_GET, XFER_PUT: NULL: none */
+		const char *metadata; /* XFER_READ, XFER_WRITE: the passive side's */
+	};
+	uint64_t op; /* out: the operation's id */
 };
 
 /*
@@ -317,7 +324,7 @@ struct xfer_batch_op {
 #define XFER_OP_BATCH_EVENT 0x2u
 
 /*
- * Posts @n gets and puts (at most 1024) in one request; @opts (may be NULL) applies to each
+ * Posts @n gets, puts, reads and writes (at most 1024) in one request; @opts (may be NULL) applies to each
  * (deadline, XFER_OP_RELEASE_ON_END, XFER_OP_BATCH_EVENT). Returns 0 with every ops[i].op
  * filled and *batch (may be NULL; 0 without XFER_OP_BATCH_EVENT) the id its event will carry,
  * or -errno: then *done (may be NULL) says how many of the first entries were made (their op

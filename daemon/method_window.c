@@ -2,7 +2,7 @@
 /*
  * The window.*, op.get, op.put, op.batch and list.windows methods: params checked and handed
  * to window.c (windows and handles), to a local copy, or to a transfer on another node
- * (claim.c). op.batch runs many of these (and op.readable/op.writable) in one request.
+ * (claim.c). op.batch runs many of these (and the four pairing methods) in one request.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -148,10 +148,38 @@ static int batch_method(const char *name)
 {
 	int m = xp_method_from_name(name);
 
-	return m == XP_M_OP_GET || m == XP_M_OP_PUT || m == XP_M_OP_READABLE ||
-			       m == XP_M_OP_WRITABLE ?
-		       m :
-		       -EINVAL;
+	switch (m) {
+	case XP_M_OP_GET:
+	case XP_M_OP_PUT:
+	case XP_M_OP_READABLE:
+	case XP_M_OP_WRITABLE:
+	case XP_M_OP_READ:
+	case XP_M_OP_WRITE:
+		return m;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* Runs a batch entry of method @m (batch_method()) as its own request @sub. */
+static int batch_run(struct xd_call *sub, int m)
+{
+	switch (m) {
+	case XP_M_OP_GET:
+	case XP_M_OP_PUT:
+		return xd_handle_op_window(sub);
+	case XP_M_OP_READ:
+	case XP_M_OP_WRITE:
+		/*
+		 * A batch is answered at once, so its reads and writes never wait for the
+		 * owner's answer to their claims (nowait): a refusal is the op's end.
+		 */
+		if (json_object_set_new(sub->params, "nowait", json_true()))
+			return xd_fail(sub, XP_E_INTERNAL, ENOMEM, "out of memory");
+		return xd_handle_op_active(sub);
+	default:
+		return xd_handle_op_passive(sub);
+	}
 }
 
 /*
@@ -254,14 +282,13 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	if (m < 0) {
 		json_decref(owned);
 		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "op.batch entry %zu: a batch carries op.get, op.put, op.readable "
-			       "and op.writable only",
+			       "op.batch entry %zu: a batch carries op.get, op.put, op.readable, "
+			       "op.writable, op.read and op.write only",
 			       i);
 	}
 	sub.method = m;
 	sub.params = params;
-	rc = m == XP_M_OP_GET || m == XP_M_OP_PUT ? xd_handle_op_window(&sub) :
-						    xd_handle_op_passive(&sub);
+	rc = batch_run(&sub, m);
 	json_decref(owned);
 	if (rc < 0) {
 		json_decref(sub.result);

@@ -174,6 +174,49 @@ static int wait_ready(struct td *d)
 	return -ETIMEDOUT;
 }
 
+static void key_unlink_hook(void *arg)
+{
+	struct td_key *k = arg;
+
+	unlink(k->path);
+}
+
+int td_key_make(struct td_key *k)
+{
+	uint8_t raw[32];
+	char hex[65];
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC), err = 0;
+
+	if (fd < 0 || read(fd, raw, sizeof(raw)) != (ssize_t)sizeof(raw))
+		err = -EIO;
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		return err;
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+	snprintf(k->path, sizeof(k->path), "/tmp/xferd-test-key.XXXXXX");
+	fd = mkstemp(k->path); /* mode 0600 */
+	if (fd < 0)
+		return -errno;
+	if (write(fd, hex, 64) != 64)
+		err = -EIO;
+	close(fd);
+	if (err) {
+		unlink(k->path);
+		return err;
+	}
+	k->hook = harness_cleanup_push(key_unlink_hook, k);
+	return 0;
+}
+
+void td_key_remove(struct td_key *k)
+{
+	if (k->hook >= 0)
+		harness_cleanup_pop(k->hook);
+	unlink(k->path);
+}
+
 int td_start(struct td *d, const char *config_json)
 {
 	char bin[PATH_MAX], cfg[160];

@@ -30,6 +30,18 @@ struct td {
  */
 int td_start(struct td *d, const char *config_json);
 
+/* A cluster key file shared by daemons that peer with each other. */
+struct td_key {
+	char path[64]; /* the "peer_key_file" of their configs */
+	int hook;      /* harness cleanup hook: removes it if the test fails */
+};
+
+/* Writes a fresh random key (64 hex digits) to a file of mode 0600. Returns 0 or -errno. */
+int td_key_make(struct td_key *k);
+
+/* Removes the key file (a test that passes undoes its own work). */
+void td_key_remove(struct td_key *k);
+
 /* Sends @sig to the daemon. Returns 0 or -errno. */
 int td_signal(struct td *d, int sig);
 

@@ -845,9 +845,11 @@ static void batch_1000(struct xfer_client *owner, struct xfer_client *opener)
 	for (int i = 0; i < N; i++) {
 		/* entry i puts the opener's block i into the window's block N-1-i */
 		d[i] = (struct xfer_desc){ lbuf.region, (uint64_t)i * LEN, LEN };
-		ops[i] = (struct xfer_batch_op){ XFER_PUT, w.handle, (uint64_t)(N - 1 - i) * LEN,
-						 &d[i],	   1,	     NULL,
-						 0 };
+		ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+						 .handle = w.handle,
+						 .offset = (uint64_t)(N - 1 - i) * LEN,
+						 .descs = &d[i],
+						 .n = 1 };
 	}
 	if (xfer_batch(opener, ops, N, NULL, &done, NULL))
 		harness_fail(__FILE__, __LINE__, "batch: %s", xfer_last_error(opener));
