@@ -940,9 +940,11 @@ static int winb_submit(struct bench *b, uint64_t handle, bool put, struct winb_s
 	for (int i = 0; i < ws->batch; i++) {
 		uint64_t off = (uint64_t)(j * ws->batch + i) * ws->size;
 		d[i] = (struct xfer_desc){ b->ab.region, off, ws->size };
-		ops[i] = (struct xfer_batch_op){
-			put ? XFER_PUT : XFER_GET, handle, off, &d[i], 1, NULL, 0
-		};
+		ops[i] = (struct xfer_batch_op){ .kind = put ? XFER_PUT : XFER_GET,
+						 .handle = handle,
+						 .offset = off,
+						 .descs = &d[i],
+						 .n = 1 };
 		stamp_put((char *)src->buf.addr + off, ws->size, seq);
 	}
 	ws->ended[j] = false;
