@@ -94,6 +94,7 @@ LIB_SONAME := $(LIBNAME).$(SOVERSION)
 RPATH := -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN/../lib'
 
 BINS := $(B)/xferd $(B)/xferctl $(B)/xferbench $(B)/xferbench_net $(B)/xferbench_serve \
+	$(B)/xferbench_fileio \
 	$(B)/$(LIB_SONAME) \
 	$(B)/$(LIBNAME)
 
@@ -147,6 +148,10 @@ $(B)/xferbench_net: $(B)/client/xferbench_net.o $(B)/client/benchutil.o $(B)/$(L
 $(B)/xferbench_serve: $(B)/client/xferbench_serve.o $(B)/client/benchutil.o $(B)/$(LIBNAME)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) -L$(B) -lxferclient $(RPATH) -lm
+
+$(B)/xferbench_fileio: $(B)/client/xferbench_fileio.o
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(call PKG_LIBS,liburing)
 
 # Every tests/test_X.c is one program, linked with the harness, the proto code and the library.
 $(B)/tests/%: $(B)/tests/%.o $(TEST_HELPER_OBJ) $(B)/libxferproto.a $(B)/$(LIBNAME)

@@ -9,7 +9,7 @@ _xferctl()
 
 	local commands="status regions ops clients windows peers devices stats top watch readable read
 		writable write help"
-	local options="--socket --json --timeout --meta-file --count --once --readers --sync --help"
+	local options="--socket --json --timeout --meta-file --count --once --readers --sync --direct --help"
 
 	case $prev in
 	-s | --socket)

@@ -15,6 +15,8 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include "transport.h"
 
@@ -152,6 +154,234 @@ const struct xd_mem_ops xd_mem_file = {
 	.release = file_release,
 };
 
+/* ---- file opened O_DIRECT: aligned bounce buffers, edge blocks read back ---- */
+
+#define XD_DIRECT_PIECE (256u << 10) /* bytes per bounce: one socket call, one copy step */
+
+/* The span of the file, aligned to its direct I/O blocks, that covers [pos, pos + n). */
+struct dio_span {
+	uint64_t start, end;
+};
+
+static struct dio_span dio_span(const struct xd_region *r, uint64_t pos, size_t n)
+{
+	uint64_t a = r->dio_align;
+
+	return (struct dio_span){ pos / a * a, (pos + n + a - 1) / a * a };
+}
+
+static uint8_t *dio_alloc(const struct xd_region *r, size_t len)
+{
+	size_t align = r->dio_mem_align > 4096 ? r->dio_mem_align : 4096;
+	void *p = NULL;
+
+	return posix_memalign(&p, align, len) ? NULL : p;
+}
+
+/* Exactly @len bytes at file position @pos. Returns 0, -ENODATA at the file's end, or -errno. */
+static int dio_pread(const struct xd_region *r, uint8_t *buf, size_t len, uint64_t pos)
+{
+	while (len > 0) {
+		ssize_t n = pread(r->fd, buf, len, (off_t)pos);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n ? -errno : -ENODATA;
+		buf += n;
+		pos += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int dio_pwrite(const struct xd_region *r, const uint8_t *buf, size_t len, uint64_t pos)
+{
+	while (len > 0) {
+		ssize_t n = pwrite(r->fd, buf, len, (off_t)pos);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n ? -errno : -EIO;
+		buf += n;
+		pos += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void dio_failed(const struct xd_region *r, uint64_t off, int rc, const char *what, int *err,
+		       char *why, size_t whylen)
+{
+	if (rc == -ENODATA)
+		file_short(r, off, err, why, whylen);
+	else
+		file_failed(r, what, -rc, err, why, whylen);
+}
+
+/*
+ * Fills the bytes of @s's first and last blocks outside [pos, pos + n) in @b (which holds @s)
+ * from the file, so that writing @s back changes only [pos, pos + n): an unaligned piece is
+ * read, modified and written whole. Pieces of one transfer are written one after the other
+ * (the loop thread, or one copy worker), so no two of them modify one block at once.
+ */
+static int dio_edges(const struct xd_region *r, uint8_t *b, struct dio_span s, uint64_t pos,
+		     size_t n)
+{
+	uint64_t a = r->dio_align;
+	uint8_t *blk;
+	int rc = 0;
+
+	if (pos == s.start && pos + n == s.end)
+		return 0;
+	blk = dio_alloc(r, a);
+	if (!blk)
+		return -ENOMEM;
+	if (pos > s.start && !(rc = dio_pread(r, blk, a, s.start)))
+		memcpy(b, blk, pos - s.start);
+	if (!rc && pos + n < s.end && !(rc = dio_pread(r, blk, a, s.end - a)))
+		memcpy(b + (pos + n - s.start), blk + (pos + n - (s.end - a)), s.end - (pos + n));
+	free(blk);
+	return rc;
+}
+
+/*
+ * Reads [@off, +@n) of @r into a new bounce (free() it); *@head is where @off is in it.
+ * Returns the bounce, or NULL with *@rc -errno.
+ */
+static uint8_t *dio_read(const struct xd_region *r, uint64_t off, size_t n, size_t *head, int *rc)
+{
+	uint64_t pos = r->file_off + off;
+	struct dio_span s = dio_span(r, pos, n);
+	uint8_t *b = dio_alloc(r, s.end - s.start);
+
+	*rc = b ? dio_pread(r, b, s.end - s.start, s.start) : -ENOMEM;
+	if (*rc) {
+		free(b);
+		return NULL;
+	}
+	*head = pos - s.start;
+	return b;
+}
+
+/* Writes @n bytes of @src at [@off, +@n) of @r. Returns 0 or -errno (-ENODATA: truncated). */
+static int dio_write(const struct xd_region *r, uint64_t off, const uint8_t *src, size_t n)
+{
+	uint64_t pos = r->file_off + off;
+	struct dio_span s = dio_span(r, pos, n);
+	uint8_t *b = dio_alloc(r, s.end - s.start);
+	int rc;
+
+	if (!b)
+		return -ENOMEM;
+	memcpy(b + (pos - s.start), src, n);
+	rc = dio_edges(r, b, s, pos, n);
+	if (!rc)
+		rc = dio_pwrite(r, b, s.end - s.start, s.start);
+	free(b);
+	return rc;
+}
+
+/*
+ * O_DIRECT file -> socket: a piece read into an aligned bounce and sent from it. What the
+ * socket does not take is read again by the next call (a bounce is not kept between calls).
+ */
+static ssize_t direct_send(const struct xd_region *r, uint64_t off, size_t len, int sock, int *err,
+			   char *why, size_t whylen)
+{
+	size_t n = len < XD_DIRECT_PIECE ? len : XD_DIRECT_PIECE, head;
+	int rc;
+	uint8_t *b = dio_read(r, off, n, &head, &rc);
+
+	if (!b) {
+		dio_failed(r, off, rc, "reading", err, why, whylen);
+		return 0;
+	}
+	ssize_t w = sock_result(send(sock, b + head, n, MSG_NOSIGNAL | MSG_DONTWAIT));
+	free(b);
+	return w;
+}
+
+/* Socket -> O_DIRECT file: received into an aligned bounce, its edge blocks read back, written. */
+static ssize_t direct_recv(const struct xd_region *r, uint64_t off, size_t len, int sock,
+			   const int pipefd[2], int *err, char *why, size_t whylen)
+{
+	uint64_t pos = r->file_off + off;
+	size_t n = len < XD_DIRECT_PIECE ? len : XD_DIRECT_PIECE;
+	struct dio_span s = dio_span(r, pos, n);
+	uint8_t *b = dio_alloc(r, s.end - s.start);
+
+	if (!b)
+		return -ENOMEM;
+	ssize_t got = recv(sock, b + (pos - s.start), n, MSG_DONTWAIT);
+	if (got <= 0) {
+		free(b);
+		return sock_result(got);
+	}
+	s = dio_span(r, pos, (size_t)got);
+	int rc = dio_edges(r, b, s, pos, (size_t)got);
+	if (!rc)
+		rc = dio_pwrite(r, b, s.end - s.start, s.start);
+	if (rc)
+		dio_failed(r, off, rc, "writing", err, why, whylen);
+	free(b);
+	return got;
+}
+
+const struct xd_mem_ops xd_mem_file_direct = {
+	.name = "file",
+	.mapped = false,
+	.send = direct_send,
+	.recv = direct_recv,
+	.release = file_release,
+};
+
+int xd_mem_file_direct_check(struct xd_region *r, int fd, uint64_t off, uint64_t len, char *msg,
+			     size_t msglen)
+{
+	struct statx stx;
+	int fl = fcntl(fd, F_GETFL);
+
+	r->dio_align = r->dio_mem_align = 0;
+	if (fl < 0 || !(fl & O_DIRECT))
+		return 0;
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_DIOALIGN) || stx.stx_dio_offset_align == 0) {
+		snprintf(msg, msglen,
+			 "the fd is O_DIRECT but its file system reports no direct I/O alignment "
+			 "(statx STATX_DIOALIGN): it does not do O_DIRECT for this file");
+		return -EINVAL;
+	}
+	uint32_t a = stx.stx_dio_offset_align;
+	if (off % a || len % a) {
+		snprintf(
+			msg, msglen,
+			"an O_DIRECT file region's offset and length must be multiples of %u bytes "
+			"(its file system's direct I/O alignment); offset %llu, length %llu",
+			a, (unsigned long long)off, (unsigned long long)len);
+		return -EINVAL;
+	}
+	r->dio_align = a;
+	r->dio_mem_align = stx.stx_dio_mem_align;
+	return 1;
+}
+
+/*
+ * Client memory <-> a bounce, by the kernel (process_vm_readv/writev on this very process): a
+ * page that vanished under the copy (hugetlb hole punched) is EFAULT here, not a SIGBUS on a
+ * copy worker. Returns 0 or -errno.
+ */
+static int mapped_move(uint8_t *dst, const uint8_t *src, size_t n, bool from_map)
+{
+	struct iovec local = { from_map ? dst : (void *)src, n };
+	struct iovec remote = { from_map ? (void *)src : dst, n };
+	ssize_t w = from_map ? process_vm_readv(getpid(), &local, 1, &remote, 1, 0) :
+			       process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
+
+	if (w < 0)
+		return -errno;
+	return (size_t)w == n ? 0 : -EFAULT;
+}
+
 /* pread into a mapping until @len bytes are in; EOF first is a file shorter than its region. */
 static int file_to_mem(uint8_t *dst, const struct xd_region *src, uint64_t soff, uint64_t len,
 		       uint64_t *done, char *why, size_t whylen)
@@ -222,9 +452,78 @@ static int file_to_file(const struct xd_region *dst, uint64_t doff, const struct
 	return 0;
 }
 
+/* One piece of a file side into @buf (pread, or through a bounce if O_DIRECT). */
+static int piece_read(const struct xd_region *src, uint64_t soff, uint8_t *buf, size_t n, char *why,
+		      size_t whylen)
+{
+	uint64_t ignored = 0;
+	int rc, err = 0;
+	size_t head;
+
+	if (src->mem->mapped)
+		rc = mapped_move(buf, src->base + soff, n, true);
+	else if (!src->dio_align)
+		return file_to_mem(buf, src, soff, n, &ignored, why, whylen);
+	else {
+		uint8_t *b = dio_read(src, soff, n, &head, &rc);
+		if (b)
+			memcpy(buf, b + head, n);
+		free(b);
+	}
+	if (rc)
+		dio_failed(src, soff, rc, "reading", &err, why, whylen);
+	return err;
+}
+
+static int piece_write(const struct xd_region *dst, uint64_t doff, const uint8_t *buf, size_t n,
+		       char *why, size_t whylen)
+{
+	uint64_t ignored = 0;
+	int rc, err = 0;
+
+	if (dst->mem->mapped)
+		rc = mapped_move(dst->base + doff, buf, n, false);
+	else if (!dst->dio_align)
+		return mem_to_file(dst, doff, buf, n, &ignored, why, whylen);
+	else
+		rc = dio_write(dst, doff, buf, n);
+	if (rc)
+		dio_failed(dst, doff, rc, "writing", &err, why, whylen);
+	return err;
+}
+
+/* A copy with an O_DIRECT side: piece by piece through a buffer of this daemon's. */
+static int copy_direct(const struct xd_region *dst, uint64_t doff, const struct xd_region *src,
+		       uint64_t soff, uint64_t len, uint64_t *done, char *why, size_t whylen)
+{
+	uint8_t *buf = malloc(XD_DIRECT_PIECE);
+	int err = 0;
+
+	if (!buf) {
+		snprintf(why, whylen, "out of memory for an O_DIRECT copy");
+		return ENOMEM;
+	}
+	while (len > 0 && !err) {
+		size_t n = len < XD_DIRECT_PIECE ? (size_t)len : XD_DIRECT_PIECE;
+		err = piece_read(src, soff, buf, n, why, whylen);
+		if (!err)
+			err = piece_write(dst, doff, buf, n, why, whylen);
+		if (err)
+			break;
+		soff += n;
+		doff += n;
+		len -= n;
+		*done += n;
+	}
+	free(buf);
+	return err;
+}
+
 int xd_mem_copy(const struct xd_region *dst, uint64_t doff, const struct xd_region *src,
 		uint64_t soff, uint64_t len, uint64_t *done, char *why, size_t whylen)
 {
+	if (src->dio_align || dst->dio_align)
+		return copy_direct(dst, doff, src, soff, len, done, why, whylen);
 	if (src->mem->mapped)
 		return mem_to_file(dst, doff, src->base + soff, len, done, why, whylen);
 	if (dst->mem->mapped)

@@ -267,6 +267,11 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 		free(r);
 		return size < 0 ? (int)size : rc;
 	}
+	int direct = xd_mem_file_direct_check(r, fd, a->offset, a->length, msg, sizeof(msg));
+	if (direct < 0) {
+		free(r);
+		return xd_fail(call, XP_E_FAILED, -direct, "%s", msg);
+	}
 	rc = xd_charge(c->d, c->use, c->uid, XD_RES_REGIONS, 1, msg, sizeof(msg));
 	if (rc) {
 		free(r);
@@ -284,7 +289,7 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 	r->d = c->d;
 	r->pid = c->pid;
 	r->uid = c->uid;
-	r->mem = &xd_mem_file;
+	r->mem = direct ? &xd_mem_file_direct : &xd_mem_file;
 	r->file_off = a->offset;
 	r->length = a->length;
 	r->sync = a->sync;

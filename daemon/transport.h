@@ -402,7 +402,15 @@ struct xd_mem_ops {
 	/* Lets go of what the registration holds (the mapping, the file). */
 	void (*release)(struct xd_region *r);
 };
-extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file;
+extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file, xd_mem_file_direct;
+/*
+ * For a file region about to be registered over @fd at [@off, +@len): whether @fd is O_DIRECT
+ * and, if so, whether that range can be served (its file system reports direct I/O alignment
+ * by statx, and @off and @len are multiples of it). Fills @r's dio_align and dio_mem_align.
+ * Returns 0 (buffered), 1 (O_DIRECT, served) or -errno with the rule broken in @msg.
+ */
+int xd_mem_file_direct_check(struct xd_region *r, int fd, uint64_t off, uint64_t len, char *msg,
+			     size_t msglen);
 /*
  * Copies @len bytes from @src at @soff to @dst at @doff where at least one side is a file
  * (pread into / pwrite from a mapping, copy_file_range between files); blocking, for worker

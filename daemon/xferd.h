@@ -590,12 +590,14 @@ struct xd_region {
 	const struct xd_mem_ops *mem; /**< its memory kind (mem.c): how its bytes are reached */
 	void *map; /**< memfd kind: page-aligned MAP_SHARED mapping (file kind: NULL) */
 	size_t map_len;
-	uint8_t *base;	   /**< memfd kind: first byte of the registered range (file kind: NULL) */
-	int fd;		   /**< file kind: the client's file, never mapped (memfd kind: -1) */
-	uint64_t file_off; /**< file kind: where the registered range starts in the file */
-	bool may_read;	   /**< bytes may come from it (readable, write source) */
-	bool may_write;	   /**< bytes may go into it (read target, writable) */
-	bool sync;	   /**< file kind: fdatasync before a transfer into it completes */
+	uint8_t *base;	    /**< memfd kind: first byte of the registered range (file kind: NULL) */
+	int fd;		    /**< file kind: the client's file, never mapped (memfd kind: -1) */
+	uint64_t file_off;  /**< file kind: where the registered range starts in the file */
+	bool may_read;	    /**< bytes may come from it (readable, write source) */
+	bool may_write;	    /**< bytes may go into it (read target, writable) */
+	bool sync;	    /**< file kind: fdatasync before a transfer into it completes */
+	uint32_t dio_align; /**< file opened O_DIRECT: its offset alignment (0: buffered) */
+	uint32_t dio_mem_align; /**< and the alignment its buffers need (mem.c bounces) */
 	uint64_t length;
 	uint64_t charge;   /**< bytes charged (the populated mapping), to @uid and the daemon too */
 	bool charged;	   /**< its uid and global charges are held (a file's bytes are 0) */

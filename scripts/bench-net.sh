@@ -43,7 +43,9 @@
 # (1,8,16,32), --pipe-seconds S (time per pipe or window cell, 1.5), --pool SIZE (4G; 0 skips
 # it), --win-sizes LIST (4K,64K,1M), --win-depths LIST (1,16), --win-batch-depths LIST
 # (8,16,32,128; batches of 8),
-# --no-ucx, --file-size SIZE (1G; 0 skips the file runs). Environment: BUILD (default build).
+# --no-ucx, --file-size SIZE (1G; 0 skips the file runs), --file-rounds N (3: each file row is
+# timed N times, interleaved; p50, worst and best are printed), --files-only (iperf3 and the file
+# rows only: a run of about a minute). Environment: BUILD (default build).
 #
 # MTU: the veths keep 1500 (--mtu changes it). Measured here on 2026-11-21 (2 vCPU guest with a
 # busy neighbour, two alternating runs each, 1 GiB, peer_connections 2):
@@ -75,6 +77,8 @@ WIN_BATCH_DEPTHS=8,16,32,128
 POOL=4G
 UCX=1
 FILE_SIZE=1G
+FILE_ROUNDS=3
+FILES_ONLY=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--max) MAX=$2; shift 2 ;;
@@ -93,6 +97,8 @@ while [ $# -gt 0 ]; do
 	--pool) POOL=$2; shift 2 ;;
 	--no-ucx) UCX=0; shift ;;
 	--file-size) FILE_SIZE=$2; shift 2 ;;
+	--file-rounds) FILE_ROUNDS=$2; shift 2 ;;
+	--files-only) FILES_ONLY=1; UCX=0; shift ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
 		exit 0
@@ -233,62 +239,64 @@ if [ "$UCX" = 1 ]; then
 fi
 
 XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
-echo "xferd: $BUILD/xferd on both nodes; xferbench_net $MIN..$MAX ..."
-if ! timeout 1800 "$BUILD/xferbench_net" bench --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-	--min "$MIN" --max "$MAX" --lat-iters "$LAT_ITERS" --json >"$RUN/xferd.json" 2>"$RUN/xferd.err"; then
-	echo "bench-net.sh: xferbench_net failed:" >&2
-	cat "$RUN/xferd.err" >&2
-	xc_log_tail 0
-	xc_log_tail 1
-	exit 1
-fi
-echo "xferd: pairings in flight ($DEPTHS) at $PIPE_SIZES ..."
-if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-	--sizes "$PIPE_SIZES" --depths "$DEPTHS" --seconds "$PIPE_SECS" --json \
-	>>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
-	echo "bench-net.sh: xferbench_net pipe failed:" >&2
-	cat "$RUN/pipe.err" >&2
-	exit 1
-fi
-echo "xferd: window gets and puts, $WIN_DEPTHS in flight, at $WIN_SIZES ..."
-if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-	--sizes "$WIN_SIZES" --depths "$WIN_DEPTHS" --seconds "$PIPE_SECS" --json \
-	>>"$RUN/xferd.json" 2>"$RUN/win.err"; then
-	echo "bench-net.sh: xferbench_net win failed:" >&2
-	cat "$RUN/win.err" >&2
-	exit 1
-fi
-echo "xferd: window gets and puts in batches of 8, $WIN_BATCH_DEPTHS in flight, at $WIN_SIZES ..."
-if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-	--sizes "$WIN_SIZES" --depths "$WIN_BATCH_DEPTHS" --batch 8 --seconds "$PIPE_SECS" --json \
-	>>"$RUN/xferd.json" 2>"$RUN/win.err"; then
-	echo "bench-net.sh: xferbench_net win --batch 8 failed:" >&2
-	cat "$RUN/win.err" >&2
-	exit 1
-fi
-# A claim's round trip while bulk transfers fill the link: xfer_read/xfer_write block for it,
-# and a control frame queued behind megabytes of DATA would wait for all of them.
-echo "xferd: small-operation latency while 16 MiB pairings (4 in flight) load the link ..."
-"$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes 16M \
-	--depths 4 --seconds 600 >"$RUN/load.out" 2>&1 &
-LOADPID=$!
-sleep 1
-if ! timeout 600 "$BUILD/xferbench_net" lat --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-	--lat-iters "$LAT_ITERS" --json 2>"$RUN/lat-load.err" |
-	sed 's/"latency":true/"latency":true,"loaded":true/' >>"$RUN/xferd.json"; then
-	echo "bench-net.sh: xferbench_net lat under load failed:" >&2
-	cat "$RUN/lat-load.err" >&2
-	kill "$LOADPID" 2>/dev/null
-	exit 1
-fi
-kill "$LOADPID" 2>/dev/null || true
-wait "$LOADPID" 2>/dev/null || true
-echo "xferd: registration ..."
-if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-	--pool "$POOL" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
-	echo "bench-net.sh: xferbench_net reg failed:" >&2
-	cat "$RUN/reg.err" >&2
-	exit 1
+if [ "$FILES_ONLY" = 0 ]; then
+	echo "xferd: $BUILD/xferd on both nodes; xferbench_net $MIN..$MAX ..."
+	if ! timeout 1800 "$BUILD/xferbench_net" bench --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--min "$MIN" --max "$MAX" --lat-iters "$LAT_ITERS" --json >"$RUN/xferd.json" 2>"$RUN/xferd.err"; then
+		echo "bench-net.sh: xferbench_net failed:" >&2
+		cat "$RUN/xferd.err" >&2
+		xc_log_tail 0
+		xc_log_tail 1
+		exit 1
+	fi
+	echo "xferd: pairings in flight ($DEPTHS) at $PIPE_SIZES ..."
+	if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--sizes "$PIPE_SIZES" --depths "$DEPTHS" --seconds "$PIPE_SECS" --json \
+		>>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
+		echo "bench-net.sh: xferbench_net pipe failed:" >&2
+		cat "$RUN/pipe.err" >&2
+		exit 1
+	fi
+	echo "xferd: window gets and puts, $WIN_DEPTHS in flight, at $WIN_SIZES ..."
+	if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--sizes "$WIN_SIZES" --depths "$WIN_DEPTHS" --seconds "$PIPE_SECS" --json \
+		>>"$RUN/xferd.json" 2>"$RUN/win.err"; then
+		echo "bench-net.sh: xferbench_net win failed:" >&2
+		cat "$RUN/win.err" >&2
+		exit 1
+	fi
+	echo "xferd: window gets and puts in batches of 8, $WIN_BATCH_DEPTHS in flight, at $WIN_SIZES ..."
+	if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--sizes "$WIN_SIZES" --depths "$WIN_BATCH_DEPTHS" --batch 8 --seconds "$PIPE_SECS" --json \
+		>>"$RUN/xferd.json" 2>"$RUN/win.err"; then
+		echo "bench-net.sh: xferbench_net win --batch 8 failed:" >&2
+		cat "$RUN/win.err" >&2
+		exit 1
+	fi
+	# A claim's round trip while bulk transfers fill the link: xfer_read/xfer_write block for it,
+	# and a control frame queued behind megabytes of DATA would wait for all of them.
+	echo "xferd: small-operation latency while 16 MiB pairings (4 in flight) load the link ..."
+	"$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes 16M \
+		--depths 4 --seconds 600 >"$RUN/load.out" 2>&1 &
+	LOADPID=$!
+	sleep 1
+	if ! timeout 600 "$BUILD/xferbench_net" lat --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--lat-iters "$LAT_ITERS" --json 2>"$RUN/lat-load.err" |
+		sed 's/"latency":true/"latency":true,"loaded":true/' >>"$RUN/xferd.json"; then
+		echo "bench-net.sh: xferbench_net lat under load failed:" >&2
+		cat "$RUN/lat-load.err" >&2
+		kill "$LOADPID" 2>/dev/null
+		exit 1
+	fi
+	kill "$LOADPID" 2>/dev/null || true
+	wait "$LOADPID" 2>/dev/null || true
+	echo "xferd: registration ..."
+	if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--pool "$POOL" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
+		echo "bench-net.sh: xferbench_net reg failed:" >&2
+		cat "$RUN/reg.err" >&2
+		exit 1
+	fi
 fi
 # ns_since T0_NS: nanoseconds since T0_NS (date +%s%N).
 ns_since() { echo $(($(date +%s%N) - $1)); }
@@ -306,10 +314,10 @@ line_of()
 	return 1
 }
 
-# file_runs: xferctl read and write of $FSRC between the nodes and socat beside them; sets
-# FR[read], FR[write], FR[socat] (nanoseconds, the best of $FILE_ROUNDS) or exits on a failure.
+# file_runs: xferctl read and write of $FSRC between the nodes and socat beside them, each
+# $FILE_ROUNDS times, interleaved; appends every time (nanoseconds) to FR[read], FR[write] and
+# FR[socat] (space-separated) or exits on a failure.
 declare -A FR
-FILE_ROUNDS=2
 file_runs()
 {
 	local k t0 t pp rp
@@ -324,7 +332,7 @@ file_runs()
 		wait "$pp" || { echo "bench-net.sh: xferctl readable failed" >&2; exit 1; }
 		cmp -s "$FSRC" "$RUN/dst" || { echo "bench-net.sh: xferctl read: bytes differ" >&2; exit 1; }
 		rm -f "$RUN/dst"
-		if [ -z "${FR[read]:-}" ] || [ "$t" -lt "${FR[read]}" ]; then FR[read]=$t; fi
+		FR[read]+="$t "
 
 		: >"$RUN/w.meta"
 		xc_ctl 1 writable "$FILE_BYTES" "$RUN/dst" >"$RUN/w.meta" 2>"$RUN/w.err" &
@@ -336,7 +344,7 @@ file_runs()
 		t=$(ns_since "$t0")
 		cmp -s "$FSRC" "$RUN/dst" || { echo "bench-net.sh: xferctl write: bytes differ" >&2; exit 1; }
 		rm -f "$RUN/dst"
-		if [ -z "${FR[write]:-}" ] || [ "$t" -lt "${FR[write]}" ]; then FR[write]=$t; fi
+		FR[write]+="$t "
 
 		xn_spawn 1 "$RUN/socat.log" socat -u "TCP-LISTEN:$SPORT,bind=$A1,reuseaddr" \
 			"OPEN:$RUN/dst,creat,trunc,wronly"
@@ -353,7 +361,7 @@ file_runs()
 		t=$(ns_since "$t0")
 		cmp -s "$FSRC" "$RUN/dst" || { echo "bench-net.sh: socat: bytes differ" >&2; exit 1; }
 		rm -f "$RUN/dst"
-		if [ -z "${FR[socat]:-}" ] || [ "$t" -lt "${FR[socat]}" ]; then FR[socat]=$t; fi
+		FR[socat]+="$t "
 	done
 }
 
@@ -377,6 +385,7 @@ echo "iperf3 (after) ..."
 iperf3_round after
 
 # The report.
+if [ "$FILES_ONLY" = 0 ]; then
 "$XN_PY" - "$RUN/xferd.json" "$CONNS" "$JSON_OUT" "$peers" \
 	"$(for k in "${!IP[@]}"; do echo "$k=${IP[$k]}"; done)" \
 	"$(for k in "${!UCXR[@]}"; do echo "$k=${UCXR[$k]}"; done)" <<'PY'
@@ -572,23 +581,33 @@ if json_out:
     with open(json_out, "w") as f:
         json.dump(result, f, indent=1)
 PY
+fi
 
 if [ "$FILE_SIZE" != 0 ]; then
 	"$XN_PY" - "$FILE_BYTES" "${FR[read]}" "${FR[write]}" "${FR[socat]}" \
 		"$(for k in "${!IP[@]}"; do echo "$k=${IP[$k]}"; done)" <<'PY'
-import sys
+import statistics, sys
 size = int(sys.argv[1])
-rd, wr, so = (int(a) / 1e9 for a in sys.argv[2:5])
+times = {k: sorted(int(t) / 1e9 for t in a.split()) for k, a in zip(("read", "write", "socat"),
+                                                                      sys.argv[2:5])}
 ip = dict(l.split("=", 1) for l in sys.argv[5].split("\n") if "=" in l)
 ref1 = max((sum(float(ip.get(f"{t},1,{ln}", 0)) for t in ("before", "after")) / 2
             for ln in ("def", "1M")), default=0)
 g = lambda s: size * 8 / s / 1e9
+so50 = statistics.median(times["socat"])
 print()
-print(f"files, node 0 -> node 1, {size / 2**30:g} GiB in the page cache, whole commands timed"
-      f" (best of 2):")
-print(f"  {'':14} {'s':>7} {'Gbit/s':>8} {'/iperf3 1 stream':>17} {'/socat':>7}")
-for name, t in (("xferctl read", rd), ("xferctl write", wr), ("socat pipe", so)):
-    print(f"  {name:14} {t:7.3f} {g(t):8.2f} {g(t) / ref1 if ref1 else 0:17.2f} {so / t:7.2f}")
-print(f"  targets: xferctl >= 0.8x iperf3 single stream ({ref1:.2f} Gbit/s) and >= 1.2x socat")
+print(f"files, node 0 -> node 1, {size / 2**30:g} GiB in the page cache, whole commands timed,"
+      f" {len(times['read'])} rounds; iperf3 single stream {ref1:.2f} Gbit/s (before/after:"
+      f" {max(float(ip.get('before,1,def', 0)), float(ip.get('before,1,1M', 0))):.2f}"
+      f" / {max(float(ip.get('after,1,def', 0)), float(ip.get('after,1,1M', 0))):.2f}):")
+print(f"  {'':14} {'p50 s':>7} {'Gbit/s':>7} {'/iperf3':>8} {'/socat':>7} {'worst s':>8}"
+      f" {'Gbit/s':>7} {'/iperf3':>8} {'best s':>7}")
+for name, k in (("xferctl read", "read"), ("xferctl write", "write"), ("socat pipe", "socat")):
+    t = times[k]
+    p50, worst = statistics.median(t), t[-1]
+    r = lambda s: g(s) / ref1 if ref1 else 0
+    print(f"  {name:14} {p50:7.3f} {g(p50):7.2f} {r(p50):7.2f}x {so50 / p50:6.2f}x {worst:8.3f}"
+          f" {g(worst):7.2f} {r(worst):7.2f}x {t[0]:7.3f}")
+print(f"  targets: xferctl >= 0.8x iperf3 single stream and >= 1.2x socat (p50 to p50)")
 PY
 fi

@@ -19,6 +19,7 @@ PKGS=(
 	procps
 	iperf3
 	socat # make bench: the plain file copy beside xferctl (scripts/bench-net.sh)
+	liburing-dev # make bench: xferbench_fileio measures io_uring beside sendfile/splice
 	ucx-utils # make bench: ucx_perftest beside xferd (scripts/bench-net.sh)
 	clang-format # make format-check (tests/test_format.sh)
 	# tests/test_unit.sh (systemd-analyze verify/security, systemd-sysusers) and

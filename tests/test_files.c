@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "daemon_util.h"
@@ -44,10 +45,42 @@ static int tfile(struct td *d, const char *name, size_t len, uint64_t seed, int 
 	return fd;
 }
 
-/* @len bytes of @fd at @off. */
+/* @len bytes of @fd's file at @off (read through a new plain fd: @fd may be O_DIRECT). */
 static void file_bytes(int fd, uint64_t off, void *out, size_t len)
 {
-	CHECK_EQ_INT(pread(fd, out, len, (off_t)off), (long long)len);
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int plain = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(plain >= 0);
+	CHECK_EQ_INT(pread(plain, out, len, (off_t)off), (long long)len);
+	close(plain);
+}
+
+/*
+ * @d's dir can hold O_DIRECT files: the direct I/O alignment its file system reports, or the
+ * test is skipped with the reason (tmpfs before Linux 6.6 has no O_DIRECT).
+ */
+static uint32_t dio_align_or_skip(struct td *d)
+{
+	char path[200];
+	struct statx stx;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/dio-probe", d->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		td_stop(d);
+		harness_skip("the test dir's file system refuses O_DIRECT");
+	}
+	int rc = statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx);
+	close(fd);
+	unlink(path);
+	if (rc < 0 || !(stx.stx_mask & STATX_DIOALIGN) || !stx.stx_dio_offset_align) {
+		td_stop(d);
+		harness_skip("the test dir's file system reports no direct I/O alignment");
+	}
+	return stx.stx_dio_offset_align;
 }
 
 static struct xfer_client *conn(struct td *d)
@@ -98,6 +131,27 @@ TEST(register_rules)
 	close(p[1]);
 	close(app);
 	close(opath);
+	close(fd);
+	xfer_close(c);
+	CHECK_EQ_INT(td_stop(&d), 0);
+}
+
+/* An O_DIRECT fd registers only ranges its file system can serve: the rule is named. */
+TEST(direct_register_rules)
+{
+	struct td d;
+
+	CHECK_OK(td_start(&d, NULL));
+	uint32_t a = dio_align_or_skip(&d);
+	struct xfer_client *c = conn(&d);
+	int fd = tfile(&d, "f", 4 * a, 1, O_RDWR | O_DIRECT);
+	CHECK_OK(reg_file(c, fd, 0, 0));
+	CHECK_OK(reg_file(c, fd, a, 2 * a));
+	CHECK_EQ_INT(reg_file(c, fd, 1, a), -EINVAL);
+	CHECK(strstr(xfer_last_error(c), "O_DIRECT file region's offset and length must be "
+					 "multiples of"));
+	CHECK_EQ_INT(reg_file(c, fd, 0, a + 1), -EINVAL);
+	CHECK(strstr(xfer_last_error(c), "direct I/O alignment"));
 	close(fd);
 	xfer_close(c);
 	CHECK_EQ_INT(td_stop(&d), 0);
@@ -161,7 +215,8 @@ TEST(access_mode_decides_the_use)
  * the target likewise at @doff, @len bytes in three descriptors of different boundaries on
  * the two sides. Bytes compared, and nothing outside the range touched.
  */
-static void local_copy(bool src_file, bool dst_file, uint64_t soff, uint64_t doff, size_t len)
+static void copy_files(bool src_file, bool dst_file, uint64_t soff, uint64_t doff, size_t len,
+		       int dio)
 {
 	size_t total = len + 2 * 8192;
 	struct xfer_buf sb = { 0 }, db = { 0 };
@@ -170,10 +225,12 @@ static void local_copy(bool src_file, bool dst_file, uint64_t soff, uint64_t dof
 	struct td d;
 
 	CHECK_OK(td_start(&d, NULL));
+	if (dio)
+		dio_align_or_skip(&d);
 	struct xfer_client *c = conn(&d);
 	int sfd = -1, dfd = -1;
 	if (src_file) {
-		sfd = tfile(&d, "src", total, 7, O_RDONLY);
+		sfd = tfile(&d, "src", total, 7, O_RDONLY | dio);
 		CHECK_OK(xfer_region_register_file(c, sfd, soff, len, 0, "src", &sr));
 	} else {
 		CHECK_OK(xfer_buf_alloc(total, &sb));
@@ -181,7 +238,7 @@ static void local_copy(bool src_file, bool dst_file, uint64_t soff, uint64_t dof
 		CHECK_OK(xfer_region_register(c, sb.fd, soff, len, "src", &sr));
 	}
 	if (dst_file) {
-		dfd = tfile(&d, "dst", total, 9, O_RDWR);
+		dfd = tfile(&d, "dst", total, 9, O_RDWR | dio);
 		CHECK_OK(xfer_region_register_file(c, dfd, doff, len, XFER_FILE_SYNC, "dst", &dr));
 	} else {
 		CHECK_OK(xfer_buf_alloc(total, &db));
@@ -230,6 +287,31 @@ static void local_copy(bool src_file, bool dst_file, uint64_t soff, uint64_t dof
 	if (dfd >= 0)
 		close(dfd);
 	CHECK_EQ_INT(td_stop(&d), 0);
+}
+
+static void local_copy(bool src_file, bool dst_file, uint64_t soff, uint64_t doff, size_t len)
+{
+	copy_files(src_file, dst_file, soff, doff, len, 0);
+}
+
+/*
+ * O_DIRECT files on the local transport: regions aligned (8 KiB: a multiple of every direct
+ * I/O alignment there is), descriptors inside them not (three a side, boundaries at odd
+ * bytes): the daemon bounces them, reading back the edge blocks it writes.
+ */
+TEST(local_direct_file_to_memory)
+{
+	copy_files(true, false, 8192, 13, MiB + 8192, O_DIRECT);
+}
+
+TEST(local_memory_to_direct_file)
+{
+	copy_files(false, true, 13, 8192, MiB + 8192, O_DIRECT);
+}
+
+TEST(local_direct_file_to_direct_file)
+{
+	copy_files(true, true, 8192, 8192, 3 * MiB, O_DIRECT);
 }
 
 TEST(local_file_to_memory_unaligned)

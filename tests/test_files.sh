@@ -9,6 +9,8 @@
 #     landing file left behind
 #   - xferbench_net check with a file on the passive side, the active side, both: scatter/gather
 #     at unaligned offsets, read and write
+#   - xferctl --direct: O_DIRECT files <-> memory and O_DIRECT file -> O_DIRECT file (DATA's file
+#     system, or a loop-mounted ext4 image; skipped with the reason when neither does O_DIRECT)
 #   - readable --readers 4: four reads of one file, each verified
 #   - a source truncated mid-transfer: both clients fail naming the truncation, no OUTFILE
 #   - a target on a full tmpfs: ENOSPC named, the partial file removed (read and writable)
@@ -37,12 +39,14 @@ FAIL_SIZE=$((256 * MIB))
 SHAPE_RATE=1gbit
 DATA=
 FULL=
+FULL_DIO=
 
 cleanup()
 {
 	xn_down
 	kill_children
 	[ -n "$FULL" ] && umount "$FULL" 2>/dev/null
+	[ -n "$FULL_DIO" ] && umount "$FULL_DIO" 2>/dev/null
 	[ -n "$DATA" ] && rm -rf "$DATA"
 }
 trap cleanup EXIT
@@ -62,18 +66,26 @@ leftovers() { find "$1" -maxdepth 1 -name '*.xferctl-*' 2>/dev/null | tr '\n' ' 
 pass_case()
 {
 	local kind=$1 psrc=$2 adst=$3 src=$4 name=$5 out=$DATA/out p=$DATA/pc arc=0 prc=0 meta
-	local sync=${XFERCTL_SYNC:+--sync}
+	local sync=${XFERCTL_SYNC:+--sync} pd='' ad=''
+	# XFERCTL_DIRECT=1: the sides with a file open it O_DIRECT (--direct)
+	if [ -n "${XFERCTL_DIRECT:-}" ]; then
+		[ "$kind" = read ] && [ "$psrc" != - ] && pd=--direct
+		[ "$kind" = write ] && [ "$adst" != - ] && pd=--direct
+		[ "$kind" = read ] && [ "$adst" != - ] && ad=--direct
+		[ "$kind" = write ] && [ "$psrc" != - ] && ad=--direct
+	fi
 	rm -f "$out"
 	: >"$p.out" # emptied before the fork: wait_line must not see the last run's line
 	if [ "$kind" = read ]; then
 		if [ "$psrc" = - ]; then
 			"$BUILD/xferctl" --socket "$(xc_sock 0)" readable - <"$src" >"$p.out" 2>"$p.err" &
 		else
-			"$BUILD/xferctl" --socket "$(xc_sock 0)" readable "$src" >"$p.out" 2>"$p.err" &
+			# shellcheck disable=SC2086 # $pd is empty or one word
+			"$BUILD/xferctl" --socket "$(xc_sock 0)" $pd readable "$src" >"$p.out" 2>"$p.err" &
 		fi
 	else
-		# shellcheck disable=SC2086 # $sync is empty or one word
-		"$BUILD/xferctl" --socket "$(xc_sock 0)" $sync writable "$(stat -c %s "$src")" \
+		# shellcheck disable=SC2086 # $sync and $pd are empty or one word
+		"$BUILD/xferctl" --socket "$(xc_sock 0)" $sync $pd writable "$(stat -c %s "$src")" \
 			"$([ "$adst" = - ] && echo - || echo "$out")" >"$p.out" 2>"$p.err" &
 	fi
 	local pp=$!
@@ -86,12 +98,13 @@ pass_case()
 	if [ "$kind" = read ] && [ "$adst" = - ]; then
 		ctl 1 read "@$DATA/meta" - >"$out" 2>"$p.aerr" || arc=$?
 	elif [ "$kind" = read ]; then
-		# shellcheck disable=SC2086 # $sync is empty or one word
-		ctl 1 $sync read "@$DATA/meta" "$out" 2>"$p.aerr" || arc=$?
+		# shellcheck disable=SC2086 # $sync and $ad are empty or one word
+		ctl 1 $sync $ad read "@$DATA/meta" "$out" 2>"$p.aerr" || arc=$?
 	elif [ "$psrc" = - ]; then
 		ctl 1 write "@$DATA/meta" - <"$src" 2>"$p.aerr" || arc=$?
 	else
-		ctl 1 write "@$DATA/meta" "$src" 2>"$p.aerr" || arc=$?
+		# shellcheck disable=SC2086 # $ad is empty or one word
+		ctl 1 $ad write "@$DATA/meta" "$src" 2>"$p.aerr" || arc=$?
 	fi
 	wait_bg "$pp" "$WAIT" || prc=$?
 	if [ "$kind" = write ] && [ "$adst" = - ]; then
@@ -143,6 +156,41 @@ src=$(mkdata synced $((2 * MIB + 1)))
 XFERCTL_SYNC=1 pass_case read "$src" "$DATA/out" "$src" "read --sync: file -> file, fdatasynced"
 XFERCTL_SYNC=1 pass_case write "$src" "$DATA/out" "$src" "writable --sync: file -> file, fdatasynced"
 check_baseline "pairings"
+
+# ---------------------------------------------------------------------------------------------
+# O_DIRECT files (xferctl --direct): the same pairings with every file side opened O_DIRECT,
+# sizes around the direct I/O block (the body O_DIRECT, the tail through the page cache), on
+# DATA's file system if it does O_DIRECT, else on a loop-mounted ext4 image.
+
+direct_ok() { dd if=/dev/zero of="$1/.dio" bs=4096 count=1 oflag=direct status=none 2>/dev/null && rm -f "$1/.dio"; }
+DIO=$DATA
+if ! direct_ok "$DIO"; then
+	DIO=$DATA/dio
+	mkdir -p "$DIO"
+	if truncate -s 64M "$DATA/dio.img" && mkfs.ext4 -q -F "$DATA/dio.img" 2>/dev/null &&
+		mount -o loop "$DATA/dio.img" "$DIO" 2>/dev/null; then
+		FULL_DIO=$DIO
+	else
+		DIO=
+	fi
+fi
+if [ -z "$DIO" ] || ! direct_ok "$DIO"; then
+	skip "O_DIRECT files" "$DATA's file system does not do O_DIRECT and no ext4 image could be loop-mounted"
+else
+	saved=$DATA
+	for size in 5000 $((3 * MIB + 5)); do
+		src=$(mkdata "dsrc.$size" "$size")
+		DATA=$DIO
+		cp "$src" "$DIO/dsrc"
+		XFERCTL_DIRECT=1 pass_case read "$DIO/dsrc" - "$DIO/dsrc" "--direct read $size B: O_DIRECT file -> memory"
+		XFERCTL_DIRECT=1 pass_case read - "$DIO/out" "$DIO/dsrc" "--direct read $size B: memory -> O_DIRECT file"
+		XFERCTL_DIRECT=1 pass_case write "$DIO/dsrc" "$DIO/out" "$DIO/dsrc" "--direct write $size B: O_DIRECT file -> O_DIRECT file"
+		XFERCTL_DIRECT=1 pass_case write - "$DIO/out" "$DIO/dsrc" "--direct write $size B: memory -> O_DIRECT file"
+		rm -f "$DIO/dsrc" "$DIO/out"
+		DATA=$saved
+	done
+	check_baseline "O_DIRECT pairings"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Scatter/gather at unaligned offsets, a file on either side or both (xferbench_net check)
