@@ -30,6 +30,7 @@
 #define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_IOV_MAX 64
+#define XD_WSTAGE (8u << 10)	/* a WPUT's prefix, tag and first payload bytes, read at once */
 #define XD_ACCEPT_PAUSE_MS 1000 /* listeners rest this long at the fd limit */
 #define XD_FD_RESERVE_MAX 64	/* fds peers may never take (clients, regions) */
 
@@ -68,8 +69,12 @@ struct xd_pconn {
 	struct xp_peer_hdr rx;
 	char *rx_ctrl;		 /**< control payload being read */
 	struct xd_xfer *rx_xfer; /**< DATA target (a reference), NULL to drop */
-	/* WPUT: its prefix and tag first (rx_wdata false), then its payload as DATA's */
-	uint8_t rx_wmeta[XP_WIN_MAX_META];
+	/*
+	 * WPUT: its prefix and tag first (rx_wdata false), read into rx_wstage together with as
+	 * much of a small payload as fits (one read for a small put), then the rest of its
+	 * payload as DATA's
+	 */
+	uint8_t *rx_wstage; /**< XD_WSTAGE bytes, made at the first WPUT */
 	uint32_t rx_wmeta_len;
 	bool rx_wdata;
 	/* send state: control frames first, then one DATA frame at a time */
@@ -169,6 +174,7 @@ static void pconn_free(void *arg)
 	xd_xfer_unref(pc->rx_xfer);
 	xd_xfer_unref(pc->tx_xfer);
 	free(pc->rx_ctrl);
+	free(pc->rx_wstage);
 	xd_event_free(pc->rev);
 	xd_event_free(pc->wev);
 	if (pc->fd >= 0)
@@ -546,6 +552,8 @@ static int pconn_begin_payload(struct xd_pconn *pc)
 	if (pc->rx.type == XP_PEER_WPUT) {
 		pc->rx_wmeta_len = XP_WIN_PREFIX_LEN;
 		pc->rx_wdata = false;
+		if (!pc->rx_wstage && !(pc->rx_wstage = malloc(XD_WSTAGE)))
+			return -ENOMEM;
 		return pconn_ready(pc) ? 0 : -EPROTO;
 	}
 	pc->rx_ctrl = malloc(pc->rx.length + 1);
@@ -628,10 +636,24 @@ static int pconn_finish_frame(struct xd_pconn *pc)
 	return rc;
 }
 
+/* Copies the @n payload bytes read with a WPUT's prefix into its landing (always mapped). */
+static void pconn_wstage_land(struct xd_pconn *pc, uint32_t n)
+{
+	struct iovec iov[XD_IOV_MAX];
+	const uint8_t *from = pc->rx_wstage + pc->rx_wmeta_len;
+
+	if (!pc->rx_xfer || !xd_xfer_live(pc->rx_xfer) || !xd_xfer_mapped(pc->rx_xfer))
+		return; /* (dropped: as pconn_read_data() drops what it reads) */
+	int k = xd_xfer_iov(pc->rx_xfer, 0, n, iov, XD_IOV_MAX);
+	for (int i = 0; i < k; from += iov[i].iov_len, i++)
+		memcpy(iov[i].iov_base, from, iov[i].iov_len);
+}
+
 /*
- * @r more bytes of a WPUT's prefix and tag arrived. Once they are all here, window.c says where
- * the payload lands (or that it is dropped), and the payload is read as a DATA frame's, into a
- * transfer that is exactly its range. Returns 0 or -errno.
+ * @r more bytes of a WPUT arrived in rx_wstage. Once its prefix and tag are all here, window.c
+ * says where the payload lands (or that it is dropped); the payload bytes read with them are
+ * copied there, and the rest is read as a DATA frame's, into a transfer that is exactly its
+ * range. Returns 0 or -errno.
  */
 static int pconn_wmeta_got(struct xd_pconn *pc, uint32_t r)
 {
@@ -639,23 +661,25 @@ static int pconn_wmeta_got(struct xd_pconn *pc, uint32_t r)
 	int err = 0;
 
 	pc->rx_got += r;
-	if (pc->rx_got == XP_WIN_PREFIX_LEN && pc->rx_wmeta_len == XP_WIN_PREFIX_LEN) {
-		if (xp_win_prefix_unpack(pc->rx_wmeta, &wp) < 0 || wp.length == 0 ||
+	if (pc->rx_got >= XP_WIN_PREFIX_LEN && pc->rx_wmeta_len == XP_WIN_PREFIX_LEN) {
+		if (xp_win_prefix_unpack(pc->rx_wstage, &wp) < 0 || wp.length == 0 ||
 		    (uint64_t)XP_WIN_PREFIX_LEN + wp.tag_len + wp.length != pc->rx.length)
 			return -EPROTO;
 		pc->rx_wmeta_len += wp.tag_len;
 	}
 	if (pc->rx_got < pc->rx_wmeta_len)
 		return 0;
-	pc->rx_xfer = pc->d->xfer_events->wput_target(pc->peer, pc->id, &pc->rx, pc->rx_wmeta,
+	pc->rx_xfer = pc->d->xfer_events->wput_target(pc->peer, pc->id, &pc->rx, pc->rx_wstage,
 						      pc->rx_wmeta_len, &err);
 	if (err)
 		return err;
+	uint32_t staged = pc->rx_got - pc->rx_wmeta_len;
+	pconn_wstage_land(pc, staged);
 	pc->rx_wdata = true;
 	pc->rx.length -= pc->rx_wmeta_len; /* the payload alone, at offset 0 of its landing */
 	pc->rx.offset = 0;
-	pc->rx_got = 0;
-	return 0;
+	pc->rx_got = staged;
+	return pc->rx_got == pc->rx.length ? pconn_finish_frame(pc) : 0;
 }
 
 /* One read step. Returns bytes consumed (> 0), 0 when the socket is drained, or -errno. */
@@ -673,7 +697,8 @@ static ssize_t pconn_read_step(struct xd_pconn *pc)
 				return rc;
 		}
 	} else if (pc->rx.type == XP_PEER_WPUT && !pc->rx_wdata) {
-		r = read(pc->fd, pc->rx_wmeta + pc->rx_got, pc->rx_wmeta_len - pc->rx_got);
+		uint32_t stage = pc->rx.length < XD_WSTAGE ? pc->rx.length : XD_WSTAGE;
+		r = read(pc->fd, pc->rx_wstage + pc->rx_got, stage - pc->rx_got);
 		if (r > 0) {
 			int rc = pconn_wmeta_got(pc, (uint32_t)r);
 			if (rc)
