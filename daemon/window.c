@@ -1197,6 +1197,12 @@ int xd_window_fast_start(struct xd_xfer *x)
 
 	if (!h || h->state != WH_OPEN || h->peer != x->peer)
 		return -ECANCELED;
+	/*
+	 * With nothing in flight the lane is picked again: opened right after the set came up, a
+	 * handle may have found only its first connection, which becomes the control lane.
+	 */
+	if (h->nfast == 0)
+		h->lane = 0;
 	if (!x->source) {
 		uint32_t n = fast_header(h, x, 0, (uint32_t)x->length, true, buf);
 		rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, NULL, 0, 0);
