@@ -49,7 +49,8 @@ struct opts {
 	int depths[16]; /* pipe: --depths, operations in flight */
 	int ndepths;
 	uint64_t pool; /* reg: --pool, the size of the touched pool registered once (0: none) */
-	int batch;     /* win: --batch, gets/puts per op.batch (one event each); 1: one by one */
+	int batch;     /* --batch: win: gets/puts per op.batch (one event each); pipe: pairs per
+			  op.batch on each side; 1: one by one */
 	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
 };
 
@@ -590,6 +591,67 @@ static int pipe_submit(struct bench *b, bool write, struct pipe_state *ps, int k
 	return 0;
 }
 
+/*
+ * pipe --batch: starts the pairs of slots @k0 .. @k0 + @n - 1 with two requests, an op.batch of
+ * their passive operations on the owner and one of their active operations (claims not waited
+ * for) on the other side. A slot that could not be started is marked ended with the error.
+ */
+static int pipe_submit_batch(struct bench *b, bool write, struct pipe_state *ps, int k0, int n,
+			     uint64_t seq)
+{
+	struct bench_buf *src = write ? &b->ab : &b->pb;
+	uint64_t size = ps->size, t0 = bench_now_ns();
+	struct xfer_desc pd[MAX_INFLIGHT], ad[MAX_INFLIGHT];
+	struct xfer_batch_op pops[MAX_INFLIGHT], aops[MAX_INFLIGHT];
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	size_t pmade = 0, amade = 0;
+	int err;
+
+	for (int i = 0; i < n; i++) {
+		uint64_t off = (uint64_t)(k0 + i) * size;
+		ps->slots[k0 + i] = (struct slot){ .seq = seq + (uint64_t)i, .t0 = t0 };
+		stamp_put((char *)src->buf.addr + off, size, seq + (uint64_t)i);
+		pd[i] = (struct xfer_desc){ b->pb.region, off, size };
+		ad[i] = (struct xfer_desc){ b->ab.region, off, size };
+		pops[i] = (struct xfer_batch_op){ .kind = write ? XFER_WRITABLE : XFER_READABLE,
+						  .descs = &pd[i],
+						  .n = 1 };
+	}
+	err = xfer_batch(b->pc, pops, (size_t)n, &opts, &pmade, NULL);
+	if (err)
+		bench_fail(b->pc, "xfer_batch (passive)", err);
+	for (size_t i = 0; i < pmade; i++)
+		aops[i] = (struct xfer_batch_op){ .kind = write ? XFER_WRITE : XFER_READ,
+						  .descs = &ad[i],
+						  .n = 1,
+						  .metadata = pops[i].made_metadata };
+	int aerr = pmade ? xfer_batch(b->ac, aops, pmade, &opts, &amade, NULL) : 0;
+	if (aerr)
+		bench_fail(b->ac, "xfer_batch (active)", aerr);
+	for (int i = 0; i < n; i++) {
+		struct slot *sl = &ps->slots[k0 + i];
+		if ((size_t)i < pmade)
+			free(pops[i].made_metadata);
+		sl->pop = (size_t)i < pmade ? pops[i].op : UINT64_MAX;
+		sl->aop = (size_t)i < amade ? aops[i].op : UINT64_MAX;
+		if ((size_t)i >= amade) { /* no active op: its end will not come */
+			sl->ends = (size_t)i < pmade ? 1 : 2;
+			sl->err = err ?: aerr;
+			if ((size_t)i < pmade) /* the passive one's end comes with the cancel */
+				xfer_cancel(b->pc, sl->pop);
+		}
+	}
+	return err ?: aerr;
+}
+
+/* Starts the pairs of @n slots from @k0 (one by one for n == 1, else as two batches). */
+static int pipe_start(struct bench *b, bool write, struct pipe_state *ps, int k0, int n,
+		      uint64_t seq)
+{
+	return n == 1 ? pipe_submit(b, write, ps, k0, seq) :
+			pipe_submit_batch(b, write, ps, k0, n, seq);
+}
+
 /* Delivers events of both clients until slot @k saw both ends (or 120 s passed). */
 static int pipe_wait_slot(struct bench *b, struct pipe_state *ps, int k)
 {
@@ -658,7 +720,8 @@ static int pipe_check_all(struct bench *b, bool write, uint64_t size, int depth)
 
 /*
  * Keeps @depth pairs in flight (the oldest is waited for, then its slot starts again) for
- * --seconds and at least 4 * @depth (and 64) operations.
+ * --seconds and at least 4 * @depth (and 64) operations. With --batch N the slots go in groups
+ * of N: a group is started with one op.batch on each side once all of its pairs ended.
  */
 static int pipe_cell(struct bench *b, bool write, uint64_t size, int depth, struct pipe_result *r)
 {
@@ -666,7 +729,7 @@ static int pipe_cell(struct bench *b, bool write, uint64_t size, int depth, stru
 	uint64_t min_ops = 4 * (uint64_t)depth > 64 ? 4 * (uint64_t)depth : 64, cap = 1 << 16;
 	uint64_t *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
 	struct pipe_state *ps = calloc(1, sizeof(*ps));
-	int err = 0, k;
+	int err = 0, k, g, unit = b->o->batch, groups = depth / unit;
 
 	if (!lat || !ps) {
 		free(lat);
@@ -680,20 +743,22 @@ static int pipe_cell(struct bench *b, bool write, uint64_t size, int depth, stru
 	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 31 + (write ? 7 : 0));
 	memset(dst->buf.addr, 0, size * (uint64_t)depth);
 	t0 = bench_now_ns();
-	for (k = 0; k < depth && !err; k++, started++)
-		err = pipe_submit(b, write, ps, k, started + 1);
-	for (k = 0; !err && done < started; k = (k + 1) % depth) {
-		err = pipe_finish(b, write, ps, k, &lat[done % cap]);
-		done++;
+	for (g = 0; g < groups && !err; g++, started += (uint64_t)unit)
+		err = pipe_start(b, write, ps, g * unit, unit, started + 1);
+	for (g = 0; !err && done < started; g = (g + 1) % groups) {
+		for (int i = 0; i < unit && !err; i++, done++)
+			err = pipe_finish(b, write, ps, g * unit + i, &lat[done % cap]);
 		double secs = (bench_now_ns() - t0) / 1e9;
-		if (!err && (started < min_ops || secs < b->o->seconds) && started < cap) {
-			err = pipe_submit(b, write, ps, k, started + 1);
-			started++;
+		if (!err && (started < min_ops || secs < b->o->seconds) &&
+		    started + (uint64_t)unit <= cap) {
+			err = pipe_start(b, write, ps, g * unit, unit, started + 1);
+			started += (uint64_t)unit;
 		}
 	}
 	/* After an error the rest of the pipeline still has to end before the next cell. */
-	for (; err && done + 1 < started; k = (k + 1) % depth, done++)
-		pipe_wait_slot(b, ps, k);
+	for (k = 0; err && k < depth; k++)
+		if (ps->slots[k].t0 && ps->slots[k].ends < 2)
+			pipe_wait_slot(b, ps, k);
 	uint64_t elapsed = bench_now_ns() - t0;
 	if (!err && ps->stray) {
 		fprintf(stderr, "xferbench_net: pipe: %d events for operations not in flight\n",
@@ -724,28 +789,32 @@ static int run_pipe(struct bench *b)
 	int err = 0;
 
 	if (!o->json)
-		printf("%-5s %9s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "ops",
-		       "GB/s", "p50 us", "p99 us", "us/op");
+		printf("%-5s %9s %6s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "batch",
+		       "ops", "GB/s", "p50 us", "p99 us", "us/op");
 	for (int w = 0; w < 2 && !err; w++) {
 		for (int si = 0; si < o->nsizes && !err; si++) {
 			for (int di = 0; di < o->ndepths && !err; di++) {
 				struct pipe_result r;
 				uint64_t s = o->sizes[si];
-				err = pipe_cell(b, w, s, o->depths[di], &r);
+				/* whole groups of --batch */
+				int depth = (o->depths[di] + o->batch - 1) / o->batch * o->batch;
+				if (depth > MAX_INFLIGHT)
+					depth = MAX_INFLIGHT / o->batch * o->batch;
+				err = pipe_cell(b, w, s, depth, &r);
 				if (err)
 					break;
 				if (o->json)
 					printf("{\"pipe\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-					       ",\"depth\":%d,\"ops\":%" PRIu64
+					       ",\"depth\":%d,\"batch\":%d,\"ops\":%" PRIu64
 					       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,"
 					       "\"us_per_op\":%.2f}\n",
-					       w ? "write" : "read", s, o->depths[di], r.ops,
+					       w ? "write" : "read", s, depth, o->batch, r.ops,
 					       r.gbps, r.us_p50, r.us_p99, r.us_op);
 				else
-					printf("%-5s %9s %6d %7" PRIu64
+					printf("%-5s %9s %6d %6d %7" PRIu64
 					       " %9.3f %10.1f %10.1f %9.1f\n",
 					       w ? "write" : "read",
-					       bench_fmt_size(s, sz, sizeof(sz)), o->depths[di],
+					       bench_fmt_size(s, sz, sizeof(sz)), depth, o->batch,
 					       r.ops, r.gbps, r.us_p50, r.us_p99, r.us_op);
 				fflush(stdout);
 			}
@@ -1253,7 +1322,8 @@ static void usage(FILE *f)
 		"  --sizes LIST      pipe, win: sizes (default 4K,64K,1M,16M)\n"
 		"  --depths LIST     pipe, win: operations in flight (default 1,8,16,32)\n"
 		"  --pool SIZE       reg: also register a touched pool of SIZE once (default 0)\n"
-		"  --batch N         win: post N gets/puts per op.batch, their ends as one event\n"
+		"  --batch N         win: post N gets/puts per op.batch, their ends as one event;\n"
+		"                    pipe: start N pairs with one op.batch on each side\n"
 		"                    (default 1: one call each); the depth is rounded up to N\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"

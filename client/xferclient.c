@@ -1430,19 +1430,35 @@ XFER_EXPORT int xfer_get(struct xfer_client *c, uint64_t handle, uint64_t offset
 	return window_op(c, "op.get", handle, offset, descs, n, tag, opts, op);
 }
 
-/* A read or write entry: {"method": "op.read" | "op.write", "params": {metadata, descs}}. */
+/* The method of a pairing entry: "op.readable", "op.writable", "op.read" or "op.write". */
+static const char *pairing_method(enum xfer_kind kind)
+{
+	switch (kind) {
+	case XFER_READABLE:
+		return "op.readable";
+	case XFER_WRITABLE:
+		return "op.writable";
+	case XFER_READ:
+		return "op.read";
+	default:
+		return "op.write";
+	}
+}
+
+/* A pairing entry: {"method", "params": {descs, metadata (active ones)}}. */
 static json_t *pairing_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
 {
+	bool active = o->kind == XFER_READ || o->kind == XFER_WRITE;
 	json_t *params, *e;
 
-	if (!o->metadata) {
+	if (active && !o->metadata) {
 		client_set_error(c, "batch entry %zu: a read or write needs metadata", i);
 		return NULL;
 	}
-	if (!o->descs || o->n == 0 || op_params(c, o->metadata, o->descs, o->n, NULL, &params))
+	if (!o->descs || o->n == 0 ||
+	    op_params(c, active ? o->metadata : NULL, o->descs, o->n, NULL, &params))
 		return NULL;
-	e = json_pack("{s:s, s:o}", "method", o->kind == XFER_READ ? "op.read" : "op.write",
-		      "params", params);
+	e = json_pack("{s:s, s:o}", "method", pairing_method(o->kind), "params", params);
 	if (!e)
 		client_set_error(c, "out of memory");
 	return e;
@@ -1488,14 +1504,13 @@ static json_t *batch_entry(struct xfer_client *c, const struct xfer_batch_op *o,
 	case XFER_GET:
 	case XFER_PUT:
 		return window_batch_entry(c, o, i);
+	case XFER_READABLE:
+	case XFER_WRITABLE:
 	case XFER_READ:
 	case XFER_WRITE:
 		return pairing_batch_entry(c, o, i);
 	default:
-		client_set_error(c,
-				 "batch entry %zu is not XFER_GET, XFER_PUT, XFER_READ or "
-				 "XFER_WRITE",
-				 i);
+		client_set_error(c, "batch entry %zu: unknown kind %d", i, (int)o->kind);
 		return NULL;
 	}
 }
@@ -1531,15 +1546,24 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 	return *out ? 0 : -ENOMEM;
 }
 
-/* Fills ops[i].op from {"results": [...], "failed"?, "message"?}; returns how many. */
-static size_t batch_results(const json_t *result, struct xfer_batch_op *ops, size_t n)
+/*
+ * Fills ops[i].op (and the metadata of passive entries) from {"results": [...], "failed"?,
+ * "message"?}; returns how many.
+ */
+static size_t batch_results(struct xfer_client *c, const json_t *result, struct xfer_batch_op *ops,
+			    size_t n)
 {
 	const json_t *arr = json_object_get(result, "results");
 	size_t i;
 
-	for (i = 0; i < n && i < json_array_size(arr); i++)
-		if (xp_get_u64(json_array_get(arr, i), "op", &ops[i].op) < 0)
+	for (i = 0; i < n && i < json_array_size(arr); i++) {
+		const json_t *r = json_array_get(arr, i);
+		if (xp_get_u64(r, "op", &ops[i].op) < 0)
 			break;
+		if ((ops[i].kind == XFER_READABLE || ops[i].kind == XFER_WRITABLE) &&
+		    result_strdup(c, r, "metadata", &ops[i].made_metadata) < 0)
+			break;
+	}
 	return i;
 }
 
@@ -1563,7 +1587,7 @@ XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, siz
 	if (!rc)
 		rc = client_request(c, "op.batch", params, -1, &result);
 	if (!rc) {
-		made = batch_results(result, ops, n);
+		made = batch_results(c, result, ops, n);
 		if (batch && xp_get_u64(result, "batch", batch) < 0)
 			*batch = 0;
 		if (json_object_get(result, "failed")) {

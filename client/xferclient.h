@@ -301,18 +301,20 @@ XFER_EXPORT int xfer_get(struct xfer_client *c, uint64_t handle, uint64_t offset
 			 const struct xfer_op_opts *opts, uint64_t *op);
 
 /*
- * One entry of a batch: a get or put on a window, or a read or write of a pairing (an active
- * operation on another's metadata, as xfer_read()/xfer_write() with XFER_OP_NOWAIT: a refused
- * claim is the operation's end).
+ * One entry of a batch: a get or put on a window; a readable or writable (the passive side of
+ * a pairing; its metadata comes back in .made_metadata); or a read or write (the active side,
+ * on another's metadata, as xfer_read()/xfer_write() with XFER_OP_NOWAIT: a refused claim is
+ * the operation's end).
  */
 struct xfer_batch_op {
-	enum xfer_kind kind;	 /* XFER_GET, XFER_PUT, XFER_READ or XFER_WRITE */
+	enum xfer_kind kind;
 	uint64_t handle, offset; /* XFER_GET, XFER_PUT */
 	const struct xfer_desc *descs;
 	size_t n;
 	union {
 		const char *tag;      /* XFER_GET, XFER_PUT: NULL: none */
 		const char *metadata; /* XFER_READ, XFER_WRITE: the passive side's */
+		char *made_metadata;  /* XFER_READABLE, XFER_WRITABLE: out, malloc'd: free() it */
 	};
 	uint64_t op; /* out: the operation's id */
 };
@@ -324,7 +326,7 @@ struct xfer_batch_op {
 #define XFER_OP_BATCH_EVENT 0x2u
 
 /*
- * Posts @n gets, puts, reads and writes (at most 1024) in one request; @opts (may be NULL) applies to each
+ * Posts @n entries (at most 1024) in one request; @opts (may be NULL) applies to each
  * (deadline, XFER_OP_RELEASE_ON_END, XFER_OP_BATCH_EVENT). Returns 0 with every ops[i].op
  * filled and *batch (may be NULL; 0 without XFER_OP_BATCH_EVENT) the id its event will carry,
  * or -errno: then *done (may be NULL) says how many of the first entries were made (their op

@@ -16,7 +16,9 @@
 #      (message rate), 64 KiB, 1 MiB and 16 MiB, node 0 -> node 1
 #   5. xferd pairings kept 1/8/16/32 in flight (xferbench_net pipe: the oldest is waited for,
 #      then its slot starts again; ends taken from notifications, release_on_end) at the same
-#      sizes: GB/s, per-operation latency p50/p99, ratio to UCX tag_bw of the same size
+#      sizes: GB/s, per-operation latency p50/p99, ratio to UCX tag_bw of the same size; then
+#      8/16/32 in flight started in groups of 8 (--batch 8: one op.batch of passive operations
+#      on node 0 and one of active operations on node 1 per group)
 #   6. registration (xferbench_net reg): register+deregister of a resident 1 MiB (and 4 KiB)
 #      memfd per second, and registering a --pool (4 GiB) memfd the client already touched
 #   7. windows (xferbench_net win): one-sided gets (bytes 0 -> 1) and puts (1 -> 0) on a
@@ -254,6 +256,15 @@ if [ "$FILES_ONLY" = 0 ]; then
 		--sizes "$PIPE_SIZES" --depths "$DEPTHS" --seconds "$PIPE_SECS" --json \
 		>>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
 		echo "bench-net.sh: xferbench_net pipe failed:" >&2
+		cat "$RUN/pipe.err" >&2
+		exit 1
+	fi
+	echo "xferd: pairings in batches of 8 (one op.batch on each side), 8,16,32 in flight," \
+		"at $PIPE_SIZES ..."
+	if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" \
+		--active "$(xc_sock 1)" --sizes "$PIPE_SIZES" --depths 8,16,32 --batch 8 \
+		--seconds "$PIPE_SECS" --json >>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
+		echo "bench-net.sh: xferbench_net pipe --batch 8 failed:" >&2
 		cat "$RUN/pipe.err" >&2
 		exit 1
 	fi
@@ -505,27 +516,31 @@ if ucx:
 if pipe:
     print()
     print("xferd pairings kept N in flight (readable/read and writable/write; latency from the"
-          " passive call to both ends):")
-    print(f"{'kind':>5} {'size':>9} {'N':>3} {'ops':>6} {'GB/s':>7} {'ops/s':>8} {'p50 us':>9}"
-          f" {'p99 us':>9} {'us/op':>7} {'/tag_bw':>8} {'/put_bw':>8}")
+          " passive call to both ends), B started per op.batch on each side (1: a call each):")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
+          f" {'p50 us':>9} {'p99 us':>9} {'us/op':>7} {'/tag_bw':>8} {'/put_bw':>8}")
     result["pipe"] = []
     for r in pipe:
         tg = ucx.get(("tag_bw", r["size"]), {}).get("GBps", 0)
         pt = ucx.get(("put_bw", r["size"]), {}).get("GBps", 0)
         rt, rp = (r["gbps"] / tg if tg else 0), (r["gbps"] / pt if pt else 0)
-        print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r['ops']:6d} {r['gbps']:7.3f}"
+        print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r.get('batch', 1):2d}"
+              f" {r['ops']:6d} {r['gbps']:7.3f}"
               f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
               f" {r['us_per_op']:7.1f} {rt:8.2f} {rp:8.2f}")
         result["pipe"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp})
     for kind in ("read", "write"):
-        c = [r for r in pipe if r["kind"] == kind and r["size"] == 65536 and r["depth"] == 8]
-        tg = ucx.get(("tag_bw", 65536), {}).get("GBps", 0)
-        if c and tg:
-            print(f"target: {kind} 64 KiB, 8 in flight: {c[0]['gbps'] / tg:.2f}x UCX tag_bw"
-                  " (target >= 0.5x)")
+        for batch in (1, 8):
+            c = [r for r in pipe if r["kind"] == kind and r["size"] == 65536 and r["depth"] == 8
+                 and r.get("batch", 1) == batch]
+            tg = ucx.get(("tag_bw", 65536), {}).get("GBps", 0)
+            if c and tg:
+                print(f"target: {kind} 64 KiB, 8 in flight, {batch} per request:"
+                      f" {c[0]['gbps'] / tg:.2f}x UCX tag_bw (target >= 0.5x)")
     for kind in ("read", "write"):
         for sz in sorted({r["size"] for r in pipe}):
-            c = {r["depth"]: r["us_per_op"] for r in pipe if r["kind"] == kind and r["size"] == sz}
+            c = {r["depth"]: r["us_per_op"] for r in pipe if r["kind"] == kind and r["size"] == sz
+                 and r.get("batch", 1) == 1}
             if 8 in c and 32 in c:
                 print(f"  per-op cost {kind} {fmt(sz)}: 32 in flight {c[32]:.1f} us vs 8 in flight"
                       f" {c[8]:.1f} us ({c[32] / c[8]:.2f}x; must not grow)")
