@@ -172,6 +172,8 @@ wait_line()
 
 # firstline FILE: the first line of FILE, or "(empty)".
 firstline() { local l=; [ -f "$1" ] && IFS= read -r l <"$1"; echo "${l:-(empty)}"; }
+# lastline FILE: its last line, where a failing client says why (warnings come first).
+lastline() { local l=; [ -f "$1" ] && l=$(tail -n 1 "$1"); echo "${l:-(empty)}"; }
 
 # mkdata NAME SIZE: a file of SIZE random bytes in $DATA (made once); prints its path.
 mkdata()
@@ -251,9 +253,9 @@ xfer_outcome()
 	local kind=$1 src=$2 dst=$3 w=$4 arc=$5 prc=$6
 	WHY=''
 	if [ "$arc" -ne 0 ]; then
-		WHY="$kind exited $arc: $(firstline "$w.a.err")"
+		WHY="$kind exited $arc: $(lastline "$w.a.err")"
 	elif [ "$prc" -ne 0 ]; then
-		WHY="$(passive_of "$kind") exited $prc: $(firstline "$w.p.err")"
+		WHY="$(passive_of "$kind") exited $prc: $(lastline "$w.p.err")"
 	elif ! cmp -s "$src" "$dst"; then
 		WHY="bytes differ: $(cmp "$src" "$dst" 2>&1 | head -n 1)"
 	fi
