@@ -445,16 +445,31 @@ static bool pconn_start_wframe(struct xd_pconn *pc)
 	return false;
 }
 
-/* Writes what it can of the head control frame. Returns bytes written, or -errno. */
+/*
+ * Writes what it can of the queued control frames, up to XD_IOV_MAX of them in one sendmsg: the
+ * CLAIMs (or CLAIM_OKs, DONEs) of a batch of pairings cost one system call, not one each.
+ * Returns bytes written, or -errno.
+ */
 static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
 {
+	struct iovec iov[XD_IOV_MAX];
+	struct msghdr mh = { .msg_iov = iov };
 	struct xd_frame *f = STAILQ_FIRST(&pc->ctrlq);
-	ssize_t w = send(pc->fd, f->data + pc->ctrl_sent, f->len - pc->ctrl_sent, MSG_NOSIGNAL);
 
+	iov[mh.msg_iovlen++] = (struct iovec){ f->data + pc->ctrl_sent, f->len - pc->ctrl_sent };
+	for (f = STAILQ_NEXT(f, link); f && mh.msg_iovlen < XD_IOV_MAX; f = STAILQ_NEXT(f, link))
+		iov[mh.msg_iovlen++] = (struct iovec){ f->data, f->len };
+	ssize_t w = sendmsg(pc->fd, &mh, MSG_NOSIGNAL);
 	if (w < 0)
 		return errno == EAGAIN ? 0 : -errno;
-	pc->ctrl_sent += (uint32_t)w;
-	if (pc->ctrl_sent == f->len) {
+	for (size_t left = (size_t)w; left > 0;) {
+		f = STAILQ_FIRST(&pc->ctrlq);
+		size_t need = f->len - pc->ctrl_sent;
+		if (left < need) {
+			pc->ctrl_sent += (uint32_t)left;
+			break;
+		}
+		left -= need;
 		STAILQ_REMOVE_HEAD(&pc->ctrlq, link);
 		pc->ctrlq_bytes -= (uint32_t)(sizeof(*f) + f->len);
 		free(f);
