@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -53,9 +52,9 @@ async def pair(pas, act, pbuf, abuf, write):
         p = await pas.create_readable(pbuf)
         t1 = time.perf_counter_ns()
         a = await act.begin_read(p.metadata(), abuf)
-    await a.wait_for_completion(60)
+    await a.wait_for_completion()  # no deadline, as the C client's xfer_wait(-1)
     t2 = time.perf_counter_ns()
-    await p.wait_for_completion(60)
+    await p.wait_for_completion()
     return t0, t1, t2
 
 
@@ -79,7 +78,13 @@ async def bench_size(pas, act, size, iters):
         if i >= 0:
             reads.append(t2 - t1)
             writes.append(u2 - u1)
-    return statistics.median(reads), statistics.median(writes)
+    return pct(reads, 50), pct(writes, 50), pct(reads, 99), pct(writes, 99)
+
+
+def pct(v, p):
+    """The @p-th percentile of @v as the C client computes it (bench_percentile)."""
+    v = sorted(v)
+    return v[min(len(v) - 1, len(v) * p // 100)]
 
 
 async def bench_latency(pas, act):
@@ -91,8 +96,7 @@ async def bench_latency(pas, act):
         t0, _, t2 = await pair(pas, act, ps, ds, False)
         if i >= 0:
             rounds.append(t2 - t0)
-    rounds.sort()
-    return rounds[len(rounds) // 2], rounds[min(len(rounds) - 1, len(rounds) * 99 // 100)]
+    return pct(rounds, 50), pct(rounds, 99)
 
 
 def iters_for(size, forced):
@@ -107,13 +111,15 @@ async def main_async(a):
     ) as act:
         print("xferbench.py: the Python package on the same daemon; time per op = claim to "
               "active-side COMPLETE, median")
-        print("%9s %5s %8s %8s %9s %9s  %s" % ("size", "iters", "read", "write", "read us", "write us", "verified"))
-        print("%9s %5s %8s %8s" % ("", "", "GB/s", "GB/s"))
+        print("%9s %5s %8s %8s %9s %9s %9s %9s  %s" % (
+            "size", "iters", "read", "write", "read us", "write us", "read p99", "write p99", "verified"))
+        print("%9s %5s %8s %8s %9s %9s %9s %9s" % ("", "", "GB/s", "GB/s", "p50", "p50", "us", "us"))
         for size in sizes:
-            r, w = await bench_size(pas, act, size, iters_for(size, a.iters))
+            r, w, r99, w99 = await bench_size(pas, act, size, iters_for(size, a.iters))
             results[size] = (r, w)
-            print("%9s %5d %8.2f %8.2f %9.1f %9.1f  yes" % (
-                fmt_size(size), iters_for(size, a.iters), size / r, size / w, r / 1e3, w / 1e3), flush=True)
+            print("%9s %5d %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f  yes" % (
+                fmt_size(size), iters_for(size, a.iters), size / r, size / w, r / 1e3, w / 1e3,
+                r99 / 1e3, w99 / 1e3), flush=True)
         med, p99 = await bench_latency(pas, act)
         print("\nsmall-op latency, %d B, %d rounds after 10 warm-up: create_readable + begin_read + "
               "both ends seen:\n  median %.1f us, p99 %.1f us" % (LAT_SIZE, LAT_ITERS, med / 1e3, p99 / 1e3))

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import ctypes
 import enum
+import itertools
 import errno
 import json
 import re
@@ -37,19 +38,30 @@ _TERMINAL = (OperationStatus.COMPLETE, OperationStatus.CANCELLED, OperationStatu
 
 
 class _Event:
-    """A snapshot of one op.changed (struct xfer_op_info is only valid during the callback)."""
+    """A copy of one op.changed with struct xfer_op_info's fields (that struct is only valid
+    during the callback): kept for an operation whose object does not exist yet, and made for
+    ends that happen here (cancel, release, a lost connection)."""
 
     __slots__ = ("op", "state", "bytes", "error", "cause", "transport", "peer")
 
     def __init__(self, info):
         self.op = info.op
-        self.state = OperationStatus(info.state)
+        self.state = int(info.state)
         self.bytes = info.bytes
         self.error = info.error
-        self.cause = info.cause.decode("utf-8", "replace")
-        self.transport = info.transport.decode("ascii", "replace")
-        self.peer = info.peer.decode("ascii", "replace")
+        self.cause = info.cause
+        self.transport = info.transport
+        self.peer = info.peer
 
+    @classmethod
+    def local(cls, op, state, err, message):
+        ev = cls.__new__(cls)
+        ev.op, ev.state, ev.bytes, ev.error = op.id, int(state), op.bytes, err
+        ev.cause, ev.transport, ev.peer = message.encode(), b"", b""
+        return ev
+
+
+_STATES = tuple(OperationStatus)
 
 _NODE = re.compile(rb'"node":\s*"([0-9a-f]{32})"')
 
@@ -57,15 +69,25 @@ _NODE = re.compile(rb'"node":\s*"([0-9a-f]{32})"')
 def _metadata_node(metadata):
     """The owner's node id named in @metadata, or None when it does not say (the daemon then
     refuses it with the reason). Only the head is decoded: the node comes first, and this runs
-    on every begin_read/begin_write."""
+    on every begin_read/begin_write; heads repeat (same owner, same kind), so they are cached."""
     if not metadata.startswith("xfer1."):
         return None
-    try:
-        head = metadata[6:166]
-        m = _NODE.search(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    except ValueError:
-        return None
-    return m.group(1).decode() if m else None
+    head = metadata[6:166]
+    node = _node_cache.get(head[:96])
+    if node is None:
+        try:
+            m = _NODE.search(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+        except ValueError:
+            return None
+        node = m.group(1).decode() if m else ""
+        if m and m.end() <= 72:  # the node lies in the 96 characters of the key
+            if len(_node_cache) > 256:
+                _node_cache.clear()
+            _node_cache[head[:96]] = node
+    return node or None
+
+
+_node_cache = {}
 
 
 async def _within(fut, timeout):
@@ -104,7 +126,7 @@ class Operation:
         self._connector = connector
         self.id = op_id
         self.descriptors = descs
-        self.status = status
+        self._status = status
         self.error = None
         self.bytes = 0
         self.transport = ""
@@ -112,51 +134,58 @@ class Operation:
         self._futures = []
         self._released = False
 
+    @property
+    def status(self):
+        """The OperationStatus, current: events waiting on the connection are taken first."""
+        if self._status not in _TERMINAL:
+            self._connector._refresh()
+        return self._status
+
     def __repr__(self):
-        return "<%s op %d %s>" % (type(self).__name__, self.id, self.status.name)
+        return "<%s op %d %s>" % (type(self).__name__, self.id, self._status.name)
 
     # -- events --
 
-    def _apply(self, ev):
-        if self.status in _TERMINAL:
+    def _apply(self, info):
+        """One op.changed: @info is the library's struct xfer_op_info or an _Event (the same
+        fields). Runs for every event of every operation: kept short."""
+        if self._status >= OperationStatus.COMPLETE:
             return
-        self.status = ev.state
-        self.bytes = ev.bytes
-        self.transport = ev.transport or self.transport
-        self.peer = ev.peer or self.peer
-        if ev.state not in _TERMINAL:
+        state = self._status = _STATES[info.state]
+        self.bytes = info.bytes
+        if not self.transport and info.transport:
+            self.transport = info.transport.decode("ascii", "replace")
+            self.peer = info.peer.decode("ascii", "replace")
+        if state < OperationStatus.COMPLETE:
             return
-        if ev.state == OperationStatus.COMPLETE:
+        if state == OperationStatus.COMPLETE:
             if self._lands_here():
                 for d in self.descriptors:
                     d._stage_out()
         else:
+            cause = info.cause.decode("utf-8", "replace")
             self.error = XferError(
-                ev.error or errno.EIO, ev.cause or "operation %d ended %s" % (self.id, ev.state.name),
+                info.error or errno.EIO, cause or "operation %d ended %s" % (self.id, state.name),
                 op=self.id,
             )
         self._connector._op_ended(self)
-        self._wake()
+        if self._futures:
+            self._wake()
 
     def _end_locally(self, state, err, message):
-        self._apply(
-            type("E", (), dict(op=self.id, state=state, bytes=self.bytes, error=err, cause=message,
-                               transport="", peer=""))()
-        )
+        self._apply(_Event.local(self, state, err, message))
 
     def _lands_here(self):
         return False
 
     def _wake(self):
         futures, self._futures = self._futures, []
+        self._connector._waiting -= len(futures)
+        running = asyncio._get_running_loop()  # None outside a loop, unlike get_running_loop()
         for fut in futures:
             loop = fut.get_loop()
             if loop.is_closed():
                 continue
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
             if running is loop:
                 if not fut.done():
                     fut.set_result(None)
@@ -169,8 +198,8 @@ class Operation:
         return self.status in _TERMINAL
 
     def _result(self):
-        if self.status == OperationStatus.COMPLETE:
-            return self.status
+        if self._status == OperationStatus.COMPLETE:
+            return self._status
         raise self.error
 
     async def wait_for_completion(self, timeout=None):
@@ -179,14 +208,15 @@ class Operation:
         raises XferError for ERRORED or CANCELLED (also kept in ``error``), TimeoutError when
         @timeout seconds passed first (the operation goes on).
         """
-        if not self.done():
+        if self._status not in _TERMINAL:
             # Its end may already be waiting on the socket: taken now, it costs no turn of the
             # loop (one non-blocking read; never a poll loop).
             self._connector.dispatch()
-        if not self.done():
+        if self._status not in _TERMINAL:
             self._connector._attach_loop()
             fut = asyncio.get_running_loop().create_future()
             self._futures.append(fut)
+            self._connector._waiting += 1
             if timeout is None:
                 await fut
             else:
@@ -194,7 +224,7 @@ class Operation:
                     await _within(fut, timeout)
                 except (asyncio.TimeoutError, TimeoutError):
                     raise TimeoutError(
-                        "op %d is still %s after %s s" % (self.id, self.status.name, timeout)
+                        "op %d is still %s after %s s" % (self.id, self._status.name, timeout)
                     ) from None
         return self._result()
 
@@ -204,7 +234,7 @@ class Operation:
         while not self.done():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise TimeoutError("op %d is still %s after %s s" % (self.id, self.status.name, timeout))
+                raise TimeoutError("op %d is still %s after %s s" % (self.id, self._status.name, timeout))
             self._connector._wait_readable(left)
             self._connector.dispatch()
         return self._result()
@@ -282,6 +312,9 @@ class WriteOperation(Operation):
     kind = "write"
 
 
+_serials = itertools.count(1)
+
+
 class Connector:
     """
     A connection to the node's xferd (``socket``: its path; None: $XFERD_SOCKET, else
@@ -291,6 +324,7 @@ class Connector:
 
     def __init__(self, socket=None, name=None):
         self._lock = threading.RLock()
+        self._serial = next(_serials)  # unlike id(), never reused: keys Descriptor's caches
         self._c = ctypes.c_void_p()
         self._closed = False
         self._ops = {}
@@ -300,6 +334,10 @@ class Connector:
         self._live_regions = set()
         self._dead_regions = []
         self._loop = None
+        self._waiting = 0  # futures of this connector's operations not yet woken
+        self._reading = False  # the fd is on self._loop
+        self._in_dispatch = False
+        self._windows = {}  # window id -> Window this connector owns
         self._error_lost = None
         rc = lib.xfer_connect(
             socket.encode() if socket else None,
@@ -316,7 +354,7 @@ class Connector:
             conn = me()
             if conn is not None:
                 try:
-                    conn._on_event(_Event(info.contents))
+                    conn._on_event(info[0])
                 except Exception as e:  # never into C: ctypes would only print it
                     conn._error_lost = e
 
@@ -330,7 +368,7 @@ class Connector:
 
     async def initialize(self):
         """nixl_connect's step; connecting already happened. Returns self."""
-        self._attach_loop()
+        self._use_loop()
         return self
 
     def close(self):
@@ -353,7 +391,7 @@ class Connector:
             pass
 
     async def __aenter__(self):
-        self._attach_loop()
+        self._use_loop()
         return self
 
     async def __aexit__(self, *exc):
@@ -393,24 +431,29 @@ class Connector:
 
     # -- events --
 
-    def _on_event(self, ev):
-        op = self._ops.get(ev.op)
+    def _on_event(self, info):
+        """One op.changed (struct xfer_op_info, valid during this call, or an _Event)."""
+        op = self._ops.get(info.op)
         if op is not None:
-            op._apply(ev)
+            op._apply(info)
         elif self._creating:
             # The op's end may come inside the call that creates it, before its object exists.
-            self._early.setdefault(ev.op, []).append(ev)
+            self._early.setdefault(info.op, []).append(_Event(info))
 
     def _op_ended(self, op):
-        if self._ops.get(op.id) is op and (op.done() or op._released):
+        if self._ops.get(op.id) is op and (op._status in _TERMINAL or op._released):
             del self._ops[op.id]
 
     def dispatch(self):
         """Takes every event waiting on the connection (non-blocking). Returns how many."""
         with self._lock:
-            if self._closed:
+            if self._closed or self._in_dispatch:
                 return 0
-            n = lib.xfer_dispatch(self._c)
+            self._in_dispatch = True
+            try:
+                n = lib.xfer_dispatch(self._c)
+            finally:
+                self._in_dispatch = False
         if n < 0:
             self._lost(n)
             return 0
@@ -418,6 +461,11 @@ class Connector:
             e, self._error_lost = self._error_lost, None
             raise e
         return n
+
+    def _refresh(self):
+        """Takes waiting events unless the loop does it anyway (or we are inside delivery)."""
+        if not self._reading and not self._closed and not self._in_dispatch:
+            self.dispatch()
 
     def _lost(self, rc):
         """The daemon went away: every live operation ends ERRORED with why."""
@@ -431,18 +479,45 @@ class Connector:
         p.register(self.fd, select.POLLIN)
         p.poll(None if timeout is None else max(0, int(timeout * 1000) + 1))
 
-    def _attach_loop(self):
+    # The fd is on the loop only while something needs events pushed: an awaited operation or
+    # window notification, an owned window, or many live operations (their events must not
+    # pile up unread: the daemon drops a client 4096 packets behind). Otherwise events wait in
+    # the socket and are taken by the next call, await or look at ``status``: a connector
+    # nobody waits on is not woken for events nobody waits for (the passive side's
+    # IN_PROGRESS while the loop waits for the active side cost a wakeup per transfer).
+    _MANY_OPS = 512
+
+    def _use_loop(self):
+        """Remembers the running loop (the async calls run on it)."""
         loop = asyncio.get_running_loop()
-        if self._loop is loop or self._closed:
-            return
-        self._detach_loop()
-        loop.add_reader(self.fd, self.dispatch)
-        self._loop = loop
+        if self._loop is not loop and not self._closed:
+            self._detach_loop()
+            self._loop = loop
+
+    def _attach_loop(self):
+        """Puts the fd on the running loop (someone waits for an event)."""
+        self._use_loop()
+        if not self._reading and not self._closed:
+            self._loop.add_reader(self.fd, self._on_readable)
+            self._reading = True
 
     def _detach_loop(self):
-        if self._loop is not None and not self._loop.is_closed():
+        if self._reading and self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self.fd)
+        self._reading = False
         self._loop = None
+
+    def _needs_reader(self):
+        return self._waiting > 0 or self._windows or len(self._ops) >= self._MANY_OPS
+
+    def _on_readable(self):
+        # Only a wakeup that nobody waited for takes the fd off the loop: one that ended a wait
+        # leaves it on for the next (add_reader/remove_reader per operation cost more).
+        idle = not self._needs_reader()
+        self.dispatch()
+        if idle and self._reading and not self._needs_reader():
+            self._loop.remove_reader(self.fd)
+            self._reading = False
 
     # -- memory --
 
@@ -484,62 +559,75 @@ class Connector:
     # -- operations --
 
     def _c_descs(self, descs):
+        if len(descs) == 1:
+            return descs[0]._c_array(self)
         arr = (_clib.XferDesc * len(descs))()
         for i, d in enumerate(descs):
             arr[i].region, arr[i].offset, arr[i].length = d._desc_for(self)
         return arr
 
+    _OPTS = {
+        active: _clib.XferOpOpts(
+            0, _clib.XFER_OP_RELEASE_ON_END | (_clib.XFER_OP_NOWAIT if active else 0)
+        )
+        for active in (False, True)
+    }
+
     def _opts(self, timeout, active):
+        if timeout is None:
+            return self._OPTS[active]  # read-only for the library: shared
         flags = _clib.XFER_OP_RELEASE_ON_END | (_clib.XFER_OP_NOWAIT if active else 0)
-        ms = 0 if timeout is None else max(1, int(timeout * 1000))
-        return _clib.XferOpOpts(ms, flags)
+        return _clib.XferOpOpts(max(1, int(timeout * 1000)), flags)
 
-    def _adopt(self, op, early):
-        self._ops[op.id] = op
-        for ev in early.get(op.id, ()):
-            op._apply(ev)
-        return op
-
-    def _create(self, fn, descs, timeout, extra_args, make):
-        """Runs a creating call; events that arrive inside it wait for the op's object."""
-        self._flush_dead_regions()
-        arr = self._c_descs(descs)
-        op_id = ctypes.c_uint64()
+    def _create(self, fn, args, op_id):
+        """Runs creating call @fn(c, *@args), which fills @op_id. Returns the id and the events
+        that arrived inside the call (before the op's object exists) by op id."""
+        if self._dead_regions:
+            self._flush_dead_regions()
         with self._lock:
             self._creating += 1
             try:
-                self._c_call(fn, *extra_args(arr, op_id))
+                self._c_call(fn, *args)
             finally:
                 self._creating -= 1
                 early = self._early
-                if not self._creating:
+                if not self._creating and early:
                     self._early = {}
-        return self._adopt(make(op_id.value), early)
+        return op_id.value, early
+
+    def _adopt(self, op, early):
+        self._ops[op.id] = op
+        if early:
+            for ev in early.get(op.id, ()):
+                op._apply(ev)
+        return op
 
     def _passive(self, fn, cls, descs, timeout):
-        descs = _descriptors(descs)
+        descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
         if cls is ReadableOperation:
             for d in descs:
                 d._stage_in()
         meta = ctypes.c_void_p()
-        opts = self._opts(timeout, False)
-        args = lambda arr, op_id: (arr, len(descs), ctypes.byref(opts), ctypes.byref(op_id), ctypes.byref(meta))
-        return self._create(
-            fn, descs, timeout, args, lambda i: cls(self, i, descs, _clib.take_string(meta.value))
-        )
+        op_id = ctypes.c_uint64()
+        args = (self._c_descs(descs), len(descs), ctypes.byref(self._opts(timeout, False)),
+                ctypes.byref(op_id), ctypes.byref(meta))
+        i, early = self._create(fn, args, op_id)
+        return self._adopt(cls(self, i, descs, _clib.take_string(meta.value)), early)
 
     def _active(self, fn, cls, metadata, descs, timeout):
-        if not isinstance(metadata, str):
+        if type(metadata) is not str:
             raise XferError(errno.EINVAL, "metadata must be the str from the passive side's metadata()")
-        descs = _descriptors(descs)
+        descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
         if cls is WriteOperation:
             for d in descs:
                 d._stage_in()
-        opts = self._opts(timeout, True)
         local = _metadata_node(metadata) == self.node
         status = OperationStatus.IN_PROGRESS if local else OperationStatus.INITIALIZED
-        args = lambda arr, op_id: (metadata.encode(), arr, len(descs), ctypes.byref(opts), ctypes.byref(op_id))
-        return self._create(fn, descs, timeout, args, lambda i: cls(self, i, descs, status))
+        op_id = ctypes.c_uint64()
+        args = (metadata.encode(), self._c_descs(descs), len(descs),
+                ctypes.byref(self._opts(timeout, True)), ctypes.byref(op_id))
+        i, early = self._create(fn, args, op_id)
+        return self._adopt(cls(self, i, descs, status), early)
 
     # Blocking forms (scripts): each returns the operation at once.
     def readable(self, descs, timeout=None):
@@ -557,21 +645,21 @@ class Connector:
     # nixl_connect's names, on asyncio.
     async def create_readable(self, descs, timeout=None):
         """Offers @descs to be read once. Returns a ReadableOperation (its metadata() to send)."""
-        self._attach_loop()
+        self._use_loop()
         return self.readable(descs, timeout)
 
     async def create_writable(self, descs, timeout=None):
         """Offers @descs to be written once. Returns a WritableOperation."""
-        self._attach_loop()
+        self._use_loop()
         return self.writable(descs, timeout)
 
     async def begin_read(self, metadata, descs, timeout=None):
         """Reads readable @metadata's bytes into @descs. Returns a ReadOperation at once; a
         refused claim ends it ERRORED with the owner's reason."""
-        self._attach_loop()
+        self._use_loop()
         return self.read(metadata, descs, timeout)
 
     async def begin_write(self, metadata, descs, timeout=None):
         """Writes @descs into writable @metadata's buffer. Returns a WriteOperation at once."""
-        self._attach_loop()
+        self._use_loop()
         return self.write(metadata, descs, timeout)

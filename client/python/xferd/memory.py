@@ -18,7 +18,7 @@ import threading
 import warnings
 import weakref
 
-from ._clib import XferError
+from ._clib import XferDesc, XferError
 
 PAGE = mmap.PAGESIZE
 _ALIGN = 256  # of tensors carved from a pool: cache lines, and every dtype's alignment
@@ -294,7 +294,8 @@ class Descriptor:
         self.offset = (self._staging.__array_interface__["data"][0] if self.staged else addr) - (
             block.addr
         )
-        self._regions = {}  # connector id -> region
+        self._regions = {}  # connector serial -> region
+        self._arrays = {}  # connector serial -> (region, struct xfer_desc[1]) for the C calls
 
     def __len__(self):
         return self.nbytes
@@ -304,15 +305,27 @@ class Descriptor:
 
     def register_memory(self, connector):
         """Registers the memory this lies in with @connector (once: idempotent). Returns self."""
-        self._regions[id(connector)] = connector._region_for(self._block)
+        self._regions[connector._serial] = connector._region_for(self._block)
         return self
 
     def _desc_for(self, connector):
-        region = self._regions.get(id(connector))
+        region = self._regions.get(connector._serial)
         if region is None or not connector._region_live(region):
             self.register_memory(connector)
-            region = self._regions[id(connector)]
+            region = self._regions[connector._serial]
         return region, self.offset, self.nbytes
+
+    def _c_array(self, connector):
+        """A one-element struct xfer_desc array for @connector's calls, built once per region."""
+        cached = self._arrays.get(connector._serial)
+        if cached is not None and cached[0] in connector._live_regions:
+            return cached[1]
+        region = self._desc_for(connector)[0]
+        if cached is None or cached[0] != region:
+            arr = (XferDesc * 1)()
+            arr[0].region, arr[0].offset, arr[0].length = region, self.offset, self.nbytes
+            cached = self._arrays[connector._serial] = (region, arr)
+        return cached[1]
 
     def _stage_in(self):
         if self.staged:
