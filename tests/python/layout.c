@@ -37,8 +37,33 @@ int main(void)
 	FIELD(xfer_op_opts, timeout_ms);
 	FIELD(xfer_op_opts, flags);
 	END(xfer_op_opts);
+	printf(", \"xfer_window_event\": {");
+	FIELD(xfer_window_event, type);
+	FIELD(xfer_window_event, window);
+	FIELD(xfer_window_event, tag);
+	FIELD(xfer_window_event, kind);
+	FIELD(xfer_window_event, offset);
+	FIELD(xfer_window_event, bytes);
+	FIELD(xfer_window_event, peer);
+	FIELD(xfer_window_event, handle);
+	FIELD(xfer_window_event, error);
+	FIELD(xfer_window_event, cause);
+	END(xfer_window_event);
+	printf(", \"xfer_batch_op\": {");
+	FIELD(xfer_batch_op, kind);
+	FIELD(xfer_batch_op, handle);
+	FIELD(xfer_batch_op, offset);
+	FIELD(xfer_batch_op, descs);
+	FIELD(xfer_batch_op, n);
+	FIELD(xfer_batch_op, tag);
+	FIELD(xfer_batch_op, op);
+	END(xfer_batch_op);
 	printf(", \"enums\": {\"XFER_COMPLETE\": %d, \"XFER_ERRORED\": %d, \"XFER_WRITE\": %d, "
-	       "\"XFER_OP_RELEASE_ON_END\": %u, \"XFER_OP_NOWAIT\": %u}}\n",
-	       XFER_COMPLETE, XFER_ERRORED, XFER_WRITE, XFER_OP_RELEASE_ON_END, XFER_OP_NOWAIT);
+	       "\"XFER_GET\": %d, \"XFER_PUT\": %d, \"XFER_OP_RELEASE_ON_END\": %u, "
+	       "\"XFER_OP_NOWAIT\": %u, \"XFER_WINDOW_ONE_OPENER\": %u, \"XFER_FILE_SYNC\": %u, "
+	       "\"XFER_WINDOW_CLOSED\": %d, \"XFER_ACCESS_READWRITE\": %d}}\n",
+	       XFER_COMPLETE, XFER_ERRORED, XFER_WRITE, XFER_GET, XFER_PUT, XFER_OP_RELEASE_ON_END,
+	       XFER_OP_NOWAIT, XFER_WINDOW_ONE_OPENER, XFER_FILE_SYNC, XFER_WINDOW_CLOSED,
+	       XFER_ACCESS_READWRITE);
 	return 0;
 }

@@ -229,3 +229,67 @@ def test_kv_example_across_nodes(cluster):
     from test_example import run_example
 
     assert "over tcp" in run_example(cluster.sock(0), cluster.sock(1))
+
+
+def test_window_across_nodes(nodes):
+    """Node 1 puts KV blocks into node 0's window with a tag each (delivered once, in order)
+    and gets them back byte-exact."""
+    a, b = nodes
+
+    async def main():
+        cache = a.pool(4 << 20).empty(4 << 20)
+        cache[:] = 0
+        async with await a.create_window(Descriptor(cache)) as win:
+            async with await b.open_window(win.metadata()) as rw:
+                src = b.pool(1 << 20).empty(64 * 16384)
+                want = fill(src, 9)
+                blocks = [(i * 65536 + 3, Descriptor(src[i * 16384:(i + 1) * 16384]), "blk-%d" % i)
+                          for i in range(64)]
+                ops = await rw.put_many(blocks)
+                assert all(o.transport == "tcp" for o in ops)
+                notes = [await win.next_notification(20) for _ in range(64)]
+                assert [n.tag for n in notes] == [b"blk-%d" % i for i in range(64)]
+                assert notes[0].peer == b.node and notes[0].handle == rw.handle
+                for i in range(64):
+                    assert np.array_equal(cache[i * 65536 + 3:i * 65536 + 3 + 16384],
+                                          want[i * 16384:(i + 1) * 16384])
+                back = xferd.empty(64 * 16384)
+                await rw.get_many([(i * 65536 + 3, Descriptor(back[i * 16384:(i + 1) * 16384]))
+                                   for i in range(64)])
+                assert np.array_equal(back, want)
+                assert win.pending() == 0
+
+    run(main())
+
+
+def test_window_revoked_mid_get_across_nodes(nodes, shaped):
+    """The owner closes its window while a get crawls over the shaped link (node 0 sends at
+    40 mbit): the get ends CANCELLED with the owner's cause, the handle is revoked, later
+    gets are refused."""
+    a, b = nodes
+
+    async def main():
+        cache = xferd.empty(SLOW)
+        win = await a.create_window(Descriptor(cache), access="read")
+        rw = await b.open_window(win.metadata())
+        get = rw.begin_get(0, Descriptor(xferd.empty(SLOW)), notify="never")
+        while get.status != OperationStatus.IN_PROGRESS:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # bytes moving (16 MiB take ~3 s)
+        win.close()
+        with pytest.raises(XferError) as e:
+            await get.wait_for_completion(20)
+        assert get.status == OperationStatus.CANCELLED
+        assert e.value.errno_name == "ECANCELED" and "closed by its owner" in e.value.message
+        for _ in range(200):
+            if rw.closed:
+                break
+            await asyncio.sleep(0.05)
+        assert rw.closed and rw.error.errno_name == "ECANCELED"
+        with pytest.raises(XferError) as e:
+            await rw.get(0, Descriptor(xferd.empty(4096)))
+        assert e.value.errno_name in ("ECANCELED", "ECONNRESET")
+        assert win.pending() == 0  # a get that did not complete notifies nothing
+        rw.close()
+
+    run(main())

@@ -27,3 +27,11 @@ def test_constants_match_the_header():
     assert _clib.KIND_WRITE == e["XFER_WRITE"]
     assert _clib.XFER_OP_RELEASE_ON_END == e["XFER_OP_RELEASE_ON_END"]
     assert _clib.XFER_OP_NOWAIT == e["XFER_OP_NOWAIT"]
+    assert (_clib.KIND_GET, _clib.KIND_PUT) == (e["XFER_GET"], e["XFER_PUT"])
+    assert _clib.XFER_WINDOW_ONE_OPENER == e["XFER_WINDOW_ONE_OPENER"]
+    assert _clib.XFER_FILE_SYNC == e["XFER_FILE_SYNC"]
+    assert _clib.WINDOW_CLOSED == e["XFER_WINDOW_CLOSED"]
+
+    from xferd.window import ACCESS
+
+    assert ACCESS["readwrite"] == e["XFER_ACCESS_READWRITE"]

@@ -7,6 +7,8 @@ polled). See client/python/README.md.
 from ._clib import XferError
 from .connector import (
     Connector,
+    GetOperation,
+    PutOperation,
     Operation,
     OperationStatus,
     ReadableOperation,
@@ -15,15 +17,21 @@ from .connector import (
     WriteOperation,
 )
 from .memory import Descriptor, Pool, XferStagingWarning, empty
+from .window import Notification, RemoteWindow, Window
 
 __all__ = [
     "Connector",
     "Descriptor",
+    "GetOperation",
+    "Notification",
     "Operation",
     "OperationStatus",
     "Pool",
+    "PutOperation",
+    "RemoteWindow",
     "ReadOperation",
     "ReadableOperation",
+    "Window",
     "WritableOperation",
     "WriteOperation",
     "XferError",

@@ -44,20 +44,53 @@ class XferOpOpts(ctypes.Structure):
     ]
 
 
+class XferWindowEvent(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int),  # enum xfer_window_event_type
+        ("window", ctypes.c_uint64),
+        ("tag", ctypes.c_char * 257),
+        ("kind", ctypes.c_int),  # enum xfer_kind
+        ("offset", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("peer", ctypes.c_char * 64),
+        ("handle", ctypes.c_uint64),
+        ("error", ctypes.c_int),
+        ("cause", ctypes.c_char * 256),
+    ]
+
+
+class XferBatchOp(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),  # enum xfer_kind
+        ("handle", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+        ("descs", ctypes.POINTER(XferDesc)),
+        ("n", ctypes.c_size_t),
+        ("tag", ctypes.c_char_p),
+        ("op", ctypes.c_uint64),
+    ]
+
+
 # The structs test_layout.py checks against the header, by C name.
 MIRRORED = {
     "xfer_desc": XferDesc,
     "xfer_op_info": XferOpInfo,
     "xfer_op_opts": XferOpOpts,
+    "xfer_window_event": XferWindowEvent,
+    "xfer_batch_op": XferBatchOp,
 }
 
 XFER_OP_RELEASE_ON_END = 0x1
 XFER_OP_NOWAIT = 0x4
+XFER_WINDOW_ONE_OPENER = 0x1
+XFER_FILE_SYNC = 0x1
+WINDOW_NOTIFIED, WINDOW_CLOSED = 0, 1  # enum xfer_window_event_type
 
 # enum xfer_kind
-KIND_READABLE, KIND_WRITABLE, KIND_READ, KIND_WRITE = range(4)
+KIND_READABLE, KIND_WRITABLE, KIND_READ, KIND_WRITE, KIND_GET, KIND_PUT = range(6)
 
 EVENT_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(XferOpInfo), ctypes.c_void_p)
+WINDOW_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(XferWindowEvent), ctypes.c_void_p)
 
 
 class XferError(Exception):
@@ -119,6 +152,16 @@ def _prototypes(lib):
         "xfer_client_id": (U64, [P]),
         "xfer_region_register": (I, [P, I, U64, U64, S, U64P]),
         "xfer_region_deregister": (I, [P, U64, I]),
+        "xfer_region_register_file": (I, [P, I, U64, U64, ctypes.c_uint, S, U64P]),
+        "xfer_set_window_cb": (None, [P, WINDOW_CB, P]),
+        "xfer_window_create": (
+            I, [P, U64, U64, U64, I, ctypes.c_uint, U64P, ctypes.POINTER(P)]),
+        "xfer_window_open": (I, [P, S, U64P, U64P, ctypes.POINTER(I)]),
+        "xfer_window_close": (I, [P, U64]),
+        "xfer_put": (I, [P, U64, U64, DESCP, ctypes.c_size_t, S, OPTSP, U64P]),
+        "xfer_get": (I, [P, U64, U64, DESCP, ctypes.c_size_t, S, OPTSP, U64P]),
+        "xfer_batch": (I, [P, ctypes.POINTER(XferBatchOp), ctypes.c_size_t, OPTSP,
+                           ctypes.POINTER(ctypes.c_size_t), U64P]),
         "xfer_readable": (I, [P, DESCP, ctypes.c_size_t, OPTSP, U64P, ctypes.POINTER(P)]),
         "xfer_writable": (I, [P, DESCP, ctypes.c_size_t, OPTSP, U64P, ctypes.POINTER(P)]),
         "xfer_read": (I, [P, S, DESCP, ctypes.c_size_t, OPTSP, U64P]),

@@ -20,6 +20,7 @@ import weakref
 
 from . import _clib
 from ._clib import XferError, lib
+from . import window as _window
 from .memory import Descriptor, Pool
 
 
@@ -315,6 +316,29 @@ class WriteOperation(Operation):
 _serials = itertools.count(1)
 
 
+class GetOperation(Operation):
+    """A get on a RemoteWindow (``window``): the window's bytes into your descriptors."""
+
+    kind = "get"
+
+    def __init__(self, connector, op_id, descs, status, window=None):
+        super().__init__(connector, op_id, descs, status)
+        self.window = window
+
+    def _lands_here(self):
+        return True
+
+
+class PutOperation(Operation):
+    """A put on a RemoteWindow (``window``): your descriptors' bytes into the window."""
+
+    kind = "put"
+
+    def __init__(self, connector, op_id, descs, status, window=None):
+        super().__init__(connector, op_id, descs, status)
+        self.window = window
+
+
 class Connector:
     """
     A connection to the node's xferd (``socket``: its path; None: $XFERD_SOCKET, else
@@ -338,6 +362,7 @@ class Connector:
         self._reading = False  # the fd is on self._loop
         self._in_dispatch = False
         self._windows = {}  # window id -> Window this connector owns
+        self._handles = {}  # handle id -> RemoteWindow this connector opened
         self._error_lost = None
         rc = lib.xfer_connect(
             socket.encode() if socket else None,
@@ -358,8 +383,18 @@ class Connector:
                 except Exception as e:  # never into C: ctypes would only print it
                     conn._error_lost = e
 
+        def on_window_event(c, ev, arg):
+            conn = me()
+            if conn is not None:
+                try:
+                    conn._on_window_event(ev[0])
+                except Exception as e:
+                    conn._error_lost = e
+
         self._cb = _clib.EVENT_CB(on_event)
+        self._wcb = _clib.WINDOW_CB(on_window_event)
         lib.xfer_set_event_cb(self._c, self._cb, None)
+        lib.xfer_set_window_cb(self._c, self._wcb, None)
         self.fd = lib.xfer_get_fd(self._c)
         self.client_id = lib.xfer_client_id(self._c)
         self.node = self._call_json("stats").get("node")
@@ -383,6 +418,13 @@ class Connector:
         for op in list(self._ops.values()):
             op._end_locally(OperationStatus.CANCELLED, errno.ECANCELED, "its connector was closed")
         self._ops.clear()
+        for win in list(self._windows.values()):
+            win.closed = True
+            win._notified_close()
+        self._windows.clear()
+        for rw in list(self._handles.values()):
+            rw._revoked(errno.ECANCELED, "its connector was closed")
+        self._handles.clear()
 
     def __del__(self):
         try:
@@ -439,6 +481,18 @@ class Connector:
         elif self._creating:
             # The op's end may come inside the call that creates it, before its object exists.
             self._early.setdefault(info.op, []).append(_Event(info))
+
+    def _on_window_event(self, ev):
+        if ev.type == _clib.WINDOW_NOTIFIED:
+            win = self._windows.get(ev.window)
+            if win is not None:
+                win._notified(_window.Notification(
+                    ev.tag, ev.bytes, ev.offset, "get" if ev.kind == _clib.KIND_GET else "put",
+                    ev.peer.decode("ascii", "replace"), ev.handle))
+        elif ev.type == _clib.WINDOW_CLOSED:
+            rw = self._handles.pop(ev.window, None)
+            if rw is not None:
+                rw._revoked(-ev.error, ev.cause.decode("utf-8", "replace"))
 
     def _op_ended(self, op):
         if self._ops.get(op.id) is op and (op._status in _TERMINAL or op._released):
@@ -663,3 +717,132 @@ class Connector:
         """Writes @descs into writable @metadata's buffer. Returns a WriteOperation at once."""
         self._use_loop()
         return self.write(metadata, descs, timeout)
+
+    # -- windows (PROTOCOL.md §5.1) --
+
+    def window(self, desc, access="readwrite", openers="many"):
+        """The blocking form of create_window()."""
+        acc, flags = _window.access_value(access), _window.openers_value(openers)
+        descs = _descriptors(desc)
+        if len(descs) != 1:
+            raise XferError(errno.EINVAL, "a window is over one Descriptor, not %d" % len(descs))
+        desc = descs[0]
+        region, offset, length = desc._desc_for(self)
+        wid, meta = ctypes.c_uint64(), ctypes.c_void_p()
+        self._c_call(lib.xfer_window_create, region, offset, length, acc, flags,
+                     ctypes.byref(wid), ctypes.byref(meta))
+        win = _window.Window(self, wid.value, desc, access, openers, _clib.take_string(meta.value))
+        self._windows[win.id] = win
+        return win
+
+    async def create_window(self, desc, access="readwrite", openers="many"):
+        """
+        Exposes @desc (one Descriptor: memory or a File) as a window: ``access`` "read"
+        (openers get), "write" (openers put) or "readwrite"; ``openers`` "one" (one at a time)
+        or "many" (up to 64). Returns a Window: its metadata() goes to the openers, iterating
+        it yields the Notifications of tagged gets and puts.
+        """
+        self._use_loop()
+        win = self.window(desc, access, openers)
+        self._attach_loop()  # notifications are pushed: they must not pile up unread
+        return win
+
+    def remote_window(self, metadata):
+        """The blocking form of open_window()."""
+        if type(metadata) is not str:
+            raise XferError(errno.EINVAL, "metadata must be the str from the owner's Window.metadata()")
+        handle, length, access = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
+        self._c_call(lib.xfer_window_open, metadata.encode(), ctypes.byref(handle),
+                     ctypes.byref(length), ctypes.byref(access))
+        rw = _window.RemoteWindow(self, handle.value, length.value,
+                                  _window.ACCESS_NAMES.get(access.value, "?"))
+        self._handles[rw.handle] = rw
+        return rw
+
+    async def open_window(self, metadata):
+        """Opens the window @metadata names (its owner accepts or refuses: XferError with
+        EACCES, EBUSY, ENOENT, ESTALE ...). Returns a RemoteWindow."""
+        self._use_loop()
+        return self.remote_window(metadata)
+
+    _WINDOW_OPTS = _clib.XferOpOpts(0, _clib.XFER_OP_RELEASE_ON_END)
+
+    def _window_opts(self, timeout):
+        if timeout is None:
+            return self._WINDOW_OPTS
+        return _clib.XferOpOpts(max(1, int(timeout * 1000)), _clib.XFER_OP_RELEASE_ON_END)
+
+    @staticmethod
+    def _offset(offset):
+        if type(offset) is not int or offset < 0:
+            raise XferError(errno.EINVAL, "a window offset is an int >= 0, not %r" % (offset,))
+        return offset
+
+    def _window_op(self, rw, kind, offset, descs, tag, timeout):
+        """One op.get/op.put on handle @rw. Returns its operation."""
+        descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
+        offset = self._offset(offset)
+        put = kind == _clib.KIND_PUT
+        if put:
+            for d in descs:
+                d._stage_in()
+        op_id = ctypes.c_uint64()
+        args = (rw.handle, offset, self._c_descs(descs), len(descs), tag,
+                ctypes.byref(self._window_opts(timeout)), ctypes.byref(op_id))
+        i, early = self._create(lib.xfer_put if put else lib.xfer_get, args, op_id)
+        cls = PutOperation if put else GetOperation
+        return self._adopt(cls(self, i, descs, OperationStatus.IN_PROGRESS, rw), early)
+
+    def _window_batch(self, rw, entries, timeout):
+        """op.batch of @entries on handle @rw, 1024 a request. Returns the operations."""
+        entries = list(entries)
+        ops = []
+        for first in range(0, len(entries), _window.MAX_BATCH):
+            ops += self._window_batch_chunk(
+                rw, entries[first:first + _window.MAX_BATCH], first, ops, timeout)
+        return ops
+
+    def _window_batch_chunk(self, rw, entries, base, made_before, timeout):
+        if not entries:
+            raise XferError(errno.EINVAL, "a batch needs at least one entry")
+        arr = _window.batch_array(len(entries))
+        keep, plan = [], []
+        for k, entry in enumerate(entries):
+            if len(entry) not in (3, 4) or entry[0] not in ("get", "put"):
+                raise XferError(errno.EINVAL, 'batch entry %d is not ("get" | "put", offset, '
+                                "descs[, notify]): %r" % (base + k, entry))
+            descs = [entry[2]] if type(entry[2]) is Descriptor else _descriptors(entry[2])
+            put = entry[0] == "put"
+            if put:
+                for d in descs:
+                    d._stage_in()
+            c_descs = self._c_descs(descs)
+            tag = _window.tag_bytes(entry[3] if len(entry) == 4 else None)
+            keep.append((c_descs, tag))
+            o = arr[k]
+            o.kind = _clib.KIND_PUT if put else _clib.KIND_GET
+            o.handle, o.offset = rw.handle, self._offset(entry[1])
+            o.descs = ctypes.cast(c_descs, ctypes.POINTER(_clib.XferDesc))
+            o.n, o.tag = len(descs), tag
+            plan.append((PutOperation if put else GetOperation, descs))
+        done = ctypes.c_size_t()
+        if self._dead_regions:
+            self._flush_dead_regions()
+        with self._lock:
+            self._creating += 1
+            try:
+                rc = self._c_call(lib.xfer_batch, arr, len(entries), ctypes.byref(self._window_opts(timeout)),
+                                  ctypes.byref(done), None, raise_error=False)
+            finally:
+                self._creating -= 1
+                early = self._early
+                if not self._creating and early:
+                    self._early = {}
+        ops = [self._adopt(plan[k][0](self, arr[k].op, plan[k][1], OperationStatus.IN_PROGRESS, rw), early)
+               for k in range(done.value)]
+        if rc < 0:
+            e = self._error(rc)
+            e.ops = made_before + ops  # posted before the refused entry: they go on
+            e.failed = base + done.value  # the daemon's message names it too
+            raise e
+        return ops
