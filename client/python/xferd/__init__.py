@@ -16,12 +16,14 @@ from .connector import (
     WritableOperation,
     WriteOperation,
 )
+from .files import File
 from .memory import Descriptor, Pool, XferStagingWarning, empty
 from .window import Notification, RemoteWindow, Window
 
 __all__ = [
     "Connector",
     "Descriptor",
+    "File",
     "GetOperation",
     "Notification",
     "Operation",

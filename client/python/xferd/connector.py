@@ -21,6 +21,7 @@ import weakref
 from . import _clib
 from ._clib import XferError, lib
 from . import window as _window
+from .files import File
 from .memory import Descriptor, Pool
 
 
@@ -102,12 +103,13 @@ async def _within(fut, timeout):
 
 
 def _descriptors(descs):
+    """@descs (one or a list of Descriptors, Files, or what Descriptor() takes) as a list."""
     if isinstance(descs, (list, tuple)) and not (
         len(descs) == 2 and all(isinstance(v, int) for v in descs)
     ):
-        out = [d if isinstance(d, Descriptor) else Descriptor(d) for d in descs]
+        out = [d if isinstance(d, (Descriptor, File)) else Descriptor(d) for d in descs]
     else:
-        out = [descs if isinstance(descs, Descriptor) else Descriptor(descs)]
+        out = [descs if isinstance(descs, (Descriptor, File)) else Descriptor(descs)]
     if not out:
         raise XferError(errno.EINVAL, "an operation needs at least one descriptor")
     return out
