@@ -237,6 +237,18 @@ on 1 /usr/bin/python3 "$KV" decode --socket "$S1" --recv "$FILES/to-decode" \
 wait "$PPID_KV" || rc=1
 
 echo
+echo "4. Python windows: decode on node 1 exposes its KV cache once as a write window; prefill on"
+echo "   node 0 opens it and puts each request's per-layer blocks into its slot with one notify tag"
+echo "   per request (8 requests per op.batch); decode checks a request's blocks when its tag arrives"
+mkfifo -m 600 "$FILES/window-md"
+bg_on 1 /dev/stdout /dev/stderr /usr/bin/python3 client/python/examples/kv_window.py decode \
+	--socket "$S1" --send "$FILES/window-md"
+DPID_KV=$BG
+on 0 /usr/bin/python3 client/python/examples/kv_window.py prefill --socket "$S0" \
+	--recv "$FILES/window-md" || rc=1
+wait "$DPID_KV" || rc=1
+
+echo
 if xc_stop_all; then
 	echo "both daemons stopped with SIGTERM and exited 0; namespaces and files removed"
 else

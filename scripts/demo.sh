@@ -38,6 +38,15 @@ XFERD_LIBRARY="$BUILD/libxferclient.so.1" /usr/bin/python3 client/python/example
 	both --socket "$XFERD_SOCK" || rc=1
 
 echo
+echo "And with a window, as NIXL-based engines do: the decode worker exposes its registered KV cache"
+echo "once as a write window; prefill opens it once and puts each request's per-layer K/V blocks"
+echo "into the request's slot (8 requests per op.batch), with one notify tag per request; decode"
+echo "checks each request's blocks when its tag arrives:"
+echo "  \$ client/python/examples/kv_window.py both --socket \$SOCK"
+XFERD_LIBRARY="$BUILD/libxferclient.so.1" /usr/bin/python3 client/python/examples/kv_window.py \
+	both --socket "$XFERD_SOCK" || rc=1
+
+echo
 if xferd_tmp_stop; then
 	echo "stopped xferd with SIGTERM; it exited 0"
 elif [ "$rc" -eq 0 ]; then

@@ -231,6 +231,12 @@ def test_kv_example_across_nodes(cluster):
     assert "over tcp" in run_example(cluster.sock(0), cluster.sock(1))
 
 
+def test_kv_window_example_across_nodes(cluster):
+    from test_example import run_window_example
+
+    assert "over tcp" in run_window_example(cluster.sock(0), cluster.sock(1))
+
+
 def test_window_across_nodes(nodes):
     """Node 1 puts KV blocks into node 0's window with a tag each (delivered once, in order)
     and gets them back byte-exact."""
