@@ -28,6 +28,8 @@
 #      per-op latency p50/p99 and cost (us/op) against UCX tag_bw/put_bw of the same size.
 #      Both count payload bytes only: xferd size x completed ops (each slot's bytes checked by
 #      a stamp), UCX size x messages (its Final bandwidth, MB = 2^20 bytes, converted to GB/s)
+#      Then the one-call cells (--win-depths) through the Python package
+#      (client/python/examples/xferbench_win.py) on the same daemons, with its ratio to C's row
 #   8. files (issue 15): `xferctl read` and `xferctl write` of a --file-size (1 GiB) file in the
 #      page cache, node 0 -> node 1, the whole command timed (read: the read command; write:
 #      from the write command's start to the writable's exit), beside socat (Debian socat)
@@ -284,6 +286,18 @@ if [ "$FILES_ONLY" = 0 ]; then
 		cat "$RUN/win.err" >&2
 		exit 1
 	fi
+	# The Python package's windows (client/python) on the same daemons right after, same cells.
+	if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+		echo "xferd: window gets and puts through the Python package ..."
+		if ! XFERD_LIBRARY="$(cd "$BUILD" && pwd)/libxferclient.so.1" timeout 1800 \
+			/usr/bin/python3 client/python/examples/xferbench_win.py --passive "$(xc_sock 0)" \
+			--active "$(xc_sock 1)" --sizes "$WIN_SIZES" --depths "$WIN_DEPTHS" \
+			--seconds "$PIPE_SECS" >>"$RUN/xferd.json" 2>"$RUN/pywin.err"; then
+			echo "bench-net.sh: xferbench_win.py failed:" >&2
+			cat "$RUN/pywin.err" >&2
+			exit 1
+		fi
+	fi
 	# A claim's round trip while bulk transfers fill the link: xfer_read/xfer_write block for it,
 	# and a control frame queued behind megabytes of DATA would wait for all of them.
 	echo "xferd: small-operation latency while 16 MiB pairings (4 in flight) load the link ..."
@@ -405,7 +419,8 @@ import json, sys
 allrows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 rows = [r for r in allrows if not r.get("pipe") and not r.get("reg") and not r.get("win")]
 pipe = [r for r in allrows if r.get("pipe")]
-win = [r for r in allrows if r.get("win")]
+win = [r for r in allrows if r.get("win") and not r.get("py")]
+pywin = [r for r in allrows if r.get("win") and r.get("py")]
 reg = [r for r in allrows if r.get("reg")]
 ucx = {}
 for line in sys.argv[6].split("\n"):
@@ -580,6 +595,20 @@ if win:
                 cost = ", ".join(f"{d}: {c[d]:.1f}" for d in sorted(c))
                 print(f"  per-op cost {kind} {fmt(sz)} in batches, us/op by depth: {cost}"
                       f" ({c[max(c)] / c[min(c)]:.2f}x from {min(c)} to {max(c)}; must not grow)")
+if pywin:
+    print()
+    print("the same windows through the Python package (client/python/examples/xferbench_win.py),"
+          " same daemons, right after:")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'ops':>6} {'GB/s':>7} {'ops/s':>8} {'p50 us':>9}"
+          f" {'p99 us':>9} {'/C GB/s':>8}")
+    result["win_python"] = []
+    for r in pywin:
+        c = [x for x in win if (x["kind"], x["size"], x["depth"]) == (r["kind"], r["size"], r["depth"])
+             and x.get("batch", 1) == 1]
+        rc = r["gbps"] / c[0]["gbps"] if c and c[0]["gbps"] else 0
+        print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r['ops']:6d} {r['gbps']:7.3f}"
+              f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f} {rc:8.2f}")
+        result["win_python"].append({**r, "ratio_c": rc})
 if reg:
     print()
     print("registration (on node 0):")
