@@ -1326,31 +1326,6 @@ static int parse_size(const char *s, size_t *out)
 	return 0;
 }
 
-/*
- * Whether files may be registered themselves (file regions): not while this daemon uses RDMA
- * devices, since file regions do not travel over RDMA yet (a claim would be refused with
- * EOPNOTSUPP); a buffer carries them then, as before. Returns a status and *direct.
- */
-static int files_direct(struct ctl *ctl, bool *direct)
-{
-	json_t *res, *dev;
-	size_t i;
-	int rc = ctl_connect(ctl);
-
-	if (!rc)
-		rc = ctl_call_json(ctl, "list.devices", NULL, &res);
-	if (rc)
-		return rc;
-	*direct = true;
-	json_array_foreach(json_object_get(res, "devices"), i, dev) {
-		json_t *used = json_object_get(dev, "used");
-		if (!used || json_is_true(used)) /* (the devices in use carry no "used") */
-			*direct = false;
-	}
-	json_decref(res);
-	return EXIT_OK;
-}
-
 /* Runs a passive @fo with its --meta-file; a file that never got its metadata is removed. */
 static int passive_run(struct ctl *ctl, struct file_op *fo)
 {
@@ -1358,14 +1333,11 @@ static int passive_run(struct ctl *ctl, struct file_op *fo)
 
 	if (rc)
 		return rc;
-	bool direct = false;
-
 	if (fo->file_fd >= 0)
 		rc = file_mode_run(ctl, fo);
-	else if (fo->out_path && strcmp(fo->out_path, "-") != 0 &&
-		 !(rc = files_direct(ctl, &direct)) && direct)
+	else if (fo->out_path && strcmp(fo->out_path, "-") != 0)
 		rc = target_run(ctl, fo);
-	else if (!rc)
+	else
 		rc = file_op_run(ctl, fo);
 	if (fo->meta_fd >= 0) {
 		close(fo->meta_fd);
@@ -1425,14 +1397,10 @@ static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	};
 	int rc;
 
-	bool direct = false;
-
 	if (strcmp(fo.in_path, "-") == 0)
 		rc = stdin_load(ctl, &fo);
-	else if (!(rc = files_direct(ctl, &direct)) && direct)
+	else
 		rc = file_open_in(ctl, fo.in_path, &fo.file_fd, &fo.size);
-	else if (!rc)
-		rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
 	if (rc)
 		return rc;
 	rc = passive_run(ctl, &fo);
@@ -1499,15 +1467,11 @@ static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	rc = meta_get(ctl, argv[0], &fo.meta);
 	if (rc)
 		return rc;
-	bool direct = false;
-
 	rc = meta_total(ctl, fo.meta, &fo.size);
 	if (!rc && strcmp(fo.out_path, "-") != 0)
-		rc = files_direct(ctl, &direct);
-	if (!rc && direct)
 		rc = target_run(ctl, &fo);
 	else if (!rc)
-		rc = file_op_run(ctl, &fo); /* stdout, or RDMA: through a buffer */
+		rc = file_op_run(ctl, &fo); /* stdout: through a buffer */
 	free(fo.meta);
 	return rc;
 }
@@ -1518,7 +1482,6 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	struct file_op fo = {
 		.kind = XFER_WRITE, .in_fd = -1, .in_path = argv[1], .meta_fd = -1, .direct_fd = -1
 	};
-	bool direct = false;
 	int rc;
 
 	rc = meta_get(ctl, argv[0], &fo.meta);
@@ -1529,10 +1492,8 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 		rc = ctl_fail(ctl, EINVAL, "metadata and INFILE cannot both come from stdin");
 	else if (strcmp(fo.in_path, "-") == 0)
 		rc = stdin_load(ctl, &fo);
-	else if (!(rc = files_direct(ctl, &direct)) && direct)
+	else
 		rc = file_open_in(ctl, fo.in_path, &fo.file_fd, &fo.size);
-	else if (!rc)
-		rc = file_open_in(ctl, fo.in_path, &fo.in_fd, &fo.size);
 	if (!rc && fo.file_fd >= 0)
 		rc = file_mode_run(ctl, &fo);
 	else if (!rc)

@@ -16,6 +16,15 @@
 
 /* ---- lifetime ---- */
 
+/* Whether every segment of @op is mapped memory (no file region). */
+static bool op_mapped(const struct xd_op *op)
+{
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		if (!op->segs[i].region->mem->mapped)
+			return false;
+	return true;
+}
+
 static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, struct xd_op *op)
 {
 	struct xd_xfer *x = calloc(1, sizeof(*x));
@@ -38,6 +47,8 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 		x->segs[i] = op->segs[i];
 		xd_region_ref(x->segs[i].region);
 	}
+	/* A file's bytes cannot be reached by the peer's READ/WRITE: they go through staging. */
+	x->stage_local = x->one_sided && !op_mapped(op);
 	op->xfer = x;
 	TAILQ_INSERT_TAIL(&p->d->xfers, x, link);
 	p->transfers++;
@@ -55,6 +66,8 @@ static void xfer_close(struct xd_xfer *x)
 	if (x->grant) /* the claimer's keys die with the transfer */
 		x->peer->transport->grant_close(x->grant);
 	x->grant = NULL;
+	if (x->stage_local || x->stage_remote) /* (and so do windows onto staging buffers) */
+		x->peer->transport->stage_close(x);
 	xd_peer_stream_remove(x->peer, x);
 	TAILQ_REMOVE(&x->peer->d->xfers, x, link);
 	x->peer->transfers--;
@@ -174,6 +187,11 @@ static void send_claim(struct xd_xfer *x)
 				  (json_int_t)x->owner_epoch, "length", (json_int_t)op->length,
 				  "metadata_kind", xp_kind_name(x->meta_kind));
 	int rc = claim ? claim_credential(x, claim) : -ENOMEM;
+	/* An owner that stages must not grant chunks larger than our staging buffers (§10.5.1). */
+	if (rc == 0 && x->stage_local &&
+	    json_object_set_new(claim, "stage_max",
+				json_integer((json_int_t)x->peer->d->cfg.rdma_staging_size)))
+		rc = -ENOMEM;
 	if (rc == 0)
 		rc = send_ctrl(x, XP_PEER_CLAIM, claim);
 	else
@@ -184,18 +202,9 @@ static void send_claim(struct xd_xfer *x)
 		x->claim_sent = true;
 }
 
-/* Whether every segment of @op is mapped memory (no file region). */
-static bool op_mapped(const struct xd_op *op)
-{
-	for (uint32_t i = 0; i < op->nsegs; i++)
-		if (!op->segs[i].region->mem->mapped)
-			return false;
-	return true;
-}
-
-#define XD_FILE_ONE_SIDED_MSG                                                                  \
-	"file regions move over two-sided transports only (tcp): staging a file through RDMA " \
-	"is not implemented; set transport tcp"
+#define XD_FILE_WINDOW_MSG                                                                       \
+	"a get or put with a file region moves over two-sided transports only (tcp); over RDMA " \
+	"only pairings stage files"
 
 int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m)
 {
@@ -203,8 +212,6 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 
 	if (!p)
 		return -call->cause_errno;
-	if (p->transport->one_sided && !op_mapped(op))
-		return xd_fail(call, XP_E_FAILED, EOPNOTSUPP, XD_FILE_ONE_SIDED_MSG);
 	/* The claim travels with the transfer until the owner answers; the token in the op. */
 	memcpy(op->token, m->token, XP_ID_BYTES);
 	op->id = ++call->conn->d->next_op;
@@ -227,7 +234,7 @@ int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *
 			const uint8_t node[XP_ID_BYTES], uint64_t epoch)
 {
 	if (p->transport->one_sided && !op_mapped(op))
-		return xd_fail(call, XP_E_FAILED, EOPNOTSUPP, XD_FILE_ONE_SIDED_MSG);
+		return xd_fail(call, XP_E_FAILED, EOPNOTSUPP, XD_FILE_WINDOW_MSG);
 	op->id = ++call->conn->d->next_op;
 	struct xd_xfer *x = xfer_new(p, op->id, true, op);
 	if (!x)
@@ -369,15 +376,17 @@ static bool drain(struct xd_op *op)
 
 /* ---- owner side: CLAIM and DONE ---- */
 
-static int parse_claim(json_t *json, struct xd_claim *cl)
+static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max)
 {
 	const char *token = NULL, *proof = NULL, *kind, *node, *meta_kind;
-	json_int_t op, epoch, length;
+	json_int_t op, epoch, length, smax = 0;
 
 	if (!json ||
-	    json_unpack(json, "{s:I, s?s, s?s, s:s, s:s, s:I, s:I, s:s}", "op", &op, "token",
+	    json_unpack(json, "{s:I, s?s, s?s, s:s, s:s, s:I, s:I, s:s, s?I}", "op", &op, "token",
 			&token, "proof", &proof, "kind", &kind, "node", &node, "epoch", &epoch,
-			"length", &length, "metadata_kind", &meta_kind) ||
+			"length", &length, "metadata_kind", &meta_kind, "stage_max", &smax) ||
+	    (smax &&
+	     (smax < XD_STAGE_SIZE_MIN || smax > XD_STAGE_SIZE_MAX || smax % XD_STAGE_ALIGN)) ||
 	    !token == !proof || (token && xp_hex_decode(token, cl->token, XP_ID_BYTES)) ||
 	    (proof && xp_hex_decode(proof, cl->proof, XD_MAC_LEN)) ||
 	    xp_hex_decode(node, cl->node, XP_ID_BYTES) || op < 0 || epoch < 0 || length <= 0)
@@ -392,6 +401,7 @@ static int parse_claim(json_t *json, struct xd_claim *cl)
 	cl->op = (uint64_t)op;
 	cl->epoch = (uint64_t)epoch;
 	cl->length = (uint64_t)length;
+	*stage_max = (uint32_t)smax;
 	return 0;
 }
 
@@ -473,7 +483,8 @@ static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
  * A claim (CLAIM or WCLAIM) passed every check: the transfer starts, and the claimer hears
  * CLAIM_OK (with keys, one-sided). Returns 0 or -ENOMEM.
  */
-static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_op *passive)
+static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_op *passive,
+			uint32_t stage_max)
 {
 	char msg[XD_CAUSE_MAX];
 	int err;
@@ -486,15 +497,13 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 		return -ENOMEM;
 	}
 	x->via = via;
+	x->stage_max = stage_max;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
-	if (x->one_sided && !op_mapped(passive)) {
-		err = -EOPNOTSUPP;
-		snprintf(msg, sizeof(msg), "%s", XD_FILE_ONE_SIDED_MSG);
-	}
-	json_t *ok = err == -EOPNOTSUPP ? NULL :
-		     x->one_sided	? claim_ok_segs(x, &err, msg, sizeof(msg)) :
-					  json_object();
+	/* A file of ours: no keys now; a window per staged chunk follows (STAGE, §10.5.1). */
+	json_t *ok = x->stage_local ? json_pack("{s:b}", "staged", 1) :
+		     x->one_sided   ? claim_ok_segs(x, &err, msg, sizeof(msg)) :
+				      json_object();
 	if (!ok) {
 		refuse_claim(x, -err, msg);
 		if (passive->internal) /* (a pairing's stays claimable; a window's op is done) */
@@ -503,7 +512,7 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 	}
 	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
 	xd_op_set_in_progress(passive, p->transport->name, p->node_hex);
-	if (x->source && !x->one_sided)
+	if ((x->source && !x->one_sided) || x->stage_local)
 		xd_peer_stream_add(p, x);
 	return 0;
 }
@@ -512,9 +521,10 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 {
 	struct xd_claim cl;
 	char msg[XD_CAUSE_MAX];
+	uint32_t stage_max;
 	int err;
 
-	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl) < 0)
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl, &stage_max) < 0)
 		return -EPROTO;
 	/*
 	 * A transfer is named by the claimer's op id, which it never reuses: a second CLAIM for a
@@ -537,7 +547,7 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	return accept_claim(p, via, h->xfer, passive);
+	return accept_claim(p, via, h->xfer, passive, stage_max);
 }
 
 /* The owner's op.get/op.put side: a window's range, the refusals of window.c. */
@@ -592,7 +602,7 @@ static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	return accept_claim(p, via, h->xfer, passive);
+	return accept_claim(p, via, h->xfer, passive, 0);
 }
 
 static bool wants_sync(const struct xd_xfer *x);
@@ -611,7 +621,8 @@ static void complete_passive(struct xd_xfer *x)
 static void maybe_complete_passive(struct xd_xfer *x)
 {
 	/* One-sided, DONE follows the data on the same queue pair: it is all in place. */
-	if (x->done_rx && (x->source || x->one_sided || x->received == x->length) &&
+	if (x->done_rx &&
+	    (x->source || (x->one_sided && !x->stage_local) || x->received == x->length) &&
 	    (x->source || x->synced || !wants_sync(x)))
 		complete_passive(x);
 }
@@ -647,7 +658,9 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	if (!op)
 		return 0;
 	x->via = via;
-	if (x->one_sided && parse_rsegs(x, json) < 0)
+	/* An owner whose buffer is a file grants it one staged chunk at a time instead. */
+	x->stage_remote = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
+	if (x->one_sided && !x->stage_remote && parse_rsegs(x, json) < 0)
 		return -EPROTO;
 	/* (a window's get/put, or an op.read/op.write with nowait, had its reply) */
 	if (op->owner && op->life == XD_OP_CLAIMING)

@@ -28,6 +28,8 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->max_peer_sets = 256;
 	cfg->rdma_ack_timeout = 16; /* about 270 ms */
 	cfg->rdma_request_size = XD_RDMA_REQUEST_DEFAULT;
+	cfg->rdma_staging_buffers = XD_STAGE_BUFFERS_DEFAULT;
+	cfg->rdma_staging_size = XD_STAGE_SIZE_DEFAULT;
 	strcpy(cfg->transport, XD_TRANSPORT_AUTO);
 }
 
@@ -81,14 +83,27 @@ static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	json_t *devices = NULL;
 	int require = cfg->require_rdma;
 	json_int_t ack = cfg->rdma_ack_timeout, request = cfg->rdma_request_size;
+	json_int_t sbufs = cfg->rdma_staging_buffers, ssize = cfg->rdma_staging_size;
 	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I, s?I}", "transport", &transport,
-			   "rdma_devices", &devices, "require_rdma", &require, "rdma_ack_timeout",
-			   &ack, "rdma_request_size", &request)) {
+	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I, s?I, s?I, s?I}", "transport",
+			   &transport, "rdma_devices", &devices, "require_rdma", &require,
+			   "rdma_ack_timeout", &ack, "rdma_request_size", &request,
+			   "rdma_staging_buffers", &sbufs, "rdma_staging_size", &ssize)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
+	if (sbufs < 1 || sbufs > XD_STAGE_BUFFERS_MAX) {
+		snprintf(err, errlen, "rdma_staging_buffers must be 1 to %u", XD_STAGE_BUFFERS_MAX);
+		return -EINVAL;
+	}
+	if (ssize < XD_STAGE_SIZE_MIN || ssize > XD_STAGE_SIZE_MAX || ssize % XD_STAGE_ALIGN) {
+		snprintf(err, errlen, "rdma_staging_size must be %u to %u bytes, a multiple of %u",
+			 XD_STAGE_SIZE_MIN, XD_STAGE_SIZE_MAX, XD_STAGE_ALIGN);
+		return -EINVAL;
+	}
+	cfg->rdma_staging_buffers = (uint32_t)sbufs;
+	cfg->rdma_staging_size = (uint32_t)ssize;
 	if (ack < 1 || ack > 31) {
 		snprintf(err, errlen, "rdma_ack_timeout must be 1 to 31 (4.096 us * 2^N)");
 		return -EINVAL;
@@ -243,25 +258,26 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL, *metrics = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads;
-	json_t *ignored[20];
+	json_t *ignored[22];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
-	if (json_unpack_ex(root, &jerr, JSON_STRICT,
-			   "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
-			   "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s}",
-			   "socket", &socket, "socket_mode", &mode, "log_level", &log_level,
-			   "node_id", &node_id, "default_timeout_ms", &timeout, "limits",
-			   &ignored[16], "uid_limits", &ignored[17], "global_limits", &ignored[18],
-			   "copy_threads", &threads, "listen", &ignored[0], "advertise",
-			   &ignored[1], "peer_connections", &ignored[2], "keepalive_ms",
-			   &ignored[3], "keepalive_timeout_ms", &ignored[4], "connect_timeout_ms",
-			   &ignored[5], "transport", &ignored[6], "rdma_devices", &ignored[7],
-			   "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9],
-			   "rdma_request_size", &ignored[10], "peer_key_file", &ignored[11],
-			   "insecure_peers", &ignored[12], "handshake_timeout_ms", &ignored[13],
-			   "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
-			   "peer_allow", &ignored[19], "metrics_listen", &metrics)) {
+	if (json_unpack_ex(
+		    root, &jerr, JSON_STRICT,
+		    "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
+		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s}",
+		    "socket", &socket, "socket_mode", &mode, "log_level", &log_level, "node_id",
+		    &node_id, "default_timeout_ms", &timeout, "limits", &ignored[16], "uid_limits",
+		    &ignored[17], "global_limits", &ignored[18], "copy_threads", &threads, "listen",
+		    &ignored[0], "advertise", &ignored[1], "peer_connections", &ignored[2],
+		    "keepalive_ms", &ignored[3], "keepalive_timeout_ms", &ignored[4],
+		    "connect_timeout_ms", &ignored[5], "transport", &ignored[6], "rdma_devices",
+		    &ignored[7], "require_rdma", &ignored[8], "rdma_ack_timeout", &ignored[9],
+		    "rdma_request_size", &ignored[10], "peer_key_file", &ignored[11],
+		    "insecure_peers", &ignored[12], "handshake_timeout_ms", &ignored[13],
+		    "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
+		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
+		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -409,7 +425,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 {
 	json_t *o = json_pack(
 		"{s:s, s:I, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:i, s:I, s:I, s:I, s:s, s:o, s:b, "
-		"s:i, s:I, s:b, s:I, s:i, s:i, s:o}",
+		"s:i, s:I, s:I, s:I, s:b, s:I, s:i, s:i, s:o}",
 		"socket", c->socket_path, "socket_mode", (json_int_t)c->socket_mode,
 		"default_timeout_ms", (json_int_t)c->default_timeout_ms, "limits",
 		limits_json(&c->limits, CONN_RES), "uid_limits",
@@ -422,7 +438,9 @@ json_t *xd_config_to_json(const struct xd_config *c)
 		(json_int_t)c->connect_timeout_ms, "transport", c->transport, "rdma_devices",
 		addrs_json(c->rdma_devices, c->nrdma_devices), "require_rdma", c->require_rdma,
 		"rdma_ack_timeout", c->rdma_ack_timeout, "rdma_request_size",
-		(json_int_t)c->rdma_request_size, "insecure_peers", c->insecure_peers,
+		(json_int_t)c->rdma_request_size, "rdma_staging_buffers",
+		(json_int_t)c->rdma_staging_buffers, "rdma_staging_size",
+		(json_int_t)c->rdma_staging_size, "insecure_peers", c->insecure_peers,
 		"handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
 		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
 		c->max_peer_sets, "peer_allow", peer_allow_json(c));

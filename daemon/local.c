@@ -55,6 +55,7 @@ struct xd_copy_job {
 	struct xd_copy_piece *pieces;
 	uint32_t npieces;
 	bool sync_only; /**< a sync job: fdatasync the pieces' target files (populated reports) */
+	bool no_sync;	/**< a staging copy: its transfer fdatasyncs once, at its end */
 	uint64_t total;
 	atomic_bool cancel;
 	atomic_uint_fast64_t done;
@@ -288,7 +289,8 @@ static void run_job(struct xd_copy_job *job)
 			atomic_fetch_add_explicit(&job->done, n, memory_order_relaxed);
 		}
 	}
-	run_syncs(job); /* COMPLETE means on disk for a target that asked */
+	if (!job->no_sync)
+		run_syncs(job); /* COMPLETE means on disk for a target that asked */
 }
 
 static void job_finished(struct xd_copier *cp, struct xd_copy_job *job)
@@ -421,7 +423,7 @@ static void copier_destroy(struct xd_copier *cp)
 /* Whether @job would fdatasync a file: never on the loop thread, whatever its size. */
 static bool job_syncs(const struct xd_copy_job *job)
 {
-	for (uint32_t i = 0; i < job->npieces; i++)
+	for (uint32_t i = 0; i < job->npieces && !job->no_sync; i++)
 		if (job->pieces[i].dst_r && !job->pieces[i].dst_r->mem->mapped &&
 		    job->pieces[i].dst_r->sync)
 			return true;
@@ -530,9 +532,10 @@ static struct xd_copy_piece *plan_pieces(const struct xd_seg *dst, uint32_t ndst
 	return p;
 }
 
-static int local_copy(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
-		      const struct xd_seg *src, uint32_t nsrc, xd_copy_done_cb done, void *arg,
-		      struct xd_copy_job **jobp)
+/* A copy job from @src's segments to @dst's; @sync: fdatasync target files that asked, after. */
+static struct xd_copy_job *copy_job_new(const struct xd_seg *dst, uint32_t ndst,
+					const struct xd_seg *src, uint32_t nsrc, bool sync,
+					xd_copy_done_cb done, void *arg)
 {
 	uint32_t n;
 	struct xd_copy_piece *pieces = plan_pieces(dst, ndst, src, nsrc, &n);
@@ -540,14 +543,40 @@ static int local_copy(struct xd_daemon *d, const struct xd_seg *dst, uint32_t nd
 
 	if (!job) {
 		free(pieces);
-		return -ENOMEM;
+		return NULL;
 	}
 	job->copied = done;
 	job->arg = arg;
 	job->pieces = pieces;
 	job->npieces = n;
+	job->no_sync = !sync;
 	for (uint32_t i = 0; i < n; i++)
 		job->total += pieces[i].len;
+	return job;
+}
+
+int xd_copy_submit(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
+		   const struct xd_seg *src, uint32_t nsrc, xd_copy_done_cb done, void *arg)
+{
+	/* (none once the workers stop: a job queued then would never run nor be reported) */
+	bool running = d->copier && !d->copier->stop;
+	struct xd_copy_job *job = running ? copy_job_new(dst, ndst, src, nsrc, false, done, arg) :
+					    NULL;
+
+	if (!job)
+		return running ? -ENOMEM : -ECANCELED;
+	job_start(d->copier, job, job->total);
+	return 0;
+}
+
+static int local_copy(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
+		      const struct xd_seg *src, uint32_t nsrc, xd_copy_done_cb done, void *arg,
+		      struct xd_copy_job **jobp)
+{
+	struct xd_copy_job *job = copy_job_new(dst, ndst, src, nsrc, true, done, arg);
+
+	if (!job)
+		return -ENOMEM;
 	/*
 	 * Set before the job can run: the caller keeps its op from ending while *jobp is set, and
 	 * the job is freed only on the loop thread (this one), after @done ran.

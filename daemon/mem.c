@@ -382,6 +382,19 @@ static int mapped_move(uint8_t *dst, const uint8_t *src, size_t n, bool from_map
 	return (size_t)w == n ? 0 : -EFAULT;
 }
 
+/* ---- staging buffers: mapped memory of the daemon's own (RDMA staging, rdma.c) ---- */
+
+static void staging_release(struct xd_region *r)
+{
+	/* The pool owns the buffers and frees them with its device. */
+}
+
+const struct xd_mem_ops xd_mem_staging = {
+	.name = "staging",
+	.mapped = true,
+	.release = staging_release,
+};
+
 /* pread into a mapping until @len bytes are in; EOF first is a file shorter than its region. */
 static int file_to_mem(uint8_t *dst, const struct xd_region *src, uint64_t soff, uint64_t len,
 		       uint64_t *done, char *why, size_t whylen)

@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include "xferd.h"
 #include "rdma.h"
+#include "transport.h"
 
 #define XD_CQ_ENTRIES 8192
 #define XD_POLL_BATCH 32
@@ -90,9 +92,25 @@ static void cq_event_cb(evutil_socket_t fd, short what, void *arg)
 	cq_reap(dev);
 }
 
+static void staging_free(struct xd_rdma_dev *dev)
+{
+	struct xd_rdma_staging *st = &dev->staging;
+
+	if (st->nfree != st->nbufs)
+		xd_log(XD_LOG_ERR, "%s: %u staging buffers still taken at close", dev->name,
+		       st->nbufs - st->nfree);
+	if (st->mr && ibv_dereg_mr(st->mr))
+		xd_log(XD_LOG_ERR, "%s: ibv_dereg_mr of the staging buffers failed", dev->name);
+	if (st->region.base)
+		munmap(st->region.base, (size_t)st->nbufs * st->size);
+	free(st->free);
+	memset(st, 0, sizeof(*st));
+}
+
 /* The reverse of dev_open(); safe on a partly opened device. */
 static void dev_close(struct xd_rdma_dev *dev)
 {
+	staging_free(dev);
 	xd_event_free(dev->next_batch_ev);
 	xd_event_free(dev->ev);
 	dev->next_batch_ev = NULL;
@@ -223,6 +241,7 @@ int xd_rdma_devices_open(struct xd_daemon *d, bool wanted, xd_rdma_completion_cb
 	rd->completion = completion;
 	TAILQ_INIT(&rd->live);
 	TAILQ_INIT(&rd->dying);
+	TAILQ_INIT(&rd->chunks);
 	if (!wanted) {
 		snprintf(rd->why, sizeof(rd->why), "unused: transport is %s", d->cfg.transport);
 		return 0;
@@ -337,6 +356,93 @@ json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r
 	return arr;
 }
 
+/* ---- staging buffers (file regions) ---- */
+
+/* Maps and registers @dev's pool: rdma_staging_buffers x rdma_staging_size. */
+static int staging_make(struct xd_rdma_dev *dev, char *msg, size_t len)
+{
+	struct xd_rdma_staging *st = &dev->staging;
+	const struct xd_config *cfg = &dev->rdma->d->cfg;
+	size_t bytes = (size_t)cfg->rdma_staging_buffers * cfg->rdma_staging_size;
+	void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (mem == MAP_FAILED) {
+		snprintf(msg, len, "no memory for %zu bytes of staging buffers on %s", bytes,
+			 dev->name);
+		return -ENOMEM;
+	}
+	st->region.base = mem;
+	st->nbufs = cfg->rdma_staging_buffers;
+	st->size = cfg->rdma_staging_size;
+	st->free = calloc(st->nbufs, sizeof(*st->free));
+	st->mr = st->free ? ibv_reg_mr(dev->pd, mem, bytes, region_access(dev)) : NULL;
+	if (!st->mr) {
+		int err = st->free ? (errno ? errno : ENOMEM) : ENOMEM;
+		explain_reg_failure(dev, err, msg, len);
+		st->nfree = st->nbufs; /* (nothing taken: no complaint at the free) */
+		staging_free(dev);
+		return -err;
+	}
+	st->region.d = dev->rdma->d;
+	st->region.mem = &xd_mem_staging;
+	st->region.fd = -1;
+	st->region.length = bytes;
+	st->region.may_read = st->region.may_write = true;
+	snprintf(st->region.name, sizeof(st->region.name), "staging");
+	for (uint32_t i = 0; i < st->nbufs; i++)
+		st->free[i] = st->nbufs - 1 - i; /* taken from the end: buffer 0 first */
+	st->nfree = st->nbufs;
+	xd_log(XD_LOG_INFO, "%s: %u staging buffers of %u bytes registered", dev->name, st->nbufs,
+	       st->size);
+	return 0;
+}
+
+int xd_rdma_stage_get(struct xd_rdma_dev *dev, uint32_t *buf, char *msg, size_t len)
+{
+	struct xd_rdma_staging *st = &dev->staging;
+
+	if (!st->mr) {
+		int err = staging_make(dev, msg, len);
+		if (err)
+			return err;
+	}
+	if (st->nfree == 0) {
+		st->waits++;
+		st->waiting = true;
+		return -EAGAIN;
+	}
+	*buf = st->free[--st->nfree];
+	return 0;
+}
+
+void xd_rdma_stage_put(struct xd_rdma_dev *dev, uint32_t buf)
+{
+	struct xd_rdma_staging *st = &dev->staging;
+
+	st->free[st->nfree++] = buf;
+}
+
+uint8_t *xd_rdma_stage_addr(const struct xd_rdma_dev *dev, uint32_t buf)
+{
+	return dev->staging.region.base + (size_t)buf * dev->staging.size;
+}
+
+struct xd_seg xd_rdma_stage_seg(struct xd_rdma_dev *dev, uint32_t buf, uint64_t len)
+{
+	return (struct xd_seg){ &dev->staging.region, (uint64_t)buf * dev->staging.size, len };
+}
+
+static json_t *staging_json(const struct xd_rdma_dev *dev)
+{
+	const struct xd_rdma_staging *st = &dev->staging;
+	const struct xd_config *cfg = &dev->rdma->d->cfg;
+
+	return json_pack("{s:b, s:I, s:I, s:I, s:I}", "registered", st->mr != NULL, "buffers",
+			 (json_int_t)cfg->rdma_staging_buffers, "size",
+			 (json_int_t)cfg->rdma_staging_size, "in_use",
+			 (json_int_t)(st->nbufs - st->nfree), "waits", (json_int_t)st->waits);
+}
+
 /* ---- list.devices ---- */
 
 static json_t *port_json(const struct xd_rdma_dev *dev)
@@ -358,14 +464,15 @@ static json_t *dev_json(const struct xd_rdma_dev *dev)
 {
 	const struct xd_rdma_counters *c = &dev->counters;
 
-	return json_pack("{s:s, s:b, s:[o], s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+	return json_pack("{s:s, s:b, s:[o], s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
 			 "name", dev->name, "memory_windows", dev->windows, "ports", port_json(dev),
-			 "counters", "rdma_reads", (json_int_t)c->reads, "rdma_read_bytes",
-			 (json_int_t)c->read_bytes, "rdma_writes", (json_int_t)c->writes,
-			 "rdma_write_bytes", (json_int_t)c->write_bytes, "sends",
-			 (json_int_t)c->sends, "recvs", (json_int_t)c->recvs, "completion_errors",
-			 (json_int_t)c->errors, "windows_bound", (json_int_t)c->windows_bound,
-			 "windows_open", (json_int_t)c->windows_open);
+			 "staging", staging_json(dev), "counters", "rdma_reads",
+			 (json_int_t)c->reads, "rdma_read_bytes", (json_int_t)c->read_bytes,
+			 "rdma_writes", (json_int_t)c->writes, "rdma_write_bytes",
+			 (json_int_t)c->write_bytes, "sends", (json_int_t)c->sends, "recvs",
+			 (json_int_t)c->recvs, "completion_errors", (json_int_t)c->errors,
+			 "windows_bound", (json_int_t)c->windows_bound, "windows_open",
+			 (json_int_t)c->windows_open);
 }
 
 /* Devices the kernel has but this daemon does not use (transport tcp, or not selected). */

@@ -20,6 +20,23 @@ struct xd_rdma_counters {
 	uint64_t windows_open;	/**< of which not yet deallocated */
 };
 
+/*
+ * A device's staging buffers for file regions (rdma.c): rdma_staging_buffers of
+ * rdma_staging_size bytes in one mapping, registered once, on first use. The MR grants no
+ * remote access where the device has memory windows: a peer reaches a buffer only through a
+ * window bound onto one chunk of it (rdma_conn.c). @region presents the pool to the copy
+ * workers as a mapped region of kind staging.
+ */
+struct xd_rdma_staging {
+	struct xd_region region;
+	struct ibv_mr *mr;
+	uint32_t size, nbufs;
+	uint32_t *free; /**< indexes of the free buffers, nfree of them */
+	uint32_t nfree;
+	uint64_t waits; /**< times a chunk found every buffer taken */
+	bool waiting;	/**< a chunk waits for a buffer: kick the device's connections on a put */
+};
+
 struct xd_rdma_dev {
 	int index; /**< into xd_region.mrs[] */
 	struct xd_rdma *rdma;
@@ -38,6 +55,7 @@ struct xd_rdma_dev {
 	union ibv_gid gid;    /**< the RoCE v2 GID of the listen address, if found */
 	int gid_index;	      /**< -1 when unknown */
 	struct xd_rdma_counters counters;
+	struct xd_rdma_staging staging;
 };
 
 struct xd_rdma_dev;
@@ -58,6 +76,8 @@ struct xd_rdma {
 	TAILQ_HEAD(, xd_rconn) live;  /**< rdma_conn.c: connections by id */
 	TAILQ_HEAD(, xd_rconn) dying; /**< killed, QP not yet destroyed */
 	uint32_t next_conn_id;
+	TAILQ_HEAD(, xd_stage_chunk) chunks; /**< rdma_conn.c: staging chunks alive */
+	struct event *stage_kick_ev; /**< a staging buffer came free: pump the connections */
 };
 
 /* One work request: a local piece and the remote piece it pairs with. */
@@ -87,6 +107,17 @@ bool xd_rdma_available(const struct xd_daemon *d);
 uint32_t xd_rdma_lkey(const struct xd_region *r, int dev);
 uint32_t xd_rdma_rkey(const struct xd_region *r, int dev);
 
+/*
+ * A free staging buffer of @dev into *@buf (the pool is made and registered on first use).
+ * Returns 0, -EAGAIN when all are taken (staging.waiting is set), or -errno with @msg.
+ */
+int xd_rdma_stage_get(struct xd_rdma_dev *dev, uint32_t *buf, char *msg, size_t len);
+/* Gives buffer @buf back to @dev's pool. */
+void xd_rdma_stage_put(struct xd_rdma_dev *dev, uint32_t buf);
+/* @len bytes of buffer @buf as a segment (for the copy workers), and its first byte. */
+struct xd_seg xd_rdma_stage_seg(struct xd_rdma_dev *dev, uint32_t buf, uint64_t len);
+uint8_t *xd_rdma_stage_addr(const struct xd_rdma_dev *dev, uint32_t buf);
+
 /* rdma_conn.c: the connections behind its ops table (xd_transport_rdma_ops) */
 int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep);
 /* Queues a control message on connection @via (0: the set's first). Returns 0 or -errno. */
@@ -112,5 +143,7 @@ int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *seg
 		       size_t len);
 /* Revokes @g's windows: at once, or as soon as their binds have left the send queue. */
 void xd_rdma_grant_close(struct xd_rdma_grant *g);
+/* The ops table's stage_close (transport.h): a staged transfer ended here. */
+void xd_rdma_stage_close(struct xd_xfer *x);
 
 #endif /* XFERD_RDMA_H */

@@ -57,11 +57,14 @@ _Static_assert(XP_RDMA_HELLO_LEN <= 56, "the RC REQ private data holds 56 bytes"
 
 enum sq_kind { SQ_FREE, SQ_SEND, SQ_DATA, SQ_BIND };
 
+struct xd_stage_chunk;
+
 struct sq_entry {
 	enum sq_kind kind;
-	int slot;	   /**< SQ_SEND: the send buffer */
-	struct xd_xfer *x; /**< SQ_DATA: a reference */
-	uint32_t bytes;	   /**< SQ_DATA: bytes this request moves */
+	int slot;		      /**< SQ_SEND: the send buffer */
+	struct xd_xfer *x;	      /**< SQ_DATA: a reference */
+	struct xd_stage_chunk *chunk; /**< SQ_DATA of a staged transfer: the chunk it moves */
+	uint32_t bytes;		      /**< SQ_DATA: bytes this request moves */
 	bool read;
 };
 
@@ -76,6 +79,9 @@ struct xd_rdma_grant {
 	struct xd_rdma_dev *dev;
 	uint32_t conn;	   /**< the connection whose send queue took the binds */
 	uint64_t bound_at; /**< that queue's sq_head after the last bind */
+	/* A staging chunk's window (rdma_conn.c, staging): told once the window is gone. */
+	void (*freed)(void *arg);
+	void *freed_arg;
 	uint32_t n;
 	struct grant_window w[];
 };
@@ -115,6 +121,7 @@ struct xd_rconn {
 	struct sq_entry sq[RC_SQ_DEPTH];
 	uint64_t sq_head, sq_tail; /**< posted and retired work requests, ever */
 	unsigned chunks;	   /**< data chunks in flight */
+	uint64_t stage_wire;	   /**< bytes of staged chunks' requests posted, not completed */
 	uint64_t last_rx_us, last_tx_us;
 	TAILQ_HEAD(, xd_rdma_grant) binds_pending; /**< closed grants, binds not yet retired */
 };
@@ -125,6 +132,9 @@ struct rpeer {
 
 static void rconn_pump(struct xd_rconn *rc);
 static void rconn_flush(struct xd_rconn *rc);
+static void stage_conn_gone(struct xd_rconn *rc);
+static void stage_request_flushed(struct xd_stage_chunk *c, uint32_t bytes);
+static int stage_message(struct xd_rconn *rc, const struct xp_peer_hdr *h, json_t *json);
 
 /* The RDMA part of set @p (p->tstate), made on first use when @create. */
 static struct rpeer *rpeer_of(struct xd_peer *p, bool create)
@@ -180,6 +190,8 @@ static void grant_free(struct xd_rdma_grant *g)
 		g->dev->counters.windows_open--;
 		xd_region_unref(g->w[i].region);
 	}
+	if (g->freed)
+		g->freed(g->freed_arg);
 	free(g);
 }
 
@@ -222,15 +234,21 @@ static void rconn_free(void *arg)
 	struct xd_frame *pm;
 
 	xd_event_free(rc->auth_timer);
+	stage_conn_gone(rc);	       /* (closes its chunks' windows: they go just below) */
 	free_retired_grants(rc, true); /* a bound window holds its queue pair */
 	if (rc->cm && rc->cm->qp)
 		rdma_destroy_qp(rc->cm);
 	if (rc->cm)
 		rdma_destroy_id(rc->cm);
 	/* The QP is gone: no device can touch these buffers or the transfers' pages now. */
-	for (uint64_t i = rc->sq_tail; i < rc->sq_head; i++)
-		if (rc->sq[i % RC_SQ_DEPTH].kind == SQ_DATA)
-			xd_xfer_unref(rc->sq[i % RC_SQ_DEPTH].x);
+	for (uint64_t i = rc->sq_tail; i < rc->sq_head; i++) {
+		struct sq_entry *e = &rc->sq[i % RC_SQ_DEPTH];
+		if (e->kind != SQ_DATA)
+			continue;
+		if (e->chunk)
+			stage_request_flushed(e->chunk, e->bytes);
+		xd_xfer_unref(e->x);
+	}
 	if (rc->mr && ibv_dereg_mr(rc->mr))
 		xd_log(XD_LOG_ERR, "ibv_dereg_mr of connection buffers failed");
 	free(rc->bufs);
@@ -789,6 +807,11 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 		json_decref(json);
 		return rc_auth;
 	}
+	if (h.type == XP_PEER_STAGE || h.type == XP_PEER_STAGED) {
+		int rc_stage = stage_message(rc, &h, json);
+		json_decref(json);
+		return rc_stage;
+	}
 	int err = rc->d->xfer_events->ctrl(rc->peer, rc->id, &h, json);
 	json_decref(json);
 	return err;
@@ -845,7 +868,7 @@ static void rconn_trusted(struct xd_rconn *rc)
 /* ---- data ---- */
 
 static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma_piece *pc,
-		     bool signaled)
+		     bool signaled, struct xd_stage_chunk *chunk)
 {
 	uint64_t idx = rc->sq_head;
 	bool read = !x->source;
@@ -867,8 +890,9 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 	       read ? "READ" : "WRITE", pc->len, (unsigned long long)idx, signaled);
 	xd_xfer_ref(x);
 	xd_xfer_request_posted(x);
-	rc->sq[idx % RC_SQ_DEPTH] =
-		(struct sq_entry){ .kind = SQ_DATA, .x = x, .bytes = pc->len, .read = read };
+	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){
+		.kind = SQ_DATA, .x = x, .chunk = chunk, .bytes = pc->len, .read = read
+	};
 	rc->sq_head++;
 	return 0;
 }
@@ -883,6 +907,665 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
 			(idx)++;                          \
 		}                                         \
 	} while (0)
+
+/* ---- staged transfers: file regions through staging buffers (PROTOCOL.md §10.5.1) ---- */
+
+/*
+ * A chunk of a staged transfer: up to rdma_staging_size bytes at transfer offset @off that pass
+ * through one staging buffer of this daemon (x->stage_local) and/or through one the owner
+ * granted (x->stage_remote). Its steps, each on the loop thread or a copy worker:
+ *
+ *   active, source:  [fill: worker copies the file into the buffer] -> RDMA WRITE into the
+ *                    owner's memory or granted buffer (+ STAGED to the owner) -> done
+ *   active, target:  RDMA READ into the buffer or memory (+ STAGED to the owner)
+ *                    -> [drain: worker copies the buffer into the file] -> done
+ *   owner, source:   fill -> window (read-only, this chunk only) and STAGE -> STAGED -> done
+ *   owner, target:   window (write-only) and STAGE -> STAGED -> drain -> done
+ *
+ * A chunk holds a reference on its transfer; its buffer goes back to the pool only once no
+ * worker, no posted request and no window can reach it any more.
+ */
+enum chunk_state {
+	CH_WAIT,    /**< needs a buffer, or queue room for its requests or its window */
+	CH_FILL,    /**< a worker copies the transfer's bytes into the buffer */
+	CH_POST,    /**< its requests are being posted (several turns when the queue is full) */
+	CH_POSTED,  /**< every request posted, not all completed */
+	CH_GRANTED, /**< owner: a window onto the buffer is the claimer's, until STAGED */
+	CH_DRAIN,   /**< a worker copies the buffer out into the transfer's segments */
+	CH_DONE,    /**< its bytes are where they go (or it was given up) */
+};
+
+struct xd_stage_chunk {
+	TAILQ_ENTRY(xd_stage_chunk) link; /**< in d->rdma->chunks */
+	struct xd_xfer *x;		  /**< a reference */
+	uint32_t conn;			  /**< the connection that carries the transfer (x->via) */
+	struct xd_rdma_dev *dev;
+	enum chunk_state state;
+	bool has_buf, worker;
+	bool filled; /**< a source's bytes are in the buffer */
+	bool told;   /**< active, owner staged: STAGED is queued (the owner's chunk is free) */
+	uint32_t buf;
+	uint64_t off;
+	uint32_t len;
+	uint32_t posted, retired;    /**< bytes of its RDMA requests posted / completed */
+	uint64_t raddr;		     /**< active, owner staged: the owner's granted buffer */
+	uint32_t rkey;		     /**< (its window's key) */
+	struct xd_rdma_grant *grant; /**< owner: the window onto the buffer, until freed */
+	bool flushed;		     /**< a request of it never ran (its connection died) */
+	/*
+	 * Freed at the next loop turn: ending a transfer ends all its chunks, from inside loops
+	 * over the chunk list, which a free there would break.
+	 */
+	bool freeing;
+	struct xd_deferred free_later;
+};
+
+static void chunk_step(struct xd_rconn *rc, struct xd_stage_chunk *c);
+
+/* Chunks of one transfer in flight at once: half the pool, at most XD_STAGE_DEPTH_MAX. */
+static unsigned stage_depth(const struct xd_rdma_dev *dev)
+{
+	unsigned half = dev->rdma->d->cfg.rdma_staging_buffers / 2;
+
+	return half < 1 ? 1 : half > XD_STAGE_DEPTH_MAX ? XD_STAGE_DEPTH_MAX : half;
+}
+
+static bool chunk_owner(const struct xd_stage_chunk *c)
+{
+	return !c->x->active;
+}
+
+/* Wakes every connection once a buffer came free for a chunk that found none. */
+static void stage_kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_rdma *rd = arg;
+	struct xd_rconn *rc, *tmp;
+
+	TAILQ_FOREACH_SAFE(rc, &rd->live, link, tmp)
+		if (rc->peer)
+			rconn_pump(rc);
+}
+
+static void chunk_free(void *arg)
+{
+	struct xd_stage_chunk *c = arg;
+
+	TAILQ_REMOVE(&c->dev->rdma->chunks, c, link);
+	xd_xfer_unref(c->x);
+	free(c);
+}
+
+/*
+ * Lets @c go once nothing can reach its buffer any more (no worker, request or window): the
+ * buffer goes back to the pool at once, the chunk at the next turn.
+ */
+static void chunk_maybe_free(struct xd_stage_chunk *c)
+{
+	static const struct timeval now = { 0, 0 };
+	struct xd_rdma *rd = c->dev->rdma;
+
+	if (c->state != CH_DONE || c->worker || c->retired != c->posted || c->grant || c->freeing)
+		return;
+	c->freeing = true;
+	if (c->has_buf) {
+		xd_rdma_stage_put(c->dev, c->buf);
+		if (c->dev->staging.waiting && rd->stage_kick_ev) {
+			c->dev->staging.waiting = false;
+			evtimer_add(rd->stage_kick_ev, &now);
+		}
+	}
+	c->x->stage_chunks--;
+	xd_defer(rd->d, &c->free_later, chunk_free, c);
+}
+
+/* @c is over (its bytes in place, or given up): what still holds it lets go, then it goes. */
+static void chunk_done(struct xd_stage_chunk *c)
+{
+	if (c->state == CH_POST || c->state == CH_WAIT || c->state == CH_FILL)
+		if (c->x->active)
+			c->x->stage_unposted--;
+	if (c->x->active && c->x->stage_remote && !c->told) {
+		c->told = true; /* (the owner's grant ends with the transfer, or the set) */
+		c->x->stage_held--;
+	}
+	c->state = CH_DONE;
+	if (c->grant) {
+		/* Revoked now or once its bind left the queue; its freed callback frees @c. */
+		xd_rdma_grant_close(c->grant);
+		return;
+	}
+	chunk_maybe_free(c);
+}
+
+static void chunk_grant_freed(void *arg)
+{
+	struct xd_stage_chunk *c = arg;
+
+	c->grant = NULL;
+	chunk_maybe_free(c);
+}
+
+static struct xd_stage_chunk *chunk_new(struct xd_rconn *rc, struct xd_xfer *x, uint64_t off,
+					uint32_t len)
+{
+	struct xd_stage_chunk *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->x = x;
+	xd_xfer_ref(x);
+	c->conn = rc->id;
+	c->dev = rc->dev;
+	c->off = off;
+	c->len = len;
+	c->state = CH_WAIT;
+	x->stage_chunks++;
+	if (x->active)
+		x->stage_unposted++;
+	TAILQ_INSERT_TAIL(&rc->d->rdma->chunks, c, link);
+	return c;
+}
+
+/* A region of the transfer failed (a file cut short, ENOSPC): its operation ends with @why. */
+static void stage_failed(struct xd_xfer *x, int err, const char *why)
+{
+	if (!x->io_err) {
+		x->io_err = err;
+		snprintf(x->io_why, sizeof(x->io_why), "%s", why);
+	}
+	if (xd_xfer_live(x))
+		xd_xfer_io_failed(x);
+}
+
+/* Takes a staging buffer for @c. Returns 0, -EAGAIN (none free: @c waits) or -errno (failed). */
+static int chunk_take_buffer(struct xd_stage_chunk *c)
+{
+	char msg[XD_CAUSE_MAX];
+	int err;
+
+	if (c->has_buf)
+		return 0;
+	err = xd_rdma_stage_get(c->dev, &c->buf, msg, sizeof(msg));
+	if (err == -EAGAIN)
+		return err;
+	if (err) {
+		stage_failed(c->x, -err, msg);
+		chunk_done(c);
+		return err;
+	}
+	c->has_buf = true;
+	return 0;
+}
+
+/* The transfer's segments over [@off, +@len) into @out (at most @max). Returns the count. */
+static uint32_t xfer_slice(const struct xd_xfer *x, uint64_t off, uint64_t len, struct xd_seg *out,
+			   uint32_t max)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < x->nsegs && len > 0 && n < max; i++) {
+		const struct xd_seg *s = &x->segs[i];
+		if (off >= s->length) {
+			off -= s->length;
+			continue;
+		}
+		uint64_t take = s->length - off < len ? s->length - off : len;
+		out[n++] = (struct xd_seg){ s->region, s->offset + off, take };
+		len -= take;
+		off = 0;
+	}
+	return n;
+}
+
+static void chunk_copied(void *arg, int err, uint64_t bytes, const char *why);
+
+/* Has a worker copy @c's bytes into its buffer (@fill) or out of it. Returns 0 or -errno. */
+static int chunk_copy(struct xd_rconn *rc, struct xd_stage_chunk *c, bool fill)
+{
+	struct xd_seg buf = xd_rdma_stage_seg(c->dev, c->buf, c->len);
+	struct xd_seg *segs = calloc(c->x->nsegs, sizeof(*segs));
+	int err = -ENOMEM;
+
+	if (segs) {
+		uint32_t n = xfer_slice(c->x, c->off, c->len, segs, c->x->nsegs);
+		c->worker = true;
+		c->state = fill ? CH_FILL : CH_DRAIN;
+		err = fill ? xd_copy_submit(rc->d, &buf, 1, segs, n, chunk_copied, c) :
+			     xd_copy_submit(rc->d, segs, n, &buf, 1, chunk_copied, c);
+		if (err)
+			c->worker = false;
+	}
+	free(segs);
+	return err;
+}
+
+/* The next RDMA request of @c: local side (buffer or mapped segment), remote side. */
+static void chunk_piece(const struct xd_stage_chunk *c, struct xd_rdma_piece *pc)
+{
+	const struct xd_xfer *x = c->x;
+	uint64_t off = c->off + c->posted, left = c->len - c->posted, in, llen, rlen;
+	uint32_t i;
+
+	if (x->stage_local) {
+		pc->laddr = (uintptr_t)xd_rdma_stage_addr(c->dev, c->buf) + c->posted;
+		pc->lkey = c->dev->staging.mr->lkey;
+		llen = left;
+	} else {
+#define LLEN(k) x->segs[k].length
+		LOCATE(x->nsegs, LLEN, off, i, in);
+#undef LLEN
+		const struct xd_seg *s = &x->segs[i];
+		pc->laddr = (uintptr_t)(s->region->base + s->offset + in);
+		pc->lkey = xd_rdma_lkey(s->region, c->dev->index);
+		llen = s->length - in;
+	}
+	if (x->stage_remote) {
+		pc->raddr = c->raddr + c->posted;
+		pc->rkey = c->rkey;
+		rlen = left;
+	} else {
+#define RLEN(k) x->rsegs[k].len
+		LOCATE(x->nrsegs, RLEN, off, i, in);
+#undef RLEN
+		pc->raddr = x->rsegs[i].addr + in;
+		pc->rkey = x->rsegs[i].rkey;
+		rlen = x->rsegs[i].len - in;
+	}
+	uint64_t len = left < llen ? left : llen;
+	len = len < rlen ? len : rlen;
+	pc->len = (uint32_t)(len < c->dev->max_request ? len : c->dev->max_request);
+}
+
+/* Queues STAGED for @c: the owner's buffer is read (after the READ) or written (behind it). */
+static int chunk_tell_owner(struct xd_rconn *rc, struct xd_stage_chunk *c)
+{
+	json_t *j = json_pack("{s:I}", "off", (json_int_t)c->off);
+	int err = j ? rconn_queue(rc, XP_PEER_STAGED, XP_PEER_FROM_ACTIVE, c->x->id, j) : -ENOMEM;
+
+	json_decref(j);
+	if (!c->told) {
+		c->told = true;
+		c->x->stage_held--;
+	}
+	return err;
+}
+
+/* Active source: DONE may follow once every chunk's requests are posted. */
+static void stage_check_all_posted(struct xd_xfer *x)
+{
+	if (x->active && x->source && !x->stage_all_posted && !xd_xfer_has_more(x) &&
+	    x->stage_unposted == 0 && xd_xfer_live(x)) {
+		x->stage_all_posted = true;
+		xd_xfer_all_posted(x);
+	}
+}
+
+/*
+ * Posts @c's requests while the send queue has room (each batch's last one signalled, so that
+ * its completion retires the batch); once all are posted, a WRITE into the owner's buffer is
+ * followed by STAGED (RC places the WRITE before the owner sees the SEND).
+ */
+static void chunk_post(struct xd_rconn *rc, struct xd_stage_chunk *c)
+{
+	/*
+	 * A new chunk goes on the wire only while the queue pair carries less than this many
+	 * staged bytes: what is posted beyond it only holds back the control messages queued
+	 * behind (RC_WINDOW above), here the STAGED that lets the owner refill its buffer.
+	 */
+	uint64_t wire = c->x->stage_remote ? XD_RDMA_CHUNK : 2ull * XD_RDMA_CHUNK;
+
+	c->state = CH_POST;
+	if (c->posted == 0 && rc->stage_wire > 0 && rc->stage_wire + c->len > wire)
+		return; /* (stage_retry() posts it once requests complete) */
+	while (c->posted < c->len) {
+		if (sq_full(rc, 2))
+			return; /* (stage_retry() goes on once completions free the queue) */
+		struct xd_rdma_piece pc;
+		chunk_piece(c, &pc);
+		bool last = c->posted + pc.len == c->len || sq_full(rc, 3);
+		int err = post_data(rc, c->x, &pc, last, c);
+		if (err) {
+			rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
+			return;
+		}
+		c->posted += pc.len;
+		rc->stage_wire += pc.len;
+	}
+	c->state = CH_POSTED;
+	c->x->stage_unposted--;
+	rc->last_tx_us = xd_now_us();
+	if (c->x->source && c->x->stage_remote && chunk_tell_owner(rc, c) < 0) {
+		rconn_fail(rc, ENOBUFS, "could not queue STAGED");
+		return;
+	}
+	stage_check_all_posted(c->x);
+}
+
+/* Binds a window onto exactly @c's bytes of its buffer for the claimer's queue pair. */
+static int chunk_bind(struct xd_rconn *rc, struct xd_stage_chunk *c, uint32_t *rkey)
+{
+	struct xd_rdma_grant *g = calloc(1, sizeof(*g) + sizeof(g->w[0]));
+	struct ibv_send_wr *bad;
+	uint64_t idx = rc->sq_head;
+
+	if (!g)
+		return -ENOMEM;
+	g->dev = rc->dev;
+	g->conn = rc->id;
+	g->w[0].mw = ibv_alloc_mw(rc->dev->pd, IBV_MW_TYPE_2);
+	if (!g->w[0].mw) {
+		int err = errno ? -errno : -ENOMEM;
+		free(g);
+		return err;
+	}
+	g->n = 1;
+	rc->dev->counters.windows_open++;
+	struct ibv_send_wr wr = {
+		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = IBV_SEND_SIGNALED,
+		.bind_mw = {
+			.mw = g->w[0].mw,
+			.rkey = ibv_inc_rkey(g->w[0].mw->rkey),
+			.bind_info = { .mr = rc->dev->staging.mr,
+				       .addr = (uintptr_t)xd_rdma_stage_addr(rc->dev, c->buf),
+				       .length = c->len,
+				       .mw_access_flags = c->x->source ? IBV_ACCESS_REMOTE_READ
+								       : IBV_ACCESS_REMOTE_WRITE },
+		},
+	};
+	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
+	if (err) {
+		grant_free(g);
+		return -err;
+	}
+	*rkey = wr.bind_mw.rkey;
+	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_BIND };
+	rc->sq_head++;
+	g->bound_at = rc->sq_head;
+	rc->dev->counters.windows_bound++;
+	g->freed = chunk_grant_freed;
+	g->freed_arg = c;
+	c->grant = g;
+	return 0;
+}
+
+/* Owner: a window onto @c's buffer, and STAGE telling the claimer where it is. */
+static void chunk_grant(struct xd_rconn *rc, struct xd_stage_chunk *c)
+{
+	uint32_t rkey;
+	int err;
+
+	c->state = CH_WAIT;
+	if (!rc->dev->windows) {
+		stage_failed(c->x, EOPNOTSUPP,
+			     "the RDMA device has no memory windows: a staging buffer of a file "
+			     "region cannot be granted one chunk at a time (use transport tcp)");
+		chunk_done(c);
+		return;
+	}
+	/* In order: the claimer takes STAGEs in order (fills may finish in any). */
+	if (sq_full(rc, 2) || c->off != c->x->stage_granted)
+		return; /* (stage_retry() binds it once the queue has room, or its turn came) */
+	err = chunk_bind(rc, c, &rkey);
+	json_t *j = err ? NULL :
+			  json_pack("{s:I, s:I, s:I, s:I}", "off", (json_int_t)c->off, "len",
+				    (json_int_t)c->len, "addr",
+				    (json_int_t)(uintptr_t)xd_rdma_stage_addr(c->dev, c->buf),
+				    "rkey", (json_int_t)rkey);
+	if (!err)
+		err = j ? rconn_queue(rc, XP_PEER_STAGE, 0, c->x->id, j) : -ENOMEM;
+	json_decref(j);
+	if (err) {
+		stage_failed(c->x, -err, "could not grant a staging buffer to the claimer");
+		chunk_done(c);
+		return;
+	}
+	c->state = CH_GRANTED;
+	c->x->stage_granted += c->len;
+}
+
+/* Takes @c as far as it goes now. */
+static void chunk_step(struct xd_rconn *rc, struct xd_stage_chunk *c)
+{
+	struct xd_xfer *x = c->x;
+	bool live = xd_xfer_live(x) && !x->draining && !x->io_err;
+
+	if (!live) {
+		chunk_done(c);
+		return;
+	}
+	if (c->state == CH_WAIT && (x->stage_local || chunk_owner(c)) && chunk_take_buffer(c))
+		return; /* (waits, or failed and done) */
+	if (c->state == CH_WAIT && x->source && !c->filled && (x->stage_local || chunk_owner(c))) {
+		/* An owner stages only when it has a file; its source is filled first. */
+		if (chunk_copy(rc, c, true)) {
+			stage_failed(x, ECANCELED, "no copy worker for the staging buffer");
+			chunk_done(c);
+		}
+		return;
+	}
+	if (chunk_owner(c))
+		chunk_grant(rc, c);
+	else
+		chunk_post(rc, c);
+}
+
+/* A worker filled or drained @c (on the loop thread). */
+static void chunk_copied(void *arg, int err, uint64_t bytes, const char *why)
+{
+	struct xd_stage_chunk *c = arg;
+	struct xd_xfer *x = c->x;
+	struct xd_rconn *rc = rconn_find(c->dev->rdma, c->conn);
+	bool fill = c->state == CH_FILL;
+
+	c->worker = false;
+	if (c->state == CH_DONE) { /* given up meanwhile (its transfer or connection ended) */
+		chunk_maybe_free(c);
+	} else if (err) {
+		stage_failed(x, err, why ? why : strerror(err));
+		chunk_done(c);
+	} else if (!fill) {
+		/* drained: the bytes are in the target */
+		c->state = CH_DONE;
+		if (xd_xfer_live(x))
+			xd_xfer_data_received(x, c->len);
+		chunk_maybe_free(c);
+	} else if (!rc || rc->dead) {
+		chunk_done(c);
+	} else {
+		c->state = CH_WAIT;
+		c->filled = true;
+		chunk_step(rc, c);
+	}
+	if (rc && !rc->dead)
+		rconn_pump(rc);
+}
+
+/* A chunk's requests all completed: what they moved is told, or goes on to its target. */
+static void chunk_moved(struct xd_rconn *rc, struct xd_stage_chunk *c)
+{
+	struct xd_xfer *x = c->x;
+
+	if (c->flushed || !xd_xfer_live(x)) {
+		chunk_done(c);
+		return;
+	}
+	if (x->source) {
+		xd_xfer_data_sent(x, c->len);
+		chunk_done(c);
+		return;
+	}
+	if (x->stage_remote && chunk_tell_owner(rc, c) < 0) {
+		rconn_fail(rc, ENOBUFS, "could not queue STAGED");
+		chunk_done(c);
+		return;
+	}
+	if (!x->stage_local) {
+		xd_xfer_data_received(x, c->len);
+		chunk_done(c);
+		return;
+	}
+	if (chunk_copy(rc, c, false)) {
+		stage_failed(x, ECANCELED, "no copy worker for the staging buffer");
+		chunk_done(c);
+	}
+}
+
+static void stage_request_done(struct xd_rconn *rc, struct xd_stage_chunk *c, uint32_t bytes)
+{
+	c->retired += bytes;
+	rc->stage_wire -= bytes;
+	if (c->state == CH_POSTED && c->retired == c->posted)
+		chunk_moved(rc, c);
+	else if (c->state == CH_DONE)
+		chunk_maybe_free(c);
+}
+
+/* A request of @c was flushed with its connection: it never ran. */
+static void stage_request_flushed(struct xd_stage_chunk *c, uint32_t bytes)
+{
+	c->flushed = true;
+	c->retired += bytes;
+	if (c->state != CH_DONE && c->retired == c->posted)
+		chunk_done(c);
+	else
+		chunk_maybe_free(c);
+}
+
+/*
+ * @rc is being destroyed: its chunks stop (their transfers have failed with the set), and the
+ * windows onto them go to the connection's closed grants, which are freed next.
+ */
+static void stage_conn_gone(struct xd_rconn *rc)
+{
+	struct xd_stage_chunk *c, *tmp;
+
+	TAILQ_FOREACH_SAFE(c, &rc->d->rdma->chunks, link, tmp)
+		if (c->conn == rc->id && c->state != CH_DONE)
+			chunk_done(c);
+}
+
+/* Goes on with @rc's chunks that waited for a buffer or for room in the send queue. */
+static void stage_retry(struct xd_rconn *rc)
+{
+	struct xd_stage_chunk *c, *tmp;
+
+	TAILQ_FOREACH_SAFE(c, &rc->d->rdma->chunks, link, tmp)
+		if (c->conn == rc->id && !rc->dead && (c->state == CH_WAIT || c->state == CH_POST))
+			c->state == CH_POST ? chunk_post(rc, c) : chunk_step(rc, c);
+}
+
+/*
+ * A staged transfer's turn in @rc's queue: cuts its next chunk (at a multiple of the buffer
+ * size from its start, so that O_DIRECT files stay aligned) when it has one to spare. The
+ * active side of an owner that stages cuts nothing: the owner's STAGEs do. Returns whether a
+ * chunk was cut.
+ */
+static bool stage_pump(struct xd_rconn *rc, struct xd_xfer *x)
+{
+	uint64_t left = x->length - x->next_off;
+	uint32_t size = rc->d->cfg.rdma_staging_size;
+
+	if (!x->active && x->stage_max && x->stage_max < size)
+		size = x->stage_max; /* (the claimer stages too, in buffers of that size) */
+	if ((x->active && x->stage_remote) || !xd_xfer_live(x) || x->draining || x->io_err ||
+	    x->stage_chunks >= stage_depth(rc->dev) || left == 0)
+		return false;
+	if (rc->dev->staging.mr && rc->dev->staging.nfree == 0) {
+		rc->dev->staging.waiting = true;
+		return false;
+	}
+	struct xd_stage_chunk *c =
+		chunk_new(rc, x, x->next_off, left < size ? (uint32_t)left : size);
+	if (!c) {
+		stage_failed(x, ENOMEM, "out of memory for a staging chunk");
+		return false;
+	}
+	xd_xfer_advance(x, c->len);
+	chunk_step(rc, c);
+	return true;
+}
+
+/* Active, owner staged: a STAGE grants one chunk of the owner's buffers. */
+static int on_stage(struct xd_rconn *rc, struct xd_xfer *x, json_t *json)
+{
+	json_int_t off, len, addr, rkey;
+
+	if (!x->active || !x->stage_remote || !json ||
+	    json_unpack(json, "{s:I, s:I, s:I, s:I}", "off", &off, "len", &len, "addr", &addr,
+			"rkey", &rkey) ||
+	    (uint64_t)off != x->next_off || len <= 0 || len > XD_STAGE_SIZE_MAX ||
+	    (uint64_t)len > x->length - x->next_off || rkey < 0 || rkey > UINT32_MAX ||
+	    x->stage_held >= XD_STAGE_DEPTH_MAX ||
+	    (x->stage_local && (uint64_t)len > rc->d->cfg.rdma_staging_size))
+		return -EPROTO; /* (in order, within the transfer and our buffers, no more than an
+				   owner grants at once) */
+	if (!xd_xfer_live(x) || x->io_err)
+		return 0;
+	struct xd_stage_chunk *c = chunk_new(rc, x, (uint64_t)off, (uint32_t)len);
+	if (!c)
+		return -ENOMEM;
+	c->raddr = (uint64_t)addr;
+	c->rkey = (uint32_t)rkey;
+	x->stage_held++;
+	xd_xfer_advance(x, c->len);
+	chunk_step(rc, c);
+	return 0;
+}
+
+/* Owner: STAGED says the claimer is through with a granted chunk. */
+static int on_staged(struct xd_xfer *x, json_t *json)
+{
+	struct xd_stage_chunk *c;
+	json_int_t off;
+
+	if (x->active || !x->stage_local || !json || json_unpack(json, "{s:I}", "off", &off))
+		return -EPROTO;
+	TAILQ_FOREACH(c, &x->peer->d->rdma->chunks, link)
+		if (c->x == x && c->off == (uint64_t)off && c->state == CH_GRANTED)
+			break;
+	if (!c)
+		return -EPROTO; /* (never granted, or told twice) */
+	if (c->grant)
+		xd_rdma_grant_close(c->grant); /* revoked before the bytes are used */
+	if (x->source || !xd_xfer_live(x)) {
+		if (x->source && xd_xfer_live(x))
+			xd_xfer_data_sent(x, c->len);
+		chunk_done(c);
+	} else {
+		struct xd_rconn *rc = rconn_find(c->dev->rdma, c->conn);
+		if (!rc || chunk_copy(rc, c, false)) {
+			stage_failed(x, ECANCELED, "no copy worker for the staging buffer");
+			chunk_done(c);
+		}
+	}
+	return 0;
+}
+
+static int stage_message(struct xd_rconn *rc, const struct xp_peer_hdr *h, json_t *json)
+{
+	bool from_active = h->flags & XP_PEER_FROM_ACTIVE;
+
+	if (!rc->peer || (h->type == XP_PEER_STAGE) == from_active)
+		return -EPROTO;
+	struct xd_xfer *x = xd_xfer_find(rc->peer, h->xfer, !from_active);
+	if (!x)
+		return 0; /* it ended here already */
+	if (x->via != rc->id)
+		return -EPROTO;
+	return h->type == XP_PEER_STAGE ? on_stage(rc, x, json) : on_staged(x, json);
+}
+
+void xd_rdma_stage_close(struct xd_xfer *x)
+{
+	struct xd_stage_chunk *c, *tmp;
+
+	TAILQ_FOREACH_SAFE(c, &x->peer->d->rdma->chunks, link, tmp)
+		if (c->x == x && c->state != CH_DONE)
+			chunk_done(
+				c); /* (what a worker or a request holds goes once they are back) */
+}
 
 /*
  * Takes the next chunk (at most @max bytes, pieces at most @max_request, each within one local
@@ -953,12 +1636,16 @@ static bool pump_one(struct xd_rconn *rc)
 
 	if (!x)
 		return false;
+	if (x->stage_local || x->stage_remote)
+		return stage_pump(rc, x);
+	if (rc->chunks >= RC_WINDOW || sq_full(rc, XD_RDMA_MAX_PIECES + 1))
+		return false;
 	uint32_t len = next_chunk(x, rc->dev->index, XD_RDMA_CHUNK, rc->dev->max_request, pieces,
 				  XD_RDMA_MAX_PIECES, &n);
 	if (len == 0)
 		return false;
 	for (int i = 0; i < n; i++) {
-		int err = post_data(rc, x, &pieces[i], i == n - 1);
+		int err = post_data(rc, x, &pieces[i], i == n - 1, NULL);
 		if (err) {
 			rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
 			return false;
@@ -971,11 +1658,29 @@ static bool pump_one(struct xd_rconn *rc)
 	return true;
 }
 
+/* Transfers of @rc's queue (bound to it) that pump_one() may pick. */
+static unsigned sendq_count(const struct xd_rconn *rc)
+{
+	const struct xd_xfer *x;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(x, &rc->peer->sendq, send_link)
+		n += x->via == rc->id;
+	return n;
+}
+
+/*
+ * Moves what may move: staged chunks that waited for a buffer or queue room first, then a
+ * chunk per transfer in turn until none of them can take one (a transfer of memory only while
+ * RC_WINDOW chunks are not already in flight; a staged one while it has chunks to spare).
+ */
 static void rconn_pump(struct xd_rconn *rc)
 {
-	while (!rc->dead && rc->established && rconn_ready(rc) && rc->chunks < RC_WINDOW &&
-	       !sq_full(rc, XD_RDMA_MAX_PIECES + 1) && pump_one(rc))
-		;
+	if (rc->dead || !rc->established || !rconn_ready(rc))
+		return;
+	stage_retry(rc);
+	for (unsigned idle = 0, n = sendq_count(rc); !rc->dead && idle < n;)
+		idle = pump_one(rc) ? 0 : idle + 1;
 }
 
 void xd_rdma_kick(struct xd_peer *p)
@@ -1006,6 +1711,16 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 			if (rc->peer) {
 				rc->peer->bytes_sent += e->read ? 0 : e->bytes;
 				rc->peer->bytes_received += e->read ? e->bytes : 0;
+			}
+			if (e->chunk) {
+				/* (its chunk tells the bytes once they are where they go) */
+				stage_request_done(rc, e->chunk, e->bytes);
+				xd_xfer_request_done(x);
+				xd_xfer_unref(x);
+				e->kind = SQ_FREE;
+				if (last)
+					break;
+				continue;
 			}
 			if (last)
 				rc->chunks--;
@@ -1499,7 +2214,8 @@ static int rconn_start(struct xd_daemon *d)
 	if (fl < 0 || fcntl(rd->cm->fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
 	rd->cm_ev = event_new(d->base, rd->cm->fd, EV_READ | EV_PERSIST, cm_event_cb, d);
-	if (!rd->cm_ev || event_add(rd->cm_ev, NULL) < 0)
+	rd->stage_kick_ev = evtimer_new(d->base, stage_kick_cb, rd);
+	if (!rd->cm_ev || !rd->stage_kick_ev || event_add(rd->cm_ev, NULL) < 0)
 		return -ENOMEM;
 	for (int i = 0; i < d->nlisten_eps; i++) {
 		int err = listen_one(d, &d->listen_eps[i]);
@@ -1530,6 +2246,8 @@ static void rconn_fini(struct xd_daemon *d)
 	rd->nlisteners = 0;
 	xd_event_free(rd->cm_ev);
 	rd->cm_ev = NULL;
+	xd_event_free(rd->stage_kick_ev);
+	rd->stage_kick_ev = NULL;
 	if (rd->cm)
 		rdma_destroy_event_channel(rd->cm);
 	rd->cm = NULL;
@@ -1601,4 +2319,5 @@ const struct xd_transport_ops xd_transport_rdma_ops = {
 	.pending_output = rdma_pending_output,
 	.grant_open = xd_rdma_grant_open,
 	.grant_close = xd_rdma_grant_close,
+	.stage_close = xd_rdma_stage_close,
 };

@@ -105,6 +105,12 @@ struct xd_transport_ops {
 	 */
 	int (*send_wframe)(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,
 			   uint32_t hdrlen, struct xd_xfer *x, uint64_t off, uint32_t len);
+	/*
+	 * One-sided transports: transfer @x (x->stage_local or stage_remote) ended here: its staging
+	 * chunks stop, windows onto them are revoked, buffers go back once no request or worker
+	 * holds them.
+	 */
+	void (*stage_close)(struct xd_xfer *x);
 
 	/* The local transport (NULL elsewhere): copies between two mappings of this daemon. */
 	/*
@@ -148,6 +154,14 @@ static inline int xd_metric_transport(const struct xd_daemon *d, const char *nam
 
 /* local.c: memcpy between two mappings of this daemon, on worker threads */
 extern const struct xd_transport_ops xd_transport_local_ops;
+/*
+ * The local transport's workers for another transport (RDMA staging): copies @src's segments
+ * into @dst's (either may be a file or a staging buffer) off the loop, without the fdatasync
+ * a local copy ends with; @done runs on the loop thread. Returns 0 or -errno (ECANCELED: the
+ * workers are stopped), and @done is not called then.
+ */
+int xd_copy_submit(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
+		   const struct xd_seg *src, uint32_t nsrc, xd_copy_done_cb done, void *arg);
 /* tcp.c: frames over TCP connections, DATA straight to and from the mappings */
 extern const struct xd_transport_ops xd_transport_tcp_ops;
 /* rdma_conn.c: rdma_cm connections, SEND/RECV control, one-sided READ/WRITE (rdma.h) */
@@ -300,6 +314,19 @@ struct xd_xfer {
 	int io_err;
 	bool io_told;
 	bool synced; /**< target files asked to be fdatasynced: done (the end may follow) */
+	/*
+	 * One-sided with a file region (RDMA staging, rdma_conn.c): this side's bytes pass through
+	 * its staging buffers, a chunk at a time (stage_local: a segment of this side is a file);
+	 * the owner's do (stage_remote, active side: CLAIM_OK said "staged", and the owner grants
+	 * one chunk of its buffers at a time by STAGE). The counts are the transport's.
+	 */
+	bool stage_local, stage_remote;
+	unsigned stage_chunks;	 /**< chunks alive (each holds a reference) */
+	unsigned stage_unposted; /**< active: chunks whose requests are not all posted yet */
+	bool stage_all_posted;	 /**< active source: all_posted told */
+	uint64_t stage_granted;	 /**< owner: bytes granted by STAGE so far, in order */
+	uint32_t stage_max;  /**< owner: the claimer's staging size, its largest chunk (0: any) */
+	unsigned stage_held; /**< active: the owner's chunks granted, not yet told STAGED */
 	char io_why[XD_CAUSE_MAX];
 	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
 	bool claim_sent, done_rx;
@@ -333,6 +360,8 @@ struct xd_xfer {
 void xd_xfer_ref(struct xd_xfer *x);
 /* Drops a reference; the last frees @x and its region references. Accepts NULL. */
 void xd_xfer_unref(struct xd_xfer *x);
+/* @p's transfer @id of this daemon's @active side, or NULL (ended, or never known). */
+struct xd_xfer *xd_xfer_find(struct xd_peer *p, uint64_t id, bool active);
 /* Whether the transfer's operation is still there to send or receive bytes. */
 bool xd_xfer_live(const struct xd_xfer *x);
 /* Bytes moved so far for this daemon's side. */
@@ -402,7 +431,12 @@ struct xd_mem_ops {
 	/* Lets go of what the registration holds (the mapping, the file). */
 	void (*release)(struct xd_region *r);
 };
-extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file, xd_mem_file_direct;
+/*
+ * xd_mem_staging: a daemon buffer (an RDMA staging buffer) seen as a region, so that the local
+ * copy workers move a chunk between it and a transfer's segments of any kind; never sent or
+ * received on a socket (send, recv NULL).
+ */
+extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file, xd_mem_file_direct, xd_mem_staging;
 /*
  * For a file region about to be registered over @fd at [@off, +@len): whether @fd is O_DIRECT
  * and, if so, whether that range can be served (its file system reports direct I/O alignment

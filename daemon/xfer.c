@@ -31,6 +31,16 @@ void xd_xfer_unref(struct xd_xfer *x)
 	free(x);
 }
 
+struct xd_xfer *xd_xfer_find(struct xd_peer *p, uint64_t id, bool active)
+{
+	struct xd_xfer *x;
+
+	TAILQ_FOREACH(x, &p->d->xfers, link)
+		if (x->peer == p && x->id == id && x->active == active)
+			return x;
+	return NULL;
+}
+
 bool xd_xfer_live(const struct xd_xfer *x)
 {
 	/* (a window's landing or get reply has no op at the owner: alive until revoked) */

@@ -62,6 +62,18 @@
 #define XD_RDMA_REQUEST_MIN 4096u /* rdma_request_size bounds */
 #define XD_RDMA_REQUEST_MAX XD_RDMA_CHUNK
 #define XD_RDMA_REQUEST_DEFAULT (128u << 10)
+/*
+ * RDMA staging buffers for file regions (rdma_staging_buffers x rdma_staging_size per device,
+ * registered on first use): a file's bytes go through them one chunk per buffer, several
+ * chunks of a transfer in flight at once, at most XD_STAGE_DEPTH_MAX (and half the pool).
+ */
+#define XD_STAGE_BUFFERS_DEFAULT 16
+#define XD_STAGE_BUFFERS_MAX 1024
+#define XD_STAGE_SIZE_DEFAULT (1u << 20)
+#define XD_STAGE_SIZE_MIN (64u << 10)
+#define XD_STAGE_SIZE_MAX (64u << 20)
+#define XD_STAGE_ALIGN 4096u /* buffers and chunk boundaries: what O_DIRECT asks */
+#define XD_STAGE_DEPTH_MAX 8
 #define XD_COPY_SLICE (256ull << 20) /* above glibc's non-temporal threshold here */
 /* Registration: mapped ranges checked for residency (and populated if not) slice by slice;
  * ranges up to XD_REG_INLINE_MAX that are all resident are registered without a worker. */
@@ -183,6 +195,8 @@ struct xd_config {
 	bool require_rdma;		    /**< a fallback from RDMA to TCP is an error */
 	int rdma_ack_timeout;		    /**< QP local ACK timeout: 4.096 us * 2^N */
 	uint32_t rdma_request_size;	    /**< largest RDMA READ/WRITE work request */
+	uint32_t rdma_staging_buffers;	    /**< staging buffers per device (file regions) */
+	uint32_t rdma_staging_size;	    /**< bytes of one staging buffer: one chunk */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
 	char *metrics_listen; /**< "ADDR:PORT" of the Prometheus endpoint, or NULL: none */

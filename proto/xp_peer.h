@@ -36,13 +36,15 @@
 	X(WCLAIM, 17)    \
 	X(WPUT, 18)      \
 	X(WGET, 19)      \
-	X(WACK, 20)
+	X(WACK, 20)      \
+	X(STAGE, 21)     \
+	X(STAGED, 22)
 
 enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-		XP_PEER_TYPE_MAX = 20
+		XP_PEER_TYPE_MAX = 22
 };
 
 struct xp_peer_hdr {

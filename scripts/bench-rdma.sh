@@ -32,7 +32,8 @@
 # measurement, default 5: 3 s measured between 1 s margins), DEPTH (concurrent transfers of the
 # second xferd run, default 8), REPS (rounds over every size, default 3: the table shows each
 # figure's median, and each ratio is the median of the ratios within a round), PERFTEST_ARGS
-# (extra perftest options, default none).
+# (extra perftest options, default none). MODE=files runs only the comparison of file regions
+# with memory (below; FILE_SIZES, default 16, 64 and 256 MiB).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -134,13 +135,15 @@ perf() {
 	fi
 }
 
-# xf KIND SIZE DEPTH: one rdma_bench run; appends to XF[KIND.SIZE.DEPTH] (MiB/s; "-" if failed).
+# xf KIND SIZE DEPTH [-f DIR]: one rdma_bench run; appends to XF[KIND.SIZE.DEPTH] (MiB/s; "-" if
+# failed); with -f DIR the source is a file there and KIND is recorded as KIND-file.
 xf() {
-	local l
+	local l k=$1
+	[ $# -gt 3 ] && k=$1-file
 	retries >/dev/null
-	if ! l=$(timeout 300 "$BUILD/tests/rdma_bench" -d "$3" -m "$MARGIN" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
-		echo "bench-rdma: rdma_bench -d $3 $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
-		XF[$1.$2.$3]+=" -"
+	if ! l=$(timeout 600 "$BUILD/tests/rdma_bench" -d "$3" -m "$MARGIN" "${@:4}" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
+		echo "bench-rdma: rdma_bench -d $3 ${*:4} $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
+		XF[$k.$2.$3]+=" -"
 		return
 	fi
 	# xferd KIND SIZE depth D iters N seconds S MiB/s X transport T
@@ -191,23 +194,6 @@ for n in 0 1; do
 		sleep 0.1
 	done
 done
-for ((rep = 1; rep <= REPS; rep++)); do
-	echo "# round $rep of $REPS"
-	for kind in read write; do
-		for s in $SIZES; do
-			perf "ib_${kind}_bw" "$s"
-			xf "$kind" "$s" 1
-			xf "$kind" "$s" "$DEPTH"
-		done
-	done
-	for s in $SIZES; do
-		xw "$s"
-	done
-done
-echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
-for n in 0 1; do
-	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
-done
 
 # median LIST: the median of the numbers in LIST ("-" entries left out), or "-" if none
 median() {
@@ -230,6 +216,62 @@ ratio() {
 	if [ "$r" = - ]; then echo -; return; fi
 	awk -v r="$r" 'BEGIN { printf "%.2fx", r }'
 }
+
+# MODE=files: file regions over RDMA (PROTOCOL.md §10.5.1) beside memory, in this boot, one
+# transfer at a time, alternating per size: "read" is a readable over node 1's file (the owner
+# stages it: pread into a staging buffer, a window, node 0's RDMA READ) against one over
+# node 1's memory; "write" is a write from node 0's file (node 0 stages: pread, RDMA WRITE)
+# against one from its memory. Files are in /dev/shm (the page cache), destinations memory.
+if [ "${MODE:-}" = files ]; then
+	FILE_SIZES=${FILE_SIZES:-16777216 67108864 268435456}
+	echo "# MODE=files: sizes $FILE_SIZES, each measurement ~${DUR} s (at least one transfer), $REPS round(s)"
+	# Unmeasured: the first file transfer of each daemon maps and registers its staging pool
+	# (once per daemon and device, like a connection's setup, not a transfer's cost).
+	"$BUILD/tests/rdma_bench" -f /dev/shm "$D/n1.sock" "$D/n0.sock" 1 both 1048576 >/dev/null 2>&1 ||
+		echo "bench-rdma: the warm-up file transfers failed" >&2
+	for ((rep = 1; rep <= REPS; rep++)); do
+		for kind in read write; do
+			for s in $FILE_SIZES; do
+				xf "$kind" "$s" 1
+				xf "$kind" "$s" 1 -f /dev/shm
+			done
+		done
+	done
+	echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
+	for n in 0 1; do
+		[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
+		"$BUILD/xferctl" --socket "$D/n$n.sock" --json devices | grep -o '"staging":{[^}]*}' | sed "s/^/# node $n /"
+	done
+	printf '\n%-6s %10s %10s %10s %7s\n' "" size memory file ratio
+	for kind in read write; do
+		for s in $FILE_SIZES; do
+			m=${XF[$kind.$s.1]:-} f=${XF[$kind-file.$s.1]:-}
+			printf '%-6s %10s %10s %10s %7s\n' "$kind" "$s" "$(median "$m")" "$(median "$f")" \
+				"$(ratio "$f" "$m")"
+		done
+	done
+	echo "# MiB/s to remote memory, medians of $REPS round(s); file: the source is a file region"
+	echo "# target (issue 15): file >= 0.9x memory at 16 MiB and above"
+	exit 0
+fi
+
+for ((rep = 1; rep <= REPS; rep++)); do
+	echo "# round $rep of $REPS"
+	for kind in read write; do
+		for s in $SIZES; do
+			perf "ib_${kind}_bw" "$s"
+			xf "$kind" "$s" 1
+			xf "$kind" "$s" "$DEPTH"
+		done
+	done
+	for s in $SIZES; do
+		xw "$s"
+	done
+done
+echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
+for n in 0 1; do
+	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
+done
 
 printf '\n%-6s %9s %9s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
 	"xferd d$DEPTH" ratio "win d$WIN_DEPTH" ratio

@@ -10,9 +10,10 @@
 #   make bench-rdma   ib_read_bw/ib_write_bw and xferd read/write, 64 KiB .. 16 MiB, ratios
 #   make bench-rdma RXE_MTU=9000               ... with RoCE MTU 4096 instead of 1024
 #   make bench-rdma REPS=5 DEPTH=4             the knobs of scripts/bench-rdma.sh, by name
+#   make bench-rdma MODE=files                 file regions beside memory, 16/64/256 MiB
 #   make test-systemd the same VM with systemd as PID 1: the installed units (tests/systemd/)
 
-RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue
+RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue $(B)/tests/rdma_files
 # The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
 # for test-rdma is ~15 minutes, build and boot included.
 RDMA_TEST_TIMEOUT ?= 780
@@ -46,7 +47,7 @@ test-rdma: deps
 	exit $$rc
 
 # The guest starts the command with a clean environment: the bench's knobs are passed by name.
-BENCH_RDMA_VARS := SIZES DUR DEPTH REPS PERFTEST_ARGS WIN_DEPTH
+BENCH_RDMA_VARS := SIZES DUR DEPTH REPS PERFTEST_ARGS WIN_DEPTH MODE FILE_SIZES
 bench-rdma: deps
 	$(Q)$(MAKE) --no-print-directory rdma-build
 	$(Q)scripts/rxe-vm.sh -t 2400 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) \

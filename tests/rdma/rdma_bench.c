@@ -26,9 +26,14 @@
  * margins leave out the start (every worker claiming at once) and the drain after SECONDS
  * (fewer than DEPTH still in flight), as perftest's -D mode leaves out the first and last
  * duration/4 seconds of its own run.
+ * With -f DIR the source side's bytes are a file region instead (a file in DIR, the page cache:
+ * file -> remote memory through the daemons' RDMA staging buffers, PROTOCOL.md §10.5.1), and
+ * the lines say "read-file" / "write-file".
  * Each worker's destination is compared with its source after each size, outside the timed
  * window. Exit 0 when every transfer completed and every byte matched.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -37,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "xferclient.h"
 
@@ -46,7 +52,10 @@ struct side {
 	struct xfer_client *c;
 	struct xfer_buf buf;
 	uint64_t region;
+	uint64_t fregion; /* -f, the source side: a file region holding the buffer's bytes */
 };
+
+static const char *file_dir; /* -f DIR: sources are files there (the page cache), not memory */
 
 /* What every worker shares: the run's parameters and the start line. */
 struct run {
@@ -157,8 +166,8 @@ static int await_both(struct worker *w)
 static int transfer(struct worker *w)
 {
 	const struct run *r = w->run;
-	struct xfer_desc pd = { w->passive.region, 0, r->len };
-	struct xfer_desc ad = { w->active.region, 0, r->len };
+	struct xfer_desc pd = { w->passive.fregion ?: w->passive.region, 0, r->len };
+	struct xfer_desc ad = { w->active.fregion ?: w->active.region, 0, r->len };
 	struct xfer_op_opts opts = { .timeout_ms = 120000, .flags = XFER_OP_RELEASE_ON_END };
 	struct xfer_client *pc = w->passive.c, *ac = w->active.c;
 	const struct xfer_op_info *pi = &w->await_passive.info, *ai = &w->await_active.info;
@@ -286,9 +295,9 @@ static int run_size(struct worker *ws, int depth, struct run *r)
 		return -1;
 	double window = r->secs - 2 * r->margin;
 	double bytes = bytes_within(ws, depth, r->len, t0 + r->margin, t0 + r->secs - r->margin);
-	printf("xferd %s %zu depth %d iters %ld seconds %.3f MiB/s %.2f transport %s\n",
-	       r->read ? "read" : "write", r->len, depth, total, window, bytes / window / 1048576.0,
-	       ws[0].transport);
+	printf("xferd %s%s %zu depth %d iters %ld seconds %.3f MiB/s %.2f transport %s\n",
+	       r->read ? "read" : "write", file_dir ? "-file" : "", r->len, depth, total, window,
+	       bytes / window / 1048576.0, ws[0].transport);
 	fflush(stdout);
 	return 0;
 }
@@ -299,10 +308,45 @@ static void fill(struct side *s, size_t len, int seed)
 		((uint8_t *)s->buf.addr)[i] = (uint8_t)(i * 131 + (size_t)seed * 7 + 1);
 }
 
+/*
+ * -f: @s's bytes (@len, filled) also as a file in file_dir, registered as a file region that
+ * the source side's transfers use, read once first so that it is in the page cache.
+ */
+static int file_source(struct side *s, size_t len, int i)
+{
+	char path[512];
+	int fd, rc = -EIO;
+
+	snprintf(path, sizeof(path), "%s/rdma_bench.%d.src", file_dir, i);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd >= 0 && pwrite(fd, s->buf.addr, len, 0) == (ssize_t)len) {
+		int ro = open(path, O_RDONLY | O_CLOEXEC);
+		rc = ro < 0 ? -errno :
+			      xfer_region_register_file(s->c, ro, 0, len, 0, "bench-file",
+							&s->fregion);
+		if (ro >= 0)
+			close(ro);
+	}
+	if (fd >= 0)
+		close(fd);
+	unlink(path); /* (the daemon holds its own descriptor) */
+	if (rc < 0)
+		fprintf(stderr, "rdma_bench: file source %s: %s %s\n", path, xfer_strerror(rc),
+			xfer_last_error(s->c));
+	return rc;
+}
+
+static void file_source_drop(struct side *s)
+{
+	if (s->fregion)
+		xfer_region_deregister(s->c, s->fregion, 1);
+	s->fregion = 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: rdma_bench [-d DEPTH] [-m MARGIN] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
+		"usage: rdma_bench [-d DEPTH] [-m MARGIN] [-f DIR] PASSIVE_SOCKET ACTIVE_SOCKET SECONDS "
 		"read|write|both SIZE...\n");
 }
 
@@ -314,9 +358,13 @@ int main(int argc, char **argv)
 	size_t max = 0;
 	int depth = 1, opt, err = 0;
 
-	while ((opt = getopt(argc, argv, "d:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:m:f:")) != -1) {
 		if (opt == 'd' && (depth = atoi(optarg)) >= 1 && depth <= MAX_DEPTH)
 			continue;
+		if (opt == 'f') {
+			file_dir = optarg;
+			continue;
+		}
 		if (opt == 'm' && (r.margin = atof(optarg)) >= 0)
 			continue;
 		usage();
@@ -354,8 +402,13 @@ int main(int argc, char **argv)
 	for (r.read = 1; r.read >= 0 && !err; r.read--) {
 		if (strcmp(kind, "both") && strcmp(kind, r.read ? "read" : "write"))
 			continue;
-		for (int i = 0; i < depth; i++)
-			fill(r.read ? &ws[i].passive : &ws[i].active, max, r.read + i);
+		for (int i = 0; i < depth && !err; i++) {
+			struct side *src = r.read ? &ws[i].passive : &ws[i].active;
+			fill(src, max, r.read + i);
+			file_source_drop(&ws[i].passive);
+			file_source_drop(&ws[i].active);
+			err = file_dir && file_source(src, max, i) < 0;
+		}
 		for (int k = 4; k < argc && !err; k++) {
 			r.len = strtoull(argv[k], NULL, 0);
 			err = run_size(ws, depth, &r) != 0;

@@ -477,9 +477,11 @@ static int rogue_peers_listed(struct ctx *t, char *why, size_t len)
 }
 
 /* A passive operation over the middle slice, and its metadata decoded as a daemon would. */
-static int offer_new(struct ctx *t, bool writable, struct offer *o, char *why, size_t len)
+/* A passive op over @region's SLICE bytes at @off. */
+static int offer_over(struct ctx *t, bool writable, uint64_t region, uint64_t off, struct offer *o,
+		      char *why, size_t len)
 {
-	struct xfer_desc d = { t->region, SLICE, SLICE };
+	struct xfer_desc d = { region, off, SLICE };
 	struct xfer_op_opts opts = { .timeout_ms = OP_TIMEOUT_MS };
 	char err[256];
 	int rc = writable ? xfer_writable(t->c, &d, 1, &opts, &o->op, &o->metadata) :
@@ -503,6 +505,11 @@ static int offer_new(struct ctx *t, bool writable, struct offer *o, char *why, s
 		return -1;
 	}
 	return 0;
+}
+
+static int offer_new(struct ctx *t, bool writable, struct offer *o, char *why, size_t len)
+{
+	return offer_over(t, writable, t->region, SLICE, o, why, len);
 }
 
 /* Waits for the op to end (the rogue is gone by now), counts how it ended, forgets it. */
@@ -1317,14 +1324,15 @@ static int parse_grant(struct rogue *r, json_t *ok)
 	return 0;
 }
 
-/* CLAIM as daemon/remote.c send_claim() builds it, then CLAIM_OK and its grant. */
-static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
+/* CLAIM as daemon/claim.c send_claim() builds it, then CLAIM_OK (*ok, the caller's). */
+static int rogue_claim_ok(struct ctx *t, struct rogue *r, const struct offer *o, json_t **ok)
 {
 	char token[2 * XP_ID_BYTES + 1], node[2 * XP_ID_BYTES + 1];
 	bool read = o->m.kind == XP_KIND_READABLE;
-	json_t *claim, *ok = NULL;
+	json_t *claim;
 	int err;
 
+	*ok = NULL;
 	xp_hex_encode(o->m.token, XP_ID_BYTES, token);
 	xp_hex_encode(o->m.node, XP_ID_BYTES, node);
 	r->xfer = ++t->xfer_seq;
@@ -1348,7 +1356,16 @@ static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
 		      rogue_err(r, ENOMEM, "out of memory");
 	json_decref(claim);
 	if (!err)
-		err = wait_msg(r, XP_PEER_CLAIM_OK, &ok);
+		err = wait_msg(r, XP_PEER_CLAIM_OK, ok);
+	return err;
+}
+
+/* The claim, then CLAIM_OK and its grant. */
+static int rogue_claim(struct ctx *t, struct rogue *r, const struct offer *o)
+{
+	json_t *ok = NULL;
+	int err = rogue_claim_ok(t, r, o, &ok);
+
 	if (!err)
 		err = parse_grant(r, ok);
 	json_decref(ok);
@@ -1661,6 +1678,210 @@ static void probe_refused(struct ctx *t, const char *name, bool writable, bool w
 	else
 		fail(name, "%s", why);
 	probe_close(t, &p);
+}
+
+/* ---- file regions (PROTOCOL.md §10.5.1): a window onto one staged chunk ---- */
+
+/* An owner's op over a file region: the file holds what the middle slice holds. */
+struct sprobe {
+	struct offer o;
+	struct rogue r;
+	uint64_t region;
+	int fd; /* the file, for reading it back (already unlinked) */
+};
+
+/* The owner's file region of SLICE bytes, read-only (@writable: write-only) for the daemon. */
+static int file_region(struct ctx *t, bool writable, struct sprobe *sp, char *why, size_t len)
+{
+	char path[] = "/dev/shm/rdma_rogue.XXXXXX";
+	uint8_t *bytes = malloc(SLICE);
+	int fd = mkstemp(path), dfd = -1, rc = -1;
+
+	if (fd >= 0 && bytes) {
+		fill(bytes, SLICE, SLICE, SEED_OWNER);
+		dfd = pwrite(fd, bytes, SLICE, 0) == SLICE ?
+			      open(path, (writable ? O_WRONLY : O_RDONLY) | O_CLOEXEC) :
+			      -1;
+		rc = dfd < 0 ? -errno :
+			       xfer_region_register_file(t->c, dfd, 0, SLICE, 0, "rogue-file",
+							 &sp->region);
+	}
+	if (fd >= 0)
+		unlink(path);
+	if (dfd >= 0)
+		close(dfd);
+	free(bytes);
+	sp->fd = fd;
+	if (rc < 0)
+		snprintf(why, len, "file region: %s (%s)", strerror(rc < -1 ? -rc : errno),
+			 xfer_last_error(t->c));
+	return rc < 0 ? -1 : 0;
+}
+
+static void sprobe_close(struct ctx *t, struct sprobe *sp)
+{
+	rogue_close(&sp->r);
+	offer_end(t, &sp->o);
+	if (sp->region)
+		xfer_region_deregister(t->c, sp->region, 1);
+	if (sp->fd >= 0)
+		close(sp->fd);
+	sp->fd = -1;
+	sp->region = 0;
+}
+
+/* STAGE: the owner's grant of its first chunk, into r->addr, len, rkey. */
+static int wait_stage(struct rogue *r)
+{
+	json_t *st = NULL;
+	json_int_t off, len, addr, rkey;
+	int err = wait_msg(r, XP_PEER_STAGE, &st);
+
+	if (!err && (json_unpack(st, "{s:I, s:I, s:I, s:I}", "off", &off, "len", &len, "addr",
+				 &addr, "rkey", &rkey) ||
+		     off != 0 || len != SLICE))
+		err = rogue_err(r, EPROTO, "STAGE does not grant the op's one chunk");
+	json_decref(st);
+	if (!err) {
+		r->addr = (uint64_t)addr;
+		r->len = (uint64_t)len;
+		r->rkey = (uint32_t)rkey;
+	}
+	return err;
+}
+
+/* A fresh file region, op, connection and claim, up to the owner's first STAGE. */
+static int sprobe_open(struct ctx *t, bool writable, struct sprobe *sp, char *why, size_t len)
+{
+	json_t *ok = NULL;
+
+	memset(sp, 0, sizeof(*sp));
+	sp->fd = -1;
+	if (file_region(t, writable, sp, why, len) ||
+	    offer_over(t, writable, sp->region, 0, &sp->o, why, len)) {
+		sprobe_close(t, sp);
+		return -1;
+	}
+	int err = rogue_connect(t, &sp->r, &sp->o.m) || rogue_claim_ok(t, &sp->r, &sp->o, &ok);
+	if (!err && !json_is_true(json_object_get(ok, "staged")))
+		err = rogue_err(&sp->r, EPROTO,
+				"CLAIM_OK of a file region is not {\"staged\": true}");
+	json_decref(ok);
+	if (err || wait_stage(&sp->r)) {
+		snprintf(why, len, "connect+claim+STAGE: %s", sp->r.why);
+		sprobe_close(t, sp);
+		return -1;
+	}
+	return 0;
+}
+
+/* STAGED for chunk 0, then PING: the owner's PONG says it handled STAGED (in order). */
+static int rogue_staged(struct rogue *r)
+{
+	json_t *j = json_pack("{s:I}", "off", 0);
+	unsigned pongs = r->pongs;
+	uint64_t deadline = now_ms() + WAIT_MS;
+	int err = send_msg(r, XP_PEER_STAGED, XP_PEER_FROM_ACTIVE, r->xfer, j);
+
+	json_decref(j);
+	if (!err)
+		err = send_msg(r, XP_PEER_PING, 0, 0, NULL);
+	while (!err && r->pongs == pongs)
+		if ((err = step(r, deadline)) == -ETIMEDOUT)
+			return rogue_err(r, ETIMEDOUT, "no PONG within %d ms", WAIT_MS);
+	return err;
+}
+
+/*
+ * p. A readable over a file: the STAGE's window reads exactly the file's chunk, only through
+ * the claimer's queue pair, never for writing, and no more once the claimer said STAGED.
+ */
+static void test_staged_read(struct ctx *t)
+{
+	const char *a = "p. RDMA READ of a file readable's staged chunk with its STAGE rkey";
+	const char *o = "p. another connection cannot use the staged chunk's rkey";
+	const char *g = "p. after STAGED the staged chunk's rkey no longer works";
+	const char *w = "p. WRITE into a file readable's staged chunk (read-only window)";
+	struct sprobe sp;
+	struct rogue other;
+	char why[512];
+
+	if (sprobe_open(t, false, &sp, why, sizeof(why))) {
+		fail(a, "%s", why);
+		return;
+	}
+	if (expect_success(&sp.r, false, sp.r.addr, sp.r.rkey, SLICE, SLICE, why, sizeof(why)) == 0)
+		ok("%s: %u bytes at 0x%" PRIx64 " rkey 0x%x equal the file's", a, SLICE, sp.r.addr,
+		   sp.r.rkey);
+	else
+		fail(a, "%s", why);
+	if (rogue_connect(t, &other, &sp.o.m))
+		fail(o, "a second connection could not be made: %s", other.why);
+	else if (expect_refused(&other, false, sp.r.addr, sp.r.rkey, PROBE_LEN, why, sizeof(why)))
+		fail(o, "%s", why);
+	else
+		ok("%s: READ -> %s", o, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	rogue_close(&other);
+	if (rogue_staged(&sp.r))
+		fail(g, "STAGED: %s", sp.r.why);
+	else if (expect_refused(&sp.r, false, sp.r.addr, sp.r.rkey, PROBE_LEN, why, sizeof(why)))
+		fail(g, "%s", why);
+	else
+		ok("%s: READ with rkey 0x%x -> %s", g, sp.r.rkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	sprobe_close(t, &sp);
+
+	if (sprobe_open(t, false, &sp, why, sizeof(why))) {
+		fail(w, "%s", why);
+		return;
+	}
+	fill(sp.r.data, SLICE, PROBE_LEN, SEED_ROGUE);
+	if (expect_refused(&sp.r, true, sp.r.addr, sp.r.rkey, PROBE_LEN, why, sizeof(why)))
+		fail(w, "%s", why);
+	else
+		ok("%s: WRITE -> %s", w, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	sprobe_close(t, &sp);
+}
+
+/*
+ * q. A writable over a file: the window takes the chunk's bytes, which reach the file once
+ * STAGED and DONE came (the owner's op COMPLETE), and takes nothing after STAGED.
+ */
+static void test_staged_write(struct ctx *t)
+{
+	const char *e = "q. RDMA WRITE into a file writable's staged chunk, STAGED, DONE";
+	const char *g = "q. after STAGED the file writable's chunk rkey no longer works";
+	struct sprobe sp;
+	char why[512];
+	uint8_t *back = malloc(SLICE);
+	long at;
+
+	if (!back || sprobe_open(t, true, &sp, why, sizeof(why))) {
+		fail(e, "%s", back ? why : "out of memory");
+		free(back);
+		return;
+	}
+	fill(sp.r.data, SLICE, SLICE, SEED_WRITE);
+	if (expect_success(&sp.r, true, sp.r.addr, sp.r.rkey, SLICE, SLICE, why, sizeof(why)) ||
+	    (rogue_staged(&sp.r) && snprintf(why, sizeof(why), "STAGED: %s", sp.r.why)) ||
+	    (rogue_done(&sp.r) && snprintf(why, sizeof(why), "DONE: %s", sp.r.why)) ||
+	    owner_complete(t, sp.o.op, why, sizeof(why)))
+		fail(e, "%s", why);
+	else if (pread(sp.fd, back, SLICE, 0) != SLICE ||
+		 (at = mismatch(back, SLICE, SLICE, SEED_WRITE)) >= 0)
+		fail(e,
+		     "the owner's file does not hold the bytes written (read back failed or byte "
+		     "differs)");
+	else
+		ok("%s: the owner's op COMPLETE, its file holds the %u bytes", e, SLICE);
+	fill(sp.r.data, SLICE, PROBE_LEN, SEED_ROGUE);
+	if (expect_refused(&sp.r, true, sp.r.addr, sp.r.rkey, PROBE_LEN, why, sizeof(why)))
+		fail(g, "%s", why);
+	else
+		ok("%s: WRITE with rkey 0x%x -> %s", g, sp.r.rkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	free(back);
+	sprobe_close(t, &sp);
 }
 
 /* ---- windows (PROTOCOL.md §5.1, §10.6): keys of a revoked window ---- */
@@ -2473,6 +2694,8 @@ int main(int argc, char **argv)
 		test_unreleased_cut_off(&t);
 		test_write_cancelled(&t);
 		test_mr_rkey(&t);
+		test_staged_read(&t);
+		test_staged_write(&t);
 		if (peer_key_len) { /* (the rogue opens windows with a proof) */
 			test_window_revoked(&t);
 			test_window_unreleased(&t);

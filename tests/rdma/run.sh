@@ -14,6 +14,12 @@
 #     the devices count RDMA READ/WRITE bytes, in requests of at most the node's
 #     rdma_request_size (128 KiB on node 0, 16 KiB on node 1); regions list per-device keys
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
+#   - file regions through the staging buffers (tests/rdma/rdma_files.c): file -> memory, memory
+#     -> file, file -> file, reads and writes, the file on either side, unaligned, 1 B to 3 MiB +
+#     5 and one XFER_RDMA_FILES_BIG (default 256 MiB) file -> file read; truncated source: EIO;
+#     full target (1 MiB tmpfs): ENOSPC, and xferctl's partial file removed; every staging buffer
+#     back in its pool (also after the failure group's kills). xferctl registers files itself, so
+#     the sizes, concurrency and failure groups move files through staging too.
 #   - the benchmark client of make bench-rdma (tests/rdma/rdma_bench.c), briefly, 2 in flight:
 #     it runs, checks its bytes and reports the transport, so that the bench does not rot
 #   - a hostile peer (tests/rdma/rdma_rogue.c, RDMA only): a HELLO without a nonce, an AUTH with
@@ -44,7 +50,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, multi, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, multi, files, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
 # always run).
 set -u
 
@@ -56,6 +62,7 @@ BUILD=${BUILD:-build}
 TRANSPORT=${XFER_RDMA_TRANSPORT:-rdma}
 MIB=$((1024 * 1024))
 FAIL_SIZE=${XFER_RDMA_FAIL_SIZE:-$((128 * MIB))}
+FILES_BIG=${XFER_RDMA_FILES_BIG:-$((256 * MIB))} # the largest file moved over RDMA (rdma_files)
 PORT=7700
 KA_MS=3000     # keepalive_timeout_ms of the daemons
 BOUND=8        # seconds a survivor may take to see a failure: keepalive 3 s + TCG slack
@@ -117,12 +124,19 @@ HAS_TRANSPORT=0
 # rdma_request_size: node 0 posts requests of the default 128 KiB, node 1 of 16 KiB, so that
 # the transfers node 1 drives also cut chunks at the work-request limit per chunk (32).
 REQUEST=(131072 16384)
+# Staging buffers for files (PROTOCOL.md §10.5.1): node 0 the defaults (16 of 1 MiB), node 1 4 of
+# 256 KiB, so that each node's chunks fit the other's buffers only by the CLAIM's stage_max, and
+# node 1's transfers wait for buffers (2 chunks in flight each, 4 buffers for all of them).
+STAGE_SIZE=(1048576 262144)
+STAGE_BUFS=(16 4)
 METRICS_PORT=9468
 MAX_PENDING=4
 write_config() {
 	local extra=
 	[ "$TRANSPORT" = rdma ] &&
 		extra=", \"require_rdma\": true, \"rdma_ack_timeout\": 19, \"rdma_request_size\": ${REQUEST[$1]}"
+	[ "$TRANSPORT" = rdma ] &&
+		extra+=", \"rdma_staging_size\": ${STAGE_SIZE[$1]}, \"rdma_staging_buffers\": ${STAGE_BUFS[$1]}"
 	# The Prometheus endpoint on each node's address (checked against the device counters).
 	extra+=", \"metrics_listen\": \"${IP[$1]}:$METRICS_PORT\""
 	# The hostile peer holds MAX_PENDING connections before AUTH and expects the next refused;
@@ -320,8 +334,9 @@ fi
 # Registrations: while an operation holds a region, `xferctl regions` shows its keys per device.
 if [ "$TRANSPORT" = rdma ] && want regions; then
 	src=$(mkdata size.4096 4096)
-	bg "$DATA/r.out" "$DATA/r.err" 0 readable "$src"
-	rp=$BG
+	# stdin goes through a memfd, which is registered with the device (a file is not: below)
+	"$BUILD/xferctl" --socket "$(node_sock 0)" readable - <"$src" >"$DATA/r.out" 2>"$DATA/r.err" &
+	rp=$!
 	if wait_line "$DATA/r.out" 60 >/dev/null; then
 		j=$(ctl 0 --json regions 2>&1)
 		if [[ $j =~ \"devices\":\[\{\"device\":\"${DEV[0]}\",\"lkey\":[0-9]+,\"rkey\":[0-9]+\}\] ]]; then
@@ -331,6 +346,20 @@ if [ "$TRANSPORT" = rdma ] && want regions; then
 		fi
 	else
 		fail "node 0 lists the region's keys per device" "readable printed no metadata: $(firstline "$DATA/r.err")"
+	fi
+	kill9 "$rp"
+	# A file region is never registered with a device: its bytes go through staging buffers.
+	bg "$DATA/r.out" "$DATA/r.err" 0 readable "$src"
+	rp=$BG
+	if wait_line "$DATA/r.out" 60 >/dev/null; then
+		j=$(ctl 0 --json regions 2>&1)
+		if [[ $j == *\"kind\":\"file\"* && $j == *\"devices\":\[\]* ]]; then
+			ok "node 0 lists xferctl's file region with no device keys (it moves through staging buffers)"
+		else
+			fail "node 0 lists the file region without device keys" "$j"
+		fi
+	else
+		fail "node 0 lists the file region without device keys" "readable printed no metadata: $(firstline "$DATA/r.err")"
 	fi
 	kill9 "$rp"
 	check_baseline "regions listing"
@@ -366,6 +395,49 @@ if want multi; then
 	else
 		fail "multi-descriptor operations" "$BUILD/tests/rdma_sg is not built (make test-rdma builds it)"
 	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# File regions over RDMA (staging buffers, PROTOCOL.md §10.5.1): tests/rdma/rdma_files.c
+# (file <-> memory and file <-> file both ways and with the file on either side, unaligned, 1 B
+# to 3 MiB + 5 and one FILES_BIG read; truncated sources: EIO; full targets on a 1 MiB tmpfs:
+# ENOSPC; staging buffers back in their pools), then xferctl's own target on a full tmpfs: the
+# partial file is removed. (The sizes, concurrency and failure groups move files too: xferctl
+# registers them itself.)
+
+if [ "$TRANSPORT" = rdma ] && want files; then
+	files_t0=$SECONDS
+	small=$D/small
+	mkdir -p "$small"
+	if mount -t tmpfs -o size=1m xferd-small "$small" 2>/dev/null; then
+		out=$(timeout -k 2 900 "$BUILD/tests/rdma_files" "$(node_sock 0)" "$(node_sock 1)" \
+			"$DATA" "$small" "$FILES_BIG" 2>&1)
+		relay "files" "rdma_files" $? "$out"
+		src=$(mkdata enospc $((3 * MIB)))
+		bg "$DATA/e.out" "$DATA/e.err" 0 writable $((3 * MIB)) "$small/out"
+		ep=$BG
+		if emeta=$(wait_line "$DATA/e.out" 60); then
+			rc=0
+			ctl 1 write "$emeta" "$src" >/dev/null 2>"$DATA/e.a.err" || rc=$?
+			prc=0
+			wait_bg "$ep" 60 || prc=$?
+			left=$(ls -A "$small")
+			if [ "$rc" != 0 ] && [ "$prc" != 0 ] && [ -z "$left" ] && grep -q ENOSPC "$DATA/e.err"; then
+				ok "xferctl writable into a full tmpfs: ENOSPC ($(firstline "$DATA/e.err")), partial file removed"
+			else
+				fail "xferctl writable into a full tmpfs" "write exit $rc, writable exit $prc ($(firstline "$DATA/e.err")), left: '$left'"
+			fi
+		else
+			kill9 "$ep"
+			fail "xferctl writable into a full tmpfs" "no metadata: $(firstline "$DATA/e.err")"
+		fi
+		umount "$small"
+	else
+		skip "file regions over RDMA" "cannot mount a small tmpfs (not root?)"
+	fi
+	rm -f "$DATA"/enospc* "$DATA"/e.*
+	note "files took $((SECONDS - files_t0)) s"
+	check_baseline "files"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -646,6 +718,22 @@ if want failures; then
 		after_failure "$NAME"
 	done
 	rm -f "$DATA"/f*
+	# Every transfer above moved files (xferctl registers them): whatever was killed, the
+	# staging buffers of the daemons that lived through it are all back in their pools.
+	if [ "$TRANSPORT" = rdma ]; then
+		for n in 0 1; do
+			for ((i = 0; i < 200; i++)); do
+				j=$(ctl "$n" --json devices 2>&1)
+				[[ $j == *\"in_use\":0,* ]] && break
+				sleep 0.1
+			done
+			if [[ $j == *\"in_use\":0,* ]]; then
+				ok "node $n: after the kills, every staging buffer is back in its pool ($(jfield "$j" waits) waits)"
+			else
+				fail "node $n: staging buffers back after the kills" "$j"
+			fi
+		done
+	fi
 fi
 
 # ---------------------------------------------------------------------------------------------
