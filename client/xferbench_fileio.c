@@ -8,7 +8,8 @@
  *
  * recv modes (socket -> file; prints the seconds from accept to the last byte in the file):
  *   mem          recv() into one 1 MiB buffer, dropped (the iperf3-like reference)
- *   splice       splice socket -> pipe -> file, as daemon/mem.c does
+ *   splice       splice socket -> pipe -> file, blocking
+ *   splice-nb    the same non-blocking after poll() says readable, as tcp.c and mem.c do
  *   pwrite       recv() into a buffer, pwrite() to the file
  *   uring-write  io_uring: one recv (MSG_WAITALL) at a time into 4 registered 1 MiB buffers,
  *                each full buffer written with write_fixed while the next recv runs
@@ -30,6 +31,7 @@
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,6 +128,39 @@ static void recv_splice(struct fio *f)
 			if (w <= 0)
 				die("splice into the file", w ? errno : EIO);
 			n -= w;
+		}
+	}
+	close(p[0]);
+	close(p[1]);
+}
+
+/*
+ * The daemon's own pattern (tcp.c, mem.c): wait for the socket to be readable (poll, as the
+ * event loop's epoll), then splice without blocking until the socket is drained.
+ */
+static void recv_splice_nb(struct fio *f)
+{
+	struct pollfd pfd = { .fd = f->sock, .events = POLLIN };
+	int p[2];
+
+	pipe_make(p);
+	for (loff_t off = 0; (uint64_t)off < f->size;) {
+		if (poll(&pfd, 1, -1) < 0)
+			die("poll", errno);
+		for (;;) {
+			ssize_t n = splice(f->sock, NULL, p[1], NULL, FIO_CHUNK,
+					   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (n < 0 && errno == EAGAIN)
+				break;
+			if (n <= 0)
+				die("splice from the socket", n ? errno : ECONNRESET);
+			while (n > 0) {
+				ssize_t w =
+					splice(p[0], NULL, f->fd, &off, (size_t)n, SPLICE_F_MOVE);
+				if (w <= 0)
+					die("splice into the file", w ? errno : EIO);
+				n -= w;
+			}
 		}
 	}
 	close(p[0]);
@@ -387,6 +422,7 @@ struct fio_mode {
 static const struct fio_mode modes[] = {
 	{ "mem", true, false, recv_mem },
 	{ "splice", true, true, recv_splice },
+	{ "splice-nb", true, true, recv_splice_nb },
 	{ "pwrite", true, true, recv_pwrite },
 	{ "uring-write", true, true, recv_uring_write },
 	{ "uring-splice", true, true, recv_uring_splice },
@@ -406,10 +442,11 @@ static const struct fio_mode *mode_find(bool recv, const char *name)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: xferbench_fileio recv --listen ADDR:PORT --mode "
-			"mem|splice|pwrite|uring-write|uring-splice [--file PATH] --size BYTES\n"
-			"       xferbench_fileio send --connect ADDR:PORT --mode "
-			"mem|sendfile|uring-send [--file PATH] --size BYTES\n");
+	fprintf(stderr,
+		"usage: xferbench_fileio recv --listen ADDR:PORT --mode "
+		"mem|splice|splice-nb|pwrite|uring-write|uring-splice [--file PATH] --size BYTES\n"
+		"       xferbench_fileio send --connect ADDR:PORT --mode "
+		"mem|sendfile|uring-send [--file PATH] --size BYTES\n");
 	exit(2);
 }
 

@@ -5,7 +5,8 @@
 # TCP connection between two network namespaces (scripts/netns.sh), 1 GiB per transfer, every
 # pairing --rounds times, interleaved, in one run ($BUILD/xferbench_fileio, no xferd):
 #   file -> socket: sender sendfile | uring-send | mem (send from memory), receiver drops
-#   socket -> file: sender from memory, receiver splice | uring-write | uring-splice | pwrite |
+#   socket -> file: sender from memory, receiver splice | splice-nb (poll, then non-blocking
+#                   splices until drained: the daemon's pattern) | uring-write | uring-splice | pwrite |
 #                   mem (drops: the same connection without a file)
 # The file read is in the page cache (read once first); the file written is new and fallocated
 # (as xferctl sizes its landing files) on the file system of --dir. Prints p50 and worst Gbit/s
@@ -69,7 +70,8 @@ one()
 	awk -v m="$r" '$1 == m { print $2 }' "$RUN/recv.out"
 }
 
-PAIRS="sendfile,mem uring-send,mem mem,mem mem,splice mem,uring-write mem,uring-splice mem,pwrite"
+PAIRS="sendfile,mem uring-send,mem mem,mem mem,splice mem,splice-nb mem,uring-write mem,uring-splice
+	mem,pwrite"
 declare -A T
 for ((k = 0; k < ROUNDS; k++)); do
 	for p in $PAIRS; do

@@ -25,7 +25,8 @@
 #             check that a daemon ended after SIGTERM, but not its exit status.
 #
 # Environment: BUILD (default build), XC_PEER_CONNECTIONS (default 2), XC_LOG_LEVEL (default
-# warn), XC_CONFIG_EXTRA, XC_START_TIMEOUT (seconds, default 15).
+# warn), XC_CONFIG_EXTRA, XC_START_TIMEOUT (seconds, default 15), XC_KEEPALIVE_MS and
+# XC_KEEPALIVE_TIMEOUT_MS (300 and 1500 instead of the config's values above).
 
 _xc_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if ! declare -F xn_up >/dev/null; then
@@ -85,7 +86,8 @@ xc__write_config()
 		key=$(xc_key) || return 1
 		auth="\"peer_key_file\": \"$key\""
 	fi
-	printf '{"keepalive_ms": 300, "keepalive_timeout_ms": 1500, "peer_connections": %s, %s%s}\n' \
+	printf '{"keepalive_ms": %s, "keepalive_timeout_ms": %s, "peer_connections": %s, %s%s}\n' \
+		"${XC_KEEPALIVE_MS:-300}" "${XC_KEEPALIVE_TIMEOUT_MS:-1500}" \
 		"${XC_PEER_CONNECTIONS:-2}" "$auth" "${extra:+, $extra}" >"$(xc_config "$1")"
 }
 
