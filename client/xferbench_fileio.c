@@ -147,7 +147,7 @@ static void recv_splice_nb(struct fio *f)
 	for (loff_t off = 0; (uint64_t)off < f->size;) {
 		if (poll(&pfd, 1, -1) < 0)
 			die("poll", errno);
-		for (;;) {
+		while ((uint64_t)off < f->size) {
 			ssize_t n = splice(f->sock, NULL, p[1], NULL, FIO_CHUNK,
 					   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 			if (n < 0 && errno == EAGAIN)
