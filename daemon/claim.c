@@ -55,9 +55,20 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	return x;
 }
 
+/* A keyed get or put has no request left on the owner's memory: the handle's key is free. */
+static void direct_quiet(struct xd_xfer *x)
+{
+	if (!x->key_held || x->requests_out > 0 || x->op)
+		return;
+	x->key_held = false;
+	xd_window_key_quiet(x->peer->d, x->handle);
+}
+
 /* Ends the transfer here: no more frames for it, its operation let go. */
 static void xfer_close(struct xd_xfer *x)
 {
+	if (x->direct && x->op) /* (a COMPLETE one was told already: this is a no-op then) */
+		xd_window_direct_ended(x->peer->d, x->handle, x->op->id, false);
 	if (x->op) {
 		x->op->bytes = x->source ? x->sent : x->received;
 		x->op->xfer = NULL;
@@ -71,6 +82,7 @@ static void xfer_close(struct xd_xfer *x)
 	xd_peer_stream_remove(x->peer, x);
 	TAILQ_REMOVE(&x->peer->d->xfers, x, link);
 	x->peer->transfers--;
+	direct_quiet(x);
 	xd_xfer_unref(x);
 }
 
@@ -230,22 +242,64 @@ int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta
 	return 0;
 }
 
-int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *p,
-			const uint8_t node[XP_ID_BYTES], uint64_t epoch)
+/*
+ * A get or put with its handle's own key (PROTOCOL.md §10.6): the owner's range is known, so
+ * the requests go at once on the key's connection, without a claim; window.c sends a tagged
+ * one's WNOTIFY once it COMPLETED. Returns 0 or -errno.
+ */
+static int start_direct(struct xd_xfer *x, const struct xd_wtarget *t)
 {
+	struct xd_op *op = x->op;
+
+	if (!(x->rsegs = calloc(1, sizeof(*x->rsegs))))
+		return -ENOMEM;
+	x->rsegs[0] = (struct xd_rseg){ t->raddr, op->length, t->rkey };
+	x->nrsegs = 1;
+	int rc = xd_window_direct_start(x->peer->d, op);
+	if (rc)
+		return rc;
+	x->direct = x->key_held = x->claim_sent = true;
+	x->handle = op->wreq->handle;
+	x->via = t->via;
+	xd_peer_stream_add(x->peer, x);
+	return 0;
+}
+
+/* A keyed get or put moved every byte: its requests are all retired, so they are in place. */
+static void direct_finish(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	if (!op || xd_op_ending(op) || xd_xfer_bytes(x) < x->length || x->requests_out > 0)
+		return;
+	xd_window_direct_ended(x->peer->d, x->handle, op->id, true);
+	xfer_close(x);
+	xd_op_complete(op);
+}
+
+int xd_remote_window_op(struct xd_call *call, struct xd_op *op, const struct xd_wtarget *t)
+{
+	struct xd_peer *p = t->peer;
+
 	if (p->transport->one_sided && !op_mapped(op))
 		return xd_fail(call, XP_E_FAILED, EOPNOTSUPP, XD_FILE_WINDOW_MSG);
 	op->id = ++call->conn->d->next_op;
 	struct xd_xfer *x = xfer_new(p, op->id, true, op);
 	if (!x)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	memcpy(x->owner_node, node, XP_ID_BYTES);
+	memcpy(x->owner_node, t->node, XP_ID_BYTES);
 	x->owner_op = op->wreq->window;
-	x->owner_epoch = epoch;
+	x->owner_epoch = t->epoch;
 	/* Listed at once: the reply does not wait for the owner, whose refusal ends the op. */
 	xd_op_start(call, op, XP_ST_INITIALIZED);
 	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
 	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
+	if (t->keyed && p->transport->one_sided && p->state == XD_PEER_UP) {
+		int rc = start_direct(x, t);
+		if (rc) /* the op is listed: it ends with the cause */
+			xfer_fail(x, XP_ST_ERRORED, -rc, "could not start the transfer");
+		return 0;
+	}
 	if (xd_peer_window_frames(p) && op_mapped(op) &&
 	    xd_window_frames_ok(p->d, op->wreq->handle)) {
 		/* One-sided frames (PROTOCOL.md §10.7): no claim, no DONE; the handle is open. */
@@ -291,6 +345,9 @@ static void peer_up(struct xd_peer *p)
  */
 static void check_drains(struct xd_peer *p)
 {
+	xd_windows_peer_tick(p);
+	if (p->state == XD_PEER_DEAD)
+		return;
 	uint64_t limit_ms = p->d->cfg.keepalive_timeout_ms, now = xd_now_us();
 	struct xd_xfer *x;
 
@@ -337,6 +394,17 @@ static void defer_release(struct xd_xfer *x, int err, const char *msg)
 
 static void request_done(struct xd_xfer *x)
 {
+	if (x->direct) {
+		/*
+		 * IN_PROGRESS is told once bytes moved and more are to come (never from inside the
+		 * request that started it: an op.batch's event takes its ops only after that).
+		 */
+		if (x->op && x->op->state == XP_ST_INITIALIZED && xd_xfer_bytes(x) < x->length)
+			xd_op_set_in_progress(x->op, x->peer->transport->name, x->peer->node_hex);
+		direct_finish(x);
+		direct_quiet(x);
+		return;
+	}
 	one_sided_release(x);
 }
 
@@ -350,7 +418,7 @@ static void op_ended(struct xd_op *op)
 		return;
 	}
 	if (x->one_sided && x->active) {
-		if (x->claim_sent)
+		if (x->claim_sent && !x->direct) /* (a keyed op's owner never heard of it) */
 			defer_release(x, op->cause_errno, op->cause);
 		xfer_close(x);
 		return;
@@ -459,7 +527,8 @@ static json_t *claim_ok_segs(struct xd_xfer *x, int *err, char *msg, size_t len)
 
 	if (!rkeys)
 		return NULL;
-	rc = x->peer->transport->grant_open(x->peer, x->via, x->segs, x->nsegs, !x->source, rkeys,
+	rc = x->peer->transport->grant_open(x->peer, x->via, x->segs, x->nsegs,
+					    x->source ? XP_ACCESS_READ : XP_ACCESS_WRITE, rkeys,
 					    &x->grant, msg, len);
 	if (rc < 0)
 		*err = rc;
@@ -686,6 +755,8 @@ static void data_sent(struct xd_xfer *x)
 
 static void all_posted(struct xd_xfer *x)
 {
+	if (x->direct)
+		return; /* no DONE: the op completes as its last request does (direct_finish()) */
 	/*
 	 * One-sided writer: DONE may follow the last WRITE at once. RC executes the SEND only
 	 * after every earlier WRITE on the queue pair was placed, and a failed WRITE flushes it.
@@ -737,7 +808,7 @@ static bool sync_first(struct xd_xfer *x)
 
 static void data_received(struct xd_xfer *x)
 {
-	if (!x->op || x->received < x->length)
+	if (!x->op || x->received < x->length || x->direct)
 		return;
 	if (sync_first(x))
 		return;
@@ -775,11 +846,13 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 	if (h->type == XP_PEER_WCLAIM)
 		return handle_wclaim(p, via, h, json);
 	if (h->type == XP_PEER_WOPEN || h->type == XP_PEER_WOPEN_OK ||
-	    h->type == XP_PEER_WOPEN_ERR || h->type == XP_PEER_WCLOSE)
+	    h->type == XP_PEER_WOPEN_ERR || h->type == XP_PEER_WCLOSE || h->type == XP_PEER_WNOTIFY)
 		return xd_window_ctrl(p, via, h, json);
 	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)
 		return 0; /* the two ends crossed: it already ended here */
+	if (x->direct)
+		return -EPROTO; /* the owner never heard of a keyed get or put */
 	switch (h->type) {
 	case XP_PEER_CLAIM_OK:
 		if (!x->active)

@@ -100,7 +100,7 @@ static int start_remote(struct xd_call *call, struct xd_op *active, const struct
 					  .has_tag = wc->tag != NULL };
 	if (wc->tag)
 		snprintf(active->wreq->tag, sizeof(active->wreq->tag), "%s", wc->tag);
-	int rc = xd_remote_window_op(call, active, t->peer, t->node, t->epoch);
+	int rc = xd_remote_window_op(call, active, t);
 	if (rc)
 		xd_op_discard(active);
 	return rc;

@@ -132,14 +132,14 @@ int xd_rdma_peer_conns(const struct xd_peer *p);
 uint64_t xd_rdma_peer_last_rx(const struct xd_peer *p);
 /*
  * Memory windows onto one operation's ranges, for a claimer over RDMA (PROTOCOL.md §10.5):
- * opens remote access to @n ranges, reads only or writes only, for the peer's end of RDMA
- * connection @via, and fills @rkeys (one per range). Where the device has memory windows,
+ * opens remote access to @n ranges with @access (XP_ACCESS_READ / XP_ACCESS_WRITE bits: a
+ * claim's is one of them, a window's may be both), for the peer's end of RDMA connection @via, and fills @rkeys (one per range). Where the device has memory windows,
  * *grant owns them and the rkeys reach those bytes, through that queue pair, and nothing else;
  * where it has none, *grant is NULL and the rkeys are the regions' own. Returns 0 or -errno
  * with the cause in @msg.
  */
 int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
-		       bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
+		       int access, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
 		       size_t len);
 /* Revokes @g's windows: at once, or as soon as their binds have left the send queue. */
 void xd_rdma_grant_close(struct xd_rdma_grant *g);

@@ -16,6 +16,8 @@
  * themselves grant no remote access. A transfer's data, DONE and release then stay on that
  * connection. A window is deallocated (revoked) when its transfer lets go of it, but never
  * while its bind may still be in the send queue, and always before its queue pair is destroyed.
+ * A window's opener gets one such memory window for the handle's whole life, bound at its open
+ * with the window's access (read, write or both), through the same grant_open.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -617,6 +619,13 @@ int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t fla
 	return rc ? rconn_queue(rc, type, flags, xfer, json) : -ENOTCONN;
 }
 
+/* The remote access a window grants, from XP_ACCESS_READ / XP_ACCESS_WRITE bits. */
+static unsigned int mw_access(int access)
+{
+	return (access & XP_ACCESS_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+	       (access & XP_ACCESS_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0);
+}
+
 /*
  * Binds window @i of @g onto @s for @rc's queue pair, with a fresh key, on @rc's send queue.
  * The last bind of a grant is signalled: its completion retires the grant's binds at once, so
@@ -624,7 +633,7 @@ int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t fla
  * request follows on an idle connection. Returns 0 and the new rkey in *@rkey, or -errno.
  */
 static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
-		       const struct xd_seg *s, bool writable, bool last, uint32_t *rkey)
+		       const struct xd_seg *s, int access, bool last, uint32_t *rkey)
 {
 	uint64_t idx = rc->sq_head;
 	struct ibv_mw *mw = g->w[i].mw;
@@ -638,8 +647,7 @@ static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
 			.bind_info = { .mr = s->region->mrs[rc->dev->index],
 				       .addr = (uintptr_t)(s->region->base + s->offset),
 				       .length = s->length,
-				       .mw_access_flags = writable ? IBV_ACCESS_REMOTE_WRITE
-								   : IBV_ACCESS_REMOTE_READ },
+				       .mw_access_flags = mw_access(access) },
 		},
 	};
 	struct ibv_send_wr *bad;
@@ -670,7 +678,7 @@ static int alloc_window(struct xd_rdma_grant *g, uint32_t i, struct xd_region *r
 }
 
 int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
-		       bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
+		       int access, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
 		       size_t len)
 {
 	struct xd_rconn *rc = peer_conn(p, via);
@@ -701,7 +709,7 @@ int xd_rdma_grant_open(struct xd_peer *p, uint32_t via, const struct xd_seg *seg
 	for (uint32_t i = 0; i < n && !err; i++) {
 		err = alloc_window(g, i, segs[i].region);
 		if (!err)
-			err = bind_window(rc, g, i, &segs[i], writable, i == n - 1, &rkeys[i]);
+			err = bind_window(rc, g, i, &segs[i], access, i == n - 1, &rkeys[i]);
 	}
 	if (err) {
 		snprintf(msg, len, "could not open a memory window on %s: %s", rc->dev->name,

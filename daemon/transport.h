@@ -86,12 +86,14 @@ struct xd_transport_ops {
 	/* Whether a control message of @p still waits to be sent (shutdown waits for it). */
 	bool (*pending_output)(const struct xd_peer *p);
 	/*
-	 * One-sided transports (rdma; NULL elsewhere): opens the peer's access to @n ranges of a
-	 * claimed operation, for connection @via, read-only or write-only; fills @rkeys and *grant
-	 * (closed with grant_close when the transfer ends). Returns 0 or -errno with @msg.
+	 * One-sided transports (rdma; NULL elsewhere): opens the peer's access to @n ranges (of a
+	 * claimed operation, or of a window for one opener), for connection @via, with @access
+	 * (XP_ACCESS_READ and/or XP_ACCESS_WRITE); fills @rkeys and *grant (closed with
+	 * grant_close when the transfer ends or the opener let go; NULL: the device has no memory
+	 * windows and the rkeys are the regions' own). Returns 0 or -errno with @msg.
 	 */
 	int (*grant_open)(struct xd_peer *p, uint32_t via, const struct xd_seg *segs, uint32_t n,
-			  bool writable, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
+			  int access, uint32_t *rkeys, struct xd_rdma_grant **grant, char *msg,
 			  size_t len);
 	void (*grant_close)(struct xd_rdma_grant *g);
 	/*
@@ -306,6 +308,12 @@ struct xd_xfer {
 	struct xd_rseg *rsegs; /**< one-sided, active side: the owner's ranges from CLAIM_OK */
 	uint32_t nrsegs;
 	struct xd_rdma_grant *grant; /**< one-sided, owner: the claimer's windows onto our ranges */
+	/*
+	 * One-sided, active: a get or put with its handle's own key (PROTOCOL.md §10.6): no claim,
+	 * no DONE; it holds the key (window.c) until no request of it is out (@key_held).
+	 */
+	bool direct, key_held;
+	uint64_t handle;
 	/*
 	 * A region of the transfer failed under it (a file truncated, ENOSPC): the frame under
 	 * way is finished with zeros (sent) or dropped (received), and the operation ends ERRORED

@@ -6,6 +6,13 @@
  * passive side is an internal op this file makes over the window's range and is told the end
  * of: no client is woken for it, except by a notify tag, delivered once, in order per opener.
  * Closing a window revokes it: every opener is told, every transfer on it ends.
+ *
+ * Over a one-sided transport (RDMA) the owner binds one key per opener at open, onto exactly
+ * the window's range with the window's access, to the opener's queue pair (grant_key()); the
+ * opener's gets and puts then read and write with it, no claim per op, and a tagged one is
+ * followed by a WNOTIFY on that queue pair. The key is revoked when the opener lets go (its
+ * WCLOSE, sent once no request of it is out), its set is lost, or, after the owner revoked the
+ * window, when the opener keeps it past keepalive_timeout_ms (its set is failed).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -50,6 +57,15 @@ struct xd_wopener {
 	uint32_t lane;		     /**< where its get replies, refusals and acks go */
 	uint64_t put_off, put_bytes; /**< the put whose frames are arriving (they come in a row) */
 	struct xd_deferred ack_later;
+	/*
+	 * One-sided: the key bound for this opener at open (NULL: none, it claims each op), and
+	 * the transport that closes it. After a revocation it is kept until the opener lets go
+	 * (@releasing since @release_since_us), at most keepalive_timeout_ms.
+	 */
+	struct xd_rdma_grant *grant;
+	const struct xd_transport_ops *gt;
+	bool releasing;
+	uint64_t release_since_us;
 };
 
 struct xd_window {
@@ -105,6 +121,29 @@ struct xd_whandle {
 	TAILQ_HEAD(, xd_xfer) gets;  /**< their replies not yet all here */
 	unsigned nfast;		     /**< on the two lists */
 	bool file;		     /**< the window is over a file region: claims only */
+	/*
+	 * One-sided: the key the owner bound for this handle (WOPEN_OK) onto the window at
+	 * @raddr, on connection @via of @key_peer (NULL once that set is gone). Gets and puts with
+	 * requests out hold it (@key_users); a closed or revoked handle lets go (WCLOSE) once
+	 * none does (@release_wait). A handle whose client closed it lingers unlisted till then.
+	 */
+	bool keyed;
+	uint64_t raddr;
+	uint32_t rkey, via;
+	struct xd_peer *key_peer;
+	unsigned key_users;
+	bool release_wait;
+	TAILQ_HEAD(, xd_hnote) notes; /**< keyed, tagged ops in the order they started */
+};
+
+/* A keyed, tagged get or put at the opener: its WNOTIFY waits for those started before it. */
+struct xd_hnote {
+	TAILQ_ENTRY(xd_hnote) link;
+	uint64_t op;
+	bool done, complete;
+	enum xp_kind kind;
+	uint64_t offset, bytes;
+	char tag[XP_MAX_TAG + 1];
 };
 
 /* ---- lookup, charges ---- */
@@ -143,6 +182,17 @@ static struct xd_wopener *opener_find(struct xd_window *w, struct xd_peer *p, ui
 
 	TAILQ_FOREACH(o, &w->openers, link)
 		if (!o->gone && o->handle == handle && (p ? o->peer == p : o->local))
+			return o;
+	return NULL;
+}
+
+/* The opener of @w that is handle @handle of set @p and holds a key, even if gone (revoked). */
+static struct xd_wopener *opener_keyed(struct xd_window *w, struct xd_peer *p, uint64_t handle)
+{
+	struct xd_wopener *o;
+
+	TAILQ_FOREACH(o, &w->openers, link)
+		if (o->grant && o->handle == handle && o->peer == p)
 			return o;
 	return NULL;
 }
@@ -212,6 +262,14 @@ static void reap_soon(struct xd_window *w)
 }
 
 static void fast_detach_all(struct xd_wopener *o);
+/* Revokes @o's key, if it holds one (the opener let go, or its set is gone). */
+static void opener_key_close(struct xd_wopener *o)
+{
+	if (!o->grant)
+		return;
+	o->gt->grant_close(o->grant);
+	o->grant = NULL;
+}
 
 static void opener_free(struct xd_wopener *o)
 {
@@ -219,6 +277,7 @@ static void opener_free(struct xd_wopener *o)
 
 	fast_detach_all(o);
 	xd_defer_cancel(o->w->d, &o->ack_later);
+	opener_key_close(o);
 	while ((n = TAILQ_FIRST(&o->notes))) {
 		TAILQ_REMOVE(&o->notes, n, link);
 		free(n);
@@ -246,10 +305,16 @@ static void window_reap_cb(void *arg)
 	struct xd_window *w = arg;
 	struct xd_wopener *o, *tmp;
 
-	TAILQ_FOREACH_SAFE(o, &w->openers, link, tmp)
-		if (o->gone && o->inflight == 0)
+	bool keys_out = false;
+
+	TAILQ_FOREACH_SAFE(o, &w->openers, link, tmp) {
+		if (o->gone && o->inflight == 0 && !o->grant)
 			opener_free(o);
-	if (!w->closing || w->inflight > 0)
+		else if (o->grant)
+			keys_out = true;
+	}
+	/* window.close answers once no byte can reach the range: no op, no key left. */
+	if (!w->closing || w->inflight > 0 || keys_out)
 		return;
 	if (w->close_conn)
 		xd_client_reply(w->close_conn, w->close_id, json_object());
@@ -310,6 +375,12 @@ static void handle_fast_detach(struct xd_whandle *h);
 static void handle_free(struct xd_whandle *h)
 {
 	handle_fast_detach(h);
+	struct xd_hnote *n;
+
+	while ((n = TAILQ_FIRST(&h->notes))) {
+		TAILQ_REMOVE(&h->notes, n, link);
+		free(n);
+	}
 	if (h->conn)
 		uncharge_window(h->conn);
 	TAILQ_REMOVE(&h->d->whandles, h, link);
@@ -326,6 +397,31 @@ static void handle_end_ops(struct xd_whandle *h, enum xp_state state, int err, c
 			xd_op_end(op, state, err, "%s", cause);
 }
 
+/* WCLOSE from the opener: it lets go of window @h->window (and of its key, if keyed). */
+static void send_release(struct xd_whandle *h)
+{
+	struct xd_peer *p = h->keyed ? h->key_peer : h->peer;
+	json_t *j = p ? json_pack("{s:I}", "window", (json_int_t)h->window) : NULL;
+
+	/* A key's release goes on its own queue pair, behind every request that used it. */
+	if (j)
+		xd_peer_send_ctrl(p, h->keyed ? h->via : 0, XP_PEER_WCLOSE, XP_PEER_FROM_ACTIVE,
+				  h->id, j);
+	json_decref(j);
+	h->key_peer = NULL;
+}
+
+/* Keyed @h is closed or revoked: it lets go of its key now, or once no request uses it. */
+static void release_key_when_quiet(struct xd_whandle *h)
+{
+	if (!h->keyed || !h->key_peer)
+		return;
+	if (h->key_users > 0)
+		h->release_wait = true;
+	else
+		send_release(h);
+}
+
 /* @h no longer reaches its window: its client is told, later gets and puts refused. */
 static void handle_revoked(struct xd_whandle *h, int err, const char *cause)
 {
@@ -336,6 +432,7 @@ static void handle_revoked(struct xd_whandle *h, int err, const char *cause)
 	h->cause_errno = err;
 	snprintf(h->cause, sizeof(h->cause), "%s", cause);
 	handle_end_ops(h, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
+	release_key_when_quiet(h);
 	push(h->conn, XP_NOTIFY_WINDOW_CLOSED,
 	     json_pack("{s:I, s:s, s:s}", "window", (json_int_t)h->id, "errno", xp_errno_name(err),
 		       "cause", h->cause));
@@ -370,6 +467,7 @@ static struct xd_whandle *handle_new(struct xd_call *call, const struct xp_meta 
 	h->created_us = xd_now_us();
 	TAILQ_INIT(&h->puts);
 	TAILQ_INIT(&h->gets);
+	TAILQ_INIT(&h->notes);
 	TAILQ_INSERT_TAIL(&h->d->whandles, h, link);
 	return h;
 }
@@ -646,6 +744,9 @@ static void window_revoke(struct xd_window *w, int err, const char *fmt, ...)
 		if (o->gone)
 			continue;
 		tell_opener(o, err, cause);
+		o->releasing = o->grant !=
+			       NULL; /* its key goes once it let go: at most a timeout */
+		o->release_since_us = xd_now_us();
 		opener_close(o, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
 	}
 	reap_soon(w);
@@ -660,12 +761,23 @@ static void handle_close(struct xd_whandle *h, const char *cause)
 		struct xd_wopener *o = w ? opener_find(w, NULL, h->id) : NULL;
 		if (o)
 			opener_close(o, XP_ST_CANCELLED, ECANCELED, "the opener closed its handle");
+	} else if (h->state == WH_OPEN && h->peer && h->keyed && h->key_users > 0) {
+		/* Requests still use the key: the handle lingers, unlisted, until they are done. */
+		uncharge_window(h->conn);
+		h->conn = NULL;
+		h->state = WH_CLOSED;
+		h->peer = NULL;
+		h->release_wait = true;
+		return;
 	} else if (h->state == WH_OPEN && h->peer) {
-		json_t *j = json_pack("{s:I}", "window", (json_int_t)h->window);
-		if (j)
-			xd_peer_send_ctrl(h->peer, 0, XP_PEER_WCLOSE, XP_PEER_FROM_ACTIVE, h->id,
-					  j);
-		json_decref(j);
+		send_release(h);
+	} else if (h->keyed && h->key_peer) { /* revoked: still owes the release of its key */
+		release_key_when_quiet(h);
+		if (h->release_wait) {
+			uncharge_window(h->conn);
+			h->conn = NULL;
+			return;
+		}
 	}
 	handle_free(h);
 }
@@ -752,7 +864,81 @@ int xd_window_check(struct xd_call *call, const struct xd_wclaim *wc, struct xd_
 	t->window = h->window;
 	memcpy(t->node, h->node, XP_ID_BYTES);
 	t->epoch = h->epoch;
+	t->keyed = h->keyed && h->key_peer == h->peer;
+	t->raddr = h->raddr + wc->offset;
+	t->rkey = h->rkey;
+	t->via = h->via;
 	return 0;
+}
+
+int xd_window_direct_start(struct xd_daemon *d, const struct xd_op *op)
+{
+	struct xd_whandle *h = handle_find(d, op->wreq->handle);
+	struct xd_hnote *n;
+
+	if (!h)
+		return -ENOENT;
+	if (op->wreq->has_tag) {
+		if (!(n = calloc(1, sizeof(*n))))
+			return -ENOMEM;
+		*n = (struct xd_hnote){ .op = op->id,
+					.kind = op->kind,
+					.offset = op->wreq->offset,
+					.bytes = op->length };
+		snprintf(n->tag, sizeof(n->tag), "%s", op->wreq->tag);
+		TAILQ_INSERT_TAIL(&h->notes, n, link);
+	}
+	h->key_users++;
+	return 0;
+}
+
+/* WNOTIFY of @n, on the key's queue pair: behind every request of that get or put. */
+static void send_notify(struct xd_whandle *h, const struct xd_hnote *n)
+{
+	json_t *j = json_pack("{s:I, s:s, s:I, s:I, s:s}", "window", (json_int_t)h->window, "kind",
+			      xp_kind_name(n->kind), "offset", (json_int_t)n->offset, "bytes",
+			      (json_int_t)n->bytes, "tag", n->tag);
+
+	if (j && h->key_peer)
+		xd_peer_send_ctrl(h->key_peer, h->via, XP_PEER_WNOTIFY, XP_PEER_FROM_ACTIVE, h->id,
+				  j);
+	json_decref(j);
+}
+
+void xd_window_direct_ended(struct xd_daemon *d, uint64_t handle, uint64_t op, bool complete)
+{
+	struct xd_whandle *h = handle_find(d, handle);
+	struct xd_hnote *n;
+
+	if (!h)
+		return;
+	TAILQ_FOREACH(n, &h->notes, link)
+		if (n->op == op && !n->done) {
+			n->done = true;
+			n->complete = complete;
+			break;
+		}
+	/* In the order they started: a later tag never overtakes an earlier one. */
+	while ((n = TAILQ_FIRST(&h->notes)) && n->done) {
+		TAILQ_REMOVE(&h->notes, n, link);
+		if (n->complete)
+			send_notify(h, n);
+		free(n);
+	}
+}
+
+void xd_window_key_quiet(struct xd_daemon *d, uint64_t handle)
+{
+	struct xd_whandle *h = handle_find(d, handle);
+
+	if (!h || h->key_users == 0)
+		return;
+	if (--h->key_users > 0 || !h->release_wait)
+		return;
+	h->release_wait = false;
+	send_release(h);
+	if (!h->conn && h->state == WH_CLOSED)
+		handle_free(h); /* (its client closed it while requests used the key) */
 }
 
 static struct xd_op *internal_op(struct xd_window *w, const struct xd_wclaim *wc)
@@ -1255,6 +1441,37 @@ static bool handle_known(struct xd_daemon *d, struct xd_peer *p, uint64_t handle
 	return false;
 }
 
+/*
+ * One-sided transports: binds a key for opener @o onto exactly the window's range, with the
+ * window's access, to the queue pair of connection @via (PROTOCOL.md §10.6), and puts it in
+ * the WOPEN_OK @ok as {"addr", "len", "rkey"}. Without one (a device without memory windows,
+ * whose region rkey would reach the whole region; a file region) the opener claims each get
+ * and put instead. Returns 0 or -errno with the cause in @msg.
+ */
+static int grant_key(struct xd_wopener *o, uint32_t via, json_t *ok, char *msg, size_t len)
+{
+	struct xd_window *w = o->w;
+	const struct xd_transport_ops *t = o->peer->transport;
+	struct xd_seg seg = { w->region, w->offset, w->length };
+	uint32_t rkey;
+
+	if (!t->one_sided || !w->region->mem->mapped)
+		return 0;
+	int rc = t->grant_open(o->peer, via, &seg, 1, w->access, &rkey, &o->grant, msg, len);
+	if (rc < 0 || !o->grant)
+		return rc;
+	o->gt = t;
+	if (json_object_set_new(
+		    ok, "addr",
+		    json_integer((json_int_t)(uintptr_t)(w->region->base + w->offset))) ||
+	    json_object_set_new(ok, "len", json_integer((json_int_t)w->length)) ||
+	    json_object_set_new(ok, "rkey", json_integer((json_int_t)rkey))) {
+		snprintf(msg, len, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* The owner: WOPEN {window, node, epoch, proof | token}. */
 static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
@@ -1292,17 +1509,45 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	struct xd_window *w = open_lookup(d, &rq, &err, msg, sizeof(msg));
 	if (!w)
 		return send_open_err(p, via, h->xfer, -err, msg);
-	if (!opener_add(w, p, h->xfer))
+	struct xd_wopener *o = opener_add(w, p, h->xfer);
+	if (!o)
 		return send_open_err(p, via, h->xfer, ENOMEM, "out of memory");
 	/* A window over a file region takes claims only (§10.7): the opener is told so. */
 	json_t *ok = w->region->mem->mapped ? json_object() : json_pack("{s:b}", "file", 1);
+	err = ok ? grant_key(o, via, ok, msg, sizeof(msg)) : -ENOMEM;
+	if (err) {
+		json_decref(ok);
+		w->nopeners--;
+		opener_free(o);
+		return send_open_err(p, via, h->xfer, -err, ok ? msg : "out of memory");
+	}
 	int rc = xd_peer_send_ctrl(p, via, XP_PEER_WOPEN_OK, 0, h->xfer, ok);
 	json_decref(ok);
 	return rc == -ENOMEM ? rc : 0;
 }
 
+/* The opener: the key a one-sided owner put in WOPEN_OK, if any. Returns 0 or -EPROTO. */
+static int take_key(struct xd_whandle *h, uint32_t via, json_t *json)
+{
+	json_int_t addr, len, rkey;
+
+	if (!json || !json_object_get(json, "rkey"))
+		return 0; /* none: each get and put is claimed */
+	if (!h->peer->transport->one_sided ||
+	    json_unpack(json, "{s:I, s:I, s:I}", "addr", &addr, "len", &len, "rkey", &rkey) ||
+	    (uint64_t)len != h->length || rkey < 0 || rkey > UINT32_MAX)
+		return -EPROTO;
+	h->keyed = true;
+	h->raddr = (uint64_t)addr;
+	h->rkey = (uint32_t)rkey;
+	h->via = via;
+	h->key_peer = h->peer;
+	return 0;
+}
+
 /* The opener: WOPEN_OK or WOPEN_ERR for handle @h. */
-static int handle_open_answer(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_t *json)
+static int handle_open_answer(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *hdr,
+			      json_t *json)
 {
 	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
 	const char *name = NULL, *raw = NULL;
@@ -1320,6 +1565,8 @@ static int handle_open_answer(struct xd_peer *p, const struct xp_peer_hdr *hdr, 
 		if (json && json_unpack(json, "{s?b}", "file", &file))
 			return -EPROTO;
 		h->file = file;
+		if (take_key(h, via, json) < 0)
+			return -EPROTO;
 		h->state = WH_OPEN;
 		if (h->conn) {
 			xd_client_reply(h->conn, h->reply_id, open_result(h));
@@ -1348,9 +1595,14 @@ static int handle_wclose(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_
 		if (!json || json_unpack(json, "{s:I}", "window", &window))
 			return -EPROTO;
 		w = window_find(p->d, (uint64_t)window);
-		struct xd_wopener *o = w ? opener_find(w, p, hdr->xfer) : NULL;
-		if (o)
-			opener_close(o, XP_ST_CANCELLED, ECANCELED, "the opener closed its handle");
+		struct xd_wopener *o = w ? opener_keyed(w, p, hdr->xfer) : NULL;
+		if (!o)
+			o = w ? opener_find(w, p, hdr->xfer) : NULL;
+		if (!o)
+			return 0;
+		opener_key_close(o); /* it let go: no request of it uses the key any more */
+		opener_close(o, XP_ST_CANCELLED, ECANCELED, "the opener closed its handle");
+		reap_soon(w);
 		return 0;
 	}
 	if (!json || json_unpack(json, "{s:s, s:s}", "errno", &name, "message", &raw))
@@ -1364,6 +1616,46 @@ static int handle_wclose(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_
 	return 0;
 }
 
+/*
+ * The owner: WNOTIFY {window, kind, offset, bytes, tag} from a keyed opener, after the bytes
+ * of its get or put on the same queue pair: told to the owner's client as window.notified.
+ * A notification its key could not have earned (access, range) is a protocol error.
+ */
+static int handle_wnotify(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_t *json)
+{
+	json_int_t window, offset, bytes;
+	const char *kind, *tag;
+	char msg[XD_CAUSE_MAX];
+	int err;
+
+	if (!(hdr->flags & XP_PEER_FROM_ACTIVE) || !json ||
+	    json_unpack(json, "{s:I, s:s, s:I, s:I, s:s}", "window", &window, "kind", &kind,
+			"offset", &offset, "bytes", &bytes, "tag", &tag) ||
+	    window < 0 || offset < 0 || bytes <= 0 || strlen(tag) > XP_MAX_TAG)
+		return -EPROTO;
+	int k = xp_kind_from_name(kind);
+	struct xd_wclaim wc = { .kind = k, .offset = (uint64_t)offset, .length = (uint64_t)bytes };
+	struct xd_window *w = window_find(p->d, (uint64_t)window);
+	struct xd_wopener *o = w ? opener_find(w, p, hdr->xfer) : NULL;
+	if ((k != XP_KIND_GET && k != XP_KIND_PUT) || (o && !o->grant))
+		return -EPROTO;
+	if (!o || w->closing)
+		return 0; /* (crossed with a close: its ops did not count) */
+	if (check_access(w->access, wc.kind, w->id, &err, msg, sizeof(msg)) ||
+	    check_range(w->length, &wc, w->id, &err, msg, sizeof(msg)))
+		return -EPROTO;
+	struct xd_wnote n = { .o = o, .kind = wc.kind, .offset = wc.offset, .bytes = wc.length };
+	snprintf(n.tag, sizeof(n.tag), "%s", tag);
+	if (w->owner)
+		push_notified(w, &n);
+	w->d->stats.window_ops++;
+	if (wc.kind == XP_KIND_GET)
+		o->gets++, w->gets++;
+	else
+		o->puts++, w->puts++;
+	return 0;
+}
+
 int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
 	switch (h->type) {
@@ -1371,11 +1663,33 @@ int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 		return handle_wopen(p, via, h, json);
 	case XP_PEER_WOPEN_OK:
 	case XP_PEER_WOPEN_ERR:
-		return handle_open_answer(p, h, json);
+		return handle_open_answer(p, via, h, json);
+	case XP_PEER_WNOTIFY:
+		return handle_wnotify(p, h, json);
 	case XP_PEER_WCLOSE:
 		return handle_wclose(p, h, json);
 	default:
 		return -EPROTO;
+	}
+}
+
+void xd_windows_peer_tick(struct xd_peer *p)
+{
+	uint64_t limit_ms = p->d->cfg.keepalive_timeout_ms, now = xd_now_us();
+	struct xd_window *w;
+	struct xd_wopener *o;
+
+	TAILQ_FOREACH(w, &p->d->windows, link) {
+		TAILQ_FOREACH(o, &w->openers, link) {
+			uint64_t kept_ms = (now - o->release_since_us) / 1000;
+			if (o->peer != p || !o->grant || !o->releasing || kept_ms <= limit_ms)
+				continue;
+			xd_peer_fail(p, ETIMEDOUT,
+				     "the peer kept its key to revoked window %llu for %llu ms "
+				     "(keepalive_timeout_ms): connection closed to revoke it",
+				     (unsigned long long)w->id, (unsigned long long)kept_ms);
+			return;
+		}
 	}
 }
 
@@ -1399,11 +1713,21 @@ void xd_windows_peer_lost(struct xd_peer *p, int err, const char *cause)
 		TAILQ_FOREACH(o, &w->openers, link) {
 			if (o->peer != p)
 				continue;
+			opener_key_close(o); /* (its queue pair is going too) */
 			o->peer = NULL;
 			opener_close(o, XP_ST_ERRORED, err, cause);
+			reap_soon(w);
 		}
 	}
 	TAILQ_FOREACH_SAFE(h, &d->whandles, link, tmp) {
+		if (h->key_peer == p) { /* the key died with the queue pair: nothing to release */
+			h->key_peer = NULL;
+			h->release_wait = false;
+			if (!h->conn && h->state == WH_CLOSED) {
+				handle_free(h);
+				continue;
+			}
+		}
 		if (h->peer != p)
 			continue;
 		if (h->state == WH_OPENING) {

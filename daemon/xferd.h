@@ -984,6 +984,15 @@ struct xd_wtarget {
 	uint64_t window;      /**< the owner's id */
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch;
+	/*
+	 * One-sided transports: the handle holds a key of its own onto the window (bound at
+	 * window.open, PROTOCOL.md §10.6), so the get or put goes without a claim: @raddr is where
+	 * its bytes are in the owner's registration, @rkey the key, @via the connection it is
+	 * bound to.
+	 */
+	bool keyed;
+	uint64_t raddr;
+	uint32_t rkey, via;
 };
 /*
  * The opener's checks of an op.get/op.put on handle @w->handle of @call's client: open,
@@ -1010,7 +1019,19 @@ int xd_window_frame(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_
 int xd_window_fast_start(struct xd_xfer *x);
 /* Whether handle @handle's gets and puts may go as one-sided frames (not a file region's). */
 bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle);
-/* A window message from @p (WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE). Returns 0 or -EPROTO. */
+/*
+ * An opener's keyed get or put @op (op->wreq filled) starts without a claim: it holds the
+ * handle's key until xd_window_key_quiet(), and a tagged one is queued for its WNOTIFY, which
+ * xd_window_direct_ended() sends in the order the ops started, each once its op COMPLETED.
+ * Returns 0 or -ENOMEM.
+ */
+int xd_window_direct_start(struct xd_daemon *d, const struct xd_op *op);
+void xd_window_direct_ended(struct xd_daemon *d, uint64_t handle, uint64_t op, bool complete);
+/* A keyed get or put of handle @handle has no request left on the owner's memory. */
+void xd_window_key_quiet(struct xd_daemon *d, uint64_t handle);
+/* Keepalive tick of set @p: an opener that keeps a revoked window's key too long fails it. */
+void xd_windows_peer_tick(struct xd_peer *p);
+/* A window message from @p (WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE, WNOTIFY). 0 or -EPROTO. */
 int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
 /* Set @p is up (its pending opens go) / lost (its openers and handles are gone). */
 void xd_windows_peer_up(struct xd_peer *p);
@@ -1032,11 +1053,11 @@ void xd_claims_start(struct xd_daemon *d);
 /* Claims the passive op @m names on its owner for @op (not yet listed). Defers the reply. */
 int xd_remote_claim(struct xd_call *call, struct xd_op *op, const struct xp_meta *m);
 /*
- * Starts @op (an op.get/op.put with its wreq filled, not yet listed) as a transfer on set @p
- * to window @op->wreq->window of node @node, @epoch: listed under @call's client at once,
- * the WCLAIM sent when the set is up. Returns 0 or fails @call.
+ * Starts @op (an op.get/op.put with its wreq filled, not yet listed) as a transfer to window
+ * @op->wreq->window at @t: listed under @call's client at once; with the handle's own key
+ * (@t->keyed) its requests go at once, else the WCLAIM is sent when the set is up. Returns 0
+ * or fails @call.
  */
-int xd_remote_window_op(struct xd_call *call, struct xd_op *op, struct xd_peer *p,
-			const uint8_t node[XP_ID_BYTES], uint64_t epoch);
+int xd_remote_window_op(struct xd_call *call, struct xd_op *op, const struct xd_wtarget *t);
 
 #endif /* XFERD_H */

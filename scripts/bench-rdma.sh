@@ -21,7 +21,12 @@
 #   3. windows (PROTOCOL.md §5.1): $BUILD/xferbench_net win, a window of node 1's buffer opened
 #      on node 0, WIN_DEPTH (16) one-sided gets (beside read) and puts (beside write) in flight
 #      for DUR seconds (its rate over the whole run, no margins: a little pessimistic);
-#   4. a table: MiB/s of each and the ratio xferd / perftest.
+#      with WIN_DEPTHS (e.g. "1 8 32") also at those depths: MiB/s and each op's p50/p99 (us,
+#      from its submission to its end event) and us/op, to show whether per-op cost stays flat;
+#   4. with CLAIM_LOAD=1, the claim round trip of a 4 KiB pairing (xferbench_net lat, LAT_ITERS
+#      of each kind) while 16 MiB pairings, 4 in flight, load the queue pairs (xferbench_net
+#      pipe), beside the same with the link idle;
+#   5. a table: MiB/s of each and the ratio xferd / perftest.
 #
 # Soft-RoCE under TCG is a functional test bed: absolute numbers are low (5-30 MiB/s) and vary
 # with host load by 2x; only the ratios measured in one boot mean anything.
@@ -45,6 +50,9 @@ MARGIN=$((DUR / 4)) # perftest's own margin for -D DUR (integer seconds)
 DEPTH=${DEPTH:-8}
 REPS=${REPS:-3}
 WIN_DEPTH=${WIN_DEPTH:-16}
+WIN_DEPTHS=${WIN_DEPTHS:-}
+CLAIM_LOAD=${CLAIM_LOAD:-0}
+LAT_ITERS=${LAT_ITERS:-50}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
 for b in xferd xferctl xferbench_net tests/rdma_bench; do
@@ -170,6 +178,50 @@ xw() {
 	echo "# xferd window get/put $1 depth $WIN_DEPTH: ${XW[get.$1]##* } / ${XW[put.$1]##* } MiB/s"
 }
 
+# xwd SIZE: window gets and puts at each of WIN_DEPTHS: MiB/s, p50/p99 per op, us per op.
+xwd() {
+	local l
+	if ! l=$(timeout 600 "$BUILD/xferbench_net" win --passive "$D/n1.sock" --active "$D/n0.sock" \
+		--sizes "$1" --depths "${WIN_DEPTHS// /,}" --seconds "$DUR" --json 2>"$D/xw.err"); then
+		echo "bench-rdma: xferbench_net win $1 (depths $WIN_DEPTHS) failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
+		return
+	fi
+	sed -n 's/.*"kind":"\([a-z]*\)","size":\([0-9]*\),"depth":\([0-9]*\),"ops":\([0-9]*\),"gbps":\([0-9.]*\),"us_p50":\([0-9.]*\),"us_p99":\([0-9.]*\),"us_per_op":\([0-9.]*\).*/\1 \2 \3 \4 \5 \6 \7 \8/p' <<<"$l" |
+		while read -r k sz dp ops gbps p50 p99 usop; do
+			awk -v k="$k" -v s="$sz" -v d="$dp" -v o="$ops" -v g="$gbps" -v a="$p50" -v b="$p99" -v u="$usop" \
+				'BEGIN { printf "win-depth %-4s %9s %5s %7s %9.1f %10.0f %10.0f %9.0f\n", k, s, d, o, g * 1e9 / 1048576, a, b, u }'
+		done >"$D/wd.$1"
+	sed 's/^/# /' "$D/wd.$1"
+}
+
+# claim_lat LABEL: the claim round trip of 4 KiB pairings (xferbench_net lat), medians and p99.
+claim_lat() {
+	local l
+	if ! l=$(timeout 600 "$BUILD/xferbench_net" lat --passive "$D/n1.sock" --active "$D/n0.sock" \
+		--lat-iters "$LAT_ITERS" --json 2>"$D/lat.err"); then
+		echo "bench-rdma: xferbench_net lat ($1) failed: $(tail -n 3 "$D/lat.err" | tr '\n' ' ')" >&2
+		return
+	fi
+	sed -n 's/.*"kind":"\([a-z]*\)".*"us_median":\([0-9.]*\),"us_p99":\([0-9.]*\),"us_claim_median":\([0-9.]*\),"us_claim_p99":\([0-9.]*\).*/\1 \2 \3 \4 \5/p' <<<"$l" |
+		while read -r k med p99 cm cp; do
+			printf 'claim %-10s %-5s claim p50 %8.0f us  p99 %8.0f us   (whole 4 KiB pairing p50 %8.0f us  p99 %8.0f us)\n' \
+				"$1" "$k" "$cm" "$cp" "$med" "$p99"
+		done | tee -a "$D/claims"
+}
+
+# claim_under_load: the claim round trip idle, then while 16 MiB pairings (4 in flight) run.
+claim_under_load() {
+	local lp
+	claim_lat idle
+	"$BUILD/xferbench_net" pipe --passive "$D/n1.sock" --active "$D/n0.sock" --sizes 16M \
+		--depths 4 --seconds 600 >"$D/load.out" 2>&1 &
+	lp=$!
+	sleep 3
+	claim_lat loaded
+	kill "$lp" 2>/dev/null
+	wait "$lp" 2>/dev/null
+}
+
 declare -A PERF XF XW
 echo "# $(nproc) vCPUs, kernel $(uname -r), RoCE MTU $(ibv_devinfo -d "$RXE_DEV0" | awk '/active_mtu/{print $2; exit}')"
 echo "# perftest${PERFTEST_ARGS:+ $PERFTEST_ARGS}: client $RXE_DEV0 ($RXE_IP0) -> server $RXE_DEV1 ($RXE_IP1)"
@@ -266,8 +318,10 @@ for ((rep = 1; rep <= REPS; rep++)); do
 	done
 	for s in $SIZES; do
 		xw "$s"
+		[ -n "$WIN_DEPTHS" ] && xwd "$s"
 	done
 done
+[ "$CLAIM_LOAD" = 1 ] && claim_under_load
 echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
 for n in 0 1; do
 	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
@@ -289,3 +343,13 @@ done
 echo "# MiB/s, medians of $REPS rounds; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"
 echo "# target (issue 14): windows (win: gets beside read, puts beside write), 64 KiB with 16 in flight >= 0.8x perftest, 1 MiB and larger >= 0.95x"
+if [ -n "$WIN_DEPTHS" ]; then
+	printf '\n%-9s %-4s %9s %5s %7s %9s %10s %10s %9s\n' "" kind size depth ops MiB/s "p50 us" "p99 us" "us/op"
+	cat "$D"/wd.* 2>/dev/null
+	echo "# window ops at depths $WIN_DEPTHS (last round): p50/p99 from each op's submission to its end event"
+fi
+if [ -s "$D/claims" ]; then
+	echo
+	cat "$D/claims"
+	echo "# claim: op.read/op.write call to the owner's CLAIM_OK (xferbench_net lat, $LAT_ITERS each); loaded: 16 MiB pairings, 4 in flight, on the same peer set"
+fi

@@ -47,6 +47,7 @@ HELLO, PING, PONG, AUTH = 1, 9, 10, 12
 CLAIM_OK, CLAIM_ERR, DATA, DONE, DONE_ACK = 3, 4, 5, 6, 7
 WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE, WCLAIM = 13, 14, 15, 16, 17
 CANCEL, WPUT, WGET, WACK = 8, 18, 19, 20
+WNOTIFY = 23
 FROM_ACTIVE = 1
 WPRE = struct.Struct("<QQIHH")  # window, handle, length, tag length, flags (XP_WIN_LAST = 1)
 TIMEOUT = 5.0
@@ -276,8 +277,10 @@ def mode_windows(host, port, keyfile, metafile):
     sock.sendall(frame(DONE, {"bytes": 16}, FROM_ACTIVE, 107))
     ok = ok and expect(sock, DONE_ACK) is not None
     # answers for handles it never asked about, and a close of an unknown one: ignored
+    note = {"window": win, "kind": "get", "offset": 0, "bytes": 16, "tag": "t"}
     sock.sendall(frame(WOPEN_OK, {}, 0, 999) + frame(WCLOSE, {"errno": "EIO", "message": "x"}, 0, 998)
-                 + frame(WCLOSE, {"window": win}, FROM_ACTIVE, 997) + frame(PING))
+                 + frame(WCLOSE, {"window": win}, FROM_ACTIVE, 997)
+                 + frame(WNOTIFY, note, FROM_ACTIVE, 996) + frame(PING))
     ok = ok and expect(sock, PONG) is not None
     # the opener lets go: a get on the handle is refused afterwards
     sock.sendall(frame(WCLOSE, {"window": win}, FROM_ACTIVE, 7))
@@ -294,12 +297,25 @@ def mode_windows(host, port, keyfile, metafile):
                       0, 1),
                 frame(WCLAIM, dict(wc, tag="x" * 257), FROM_ACTIVE, 1),
                 frame(WCLAIM, dict(wc, kind="read"), FROM_ACTIVE, 1),
-                frame(WCLOSE, {"window": "x"}, FROM_ACTIVE, 1)):
+                frame(WCLOSE, {"window": "x"}, FROM_ACTIVE, 1),
+                frame(WNOTIFY, note, 0, 1),
+                frame(WNOTIFY, dict(note, tag="x" * 257), FROM_ACTIVE, 1)):
         sock, _, _, _ = member(host, port, key)
         sock.sendall(bad)
         if not closed_soon(sock):
             print(f"not cut off after {bad!r}", file=sys.stderr)
             ok = False
+    # a WNOTIFY from an opener that holds no key of its own (TCP: each get is claimed) would
+    # be a tag for bytes it never moved: the set is cut (PROTOCOL.md §10.6)
+    sock, _, node, epoch = member(host, port, key)
+    proof = claim_proof(key, owner, oep, node, epoch, win, 7, bytes.fromhex(meta["token"]))
+    sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep, "proof": proof.hex()},
+                       FROM_ACTIVE, 7))
+    ok = ok and expect(sock, WOPEN_OK) is not None
+    sock.sendall(frame(WNOTIFY, note, FROM_ACTIVE, 7))
+    if not closed_soon(sock):
+        print("not cut off after a WNOTIFY from a keyless opener", file=sys.stderr)
+        ok = False
     return ok
 
 

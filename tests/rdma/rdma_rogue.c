@@ -5,7 +5,9 @@
  * operation's range, only in the operation's direction, only while the transfer lasts, and the
  * region's own MR grants no remote access at all; and for windows (§10.6, keyed owners), that
  * an opener (WOPEN with a proof, a get by WCLAIM) holding a revoked window's rkey is refused
- * once it let go, and cut off when it does not.
+ * once it let go, and cut off when it does not; and that the key an opener gets at open
+ * (WOPEN_OK) reads the window, is refused outside it and for a write of a read-only window,
+ * and dies with the revocation.
  *
  *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR [KEY_FILE]]
  * With KEY_FILE (the owner's cluster key, hex) the rogue proves the key as a daemon does
@@ -1894,7 +1896,25 @@ struct wprobe {
 	bool decoded;
 	struct rogue r;
 	pid_t closer;
+	/* The opener's own key of WOPEN_OK (§10.6): onto the whole window, for its life. */
+	bool keyed;
+	uint64_t kaddr, klen;
+	uint32_t krkey;
 };
+
+/* The key WOPEN_OK carries: {"addr", "len", "rkey"} (absent on a device without windows). */
+static void parse_open_key(struct wprobe *w, json_t *ok)
+{
+	json_int_t addr, len, rkey;
+
+	if (ok &&
+	    json_unpack(ok, "{s:I, s:I, s:I}", "addr", &addr, "len", &len, "rkey", &rkey) == 0) {
+		w->keyed = true;
+		w->kaddr = (uint64_t)addr;
+		w->klen = (uint64_t)len;
+		w->krkey = (uint32_t)rkey;
+	}
+}
 
 static void wprobe_close(struct ctx *t, struct wprobe *w)
 {
@@ -1942,6 +1962,7 @@ static int wprobe_open(struct ctx *t, struct wprobe *w, char *why, size_t len)
 	json_decref(j);
 	if (!rc)
 		rc = wait_msg(&w->r, XP_PEER_WOPEN_OK, &ok);
+	parse_open_key(w, ok);
 	json_decref(ok);
 	ok = NULL;
 	w->r.xfer = ++t->xfer_seq;
@@ -1959,6 +1980,26 @@ static int wprobe_open(struct ctx *t, struct wprobe *w, char *why, size_t len)
 	if (rc)
 		snprintf(why, len, "open+get: %s", w->r.why);
 	return rc ? -1 : 0;
+}
+
+/*
+ * The opener lets go of the window and of its own key (WCLOSE from the active side, §10.6),
+ * then PING: the owner handles messages in order, so its PONG says the release was handled.
+ */
+static int rogue_let_go(struct wprobe *w)
+{
+	json_t *c = json_pack("{s:I}", "window", (json_int_t)w->m.op);
+	unsigned pongs = w->r.pongs;
+	uint64_t deadline = now_ms() + WAIT_MS;
+	int err = send_msg(&w->r, XP_PEER_WCLOSE, XP_PEER_FROM_ACTIVE, 1, c);
+
+	json_decref(c);
+	if (!err)
+		err = send_msg(&w->r, XP_PEER_PING, 0, 0, NULL);
+	while (!err && w->r.pongs == pongs)
+		if ((err = step(&w->r, deadline)) == -ETIMEDOUT)
+			return rogue_err(&w->r, ETIMEDOUT, "no PONG within %d ms", WAIT_MS);
+	return err;
 }
 
 /* The owner's client closes the window (in a child: it returns once the keys are let go). */
@@ -2004,7 +2045,7 @@ static void test_window_revoked(struct ctx *t)
 	if (expect_success(&w.r, false, w.r.addr, w.r.rkey, PROBE_LEN, SLICE, why, sizeof(why)) ||
 	    owner_revokes(t, &w, why, sizeof(why)))
 		fail(g, "%s", why);
-	else if (rogue_release(&w.r))
+	else if (rogue_release(&w.r) || rogue_let_go(&w))
 		fail(g, "release: %s", w.r.why);
 	else if (expect_refused(&w.r, false, w.r.addr, w.r.rkey, PROBE_LEN, why, sizeof(why)))
 		fail(g, "%s; the owner's windows_open is %lld", why, windows_now(t));
@@ -2014,6 +2055,79 @@ static void test_window_revoked(struct ctx *t)
 		ok("%s: READ with rkey 0x%x -> %s, window.close returned", g, w.r.rkey,
 		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
 	w.closer = status == -1 ? w.closer : 0;
+	wprobe_close(t, &w);
+}
+
+/*
+ * i: the opener's own key (bound once at open) reads exactly the window while it is open, is
+ * refused once the owner revoked the window and the opener let go, and window.close returns.
+ */
+static void test_window_key_revoked(struct ctx *t)
+{
+	const char *i = "i. an opener's key (WOPEN_OK) reads the window, and once revoked and let "
+			"go no longer works";
+	struct wprobe w;
+	char why[512];
+	int status = -1;
+
+	if (wprobe_open(t, &w, why, sizeof(why))) {
+		fail(i, "%s", why);
+		wprobe_close(t, &w);
+		return;
+	}
+	if (!w.keyed)
+		fail(i, "WOPEN_OK carried no key (addr, len, rkey) though the device has windows");
+	else if (w.klen != SLICE)
+		fail(i, "WOPEN_OK's key covers %" PRIu64 " bytes, the window %u", w.klen,
+		     (unsigned)SLICE);
+	else if (expect_success(&w.r, false, w.kaddr, w.krkey, SLICE, SLICE, why, sizeof(why)) ||
+		 owner_revokes(t, &w, why, sizeof(why)))
+		fail(i, "%s", why);
+	else if (rogue_release(&w.r) || rogue_let_go(&w))
+		fail(i, "release: %s", w.r.why);
+	else if (expect_refused(&w.r, false, w.kaddr, w.krkey, PROBE_LEN, why, sizeof(why)))
+		fail(i, "%s; the owner's windows_open is %lld", why, windows_now(t));
+	else if (waitpid(w.closer, &status, 0) != w.closer || status != 0)
+		fail(i, "the owner's window.close did not return 0 (status %d)", status);
+	else
+		ok("%s: READ of the whole window with rkey 0x%x -> owner's bytes; after the "
+		   "revocation -> %s, window.close returned",
+		   i, w.krkey, ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	w.closer = status == -1 ? w.closer : 0;
+	wprobe_close(t, &w);
+}
+
+/*
+ * i: an opener's key used outside what it was bound for: past the window's end, before its
+ * start, and a WRITE through a read-only window's key. Each is refused by the owner's device
+ * (the bounds only on a device that checks a window's bounds: Soft-RoCE 6.1 does not).
+ */
+static void key_probe_refused(struct ctx *t, const char *name, bool write, long delta, uint32_t len,
+			      bool bounds)
+{
+	struct wprobe w;
+	char why[512];
+
+	if (wprobe_open(t, &w, why, sizeof(why)) || !w.keyed) {
+		fail(name, "%s", w.keyed ? why : "WOPEN_OK carried no key");
+		wprobe_close(t, &w);
+		return;
+	}
+	uint64_t raddr = w.kaddr + (uint64_t)delta;
+	if (write)
+		fill(w.r.data, SLICE + (size_t)delta, len, SEED_ROGUE);
+	bool refused = expect_refused(&w.r, write, raddr, w.krkey, len, why, sizeof(why)) == 0 &&
+		       buffer_is(t, SEED_OWNER, why, sizeof(why)) == 0;
+	if (refused)
+		ok("%s: %s of %u bytes at 0x%" PRIx64 " rkey 0x%x -> %s, owner's buffer unchanged",
+		   name, write ? "WRITE" : "READ", len, raddr, w.krkey,
+		   ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR));
+	else if (bounds && t->bounds == 0)
+		note("NOT PROVABLE HERE: %s: %s; the device ignores window bounds (see above), so "
+		     "this says nothing about the owner",
+		     name, why);
+	else
+		fail(name, "%s", why);
 	wprobe_close(t, &w);
 }
 
@@ -2698,6 +2812,15 @@ int main(int argc, char **argv)
 		test_staged_write(&t);
 		if (peer_key_len) { /* (the rogue opens windows with a proof) */
 			test_window_revoked(&t);
+			test_window_key_revoked(&t);
+			key_probe_refused(
+				&t, "i. READ with an opener's key, 4 KiB past the window's end",
+				false, (long)SLICE, PROBE_LEN, true);
+			key_probe_refused(&t,
+					  "i. READ with an opener's key, 4 KiB before the window",
+					  false, -(long)PROBE_LEN, PROBE_LEN, true);
+			key_probe_refused(&t, "i. WRITE with a read-only window's opener key", true,
+					  0, PROBE_LEN, false);
 			test_window_unreleased(&t);
 		}
 		health_rdma(&t);

@@ -485,10 +485,29 @@ fi
 # revocation with 32 puts in flight, an opener and an owner client killed mid-stream, a batch
 # of 1000; every cross-node op must report this transport (the three-node case is skipped).
 
+# Over RDMA the owner binds one memory window per opener at window.open (§10.6), not one per
+# get or put: its windows_bound grows by far less than the ~2,500 cross-node gets and puts of
+# test_windows (the batch alone is 2,000), and windows_open is back to 0 once every opener let go.
+bound_now() { jfield "$(ctl 0 --json devices 2>&1)" windows_bound; }
 if want windows; then
+	[ "$TRANSPORT" = rdma ] && wb0=$(bound_now)
 	out=$(XFER_WINDOWS_NODES="$(node_sock 0),$(node_sock 1)" XFER_WINDOWS_TRANSPORT="$TRANSPORT" \
 		timeout -k 2 900 "$BUILD/tests/test_windows" 2>&1)
 	relay "windows" "test_windows" $? "$out"
+	if [ "$TRANSPORT" = rdma ]; then
+		end=$((SECONDS + WAIT))
+		while :; do # (the openers' releases may still be on their way)
+			j=$(ctl 0 --json devices 2>&1)
+			wb1=$(jfield "$j" windows_bound) wo=$(jfield "$j" windows_open)
+			[ "$wo" = 0 ] || [ $SECONDS -ge $end ] && break
+			sleep $POLL
+		done
+		if [ -n "$wb0" ] && [ -n "$wb1" ] && [ $((wb1 - wb0)) -lt 200 ] && [ "$wo" = 0 ]; then
+			ok "windows: node 0 bound $((wb1 - wb0)) memory windows for every get and put of test_windows (one per opener), 0 left open"
+		else
+			fail "windows: one memory window per opener" "windows_bound $wb0 -> $wb1, windows_open '$wo': $j"
+		fi
+	fi
 	check_baseline "windows"
 fi
 
