@@ -565,7 +565,9 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 			xd_op_end(passive, XP_ST_ERRORED, ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
-	x->via = via;
+	/* (a claim comes on the set's control connection; its data, keys and answer go on one
+	 * that carries data) */
+	x->via = p->transport->data_via ? p->transport->data_via(p, via) : via;
 	x->stage_max = stage_max;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");

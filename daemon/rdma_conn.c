@@ -44,6 +44,14 @@
  * reads as fast (6 alternating rounds each).
  */
 #define RC_WINDOW 2
+/*
+ * The window counts bytes, RC_WINDOW chunks' worth: small transfers (a 64 KiB window put is
+ * one chunk of 64 KiB) then have many chunks in flight, not two, so that the wire does not idle
+ * for our wake-up after each of them. The queue pair's send queue bounds their number
+ * (sq_full()); control messages still wait behind at most RC_WINDOW_BYTES of data, and on
+ * their own queue pair (the set's control connection) behind none.
+ */
+#define RC_WINDOW_BYTES ((uint64_t)RC_WINDOW * XD_RDMA_CHUNK)
 #define RC_RESOLVE_MS 2000
 #define RC_RECV_FLAG 0x80000000u
 
@@ -68,6 +76,7 @@ struct sq_entry {
 	struct xd_stage_chunk *chunk; /**< SQ_DATA of a staged transfer: the chunk it moves */
 	uint32_t bytes;		      /**< SQ_DATA: bytes this request moves */
 	bool read;
+	uint32_t chunk_len; /**< SQ_DATA, a chunk's signalled last request: the chunk's bytes */
 };
 
 /* One window of a grant, and the region it looks into (referenced: its MR outlives the window). */
@@ -98,6 +107,12 @@ struct xd_rconn {
 	struct rdma_cm_id *cm;
 	bool outgoing, qp_ready, established, dead;
 	/*
+	 * The set's control connection (HELLO flag XP_RDMA_HELLO_CONTROL): messages not bound to
+	 * a transfer's data (CLAIM, WCLAIM, WOPEN, WCLOSE, keepalive) go here, so that they never
+	 * wait behind RDMA READs and WRITEs queued on a data queue pair, at either end.
+	 */
+	bool control;
+	/*
 	 * Keyed daemons (PROTOCOL.md §10.2): the peer's HELLO (from the private data), our nonce
 	 * (in ours), and whether the peer's AUTH, its first SEND, checked out. Until it has, only
 	 * AUTH is taken, and an accepted connection belongs to no set (peer NULL).
@@ -124,6 +139,7 @@ struct xd_rconn {
 	uint64_t sq_head, sq_tail; /**< posted and retired work requests, ever */
 	unsigned chunks;	   /**< data chunks in flight */
 	uint64_t stage_wire;	   /**< bytes of staged chunks' requests posted, not completed */
+	uint64_t chunk_bytes;	   /**< their bytes (the window: RC_WINDOW_BYTES) */
 	uint64_t last_rx_us, last_tx_us;
 	TAILQ_HEAD(, xd_rdma_grant) binds_pending; /**< closed grants, binds not yet retired */
 };
@@ -406,6 +422,7 @@ static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param,
 	if (rd > 16)
 		rd = 16;
 	memcpy(mine.node, d->node, XP_ID_BYTES);
+	mine.control = rc->control;
 	if (d->peer_key_len) {
 		mine.has_nonce = true;
 		memcpy(mine.nonce, rc->nonce, XD_NONCE_LEN);
@@ -435,7 +452,8 @@ static int resolve_ep(const char *addr, uint16_t port, struct sockaddr_storage *
 	return 0;
 }
 
-int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
+/* Opens a connection of set @p towards @ep: its control one (@control) or one for data. */
+static int rconn_connect(struct xd_peer *p, const struct xp_endpoint *ep, bool control)
 {
 	struct xd_daemon *d = p->d;
 	struct sockaddr_storage dst, src;
@@ -444,6 +462,7 @@ int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
 
 	if (!rc)
 		return -ENOMEM;
+	rc->control = control;
 	rc->ep = *ep;
 	snprintf(rc->from, sizeof(rc->from), "%s:%u", ep->addr, (unsigned)ep->port);
 	int err = xd_netaddr_allowed(d->cfg.peer_allow, d->cfg.npeer_allow, ep->addr);
@@ -459,6 +478,27 @@ int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
 	if (err)
 		rconn_kill(rc);
 	return err;
+}
+
+/*
+ * A set's first connection is its control one (PROTOCOL.md §10.5); the connection for data
+ * follows once it is up (connect_data()). Until then claims move their data on the control
+ * connection.
+ */
+int xd_rdma_connect(struct xd_peer *p, const struct xp_endpoint *ep)
+{
+	return rconn_connect(p, ep, true);
+}
+
+/* The connector's control connection @rc is up: the set's data connection follows. */
+static void connect_data(struct xd_rconn *rc)
+{
+	if (!rc->control || !rc->outgoing || !rc->peer)
+		return;
+	int err = rconn_connect(rc->peer, &rc->ep, false);
+	if (err) /* the set works on, with data on the control connection (data_via()) */
+		xd_log(XD_LOG_WARN, "could not open the RDMA data connection to %s: %s", rc->from,
+		       strerror(-err));
 }
 
 /* ---- control messages ---- */
@@ -605,10 +645,31 @@ static struct xd_rconn *peer_conn(struct xd_peer *p, uint32_t via)
 
 	if (!rp)
 		return NULL;
+	if (!via) /* messages of no transfer: the control connection, once it carries work */
+		TAILQ_FOREACH(rc, &rp->conns, peer_link)
+			if (rc->control && rc->established && rconn_ready(rc))
+				return rc;
 	TAILQ_FOREACH(rc, &rp->conns, peer_link)
 		if (!via || rc->id == via)
 			return rc;
 	return NULL;
+}
+
+/*
+ * See struct xd_transport_ops: a connection of @p that carries data, established and ready
+ * (the first), else @via itself (a set whose data connection is not up yet, or a peer that
+ * opened none).
+ */
+static uint32_t rdma_data_via(struct xd_peer *p, uint32_t via)
+{
+	struct rpeer *rp = rpeer_of(p, false);
+	struct xd_rconn *rc;
+
+	if (rp)
+		TAILQ_FOREACH(rc, &rp->conns, peer_link)
+			if (!rc->control && rc->established && rconn_ready(rc) && !rc->dead)
+				return rc->id;
+	return via;
 }
 
 int xd_rdma_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
@@ -871,6 +932,7 @@ static void rconn_trusted(struct xd_rconn *rc)
 		TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
 	}
 	d->link_events->up(p, rc->hello.epoch);
+	connect_data(rc);
 }
 
 /* ---- data ---- */
@@ -1646,7 +1708,7 @@ static bool pump_one(struct xd_rconn *rc)
 		return false;
 	if (x->stage_local || x->stage_remote)
 		return stage_pump(rc, x);
-	if (rc->chunks >= RC_WINDOW || sq_full(rc, XD_RDMA_MAX_PIECES + 1))
+	if (rc->chunk_bytes >= RC_WINDOW_BYTES || sq_full(rc, XD_RDMA_MAX_PIECES + 1))
 		return false;
 	uint32_t len = next_chunk(x, rc->dev->index, XD_RDMA_CHUNK, rc->dev->max_request, pieces,
 				  XD_RDMA_MAX_PIECES, &n);
@@ -1659,7 +1721,9 @@ static bool pump_one(struct xd_rconn *rc)
 			return false;
 		}
 	}
+	rc->sq[(rc->sq_head - 1) % RC_SQ_DEPTH].chunk_len = len;
 	rc->chunks++;
+	rc->chunk_bytes += len;
 	rc->last_tx_us = xd_now_us();
 	if (x->source && !xd_xfer_has_more(x))
 		xd_xfer_all_posted(x);
@@ -1730,8 +1794,10 @@ static void retire_sq(struct xd_rconn *rc, uint32_t idx)
 					break;
 				continue;
 			}
-			if (last)
+			if (last) {
 				rc->chunks--;
+				rc->chunk_bytes -= e->chunk_len;
+			}
 			if (e->read)
 				xd_xfer_data_received(x, e->bytes);
 			else
@@ -1950,10 +2016,12 @@ static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 		}
 		hello_of(&rc->hello, &hello);
 		rc->hello_rx = true;
-		if (rc->d->peer_key_len)
+		if (rc->d->peer_key_len) {
 			outgoing_keyed(rc);
-		else
+		} else {
 			rc->d->link_events->up(rc->peer, hello.epoch);
+			connect_data(rc);
+		}
 		if (rc->dead)
 			return;
 	}
@@ -2057,6 +2125,7 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 	snprintf(rc->from, sizeof(rc->from), "%s", from);
 	hello_of(&rc->hello, &hello);
 	rc->hello_rx = true;
+	rc->control = hello.control;
 	int err = keyed && xd_random(rc->nonce, sizeof(rc->nonce)) < 0 ? -EIO : 0;
 	if (!err && keyed) {
 		rc->auth_timer = evtimer_new(d->base, auth_timeout_cb, rc);
@@ -2328,4 +2397,5 @@ const struct xd_transport_ops xd_transport_rdma_ops = {
 	.grant_open = xd_rdma_grant_open,
 	.grant_close = xd_rdma_grant_close,
 	.stage_close = xd_rdma_stage_close,
+	.data_via = rdma_data_via,
 };

@@ -113,6 +113,12 @@ struct xd_transport_ops {
 	 * holds them.
 	 */
 	void (*stage_close)(struct xd_xfer *x);
+	/*
+	 * One-sided transports with a control connection per set (rdma; NULL elsewhere: @via):
+	 * the connection a claim that came on @via moves its data on, where the owner binds its
+	 * keys and answers (CLAIM_OK, WOPEN_OK) so that they stay behind the binds.
+	 */
+	uint32_t (*data_via)(struct xd_peer *p, uint32_t via);
 
 	/* The local transport (NULL elsewhere): copies between two mappings of this daemon. */
 	/*

@@ -1512,16 +1512,18 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	struct xd_wopener *o = opener_add(w, p, h->xfer);
 	if (!o)
 		return send_open_err(p, via, h->xfer, ENOMEM, "out of memory");
-	/* A window over a file region takes claims only (§10.7): the opener is told so. */
+	/* A window over a file region takes claims only (§10.7): the opener is told so. The key
+	 * and its WOPEN_OK go on a connection that carries data, behind the bind. */
+	uint32_t key_via = p->transport->data_via ? p->transport->data_via(p, via) : via;
 	json_t *ok = w->region->mem->mapped ? json_object() : json_pack("{s:b}", "file", 1);
-	err = ok ? grant_key(o, via, ok, msg, sizeof(msg)) : -ENOMEM;
+	err = ok ? grant_key(o, key_via, ok, msg, sizeof(msg)) : -ENOMEM;
 	if (err) {
 		json_decref(ok);
 		w->nopeners--;
 		opener_free(o);
 		return send_open_err(p, via, h->xfer, -err, ok ? msg : "out of memory");
 	}
-	int rc = xd_peer_send_ctrl(p, via, XP_PEER_WOPEN_OK, 0, h->xfer, ok);
+	int rc = xd_peer_send_ctrl(p, key_via, XP_PEER_WOPEN_OK, 0, h->xfer, ok);
 	json_decref(ok);
 	return rc == -ENOMEM ? rc : 0;
 }

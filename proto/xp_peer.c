@@ -93,8 +93,9 @@ void xp_rdma_hello_pack(const struct xp_rdma_hello *h, uint8_t out[XP_RDMA_HELLO
 	out[4] = XP_PEER_VERSION;
 	memcpy(out + 8, h->node, XP_ID_BYTES);
 	put_le(out + 24, h->epoch, 8);
+	out[5] = h->control ? XP_RDMA_HELLO_CONTROL : 0;
 	if (h->has_nonce) {
-		out[5] = XP_RDMA_HELLO_NONCE;
+		out[5] |= XP_RDMA_HELLO_NONCE;
 		memcpy(out + 32, h->nonce, XP_RDMA_NONCE_LEN);
 	}
 }
@@ -104,9 +105,10 @@ int xp_rdma_hello_unpack(const void *data, size_t len, struct xp_rdma_hello *h)
 	const uint8_t *p = data;
 
 	if (!p || len < XP_RDMA_HELLO_MIN_LEN || get_le(p, 4) != XP_RDMA_HELLO_MAGIC ||
-	    p[4] != XP_PEER_VERSION || (p[5] & ~XP_RDMA_HELLO_NONCE))
+	    p[4] != XP_PEER_VERSION || (p[5] & ~(XP_RDMA_HELLO_NONCE | XP_RDMA_HELLO_CONTROL)))
 		return -EPROTO;
 	h->has_nonce = p[5] & XP_RDMA_HELLO_NONCE;
+	h->control = p[5] & XP_RDMA_HELLO_CONTROL;
 	if (h->has_nonce && len < XP_RDMA_HELLO_LEN)
 		return -EPROTO;
 	memcpy(h->node, p + 8, XP_ID_BYTES);

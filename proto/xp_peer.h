@@ -96,12 +96,15 @@ int xp_win_prefix_unpack(const uint8_t in[XP_WIN_PREFIX_LEN], struct xp_win_pref
 #define XP_RDMA_HELLO_MIN_LEN 32 /* without the nonce */
 #define XP_RDMA_HELLO_MAGIC 0x78666572u
 #define XP_RDMA_HELLO_NONCE 0x01u
+/* Flags bit 1: the connection carries control messages, no data (a set's control queue pair). */
+#define XP_RDMA_HELLO_CONTROL 0x02u
 #define XP_RDMA_NONCE_LEN 16
 
 struct xp_rdma_hello {
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch;
 	bool has_nonce;
+	bool control; /**< XP_RDMA_HELLO_CONTROL */
 	uint8_t nonce[XP_RDMA_NONCE_LEN];
 };
 

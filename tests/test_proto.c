@@ -986,8 +986,15 @@ TEST(rdma_hello_wire_format)
 	CHECK_MEM_EQ(back.nonce, h.nonce, XP_RDMA_NONCE_LEN);
 	/* A nonce flagged but cut off, an unknown flag. */
 	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire) - 1, &back), -EPROTO);
-	wire[5] = 0x03;
+	wire[5] = 0x05;
 	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire), &back), -EPROTO);
+	/* The control connection's flag (bit 1, PROTOCOL.md §10.5), packed and read back. */
+	h.control = true;
+	xp_rdma_hello_pack(&h, wire);
+	CHECK_EQ_INT(wire[5], XP_RDMA_HELLO_NONCE | XP_RDMA_HELLO_CONTROL);
+	memset(&back, 0, sizeof(back));
+	CHECK_OK(xp_rdma_hello_unpack(wire, sizeof(wire), &back));
+	CHECK(back.control && back.has_nonce);
 	wire[5] = XP_RDMA_HELLO_NONCE;
 	wire[4] = XP_PEER_VERSION + 1;
 	CHECK_ERR(xp_rdma_hello_unpack(wire, sizeof(wire), &back), -EPROTO);

@@ -322,8 +322,11 @@ if want sizes; then
 			metrics_match "$n" "$rb" "$wb"
 		fi
 		j=$(ctl "$n" --json peers 2>&1)
-		if [[ $j == *\"transport\":\"$TRANSPORT\"* && $j == *\"state\":\"connected\"* ]]; then
-			ok "node $n's peer listing: connected, transport $TRANSPORT"
+		# Over RDMA a set is a control queue pair and a data one (PROTOCOL.md §10.5).
+		if [ "$TRANSPORT" = rdma ] && ! [[ $j =~ \"connections\":(2|4), ]]; then
+			fail "node $n's peer listing: a control and a data connection" "$j"
+		elif [[ $j == *\"transport\":\"$TRANSPORT\"* && $j == *\"state\":\"connected\"* ]]; then
+			ok "node $n's peer listing: connected, transport $TRANSPORT$([ "$TRANSPORT" = rdma ] && echo ", a control and a data connection")"
 		else
 			fail "node $n's peer listing: connected, transport $TRANSPORT" "$j"
 		fi
