@@ -37,8 +37,10 @@
 # measurement, default 5: 3 s measured between 1 s margins), DEPTH (concurrent transfers of the
 # second xferd run, default 8), REPS (rounds over every size, default 3: the table shows each
 # figure's median, and each ratio is the median of the ratios within a round), PERFTEST_ARGS
-# (extra perftest options, default none). MODE=files runs only the comparison of file regions
-# with memory (below; FILE_SIZES, default 16, 64 and 256 MiB).
+# (extra perftest options, default none), WIN_DEPTHS, CLAIM_LOAD and LAT_ITERS (above), ROWS
+# (all, or win: the window rows only, e.g. to compare two builds' per-op costs in one boot).
+# MODE=files runs only the comparison of file regions with memory (below; FILE_SIZES, default
+# 16, 64 and 256 MiB).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,9 +53,11 @@ DEPTH=${DEPTH:-8}
 REPS=${REPS:-3}
 WIN_DEPTH=${WIN_DEPTH:-16}
 WIN_DEPTHS=${WIN_DEPTHS:-}
+WIN_BATCH=${WIN_BATCH:-} # WIN_DEPTHS rows: ops per op.batch request (empty: one request each)
 CLAIM_LOAD=${CLAIM_LOAD:-0}
 LAT_ITERS=${LAT_ITERS:-50}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
+ROWS=${ROWS:-all} # win: only the window rows (two builds' per-op costs compared in one boot)
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
 for b in xferd xferctl xferbench_net tests/rdma_bench; do
 	[ -x "$BUILD/$b" ] || { echo "bench-rdma: $BUILD/$b is missing: build first" >&2; exit 1; }
@@ -182,11 +186,11 @@ xw() {
 xwd() {
 	local l
 	if ! l=$(timeout 600 "$BUILD/xferbench_net" win --passive "$D/n1.sock" --active "$D/n0.sock" \
-		--sizes "$1" --depths "${WIN_DEPTHS// /,}" --seconds "$DUR" --json 2>"$D/xw.err"); then
+		--sizes "$1" --depths "${WIN_DEPTHS// /,}" ${WIN_BATCH:+--batch "$WIN_BATCH"} --seconds "$DUR" --json 2>"$D/xw.err"); then
 		echo "bench-rdma: xferbench_net win $1 (depths $WIN_DEPTHS) failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
 		return
 	fi
-	sed -n 's/.*"kind":"\([a-z]*\)","size":\([0-9]*\),"depth":\([0-9]*\),"ops":\([0-9]*\),"gbps":\([0-9.]*\),"us_p50":\([0-9.]*\),"us_p99":\([0-9.]*\),"us_per_op":\([0-9.]*\).*/\1 \2 \3 \4 \5 \6 \7 \8/p' <<<"$l" |
+	sed -n 's/.*"kind":"\([a-z]*\)","size":\([0-9]*\),"depth":\([0-9]*\),\("batch":[0-9]*,\)\{0,1\}"ops":\([0-9]*\),"gbps":\([0-9.]*\),"us_p50":\([0-9.]*\),"us_p99":\([0-9.]*\),"us_per_op":\([0-9.]*\).*/\1 \2 \3 \5 \6 \7 \8 \9/p' <<<"$l" |
 		while read -r k sz dp ops gbps p50 p99 usop; do
 			awk -v k="$k" -v s="$sz" -v d="$dp" -v o="$ops" -v g="$gbps" -v a="$p50" -v b="$p99" -v u="$usop" \
 				'BEGIN { printf "win-depth %-4s %9s %5s %7s %9.1f %10.0f %10.0f %9.0f\n", k, s, d, o, g * 1e9 / 1048576, a, b, u }'
@@ -311,6 +315,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
 	echo "# round $rep of $REPS"
 	for kind in read write; do
 		for s in $SIZES; do
+			[ "$ROWS" = win ] && continue
 			perf "ib_${kind}_bw" "$s"
 			xf "$kind" "$s" 1
 			xf "$kind" "$s" "$DEPTH"
