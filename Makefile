@@ -291,7 +291,8 @@ install: $(BINS) $(B)/xferclient.pc
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIBNAME)
 	install -m 644 client/xferclient.h $(DESTDIR)$(INCDIR)/xferclient.h
 	install -m 644 $(B)/xferclient.pc $(DESTDIR)$(PCDIR)/xferclient.pc
-	sed -e 's|@SBINDIR@|$(SBINDIR)|g' systemd/xferd.service.in > $(DESTDIR)$(UNITDIR)/xferd.service
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		systemd/xferd.service.in > $(DESTDIR)$(UNITDIR)/xferd.service
 	install -m 644 systemd/xferd.socket $(DESTDIR)$(UNITDIR)/xferd.socket
 	install -m 644 systemd/xferd-sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/xferd.conf
 	$(foreach m,$(MAN_PAGES),install -D -m 644 $(m) \

@@ -45,10 +45,16 @@ fi
 svc=$UNITS/xferd.service
 if grep -q '@[A-Z]*@' "$svc"; then
 	fail "installed xferd.service has its paths substituted" "$(grep '@[A-Z]*@' "$svc")"
-elif grep -qx "ExecStart=$P/sbin/xferd --systemd \$XFERD_OPTS" "$svc"; then
-	ok "installed xferd.service runs $P/sbin/xferd"
+elif grep -qx "ExecStart=$P/sbin/xferd --systemd --config $DIR/etc/xferd/xferd.conf \$XFERD_OPTS" "$svc"; then
+	ok "installed xferd.service runs $P/sbin/xferd with the installed $DIR/etc/xferd/xferd.conf"
 else
-	fail "installed xferd.service runs $P/sbin/xferd" "$(grep ExecStart= "$svc")"
+	fail "installed xferd.service runs $P/sbin/xferd --config SYSCONFDIR/xferd/xferd.conf" "$(grep ExecStart= "$svc")"
+fi
+# The config the unit names exists after make install, and the daemon takes it as it is.
+if out=$("$P/sbin/xferd" --check-config --config "$DIR/etc/xferd/xferd.conf" 2>&1); then
+	ok "the installed xferd.conf the unit reads passes xferd --check-config"
+else
+	fail "the installed xferd.conf passes --check-config" "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
 fi
 
 # verify runs `man` for each Documentation= page: MANPATH makes it look under the prefix.

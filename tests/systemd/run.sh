@@ -6,10 +6,12 @@
 # rxe1 (10.77.0.2). What `make install DESTDIR=$BUILD/systemd-root PREFIX=/usr` staged on the
 # host is copied into the guest's / (an overlay: nothing reaches the host) and used as installed:
 #
-#   node A: the installed xferd.socket + xferd.service as they are, XFERD_OPTS from
-#           /etc/default/xferd (config: rdma on rxe0, listen 10.77.0.1:7700, cluster key)
+#   node A: the installed xferd.socket + xferd.service as they are, reading the installed
+#           config path /etc/xferd/xferd.conf (rdma on rxe0, listen 10.77.0.1:7700, cluster
+#           key), no /etc/default/xferd
 #   node B: xferd-b.socket + xferd-b.service, the installed units with the names, socket
-#           directory and /etc/default file renamed (rdma on rxe1, 10.77.0.2:7700)
+#           directory and /etc/default file renamed (rdma on rxe1, 10.77.0.2:7700); its
+#           XFERD_OPTS names another --config, which overrides the unit's
 #
 #   - systemd-sysusers makes the user xferd; the sockets start, the services do not
 #   - a client (user alice, in group xferd) connecting starts the service (Type=notify:
@@ -23,6 +25,9 @@
 #     socket stays and the next client starts the service again
 #   - systemctl restart keeps the socket (same inode, the socket unit untouched) and clients
 #     get through; systemd-analyze security on the live unit <= 2.5
+#   - /etc/xferd/xferd.conf is the configuration: a key added there (metrics_listen) takes
+#     effect after systemctl restart; systemctl reload (SIGHUP) applies a log_level change
+#     (the journal names it, debug entries follow)
 #
 # Prints "ok - NAME" / "FAIL - NAME (why)" and a final "N passed, N failed". Every wait bounded.
 set -u
@@ -108,9 +113,16 @@ node_conf()
   "listen": ["%s:7700"], "peer_key_file": "/etc/xferd/peer.key", "peer_allow": ["10.77.0.0/24"]}\n' \
 		"$1" "$4" "$2" "$3"
 }
-node_conf aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "$RXE_DEV0" "$RXE_IP0" "$SOCK_A" >/etc/xferd/a.conf
+if [ -f /etc/xferd/xferd.conf ] && cmp -s /etc/xferd/xferd.conf /etc/xferd/xferd.conf.example &&
+	grep -q -- "--config /etc/xferd/xferd.conf " "$UNITS/xferd.service"; then
+	ok "make install put the example at /etc/xferd/xferd.conf, which xferd.service reads"
+else
+	fail "the installed config and the unit's --config" "$(grep ExecStart= "$UNITS/xferd.service")"
+fi
+# Node A: what an operator does, edit the installed file (no /etc/default/xferd).
+node_conf aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa "$RXE_DEV0" "$RXE_IP0" "$SOCK_A" >/etc/xferd/xferd.conf
 node_conf bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb "$RXE_DEV1" "$RXE_IP1" "$SOCK_B" >/etc/xferd/b.conf
-echo 'XFERD_OPTS=--config /etc/xferd/a.conf' >/etc/default/xferd
+rm -f /etc/default/xferd
 echo 'XFERD_OPTS=--config /etc/xferd/b.conf' >/etc/default/xferd-b
 sed -e 's/xferd\.socket/xferd-b.socket/g' -e 's|/etc/default/xferd$|/etc/default/xferd-b|' \
 	-e 's/^RuntimeDirectory=xferd$/RuntimeDirectory=xferd-b/' \
@@ -306,6 +318,46 @@ if why=$(transfer read "$SOCK_A" "$SOCK_B" $((1 * MIB))); then
 else
 	fail "a transfer after the restart" "$why"
 fi
+
+# ---------------------------------------------------------------------------------------------
+note "--- /etc/xferd/xferd.conf: restart and reload (at ${SECONDS} s)"
+MPORT=9468
+metrics_up() { curl -s --max-time 5 -o /dev/null "http://127.0.0.1:$MPORT/metrics"; }
+# journal_has UNIT PATTERN [SECONDS]: until a line of UNIT's journal matches PATTERN.
+journal_has()
+{
+	local end=$((SECONDS + ${3:-30}))
+	until journal "$1" | grep -qE "$2"; do
+		[ $SECONDS -lt "$end" ] || return 1
+		sleep "$POLL"
+	done
+}
+was_up=$(metrics_up && echo yes || echo no)
+/usr/bin/python3 - <<'PYEOF'
+import json
+p = "/etc/xferd/xferd.conf"
+c = json.load(open(p))
+c["metrics_listen"] = "127.0.0.1:9468"
+json.dump(c, open(p, "w"))
+PYEOF
+systemctl restart xferd.service
+if [ "$was_up" = no ] && wait_state xferd.service active 30 && metrics_up &&
+	actl "$SOCK_A" status >/dev/null 2>&1; then
+	ok "metrics_listen added to /etc/xferd/xferd.conf: after systemctl restart /metrics answers on port $MPORT"
+else
+	fail "a key changed in /etc/xferd/xferd.conf takes effect after restart" "metrics before: $was_up; $(why_unit xferd.service)"
+fi
+sed -i 's/"log_level": "info"/"log_level": "debug"/' /etc/xferd/xferd.conf
+journal xferd.service | grep -c '^7 ' >"$D/debug0"
+systemctl reload xferd.service
+if journal_has xferd.service '^6 .*SIGHUP: applied .*log_level' && actl "$SOCK_A" status >/dev/null 2>&1 &&
+	journal_has xferd.service '^7 .*connected: pid' 10 && [ "$(prop xferd.service ActiveState)" = active ]; then
+	ok "log_level debug in /etc/xferd/xferd.conf: systemctl reload applies it (journal: $(journal xferd.service | grep -m1 'SIGHUP: applied' | cut -c3-)), debug entries follow"
+else
+	fail "systemctl reload applies a log_level change" "debug entries before: $(cat "$D/debug0"); $(why_unit xferd.service)"
+fi
+sed -i 's/"log_level": "debug"/"log_level": "info"/' /etc/xferd/xferd.conf
+systemctl reload xferd.service
 
 # ---------------------------------------------------------------------------------------------
 note "--- journal (at ${SECONDS} s)"
