@@ -58,7 +58,7 @@ bench-rdma: deps
 # installs it in the guest: socket activation, Type=notify, the hardened unit moving bytes over
 # RDMA between two instances, stop/restart, journald. ~1.5 minutes (3.5 on a loaded host),
 # bounded.
-SYSTEMD_TEST_TIMEOUT ?= 360
+SYSTEMD_TEST_TIMEOUT ?= 480
 
 .PHONY: test-systemd
 test-systemd: deps

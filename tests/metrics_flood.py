@@ -126,7 +126,7 @@ def timed(stop):
             status, body = get(timeout=10)
             ms = (time.monotonic() - t0) * 1000
             ok = status == 200 and body.endswith(b"\n") and b"# TYPE xferd_clients gauge" in body
-        except OSError:
+        except (OSError, IndexError, ValueError):  # no reply, or not HTTP: a bad scrape
             ok = False
         print(f"{ms:.3f}" if ok else "bad", flush=True)
         time.sleep(0.1)
