@@ -733,27 +733,6 @@ static int file_open_in(const struct ctl *ctl, const char *path, int *fd, size_t
 	return EXIT_OK;
 }
 
-/* Fills @buf from @fd, which must still hold exactly buf->length bytes. */
-static int file_load(const struct ctl *ctl, int fd, const char *path, struct xfer_buf *buf)
-{
-	char *p = buf->addr;
-	size_t done = 0, want;
-	ssize_t n;
-
-	while (done < buf->length) {
-		want = buf->length - done < CTL_IO_CHUNK ? buf->length - done : CTL_IO_CHUNK;
-		n = read(fd, p + done, want);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return ctl_fail(ctl, errno, "reading %s: %s", path, strerror(errno));
-		if (n == 0)
-			return ctl_fail(ctl, EIO, "%s shrank while it was being read", path);
-		done += (size_t)n;
-	}
-	return EXIT_OK;
-}
-
 static int write_all(int fd, const char *p, size_t len)
 {
 	size_t done = 0, want;
@@ -893,12 +872,11 @@ static int meta_file_create(const struct ctl *ctl, int *fd)
 /* ------------------------------------------------------------------------------------------ */
 /* File commands */
 
-/* One file command: a buffer of @size bytes, filled from @in_fd, and one operation on it. */
+/* One file command: the file (or a buffer of @size bytes, for "-") and one operation on it. */
 struct file_op {
 	enum xfer_kind kind;
 	size_t size;
 	char *meta; /* read, write: the peer's metadata */
-	int in_fd;  /* loaded into the buffer before the operation, or -1 */
 	const char *in_path;
 	const char *out_path; /* the buffer is saved here on COMPLETE, or NULL */
 	int meta_fd;	      /* readable, writable: --meta-file, or -1 for stdout */
@@ -1065,11 +1043,6 @@ static int file_op_run(struct ctl *ctl, struct file_op *fo)
 	if (rc < 0)
 		return ctl_fail(ctl, rc, "cannot allocate a %zu-byte buffer: %s", fo->size,
 				xfer_strerror(rc));
-	if (fo->in_fd >= 0) {
-		rc = file_load(ctl, fo->in_fd, fo->in_path, &fo->buf);
-		if (rc)
-			goto out_free;
-	}
 	if (fo->in_mem)
 		memcpy(fo->buf.addr, fo->in_mem, fo->size);
 	rc = xfer_region_register(ctl->c, fo->buf.fd, 0, 0, CTL_CLIENT_NAME, &fo->region);
@@ -1390,7 +1363,6 @@ static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
 	struct file_op fo = {
 		.kind = XFER_READABLE,
-		.in_fd = -1,
 		.in_path = argv[0],
 		.file_fd = -1,
 		.direct_fd = -1,
@@ -1408,8 +1380,6 @@ static int cmd_readable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 		close(fo.file_fd);
 	if (fo.direct_fd >= 0)
 		close(fo.direct_fd);
-	if (fo.in_fd >= 0)
-		close(fo.in_fd);
 	free(fo.in_mem);
 	return rc;
 }
@@ -1418,7 +1388,6 @@ static int cmd_writable(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
 	struct file_op fo = {
 		.kind = XFER_WRITABLE,
-		.in_fd = -1,
 		.out_path = argv[1],
 		.file_fd = -1,
 		.direct_fd = -1,
@@ -1456,7 +1425,6 @@ static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
 	struct file_op fo = {
 		.kind = XFER_READ,
-		.in_fd = -1,
 		.out_path = argv[1],
 		.meta_fd = -1,
 		.file_fd = -1,
@@ -1480,7 +1448,7 @@ static int cmd_read(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 {
 	struct file_op fo = {
-		.kind = XFER_WRITE, .in_fd = -1, .in_path = argv[1], .meta_fd = -1, .direct_fd = -1
+		.kind = XFER_WRITE, .in_path = argv[1], .meta_fd = -1, .direct_fd = -1
 	};
 	int rc;
 
@@ -1502,8 +1470,6 @@ static int cmd_write(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 		close(fo.file_fd);
 	if (fo.direct_fd >= 0)
 		close(fo.direct_fd);
-	if (fo.in_fd >= 0)
-		close(fo.in_fd);
 	free(fo.in_mem);
 	free(fo.meta);
 	return rc;
