@@ -483,58 +483,50 @@ static int run_check(struct bench *b)
 	return failed ? -EIO : 0;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* pipe: a sustained pipeline of pairings, N in flight, per-operation latency tails           */
-
 #define MAX_LIST 16
 
-/* One slot of the pipeline: a pair of operations on its own slice of both buffers. */
+/* ---------------------------------------------------------------------------------------- */
+/* pipelines: N operations kept in flight, the driver shared by pipe and win                 */
+
+/*
+ * One slot of a pipeline: a pairing (pipe) or a get/put (win) on its own slice of both
+ * buffers: slot k moves bytes between offset k * size of the active side's buffer and the
+ * same offset of the owner's.
+ */
 struct slot {
-	uint64_t pop, aop; /* passive and active operation ids */
-	uint64_t t0;	   /* when its passive call started */
+	uint64_t pop, aop; /* passive and active operation ids (UINT64_MAX: none) */
+	uint64_t batch;	   /* win --batch: the op.batch the slot's get/put went in */
+	uint64_t t0;	   /* when the request that started it was made */
 	uint64_t seq;	   /* the stamp its source carries */
-	int ends;	   /* ends seen (2: both sides) */
+	int ends;	   /* ends seen */
 	int err;	   /* first failure seen, -errno */
 };
 
-/* The pipeline's slots, as the event callbacks of both clients see them. */
-struct pipe_state {
+struct pipeline;
+
+/* Starts slots @k0 .. @k0 + @n - 1 (already armed): one mode's requests. Returns 0 or -errno. */
+typedef int (*pipeline_start_fn)(struct pipeline *pl, int k0, int n);
+
+struct pipeline {
+	struct bench *b;
+	bool write;	   /* pipe write / win put: bytes flow from the active side to the owner */
+	uint64_t size;	   /* bytes per slot */
+	int depth;	   /* slots in flight */
+	int unit;	   /* slots started together (--batch): depth is a multiple of it */
+	int ends_per_slot; /* pipe: 2 (both sides' operations), win: 1 */
+	uint64_t handle;   /* win: the opened window */
+	struct xfer_client *clients[2]; /* whose events end the slots */
+	int nclients;
+	pipeline_start_fn start;
 	struct slot slots[MAX_INFLIGHT];
-	int depth;
-	uint64_t size;
 	int stray; /* events for no slot of ours */
 };
 
-/*
- * op.changed of either client: the pipeline learns ends from notifications, and every
- * operation is made with release_on_end, so no op.wait and no op.release round trip is spent
- * per operation: what an application that pipelines does.
- */
-static void pipe_event_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
-{
-	struct pipe_state *ps = arg;
-	if (info->state < XFER_COMPLETE)
-		return;
-	for (int k = 0; k < ps->depth; k++) {
-		struct slot *s = &ps->slots[k];
-		if (s->ends >= 2 || (info->op != s->aop && info->op != s->pop))
-			continue;
-		s->ends++;
-		if (info->state != XFER_COMPLETE) {
-			fprintf(stderr, "xferbench_net: pipe: op %" PRIu64 " %s: %s\n", info->op,
-				xfer_state_name(info->state), info->cause);
-			s->err = s->err ?: (info->error ?: -EIO);
-		} else if (info->bytes != ps->size) {
-			fprintf(stderr,
-				"xferbench_net: pipe: op %" PRIu64 " moved %" PRIu64 " of %" PRIu64
-				" bytes\n",
-				info->op, info->bytes, ps->size);
-			s->err = s->err ?: -EIO;
-		}
-		return;
-	}
-	ps->stray++;
-}
+struct pipe_result {
+	uint64_t ops;
+	double gbps;		      /* GB/s over the whole run */
+	double us_p50, us_p99, us_op; /* latency tails; elapsed time per operation */
+};
 
 /*
  * Writes @seq into the first and last 8 bytes of the @size bytes at @p: every operation moves
@@ -560,33 +552,283 @@ static bool stamp_ok(const char *p, uint64_t size, uint64_t seq)
 	return a == want && z == seq;
 }
 
-/* Starts the pair of slot @k: passive call on the owner, active call (claim) on the other. */
-static int pipe_submit(struct bench *b, bool write, struct pipe_state *ps, int k, uint64_t seq)
+static struct bench_buf *pipeline_src(const struct pipeline *pl)
 {
-	struct bench_buf *src = write ? &b->ab : &b->pb;
-	uint64_t size = ps->size;
-	struct xfer_desc pd = { b->pb.region, (uint64_t)k * size, size };
-	struct xfer_desc ad = { b->ab.region, (uint64_t)k * size, size };
+	return pl->write ? &pl->b->ab : &pl->b->pb;
+}
+
+static struct bench_buf *pipeline_dst(const struct pipeline *pl)
+{
+	return pl->write ? &pl->b->pb : &pl->b->ab;
+}
+
+/* Resets slot @k for a new operation stamped @seq, started at @t0. */
+static void slot_arm(struct pipeline *pl, int k, uint64_t seq, uint64_t t0)
+{
+	pl->slots[k] = (struct slot){ .pop = UINT64_MAX, .aop = UINT64_MAX, .t0 = t0, .seq = seq };
+	stamp_put((char *)pipeline_src(pl)->buf.addr + (uint64_t)k * pl->size, pl->size, seq);
+}
+
+/* Records one end of slot @s: @state, @bytes moved, @error and @cause as the event gave them. */
+static void slot_end(struct pipeline *pl, struct slot *s, uint64_t op, enum xfer_state state,
+		     uint64_t bytes, int error, const char *cause)
+{
+	s->ends++;
+	if (state == XFER_COMPLETE && bytes == pl->size)
+		return;
+	fprintf(stderr,
+		"xferbench_net: op %" PRIu64 " %s after %" PRIu64 " of %" PRIu64 " bytes: %s\n", op,
+		xfer_state_name(state), bytes, pl->size, cause ? cause : "");
+	s->err = s->err ?: (error ?: -EIO);
+}
+
+/*
+ * op.changed of any client of the pipeline: ends are learned from notifications, and every
+ * operation is made with release_on_end, so no op.wait and no op.release round trip is spent
+ * per operation: what an application that pipelines does.
+ */
+static void pipeline_op_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct pipeline *pl = arg;
+
+	(void)c;
+	if (info->state < XFER_COMPLETE)
+		return;
+	for (int k = 0; k < pl->depth; k++) {
+		struct slot *s = &pl->slots[k];
+		if (s->ends < pl->ends_per_slot && (info->op == s->aop || info->op == s->pop)) {
+			slot_end(pl, s, info->op, info->state, info->bytes, info->error,
+				 info->cause);
+			return;
+		}
+	}
+	pl->stray++;
+}
+
+/* op.batch_done (win --batch): the ends of one batch's gets or puts, in the order posted. */
+static void pipeline_batch_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
+{
+	struct pipeline *pl = arg;
+	int k0 = 0;
+
+	(void)c;
+	while (k0 < pl->depth && (pl->slots[k0].batch != ev->batch || pl->slots[k0].ends))
+		k0++;
+	if (k0 == pl->depth) {
+		pl->stray++;
+		return;
+	}
+	/* A batch's slots are consecutive; an event with more or fewer ends fails all of them. */
+	for (int i = 0; i < pl->unit && k0 + i < pl->depth; i++) {
+		struct slot *s = &pl->slots[k0 + i];
+		if (ev->n == (size_t)pl->unit)
+			slot_end(pl, s, ev->ends[i].op, ev->ends[i].state, ev->ends[i].bytes,
+				 ev->ends[i].error, NULL);
+		else
+			slot_end(pl, s, 0, XFER_ERRORED, 0, -EIO,
+				 "wrong number of ends in a batch");
+	}
+}
+
+/* Delivers the pipeline's events until slot @k ended (or 120 s passed). */
+static int pipeline_wait_slot(struct pipeline *pl, int k)
+{
+	struct pollfd pfd[2];
+	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
+
+	for (int i = 0; i < pl->nclients; i++)
+		pfd[i] = (struct pollfd){ xfer_get_fd(pl->clients[i]), POLLIN, 0 };
+	while (pl->slots[k].ends < pl->ends_per_slot) {
+		if (bench_now_ns() > deadline) {
+			fprintf(stderr, "xferbench_net: slot %d did not end in 120 s\n", k);
+			return -ETIMEDOUT;
+		}
+		if (poll(pfd, (nfds_t)pl->nclients, 1000) < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; i < pl->nclients; i++) {
+			int rc = xfer_dispatch(pl->clients[i]);
+			if (rc < 0)
+				return bench_fail(NULL, "xfer_dispatch", rc);
+		}
+	}
+	return 0;
+}
+
+/* Waits for slot @k and checks its stamp; *lat_ns from its request on. */
+static int pipeline_finish_slot(struct pipeline *pl, int k, uint64_t *lat_ns)
+{
+	struct slot *s = &pl->slots[k];
+	int err = pipeline_wait_slot(pl, k);
+
+	*lat_ns = bench_now_ns() - s->t0;
+	err = err ?: s->err;
+	if (!err && !stamp_ok((char *)pipeline_dst(pl)->buf.addr + (uint64_t)k * pl->size, pl->size,
+			      s->seq)) {
+		fprintf(stderr,
+			"xferbench_net: %s %" PRIu64 " bytes: operation %" PRIu64
+			" of slot %d left another operation's bytes\n",
+			pl->write ? "write" : "read", pl->size, s->seq, k);
+		err = -EIO;
+	}
+	return err;
+}
+
+/* Whole slots compared source to destination once the pipeline is empty. */
+static int pipeline_check_all(const struct pipeline *pl)
+{
+	for (int k = 0; k < pl->depth; k++) {
+		uint64_t off = (uint64_t)k * pl->size;
+		if (memcmp((char *)pipeline_src(pl)->buf.addr + off,
+			   (char *)pipeline_dst(pl)->buf.addr + off, pl->size)) {
+			fprintf(stderr, "xferbench_net: %s %" PRIu64 " bytes: slot %d differs\n",
+				pl->write ? "write" : "read", pl->size, k);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+static void pipeline_set_callbacks(struct pipeline *pl, bool on)
+{
+	for (int i = 0; i < pl->nclients; i++) {
+		xfer_set_event_cb(pl->clients[i], on ? pipeline_op_cb : NULL, on ? pl : NULL);
+		xfer_set_batch_cb(pl->clients[i], on ? pipeline_batch_cb : NULL, on ? pl : NULL);
+	}
+}
+
+/* Arms and starts the @pl->unit slots of group @g with stamps from @seq. */
+static int pipeline_start_group(struct pipeline *pl, int g, uint64_t seq)
+{
+	uint64_t t0 = bench_now_ns();
+
+	for (int i = 0; i < pl->unit; i++)
+		slot_arm(pl, g * pl->unit + i, seq + (uint64_t)i, t0);
+	return pl->start(pl, g * pl->unit, pl->unit);
+}
+
+/*
+ * Keeps @pl->depth slots in flight for --seconds and at least 4 * depth (and 64) operations:
+ * slots go in groups of @pl->unit; the oldest group is waited for (slot by slot, each checked),
+ * then started again. Fills *r unless it fails. Returns 0 or -errno.
+ */
+static int pipeline_run(struct pipeline *pl, struct pipe_result *r)
+{
+	uint64_t min_ops = 4 * (uint64_t)pl->depth > 64 ? 4 * (uint64_t)pl->depth : 64;
+	uint64_t cap = 1 << 18, *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
+	int err = 0, g, groups = pl->depth / pl->unit;
+
+	if (!lat)
+		return -ENOMEM;
+	pipeline_set_callbacks(pl, true);
+	bench_pattern_fill(pipeline_src(pl)->buf.addr, pl->size * (uint64_t)pl->depth,
+			   pl->size * 31 + (pl->write ? 7 : 0));
+	memset(pipeline_dst(pl)->buf.addr, 0, pl->size * (uint64_t)pl->depth);
+	t0 = bench_now_ns();
+	for (g = 0; g < groups && !err; g++, started += (uint64_t)pl->unit)
+		err = pipeline_start_group(pl, g, started + 1);
+	for (g = 0; !err && done < started; g = (g + 1) % groups) {
+		for (int i = 0; i < pl->unit && !err; i++, done++)
+			err = pipeline_finish_slot(pl, g * pl->unit + i, &lat[done % cap]);
+		double secs = (bench_now_ns() - t0) / 1e9;
+		if (!err && (started < min_ops || secs < pl->b->o->seconds) &&
+		    started + (uint64_t)pl->unit <= cap) {
+			err = pipeline_start_group(pl, g, started + 1);
+			started += (uint64_t)pl->unit;
+		}
+	}
+	/* After an error the rest of the pipeline still has to end before the next cell. */
+	for (int k = 0; err && k < pl->depth; k++)
+		if (pl->slots[k].t0 && pl->slots[k].ends < pl->ends_per_slot)
+			pipeline_wait_slot(pl, k);
+	uint64_t elapsed = bench_now_ns() - t0;
+	pipeline_set_callbacks(pl, false);
+	if (!err && pl->stray) {
+		fprintf(stderr, "xferbench_net: %d events for operations not in flight\n",
+			pl->stray);
+		err = -EIO;
+	}
+	err = err ?: pipeline_check_all(pl);
+	if (!err) {
+		size_t n = done < cap ? done : cap;
+		r->ops = done;
+		r->gbps = bench_gbps(pl->size * done, elapsed);
+		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
+		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
+		r->us_op = elapsed / 1e3 / (double)done;
+	}
+	free(lat);
+	return err;
+}
+
+/* A slot that could not be started is marked ended with @err (its ends will not come). */
+static void slot_fail(struct pipeline *pl, struct slot *s, int err)
+{
+	s->ends = pl->ends_per_slot;
+	s->err = err;
+}
+
+/* Prints one pipeline row (--json: an object with @tag set) for pipe and win. */
+static void pipeline_print(const struct opts *o, const char *tag, const char *kind, uint64_t size,
+			   int depth, const struct pipe_result *r)
+{
+	char sz[32];
+
+	if (o->json)
+		printf("{\"%s\":true,\"kind\":\"%s\",\"size\":%" PRIu64
+		       ",\"depth\":%d,\"batch\":%d,\"ops\":%" PRIu64
+		       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,\"us_per_op\":%.2f}\n",
+		       tag, kind, size, depth, o->batch, r->ops, r->gbps, r->us_p50, r->us_p99,
+		       r->us_op);
+	else
+		printf("%-5s %9s %6d %6d %7" PRIu64 " %9.3f %10.1f %10.1f %9.1f\n", kind,
+		       bench_fmt_size(size, sz, sizeof(sz)), depth, o->batch, r->ops, r->gbps,
+		       r->us_p50, r->us_p99, r->us_op);
+	fflush(stdout);
+}
+
+static void pipeline_print_header(const struct opts *o)
+{
+	if (!o->json)
+		printf("%-5s %9s %6s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "batch",
+		       "ops", "GB/s", "p50 us", "p99 us", "us/op");
+}
+
+/* @depth rounded up to whole groups of --batch, at most MAX_INFLIGHT. */
+static int pipeline_depth(const struct opts *o, int depth)
+{
+	depth = (depth + o->batch - 1) / o->batch * o->batch;
+	return depth > MAX_INFLIGHT ? MAX_INFLIGHT / o->batch * o->batch : depth;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* pipe: a sustained pipeline of pairings, N in flight, per-operation latency tails           */
+
+/* Starts the pair of slot @k: passive call on the owner, active call (claim) on the other. */
+static int pipe_start_one(struct pipeline *pl, int k)
+{
+	struct bench *b = pl->b;
+	struct xfer_desc pd = { b->pb.region, (uint64_t)k * pl->size, pl->size };
+	struct xfer_desc ad = { b->ab.region, (uint64_t)k * pl->size, pl->size };
 	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
 	/* The claim is not waited for (XFER_OP_NOWAIT): its refusal would come as an end. */
 	struct xfer_op_opts active_opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT };
-	struct slot *s = &ps->slots[k];
+	struct slot *s = &pl->slots[k];
 	char *md = NULL;
 	int err;
 
-	*s = (struct slot){ .seq = seq, .pop = UINT64_MAX, .aop = UINT64_MAX };
-	stamp_put((char *)src->buf.addr + (uint64_t)k * size, size, seq);
-	s->t0 = bench_now_ns();
-	err = write ? xfer_writable(b->pc, &pd, 1, &opts, &s->pop, &md) :
-		      xfer_readable(b->pc, &pd, 1, &opts, &s->pop, &md);
-	if (err)
-		return bench_fail(b->pc, write ? "xfer_writable" : "xfer_readable", err);
-	err = write ? xfer_write(b->ac, md, &ad, 1, &active_opts, &s->aop) :
-		      xfer_read(b->ac, md, &ad, 1, &active_opts, &s->aop);
+	err = pl->write ? xfer_writable(b->pc, &pd, 1, &opts, &s->pop, &md) :
+			  xfer_readable(b->pc, &pd, 1, &opts, &s->pop, &md);
+	if (err) {
+		slot_fail(pl, s, err);
+		return bench_fail(b->pc, pl->write ? "xfer_writable" : "xfer_readable", err);
+	}
+	err = pl->write ? xfer_write(b->ac, md, &ad, 1, &active_opts, &s->aop) :
+			  xfer_read(b->ac, md, &ad, 1, &active_opts, &s->aop);
 	free(md);
 	if (err) {
+		slot_fail(pl, s, err);
 		xfer_release(b->pc, s->pop);
-		return bench_fail(b->ac, write ? "xfer_write" : "xfer_read", err);
+		return bench_fail(b->ac, pl->write ? "xfer_write" : "xfer_read", err);
 	}
 	return 0;
 }
@@ -596,11 +838,9 @@ static int pipe_submit(struct bench *b, bool write, struct pipe_state *ps, int k
  * their passive operations on the owner and one of their active operations (claims not waited
  * for) on the other side. A slot that could not be started is marked ended with the error.
  */
-static int pipe_submit_batch(struct bench *b, bool write, struct pipe_state *ps, int k0, int n,
-			     uint64_t seq)
+static int pipe_start_batch(struct pipeline *pl, int k0, int n)
 {
-	struct bench_buf *src = write ? &b->ab : &b->pb;
-	uint64_t size = ps->size, t0 = bench_now_ns();
+	struct bench *b = pl->b;
 	struct xfer_desc pd[MAX_INFLIGHT], ad[MAX_INFLIGHT];
 	struct xfer_batch_op pops[MAX_INFLIGHT], aops[MAX_INFLIGHT];
 	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
@@ -608,12 +848,10 @@ static int pipe_submit_batch(struct bench *b, bool write, struct pipe_state *ps,
 	int err;
 
 	for (int i = 0; i < n; i++) {
-		uint64_t off = (uint64_t)(k0 + i) * size;
-		ps->slots[k0 + i] = (struct slot){ .seq = seq + (uint64_t)i, .t0 = t0 };
-		stamp_put((char *)src->buf.addr + off, size, seq + (uint64_t)i);
-		pd[i] = (struct xfer_desc){ b->pb.region, off, size };
-		ad[i] = (struct xfer_desc){ b->ab.region, off, size };
-		pops[i] = (struct xfer_batch_op){ .kind = write ? XFER_WRITABLE : XFER_READABLE,
+		uint64_t off = (uint64_t)(k0 + i) * pl->size;
+		pd[i] = (struct xfer_desc){ b->pb.region, off, pl->size };
+		ad[i] = (struct xfer_desc){ b->ab.region, off, pl->size };
+		pops[i] = (struct xfer_batch_op){ .kind = pl->write ? XFER_WRITABLE : XFER_READABLE,
 						  .descs = &pd[i],
 						  .n = 1 };
 	}
@@ -621,7 +859,7 @@ static int pipe_submit_batch(struct bench *b, bool write, struct pipe_state *ps,
 	if (err)
 		bench_fail(b->pc, "xfer_batch (passive)", err);
 	for (size_t i = 0; i < pmade; i++)
-		aops[i] = (struct xfer_batch_op){ .kind = write ? XFER_WRITE : XFER_READ,
+		aops[i] = (struct xfer_batch_op){ .kind = pl->write ? XFER_WRITE : XFER_READ,
 						  .descs = &ad[i],
 						  .n = 1,
 						  .metadata = pops[i].made_metadata };
@@ -629,194 +867,54 @@ static int pipe_submit_batch(struct bench *b, bool write, struct pipe_state *ps,
 	if (aerr)
 		bench_fail(b->ac, "xfer_batch (active)", aerr);
 	for (int i = 0; i < n; i++) {
-		struct slot *sl = &ps->slots[k0 + i];
+		struct slot *s = &pl->slots[k0 + i];
 		if ((size_t)i < pmade)
 			free(pops[i].made_metadata);
-		sl->pop = (size_t)i < pmade ? pops[i].op : UINT64_MAX;
-		sl->aop = (size_t)i < amade ? aops[i].op : UINT64_MAX;
+		s->pop = (size_t)i < pmade ? pops[i].op : UINT64_MAX;
+		s->aop = (size_t)i < amade ? aops[i].op : UINT64_MAX;
 		if ((size_t)i >= amade) { /* no active op: its end will not come */
-			sl->ends = (size_t)i < pmade ? 1 : 2;
-			sl->err = err ?: aerr;
+			s->ends = (size_t)i < pmade ? 1 : 2;
+			s->err = err ?: aerr;
 			if ((size_t)i < pmade) /* the passive one's end comes with the cancel */
-				xfer_cancel(b->pc, sl->pop);
+				xfer_cancel(b->pc, s->pop);
 		}
 	}
 	return err ?: aerr;
 }
 
 /* Starts the pairs of @n slots from @k0 (one by one for n == 1, else as two batches). */
-static int pipe_start(struct bench *b, bool write, struct pipe_state *ps, int k0, int n,
-		      uint64_t seq)
+static int pipe_start(struct pipeline *pl, int k0, int n)
 {
-	return n == 1 ? pipe_submit(b, write, ps, k0, seq) :
-			pipe_submit_batch(b, write, ps, k0, n, seq);
-}
-
-/* Delivers events of both clients until slot @k saw both ends (or 120 s passed). */
-static int pipe_wait_slot(struct bench *b, struct pipe_state *ps, int k)
-{
-	struct pollfd pfd[2] = { { xfer_get_fd(b->pc), POLLIN, 0 },
-				 { xfer_get_fd(b->ac), POLLIN, 0 } };
-	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
-
-	while (ps->slots[k].ends < 2) {
-		if (bench_now_ns() > deadline) {
-			fprintf(stderr, "xferbench_net: pipe: slot %d did not end in 120 s\n", k);
-			return -ETIMEDOUT;
-		}
-		if (poll(pfd, 2, 1000) < 0 && errno != EINTR)
-			return -errno;
-		int rc = xfer_dispatch(b->pc);
-		if (rc >= 0)
-			rc = xfer_dispatch(b->ac);
-		if (rc < 0)
-			return bench_fail(NULL, "xfer_dispatch", rc);
-	}
-	return 0;
-}
-
-/* Waits for slot @k's pair and checks its stamp; *lat_ns from passive call on. */
-static int pipe_finish(struct bench *b, bool write, struct pipe_state *ps, int k, uint64_t *lat_ns)
-{
-	struct bench_buf *dst = write ? &b->pb : &b->ab;
-	struct slot *s = &ps->slots[k];
-	int err = pipe_wait_slot(b, ps, k);
-
-	*lat_ns = bench_now_ns() - s->t0;
-	err = err ?: s->err;
-	if (!err && !stamp_ok((char *)dst->buf.addr + (uint64_t)k * ps->size, ps->size, s->seq)) {
-		fprintf(stderr,
-			"xferbench_net: pipe %s %" PRIu64 " bytes: operation %" PRIu64
-			" of slot %d left another operation's bytes\n",
-			write ? "write" : "read", ps->size, s->seq, k);
-		err = -EIO;
-	}
-	return err;
-}
-
-struct pipe_result {
-	uint64_t ops;
-	double gbps;		      /* GB/s over the whole run */
-	double us_p50, us_p99, us_op; /* latency tails; elapsed time per operation */
-};
-
-/* Whole slots compared source to destination once the pipeline is empty. */
-static int pipe_check_all(struct bench *b, bool write, uint64_t size, int depth)
-{
-	struct bench_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
-
-	for (int k = 0; k < depth; k++) {
-		const char *s = (const char *)src->buf.addr + (uint64_t)k * size;
-		const char *d = (const char *)dst->buf.addr + (uint64_t)k * size;
-		if (memcmp(s, d, size)) {
-			fprintf(stderr,
-				"xferbench_net: pipe %s %" PRIu64 " bytes: slot %d differs\n",
-				write ? "write" : "read", size, k);
-			return -EIO;
-		}
-	}
-	return 0;
-}
-
-/*
- * Keeps @depth pairs in flight (the oldest is waited for, then its slot starts again) for
- * --seconds and at least 4 * @depth (and 64) operations. With --batch N the slots go in groups
- * of N: a group is started with one op.batch on each side once all of its pairs ended.
- */
-static int pipe_cell(struct bench *b, bool write, uint64_t size, int depth, struct pipe_result *r)
-{
-	struct bench_buf *src = write ? &b->ab : &b->pb, *dst = write ? &b->pb : &b->ab;
-	uint64_t min_ops = 4 * (uint64_t)depth > 64 ? 4 * (uint64_t)depth : 64, cap = 1 << 16;
-	uint64_t *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
-	struct pipe_state *ps = calloc(1, sizeof(*ps));
-	int err = 0, k, g, unit = b->o->batch, groups = depth / unit;
-
-	if (!lat || !ps) {
-		free(lat);
-		free(ps);
-		return -ENOMEM;
-	}
-	ps->depth = depth;
-	ps->size = size;
-	xfer_set_event_cb(b->pc, pipe_event_cb, ps);
-	xfer_set_event_cb(b->ac, pipe_event_cb, ps);
-	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 31 + (write ? 7 : 0));
-	memset(dst->buf.addr, 0, size * (uint64_t)depth);
-	t0 = bench_now_ns();
-	for (g = 0; g < groups && !err; g++, started += (uint64_t)unit)
-		err = pipe_start(b, write, ps, g * unit, unit, started + 1);
-	for (g = 0; !err && done < started; g = (g + 1) % groups) {
-		for (int i = 0; i < unit && !err; i++, done++)
-			err = pipe_finish(b, write, ps, g * unit + i, &lat[done % cap]);
-		double secs = (bench_now_ns() - t0) / 1e9;
-		if (!err && (started < min_ops || secs < b->o->seconds) &&
-		    started + (uint64_t)unit <= cap) {
-			err = pipe_start(b, write, ps, g * unit, unit, started + 1);
-			started += (uint64_t)unit;
-		}
-	}
-	/* After an error the rest of the pipeline still has to end before the next cell. */
-	for (k = 0; err && k < depth; k++)
-		if (ps->slots[k].t0 && ps->slots[k].ends < 2)
-			pipe_wait_slot(b, ps, k);
-	uint64_t elapsed = bench_now_ns() - t0;
-	if (!err && ps->stray) {
-		fprintf(stderr, "xferbench_net: pipe: %d events for operations not in flight\n",
-			ps->stray);
-		err = -EIO;
-	}
-	xfer_set_event_cb(b->pc, NULL, NULL);
-	xfer_set_event_cb(b->ac, NULL, NULL);
-	if (!err)
-		err = pipe_check_all(b, write, size, depth);
-	if (!err) {
-		size_t n = done < cap ? done : cap;
-		r->ops = done;
-		r->gbps = bench_gbps(size * done, elapsed);
-		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
-		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
-		r->us_op = elapsed / 1e3 / (double)done;
-	}
-	free(lat);
-	free(ps);
-	return err;
+	return n == 1 ? pipe_start_one(pl, k0) : pipe_start_batch(pl, k0, n);
 }
 
 static int run_pipe(struct bench *b)
 {
 	const struct opts *o = b->o;
-	char sz[32];
 	int err = 0;
 
-	if (!o->json)
-		printf("%-5s %9s %6s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "batch",
-		       "ops", "GB/s", "p50 us", "p99 us", "us/op");
+	pipeline_print_header(o);
 	for (int w = 0; w < 2 && !err; w++) {
 		for (int si = 0; si < o->nsizes && !err; si++) {
 			for (int di = 0; di < o->ndepths && !err; di++) {
+				struct pipeline *pl = calloc(1, sizeof(*pl));
 				struct pipe_result r;
-				uint64_t s = o->sizes[si];
-				/* whole groups of --batch */
-				int depth = (o->depths[di] + o->batch - 1) / o->batch * o->batch;
-				if (depth > MAX_INFLIGHT)
-					depth = MAX_INFLIGHT / o->batch * o->batch;
-				err = pipe_cell(b, w, s, depth, &r);
-				if (err)
-					break;
-				if (o->json)
-					printf("{\"pipe\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-					       ",\"depth\":%d,\"batch\":%d,\"ops\":%" PRIu64
-					       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,"
-					       "\"us_per_op\":%.2f}\n",
-					       w ? "write" : "read", s, depth, o->batch, r.ops,
-					       r.gbps, r.us_p50, r.us_p99, r.us_op);
-				else
-					printf("%-5s %9s %6d %6d %7" PRIu64
-					       " %9.3f %10.1f %10.1f %9.1f\n",
-					       w ? "write" : "read",
-					       bench_fmt_size(s, sz, sizeof(sz)), depth, o->batch,
-					       r.ops, r.gbps, r.us_p50, r.us_p99, r.us_op);
-				fflush(stdout);
+				if (!pl)
+					return -ENOMEM;
+				*pl = (struct pipeline){ .b = b,
+							 .write = w,
+							 .size = o->sizes[si],
+							 .depth = pipeline_depth(o, o->depths[di]),
+							 .unit = o->batch,
+							 .ends_per_slot = 2,
+							 .clients = { b->pc, b->ac },
+							 .nclients = 2,
+							 .start = pipe_start };
+				err = pipeline_run(pl, &r);
+				if (!err)
+					pipeline_print(o, "pipe", w ? "write" : "read", pl->size,
+						       pl->depth, &r);
+				free(pl);
 			}
 		}
 	}
@@ -826,301 +924,94 @@ static int run_pipe(struct bench *b)
 /* ---------------------------------------------------------------------------------------- */
 /* win: one-sided gets and puts on a window, N in flight                                     */
 
-/* The window pipeline: slot k moves the active buffer's slice k to/from window slice k. */
-struct win_state {
-	uint64_t ops[MAX_INFLIGHT], t0[MAX_INFLIGHT], seq[MAX_INFLIGHT];
-	bool ended[MAX_INFLIGHT];
-	int err[MAX_INFLIGHT];
-	int depth;
-	uint64_t size;
-	int stray;
-};
-
-static void win_event_cb(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+/* Starts slot @k's get or put: the active buffer's slice k to/from window slice k. */
+static int win_start_one(struct pipeline *pl, int k)
 {
-	struct win_state *ws = arg;
-
-	if (info->state < XFER_COMPLETE)
-		return;
-	for (int k = 0; k < ws->depth; k++) {
-		if (ws->ended[k] || info->op != ws->ops[k])
-			continue;
-		ws->ended[k] = true;
-		if (info->state != XFER_COMPLETE || info->bytes != ws->size) {
-			fprintf(stderr,
-				"xferbench_net: win: op %" PRIu64 " %s (%" PRIu64 " bytes): %s\n",
-				info->op, xfer_state_name(info->state), info->bytes, info->cause);
-			ws->err[k] = info->error ?: -EIO;
-		}
-		return;
-	}
-	ws->stray++;
-}
-
-static int win_submit(struct bench *b, uint64_t handle, bool put, struct win_state *ws, int k,
-		      uint64_t seq)
-{
-	struct bench_buf *src = put ? &b->ab : &b->pb;
-	struct xfer_desc d = { b->ab.region, (uint64_t)k * ws->size, ws->size };
+	struct bench *b = pl->b;
+	uint64_t off = (uint64_t)k * pl->size;
+	struct xfer_desc d = { b->ab.region, off, pl->size };
 	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
-	int err;
+	struct slot *s = &pl->slots[k];
+	int err = pl->write ? xfer_put(b->ac, pl->handle, off, &d, 1, NULL, &opts, &s->aop) :
+			      xfer_get(b->ac, pl->handle, off, &d, 1, NULL, &opts, &s->aop);
 
-	ws->ended[k] = false;
-	ws->err[k] = 0;
-	ws->seq[k] = seq;
-	stamp_put((char *)src->buf.addr + (uint64_t)k * ws->size, ws->size, seq);
-	ws->t0[k] = bench_now_ns();
-	err = put ? xfer_put(b->ac, handle, (uint64_t)k * ws->size, &d, 1, NULL, &opts,
-			     &ws->ops[k]) :
-		    xfer_get(b->ac, handle, (uint64_t)k * ws->size, &d, 1, NULL, &opts,
-			     &ws->ops[k]);
-	return err ? bench_fail(b->ac, put ? "xfer_put" : "xfer_get", err) : 0;
-}
-
-static int win_finish(struct bench *b, bool put, struct win_state *ws, int k, uint64_t *lat_ns)
-{
-	struct bench_buf *dst = put ? &b->pb : &b->ab;
-	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
-	struct pollfd pfd = { xfer_get_fd(b->ac), POLLIN, 0 };
-
-	while (!ws->ended[k]) {
-		if (bench_now_ns() > deadline)
-			return -ETIMEDOUT;
-		if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
-			return -errno;
-		int rc = xfer_dispatch(b->ac);
-		if (rc < 0)
-			return bench_fail(NULL, "xfer_dispatch", rc);
-	}
-	*lat_ns = bench_now_ns() - ws->t0[k];
-	if (ws->err[k])
-		return ws->err[k];
-	if (!stamp_ok((char *)dst->buf.addr + (uint64_t)k * ws->size, ws->size, ws->seq[k])) {
-		fprintf(stderr,
-			"xferbench_net: win %s %" PRIu64 " bytes: slot %d has stale bytes\n",
-			put ? "put" : "get", ws->size, k);
-		return -EIO;
+	if (err) {
+		slot_fail(pl, s, err);
+		return bench_fail(b->ac, pl->write ? "xfer_put" : "xfer_get", err);
 	}
 	return 0;
 }
 
-/* Keeps @depth gets or puts in flight on @handle for --seconds (and at least 64 of them). */
-static int win_cell(struct bench *b, uint64_t handle, bool put, uint64_t size, int depth,
-		    struct pipe_result *r)
+/* win --batch: the gets or puts of slots @k0 .. @k0 + @n - 1 in one op.batch, one end event. */
+static int win_start_batch(struct pipeline *pl, int k0, int n)
 {
-	struct bench_buf *src = put ? &b->ab : &b->pb, *dst = put ? &b->pb : &b->ab;
-	uint64_t cap = 1 << 18, *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
-	struct win_state *ws = calloc(1, sizeof(*ws));
-	int err = 0, k;
-
-	if (!lat || !ws) {
-		free(lat);
-		free(ws);
-		return -ENOMEM;
-	}
-	ws->depth = depth;
-	ws->size = size;
-	xfer_set_event_cb(b->ac, win_event_cb, ws);
-	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 17 + put);
-	memset(dst->buf.addr, 0, size * (uint64_t)depth);
-	t0 = bench_now_ns();
-	for (k = 0; k < depth && !err; k++, started++)
-		err = win_submit(b, handle, put, ws, k, started + 1);
-	for (k = 0; !err && done < started; k = (k + 1) % depth) {
-		err = win_finish(b, put, ws, k, &lat[done % cap]);
-		done++;
-		double secs = (bench_now_ns() - t0) / 1e9;
-		if (!err && (started < 64 || secs < b->o->seconds) && started < cap) {
-			err = win_submit(b, handle, put, ws, k, started + 1);
-			started++;
-		}
-	}
-	for (; err && done + 1 < started; k = (k + 1) % depth, done++) {
-		uint64_t ignored;
-		win_finish(b, put, ws, k, &ignored);
-	}
-	uint64_t elapsed = bench_now_ns() - t0;
-	xfer_set_event_cb(b->ac, NULL, NULL);
-	if (!err && ws->stray)
-		err = -EIO;
-	for (k = 0; !err && k < depth; k++)
-		if (memcmp((char *)src->buf.addr + (uint64_t)k * size,
-			   (char *)dst->buf.addr + (uint64_t)k * size, size)) {
-			fprintf(stderr, "xferbench_net: win: slot %d differs\n", k);
-			err = -EIO;
-		}
-	if (!err) {
-		size_t n = done < cap ? done : cap;
-		r->ops = done;
-		r->gbps = bench_gbps(size * done, elapsed);
-		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
-		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
-		r->us_op = elapsed / 1e3 / (double)done;
-	}
-	free(lat);
-	free(ws);
-	return err;
-}
-
-/* Batches of gets or puts in flight (win --batch): slot k is in batch k / batch. */
-struct winb_state {
-	uint64_t id[MAX_INFLIGHT], t0[MAX_INFLIGHT], seq[MAX_INFLIGHT];
-	bool ended[MAX_INFLIGHT];
-	int err[MAX_INFLIGHT];
-	int nbatches, batch;
-	uint64_t size;
-	int stray;
-};
-
-static void winb_event_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
-{
-	struct winb_state *ws = arg;
-
-	(void)c;
-	for (int j = 0; j < ws->nbatches; j++) {
-		if (ws->ended[j] || ev->batch != ws->id[j])
-			continue;
-		ws->ended[j] = true;
-		for (size_t i = 0; i < ev->n; i++)
-			if (ev->ends[i].state != XFER_COMPLETE || ev->ends[i].bytes != ws->size) {
-				fprintf(stderr,
-					"xferbench_net: win: op %" PRIu64 " of batch %" PRIu64
-					" %s (%" PRIu64 " bytes)\n",
-					ev->ends[i].op, ev->batch,
-					xfer_state_name(ev->ends[i].state), ev->ends[i].bytes);
-				ws->err[j] = ev->ends[i].error ?: -EIO;
-			}
-		if (ev->n != (size_t)ws->batch)
-			ws->err[j] = -EIO;
-		return;
-	}
-	ws->stray++;
-}
-
-/* Posts batch @j: its slots' gets or puts, stamped with @seq, in one op.batch. */
-static int winb_submit(struct bench *b, uint64_t handle, bool put, struct winb_state *ws, int j,
-		       uint64_t seq)
-{
-	struct bench_buf *src = put ? &b->ab : &b->pb;
+	struct bench *b = pl->b;
 	struct xfer_desc d[MAX_INFLIGHT];
 	struct xfer_batch_op ops[MAX_INFLIGHT];
 	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT };
+	uint64_t id = 0;
 
-	for (int i = 0; i < ws->batch; i++) {
-		uint64_t off = (uint64_t)(j * ws->batch + i) * ws->size;
-		d[i] = (struct xfer_desc){ b->ab.region, off, ws->size };
-		ops[i] = (struct xfer_batch_op){ .kind = put ? XFER_PUT : XFER_GET,
-						 .handle = handle,
+	for (int i = 0; i < n; i++) {
+		uint64_t off = (uint64_t)(k0 + i) * pl->size;
+		d[i] = (struct xfer_desc){ b->ab.region, off, pl->size };
+		ops[i] = (struct xfer_batch_op){ .kind = pl->write ? XFER_PUT : XFER_GET,
+						 .handle = pl->handle,
 						 .offset = off,
 						 .descs = &d[i],
 						 .n = 1 };
-		stamp_put((char *)src->buf.addr + off, ws->size, seq);
 	}
-	ws->ended[j] = false;
-	ws->err[j] = 0;
-	ws->seq[j] = seq;
-	ws->t0[j] = bench_now_ns();
-	int err = xfer_batch(b->ac, ops, (size_t)ws->batch, &opts, NULL, &ws->id[j]);
+	int err = xfer_batch(b->ac, ops, (size_t)n, &opts, NULL, &id);
+	for (int i = 0; i < n; i++) {
+		pl->slots[k0 + i].batch = id;
+		if (err)
+			slot_fail(pl, &pl->slots[k0 + i], err);
+	}
 	return err ? bench_fail(b->ac, "xfer_batch", err) : 0;
 }
 
-static int winb_finish(struct bench *b, bool put, struct winb_state *ws, int j, uint64_t *lat_ns)
+static int win_start(struct pipeline *pl, int k0, int n)
 {
-	struct bench_buf *dst = put ? &b->pb : &b->ab;
-	uint64_t deadline = bench_now_ns() + 120 * 1000000000ULL;
-	struct pollfd pfd = { xfer_get_fd(b->ac), POLLIN, 0 };
-
-	while (!ws->ended[j]) {
-		if (bench_now_ns() > deadline)
-			return -ETIMEDOUT;
-		if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
-			return -errno;
-		int rc = xfer_dispatch(b->ac);
-		if (rc < 0)
-			return bench_fail(NULL, "xfer_dispatch", rc);
-	}
-	*lat_ns = bench_now_ns() - ws->t0[j];
-	if (ws->err[j])
-		return ws->err[j];
-	for (int i = 0; i < ws->batch; i++) {
-		uint64_t off = (uint64_t)(j * ws->batch + i) * ws->size;
-		if (!stamp_ok((char *)dst->buf.addr + off, ws->size, ws->seq[j])) {
-			fprintf(stderr, "xferbench_net: win %s: slot %d has stale bytes\n",
-				put ? "put" : "get", j * ws->batch + i);
-			return -EIO;
-		}
-	}
-	return 0;
+	return n == 1 ? win_start_one(pl, k0) : win_start_batch(pl, k0, n);
 }
 
-/*
- * win --batch: @depth gets or puts in flight as batches of --batch, each posted with one
- * op.batch and ended with one op.batch_done; an op's latency is its batch's (post to event).
- */
-static int winb_cell(struct bench *b, uint64_t handle, bool put, uint64_t size, int depth,
-		     struct pipe_result *r)
+/* Runs every size x depth cell of gets, then of puts, on the opened window @handle. */
+static int win_cells(struct bench *b, uint64_t handle)
 {
-	struct bench_buf *src = put ? &b->ab : &b->pb, *dst = put ? &b->pb : &b->ab;
-	uint64_t cap = 1 << 16, *lat = malloc(cap * sizeof(*lat)), started = 0, done = 0, t0;
-	struct winb_state *ws = calloc(1, sizeof(*ws));
-	int err = 0, j;
+	const struct opts *o = b->o;
+	int err = 0;
 
-	if (!lat || !ws) {
-		free(lat);
-		free(ws);
-		return -ENOMEM;
-	}
-	ws->batch = b->o->batch;
-	ws->nbatches = (depth + ws->batch - 1) / ws->batch;
-	ws->size = size;
-	depth = ws->nbatches * ws->batch;
-	xfer_set_batch_cb(b->ac, winb_event_cb, ws);
-	bench_pattern_fill(src->buf.addr, size * (uint64_t)depth, size * 17 + put);
-	memset(dst->buf.addr, 0, size * (uint64_t)depth);
-	t0 = bench_now_ns();
-	for (j = 0; j < ws->nbatches && !err; j++, started++)
-		err = winb_submit(b, handle, put, ws, j, started + 1);
-	for (j = 0; !err && done < started; j = (j + 1) % ws->nbatches) {
-		err = winb_finish(b, put, ws, j, &lat[done % cap]);
-		done++;
-		double secs = (bench_now_ns() - t0) / 1e9;
-		if (!err && (started * (uint64_t)ws->batch < 256 || secs < b->o->seconds) &&
-		    started < cap) {
-			err = winb_submit(b, handle, put, ws, j, started + 1);
-			started++;
+	for (int put = 0; put < 2 && !err; put++) {
+		for (int si = 0; si < o->nsizes && !err; si++) {
+			for (int di = 0; di < o->ndepths && !err; di++) {
+				struct pipeline *pl = calloc(1, sizeof(*pl));
+				struct pipe_result r;
+				if (!pl)
+					return -ENOMEM;
+				*pl = (struct pipeline){ .b = b,
+							 .write = put,
+							 .size = o->sizes[si],
+							 .depth = pipeline_depth(o, o->depths[di]),
+							 .unit = o->batch,
+							 .ends_per_slot = 1,
+							 .handle = handle,
+							 .clients = { b->ac },
+							 .nclients = 1,
+							 .start = win_start };
+				err = pipeline_run(pl, &r);
+				if (!err)
+					pipeline_print(o, "win", put ? "put" : "get", pl->size,
+						       pl->depth, &r);
+				free(pl);
+			}
 		}
 	}
-	for (; err && done + 1 < started; j = (j + 1) % ws->nbatches, done++) {
-		uint64_t ignored;
-		winb_finish(b, put, ws, j, &ignored);
-	}
-	uint64_t elapsed = bench_now_ns() - t0;
-	xfer_set_batch_cb(b->ac, NULL, NULL);
-	if (!err && ws->stray)
-		err = -EIO;
-	if (!err && memcmp(src->buf.addr, dst->buf.addr, size * (uint64_t)depth)) {
-		fprintf(stderr, "xferbench_net: win: the buffers differ after the run\n");
-		err = -EIO;
-	}
-	if (!err) {
-		size_t n = done < cap ? done : cap;
-		uint64_t ops = done * (uint64_t)ws->batch;
-		r->ops = ops;
-		r->gbps = bench_gbps(size * ops, elapsed);
-		r->us_p50 = bench_percentile(lat, n, 50) / 1e3;
-		r->us_p99 = bench_percentile(lat, n, 99) / 1e3;
-		r->us_op = elapsed / 1e3 / (double)ops;
-	}
-	free(lat);
-	free(ws);
 	return err;
 }
 
 static int run_win(struct bench *b)
 {
-	const struct opts *o = b->o;
 	uint64_t window, handle;
-	char *meta = NULL, sz[32];
+	char *meta = NULL;
 	int err = xfer_window_create(b->pc, b->pb.region, 0, 0, XFER_ACCESS_READWRITE, 0, &window,
 				     &meta);
 
@@ -1130,40 +1021,8 @@ static int run_win(struct bench *b)
 	free(meta);
 	if (err)
 		return bench_fail(b->ac, "xfer_window_open", err);
-	if (!o->json)
-		printf("%-5s %9s %6s %6s %7s %9s %10s %10s %9s\n", "kind", "size", "depth", "batch",
-		       "ops", "GB/s", "p50 us", "p99 us", "us/op");
-	for (int put = 0; put < 2 && !err; put++) {
-		for (int si = 0; si < o->nsizes && !err; si++) {
-			for (int di = 0; di < o->ndepths && !err; di++) {
-				struct pipe_result r;
-				uint64_t s = o->sizes[si];
-				int depth = o->depths[di];
-				if (o->batch > 1) {
-					depth = (depth + o->batch - 1) / o->batch * o->batch;
-					err = winb_cell(b, handle, put, s, depth, &r);
-				} else {
-					err = win_cell(b, handle, put, s, depth, &r);
-				}
-				if (err)
-					break;
-				if (o->json)
-					printf("{\"win\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-					       ",\"depth\":%d,\"batch\":%d,\"ops\":%" PRIu64
-					       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,"
-					       "\"us_per_op\":%.2f}\n",
-					       put ? "put" : "get", s, depth, o->batch, r.ops,
-					       r.gbps, r.us_p50, r.us_p99, r.us_op);
-				else
-					printf("%-5s %9s %6d %6d %7" PRIu64
-					       " %9.3f %10.1f %10.1f %9.1f\n",
-					       put ? "put" : "get",
-					       bench_fmt_size(s, sz, sizeof(sz)), depth, o->batch,
-					       r.ops, r.gbps, r.us_p50, r.us_p99, r.us_op);
-				fflush(stdout);
-			}
-		}
-	}
+	pipeline_print_header(b->o);
+	err = win_cells(b, handle);
 	xfer_window_close(b->ac, handle);
 	xfer_window_close(b->pc, window);
 	return err;
