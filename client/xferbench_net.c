@@ -800,6 +800,41 @@ static int pipeline_depth(const struct opts *o, int depth)
 	return depth > MAX_INFLIGHT ? MAX_INFLIGHT / o->batch * o->batch : depth;
 }
 
+/*
+ * Runs one pipeline per direction x --sizes x --depths, each a copy of @mode (the mode's
+ * clients, start function and ends) and prints its row, named @from_owner for bytes moving from
+ * the owner to the active side and @to_owner for the other way. Returns 0 or the first -errno.
+ */
+static int pipeline_cells(struct bench *b, const struct pipeline *mode, const char *tag,
+			  const char *from_owner, const char *to_owner)
+{
+	const struct opts *o = b->o;
+	int err = 0;
+
+	for (int w = 0; w < 2 && !err; w++) {
+		for (int si = 0; si < o->nsizes && !err; si++) {
+			for (int di = 0; di < o->ndepths && !err; di++) {
+				struct pipeline *pl = malloc(sizeof(*pl));
+				struct pipe_result r;
+				if (!pl)
+					return -ENOMEM;
+				*pl = *mode;
+				pl->b = b;
+				pl->write = w;
+				pl->size = o->sizes[si];
+				pl->depth = pipeline_depth(o, o->depths[di]);
+				pl->unit = o->batch;
+				err = pipeline_run(pl, &r);
+				if (!err)
+					pipeline_print(o, tag, w ? to_owner : from_owner, pl->size,
+						       pl->depth, &r);
+				free(pl);
+			}
+		}
+	}
+	return err;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* pipe: a sustained pipeline of pairings, N in flight, per-operation latency tails           */
 
@@ -890,35 +925,12 @@ static int pipe_start(struct pipeline *pl, int k0, int n)
 
 static int run_pipe(struct bench *b)
 {
-	const struct opts *o = b->o;
-	int err = 0;
+	struct pipeline mode = {
+		.ends_per_slot = 2, .clients = { b->pc, b->ac }, .nclients = 2, .start = pipe_start
+	};
 
-	pipeline_print_header(o);
-	for (int w = 0; w < 2 && !err; w++) {
-		for (int si = 0; si < o->nsizes && !err; si++) {
-			for (int di = 0; di < o->ndepths && !err; di++) {
-				struct pipeline *pl = calloc(1, sizeof(*pl));
-				struct pipe_result r;
-				if (!pl)
-					return -ENOMEM;
-				*pl = (struct pipeline){ .b = b,
-							 .write = w,
-							 .size = o->sizes[si],
-							 .depth = pipeline_depth(o, o->depths[di]),
-							 .unit = o->batch,
-							 .ends_per_slot = 2,
-							 .clients = { b->pc, b->ac },
-							 .nclients = 2,
-							 .start = pipe_start };
-				err = pipeline_run(pl, &r);
-				if (!err)
-					pipeline_print(o, "pipe", w ? "write" : "read", pl->size,
-						       pl->depth, &r);
-				free(pl);
-			}
-		}
-	}
-	return err;
+	pipeline_print_header(b->o);
+	return pipeline_cells(b, &mode, "pipe", "read", "write");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -974,40 +986,6 @@ static int win_start(struct pipeline *pl, int k0, int n)
 	return n == 1 ? win_start_one(pl, k0) : win_start_batch(pl, k0, n);
 }
 
-/* Runs every size x depth cell of gets, then of puts, on the opened window @handle. */
-static int win_cells(struct bench *b, uint64_t handle)
-{
-	const struct opts *o = b->o;
-	int err = 0;
-
-	for (int put = 0; put < 2 && !err; put++) {
-		for (int si = 0; si < o->nsizes && !err; si++) {
-			for (int di = 0; di < o->ndepths && !err; di++) {
-				struct pipeline *pl = calloc(1, sizeof(*pl));
-				struct pipe_result r;
-				if (!pl)
-					return -ENOMEM;
-				*pl = (struct pipeline){ .b = b,
-							 .write = put,
-							 .size = o->sizes[si],
-							 .depth = pipeline_depth(o, o->depths[di]),
-							 .unit = o->batch,
-							 .ends_per_slot = 1,
-							 .handle = handle,
-							 .clients = { b->ac },
-							 .nclients = 1,
-							 .start = win_start };
-				err = pipeline_run(pl, &r);
-				if (!err)
-					pipeline_print(o, "win", put ? "put" : "get", pl->size,
-						       pl->depth, &r);
-				free(pl);
-			}
-		}
-	}
-	return err;
-}
-
 static int run_win(struct bench *b)
 {
 	uint64_t window, handle;
@@ -1021,8 +999,13 @@ static int run_win(struct bench *b)
 	free(meta);
 	if (err)
 		return bench_fail(b->ac, "xfer_window_open", err);
+	struct pipeline mode = { .ends_per_slot = 1,
+				 .handle = handle,
+				 .clients = { b->ac },
+				 .nclients = 1,
+				 .start = win_start };
 	pipeline_print_header(b->o);
-	err = win_cells(b, handle);
+	err = pipeline_cells(b, &mode, "win", "get", "put");
 	xfer_window_close(b->ac, handle);
 	xfer_window_close(b->pc, window);
 	return err;
