@@ -137,22 +137,7 @@ fi
 
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
-RUN=$(mktemp -d "${TMPDIR:-/tmp}/bench-net.XXXXXX")
-cleanup()
-{
-	xc_stop_all >/dev/null 2>&1 || true
-	xn_down
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-xn_up 2 || exit 1
-xn_check || {
-	echo "bench-net.sh: the two nodes cannot reach each other" >&2
-	exit 1
-}
+xc_rig_up bench-net.sh
 A0=$(xn_addr 0)
 A1=$(xn_addr 1)
 echo "bench-net: mode $(xn_mode), node 0 $A0, node 1 $A1$([ "$(xn_mode)" = netns ] && echo ", veth MTU $(cat "$XN_DIR/mtu")")"

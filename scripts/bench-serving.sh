@@ -67,22 +67,7 @@ command -v iperf3 >/dev/null 2>&1 || {
 
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
-RUN=$(mktemp -d "${TMPDIR:-/tmp}/bench-serving.XXXXXX")
-cleanup()
-{
-	xc_stop_all >/dev/null 2>&1 || true
-	xn_down
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-xn_up 2 || exit 1
-xn_check || {
-	echo "bench-serving.sh: the two nodes cannot reach each other" >&2
-	exit 1
-}
+xc_rig_up bench-serving.sh
 A1=$(xn_addr 1)
 IPORT=$(($(xn_port 1) + 2000))
 [ "$(xn_mode)" = loopback ] && IPORT=$(xn__free_port "$IPORT")

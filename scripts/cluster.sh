@@ -244,6 +244,30 @@ xc_stop_all()
 	return $rc
 }
 
+# xc_rig_up PROG: what every two-node benchmark starts with: a scratch directory in $RUN, two
+# nodes that reach each other, and traps that stop the daemons, take the nodes down and remove
+# $RUN on exit (also after INT/TERM). Exits with a message naming PROG if the nodes cannot
+# reach each other.
+xc_rig_up()
+{
+	RUN=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+	trap xc__rig_down EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	xn_up 2 || exit 1
+	xn_check || {
+		echo "$1: the two nodes cannot reach each other" >&2
+		exit 1
+	}
+}
+
+xc__rig_down()
+{
+	xc_stop_all >/dev/null 2>&1 || true
+	xn_down
+	rm -rf "$RUN"
+}
+
 # xc_node_id NODE: the daemon's node id (32 hex), from `xferctl --json stats`.
 xc_node_id()
 {
