@@ -20,7 +20,8 @@
 #   drain, fewer than DEPTH in flight after the end; see tests/rdma/rdma_bench.c);
 #   3. windows (PROTOCOL.md §5.1): $BUILD/xferbench_net win, a window of node 1's buffer opened
 #      on node 0, WIN_DEPTH (16) one-sided gets (beside read) and puts (beside write) in flight
-#      for DUR seconds (its rate over the whole run, no margins: a little pessimistic);
+#      for DUR seconds (its rate over the whole run, no margins: a little pessimistic), once
+#      with one request per op and once WIN_BATCH (8) per op.batch request (one end event each);
 #      with WIN_DEPTHS (e.g. "1 8 32") also at those depths: MiB/s and each op's p50/p99 (us,
 #      from its submission to its end event) and us/op, to show whether per-op cost stays flat;
 #   4. with CLAIM_LOAD=1, the claim round trip of a 4 KiB pairing (xferbench_net lat, LAT_ITERS
@@ -38,7 +39,8 @@
 # second xferd run, default 8), REPS (rounds over every size, default 3: the table shows each
 # figure's median, and each ratio is the median of the ratios within a round), PERFTEST_ARGS
 # (extra perftest options, default none), WIN_DEPTHS, CLAIM_LOAD and LAT_ITERS (above), ROWS
-# (all, or win: the window rows only, e.g. to compare two builds' per-op costs in one boot).
+# (all, or win: perftest and the window rows only, e.g. to compare two builds' per-op costs in
+# one boot), WIN_BATCH (8).
 # MODE=files runs only the comparison of file regions with memory (below; FILE_SIZES, default
 # 16, 64 and 256 MiB).
 set -u
@@ -53,11 +55,11 @@ DEPTH=${DEPTH:-8}
 REPS=${REPS:-3}
 WIN_DEPTH=${WIN_DEPTH:-16}
 WIN_DEPTHS=${WIN_DEPTHS:-}
-WIN_BATCH=${WIN_BATCH:-} # WIN_DEPTHS rows: ops per op.batch request (empty: one request each)
+WIN_BATCH=${WIN_BATCH:-8} # the batched window column and the WIN_DEPTHS rows: ops per op.batch
 CLAIM_LOAD=${CLAIM_LOAD:-0}
 LAT_ITERS=${LAT_ITERS:-50}
 PERFTEST_ARGS=${PERFTEST_ARGS:-}
-ROWS=${ROWS:-all} # win: only the window rows (two builds' per-op costs compared in one boot)
+ROWS=${ROWS:-all} # win: perftest and the window rows only
 : "${RXE_DEV0:?run inside scripts/rxe-vm.sh (make bench-rdma)}"
 for b in xferd xferctl xferbench_net tests/rdma_bench; do
 	[ -x "$BUILD/$b" ] || { echo "bench-rdma: $BUILD/$b is missing: build first" >&2; exit 1; }
@@ -166,27 +168,28 @@ xf() {
 	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
 
-# xw SIZE: one xferbench_net win run (gets, then puts); appends to XW[get|put.SIZE] (MiB/s).
+# xw SIZE [BATCH]: one xferbench_net win run (gets, then puts), WIN_DEPTH in flight, one request
+# per op or BATCH per op.batch request; appends to XW[get|put.SIZE.BATCH] (MiB/s).
 xw() {
-	local l k
+	local l k b=${2:-1}
 	if ! l=$(timeout 300 "$BUILD/xferbench_net" win --passive "$D/n1.sock" --active "$D/n0.sock" \
-		--sizes "$1" --depths "$WIN_DEPTH" --seconds "$DUR" --json 2>"$D/xw.err"); then
-		echo "bench-rdma: xferbench_net win $1 failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
-		XW[get.$1]+=" -" XW[put.$1]+=" -"
+		--sizes "$1" --depths "$WIN_DEPTH" --batch "$b" --seconds "$DUR" --json 2>"$D/xw.err"); then
+		echo "bench-rdma: xferbench_net win $1 --batch $b failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
+		XW[get.$1.$b]+=" -" XW[put.$1.$b]+=" -"
 		return
 	fi
 	for k in get put; do
-		XW[$k.$1]+=" $(grep "\"kind\":\"$k\"" <<<"$l" | sed 's/.*"gbps":\([0-9.]*\).*/\1/' |
+		XW[$k.$1.$b]+=" $(grep "\"kind\":\"$k\"" <<<"$l" | sed 's/.*"gbps":\([0-9.]*\).*/\1/' |
 			awk '{ printf "%.1f", $1 * 1e9 / 1048576 }')"
 	done
-	echo "# xferd window get/put $1 depth $WIN_DEPTH: ${XW[get.$1]##* } / ${XW[put.$1]##* } MiB/s"
+	echo "# xferd window get/put $1 depth $WIN_DEPTH batch $b: ${XW[get.$1.$b]##* } / ${XW[put.$1.$b]##* } MiB/s"
 }
 
 # xwd SIZE: window gets and puts at each of WIN_DEPTHS: MiB/s, p50/p99 per op, us per op.
 xwd() {
 	local l
 	if ! l=$(timeout 600 "$BUILD/xferbench_net" win --passive "$D/n1.sock" --active "$D/n0.sock" \
-		--sizes "$1" --depths "${WIN_DEPTHS// /,}" ${WIN_BATCH:+--batch "$WIN_BATCH"} --seconds "$DUR" --json 2>"$D/xw.err"); then
+		--sizes "$1" --depths "${WIN_DEPTHS// /,}" --batch "$WIN_BATCH" --seconds "$DUR" --json 2>"$D/xw.err"); then
 		echo "bench-rdma: xferbench_net win $1 (depths $WIN_DEPTHS) failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
 		return
 	fi
@@ -315,14 +318,15 @@ for ((rep = 1; rep <= REPS; rep++)); do
 	echo "# round $rep of $REPS"
 	for kind in read write; do
 		for s in $SIZES; do
-			[ "$ROWS" = win ] && continue
 			perf "ib_${kind}_bw" "$s"
+			[ "$ROWS" = win ] && continue
 			xf "$kind" "$s" 1
 			xf "$kind" "$s" "$DEPTH"
 		done
 	done
 	for s in $SIZES; do
 		xw "$s"
+		xw "$s" "$WIN_BATCH"
 		[ -n "$WIN_DEPTHS" ] && xwd "$s"
 	done
 done
@@ -332,22 +336,23 @@ for n in 0 1; do
 	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
 done
 
-printf '\n%-6s %9s %9s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
-	"xferd d$DEPTH" ratio "win d$WIN_DEPTH" ratio
+printf '\n%-6s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
+	"xferd d$DEPTH" ratio "win d$WIN_DEPTH" ratio "b$WIN_BATCH" ratio
 for kind in read write; do
 	wk="put"
 	[ "$kind" = read ] && wk="get"
 	for s in $SIZES; do
 		p=${PERF[ib_${kind}_bw.$s]:-} x1=${XF[$kind.$s.1]:-} xd=${XF[$kind.$s.$DEPTH]:-}
-		xw=${XW[$wk.$s]:-}
-		printf '%-6s %9s %9s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
+		w1=${XW[$wk.$s.1]:-} wb=${XW[$wk.$s.$WIN_BATCH]:-}
+		printf '%-6s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
 			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")" \
-			"$(median "$xw")" "$(ratio "$xw" "$p")"
+			"$(median "$w1")" "$(ratio "$w1" "$p")" "$(median "$wb")" "$(ratio "$wb" "$p")"
 	done
 done
 echo "# MiB/s, medians of $REPS rounds; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"
-echo "# target (issue 14): windows (win: gets beside read, puts beside write), 64 KiB with 16 in flight >= 0.8x perftest, 1 MiB and larger >= 0.95x"
+echo "# win d$WIN_DEPTH: window gets beside read, puts beside write, $WIN_DEPTH in flight, one request each; b$WIN_BATCH: the same $WIN_BATCH per op.batch request"
+echo "# target (issue 14): windows, 64 KiB with 16 in flight >= 0.8x perftest, 1 MiB and larger >= 0.95x"
 if [ -n "$WIN_DEPTHS" ]; then
 	printf '\n%-9s %-4s %9s %5s %7s %9s %10s %10s %9s\n' "" kind size depth ops MiB/s "p50 us" "p99 us" "us/op"
 	cat "$D"/wd.* 2>/dev/null
