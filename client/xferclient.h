@@ -151,7 +151,10 @@ XFER_EXPORT int xfer_region_register(struct xfer_client *c, int fd, uint64_t off
  * end of the file). The daemon never maps it: it moves the bytes with file I/O, so a file
  * truncated meanwhile ends a transfer ERRORED, never the daemon. What @fd was opened for is
  * what the region may do: read (O_RDONLY) makes it a source (readable, write), write
- * (O_WRONLY) a target (read, writable), O_RDWR both; O_APPEND is refused. @flags:
+ * (O_WRONLY) a target (read, writable), O_RDWR both; O_APPEND is refused. An O_DIRECT @fd is
+ * moved with direct I/O: @offset and @length multiples of its file system's direct I/O
+ * alignment, and open for reading even as a target (O_RDWR: an unaligned write reads its edge
+ * blocks back), else -EINVAL / -EBADF naming the rule. @flags:
  * XFER_FILE_SYNC or 0. Returns 0 and *region, or -errno. Borrows @fd (the daemon keeps a
  * duplicate until the region is deregistered).
  */

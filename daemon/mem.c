@@ -351,6 +351,16 @@ int xd_mem_file_direct_check(struct xd_region *r, int fd, uint64_t off, uint64_t
 			 "(statx STATX_DIOALIGN): it does not do O_DIRECT for this file");
 		return -EINVAL;
 	}
+	/*
+	 * Note that a piece written O_DIRECT that does not cover whole blocks reads its edge
+	 * blocks back first (dio_edges()): a write-only descriptor would fail that mid-transfer.
+	 */
+	if ((fl & O_ACCMODE) == O_WRONLY) {
+		snprintf(msg, msglen,
+			 "an O_DIRECT file region must be open for reading too (O_RDWR, not "
+			 "O_WRONLY): an unaligned write reads its edge blocks back");
+		return -EBADF;
+	}
 	uint32_t a = stx.stx_dio_offset_align;
 	if (off % a || len % a) {
 		snprintf(

@@ -996,13 +996,14 @@ static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdm
  * worker, no posted request and no window can reach it any more.
  */
 enum chunk_state {
-	CH_WAIT,    /**< needs a buffer, or queue room for its requests or its window */
-	CH_FILL,    /**< a worker copies the transfer's bytes into the buffer */
-	CH_POST,    /**< its requests are being posted (several turns when the queue is full) */
-	CH_POSTED,  /**< every request posted, not all completed */
-	CH_GRANTED, /**< owner: a window onto the buffer is the claimer's, until STAGED */
-	CH_DRAIN,   /**< a worker copies the buffer out into the transfer's segments */
-	CH_DONE,    /**< its bytes are where they go (or it was given up) */
+	CH_WAIT,       /**< needs a buffer, or queue room for its requests or its window */
+	CH_FILL,       /**< a worker copies the transfer's bytes into the buffer */
+	CH_POST,       /**< its requests are being posted (several turns when the queue is full) */
+	CH_POSTED,     /**< every request posted, not all completed */
+	CH_GRANTED,    /**< owner: a window onto the buffer is the claimer's, until STAGED */
+	CH_DRAIN,      /**< a worker copies the buffer out into the transfer's segments */
+	CH_DRAIN_WAIT, /**< an O_DIRECT target: waits for the drain of another chunk to end */
+	CH_DONE,       /**< its bytes are where they go (or it was given up) */
 };
 
 struct xd_stage_chunk {
@@ -1189,13 +1190,44 @@ static uint32_t xfer_slice(const struct xd_xfer *x, uint64_t off, uint64_t len, 
 
 static void chunk_copied(void *arg, int err, uint64_t bytes, const char *why);
 
+/* Whether @x writes into a file opened O_DIRECT (its segments here are the target). */
+static bool xfer_direct_target(const struct xd_xfer *x)
+{
+	for (uint32_t i = 0; i < x->nsegs && !x->source; i++)
+		if (x->segs[i].region->dio_align)
+			return true;
+	return false;
+}
+
+/* Whether another chunk of @c's transfer is being drained by a worker. */
+static bool chunk_drain_busy(const struct xd_stage_chunk *c)
+{
+	const struct xd_stage_chunk *o;
+
+	TAILQ_FOREACH(o, &c->dev->rdma->chunks, link)
+		if (o != c && o->x == c->x && o->state == CH_DRAIN)
+			return true;
+	return false;
+}
+
 /* Has a worker copy @c's bytes into its buffer (@fill) or out of it. Returns 0 or -errno. */
 static int chunk_copy(struct xd_rconn *rc, struct xd_stage_chunk *c, bool fill)
 {
 	struct xd_seg buf = xd_rdma_stage_seg(c->dev, c->buf, c->len);
-	struct xd_seg *segs = calloc(c->x->nsegs, sizeof(*segs));
+	struct xd_seg *segs = NULL;
 	int err = -ENOMEM;
 
+	/*
+	 * Note that an O_DIRECT target writes whole blocks, reading back the edges of a piece
+	 * that does not cover them: two chunks that share a block (a chunk edge at an unaligned
+	 * file position) drained at once would each write the other's bytes back as they were.
+	 * Such a transfer drains one chunk at a time; the others wait their turn.
+	 */
+	if (!fill && xfer_direct_target(c->x) && chunk_drain_busy(c)) {
+		c->state = CH_DRAIN_WAIT;
+		return 0;
+	}
+	segs = calloc(c->x->nsegs, sizeof(*segs));
 	if (segs) {
 		uint32_t n = xfer_slice(c->x, c->off, c->len, segs, c->x->nsegs);
 		c->worker = true;
@@ -1421,13 +1453,27 @@ static void chunk_step(struct xd_rconn *rc, struct xd_stage_chunk *c)
 		chunk_post(rc, c);
 }
 
+/* A drain of @x ended: the next chunk that waited for it (O_DIRECT target) goes on. */
+static void drain_next(struct xd_rconn *rc, struct xd_xfer *x)
+{
+	struct xd_stage_chunk *c;
+
+	TAILQ_FOREACH(c, &rc->d->rdma->chunks, link)
+		if (c->x == x && c->state == CH_DRAIN_WAIT)
+			break;
+	if (c && chunk_copy(rc, c, false)) {
+		stage_failed(x, ECANCELED, "no copy worker for the staging buffer");
+		chunk_done(c);
+	}
+}
+
 /* A worker filled or drained @c (on the loop thread). */
 static void chunk_copied(void *arg, int err, uint64_t bytes, const char *why)
 {
 	struct xd_stage_chunk *c = arg;
 	struct xd_xfer *x = c->x;
 	struct xd_rconn *rc = rconn_find(c->dev->rdma, c->conn);
-	bool fill = c->state == CH_FILL;
+	bool fill = c->state == CH_FILL, drained = c->state == CH_DRAIN;
 
 	c->worker = false;
 	if (c->state == CH_DONE) { /* given up meanwhile (its transfer or connection ended) */
@@ -1448,6 +1494,8 @@ static void chunk_copied(void *arg, int err, uint64_t bytes, const char *why)
 		c->filled = true;
 		chunk_step(rc, c);
 	}
+	if (drained && rc && !rc->dead && xd_xfer_live(x))
+		drain_next(rc, x);
 	if (rc && !rc->dead)
 		rconn_pump(rc);
 }

@@ -42,7 +42,7 @@
 # (all, or win: perftest and the window rows only, e.g. to compare two builds' per-op costs in
 # one boot), WIN_BATCH (8).
 # MODE=files runs only the comparison of file regions with memory (below; FILE_SIZES, default
-# 16, 64 and 256 MiB).
+# 16, 64 and 256 MiB); STAGING_SIZE sets both daemons' rdma_staging_size (default 1 MiB).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -149,22 +149,35 @@ perf() {
 	fi
 }
 
+# cpu_ticks: the guest's busy and total CPU ticks so far ("BUSY TOTAL", from /proc/stat).
+cpu_ticks() {
+	local _cpu u n s idle iow irq sirq rest
+	read -r _cpu u n s idle iow irq sirq rest </proc/stat
+	echo "$((u + n + s + irq + sirq)) $((u + n + s + idle + iow + irq + sirq))"
+}
+
 # xf KIND SIZE DEPTH [-f DIR]: one rdma_bench run; appends to XF[KIND.SIZE.DEPTH] (MiB/s; "-" if
-# failed); with -f DIR the source is a file there and KIND is recorded as KIND-file.
+# failed); with -f DIR the source is a file there and KIND is recorded as KIND-file. The line
+# also says how busy the guest's vCPUs were over the whole run (rxe's tasklets, both daemons, the
+# copies): a run that is CPU-bound under TCG shows ~100%.
 xf() {
-	local l k=$1
+	local l k=$1 c0 c1 busy
 	[ $# -gt 3 ] && k=$1-file
 	retries >/dev/null
+	c0=$(cpu_ticks)
 	if ! l=$(timeout 600 "$BUILD/tests/rdma_bench" -d "$3" -m "$MARGIN" "${@:4}" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
 		echo "bench-rdma: rdma_bench -d $3 ${*:4} $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
 		XF[$k.$2.$3]+=" -"
 		return
 	fi
+	c1=$(cpu_ticks)
+	busy=$(awk -v a="$c0" -v b="$c1" 'BEGIN { split(a, x, " "); split(b, y, " ");
+		t = y[2] - x[2]; printf "%.0f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }')
 	# xferd KIND SIZE depth D iters N seconds S MiB/s X transport T
 	# shellcheck disable=SC2086
 	set -- $l
 	XF[$2.$3.$5]+=" ${11}"
-	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers, rate over a $9 s window, transport ${13}, $(retries))"
+	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers, rate over a $9 s window, transport ${13}, $(retries), vCPUs ${busy}% busy)"
 	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
 
@@ -237,7 +250,7 @@ echo "# each measurement ~${DUR} s, the rate taken between ${MARGIN} s margins; 
 
 # rdma_ack_timeout 19: see tests/rdma/run.sh (spurious retransmissions under load stall rxe 6.1)
 echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true,
-      "rdma_ack_timeout": 19}' >"$D/c.json"
+      "rdma_ack_timeout": 19'"${STAGING_SIZE:+, \"rdma_staging_size\": $STAGING_SIZE}"'}' >"$D/c.json"
 # Both nodes share a cluster key, as a real deployment does: RDMA peers authenticate.
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$D/peer.key")
 for n in 0 1; do

@@ -51,6 +51,7 @@ PKGS=(
 	ibverbs-utils
 	rdmacm-utils
 	perftest
+	e2fsprogs # make test-rdma: mkfs.ext4 for the guest's O_DIRECT file system (a loop image)
 )
 
 missing=()

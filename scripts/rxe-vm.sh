@@ -103,9 +103,12 @@ fi
 # so only the roots are listed. crc32_generic is not a declared dependency, but rdma_rxe asks
 # the crypto API for "crc32" (RoCE ICRC) when a link is created, and the guest cannot load it on
 # demand (no usable modprobe for the kernel's request_module). sch_tbf lets a test slow the veth
-# down with tc (a TCP transfer is otherwise too fast to be caught mid-way).
+# down with tc (a TCP transfer is otherwise too fast to be caught mid-way). loop and ext4 give a
+# test a file system that does O_DIRECT (an ext4 image on a loop device; tmpfs in 6.1 does not),
+# and crc32c_generic is what ext4 and jbd2 ask the crypto API for (metadata checksums), as rdma_rxe
+# asks for crc32.
 MODULES="crc32_generic rdma_rxe rdma_ucm ib_uverbs veth sch_tbf virtio_pci virtio_console
-	9pnet_virtio 9p overlay"
+	9pnet_virtio 9p overlay crc32c_generic loop ext4"
 
 # The initramfs is rebuilt whenever this script (which holds /init), busybox or the kernel
 # package changes.

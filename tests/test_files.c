@@ -153,6 +153,11 @@ TEST(direct_register_rules)
 	CHECK_EQ_INT(reg_file(c, fd, 0, a + 1), -EINVAL);
 	CHECK(strstr(xfer_last_error(c), "direct I/O alignment"));
 	close(fd);
+	/* A write-only O_DIRECT fd cannot read back the edge blocks of an unaligned write. */
+	fd = tfile(&d, "w", 4 * a, 1, O_WRONLY | O_DIRECT);
+	CHECK_EQ_INT(reg_file(c, fd, 0, 0), -EBADF);
+	CHECK(strstr(xfer_last_error(c), "O_DIRECT file region must be open for reading too"));
+	close(fd);
 	xfer_close(c);
 	CHECK_EQ_INT(td_stop(&d), 0);
 }

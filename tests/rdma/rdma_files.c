@@ -16,6 +16,14 @@
  *   - at the end, every staging buffer of both daemons back in its pool (list.devices).
  *
  *   rdma_files PASSIVE_SOCKET ACTIVE_SOCKET DIR SMALL_DIR [BIG_BYTES]
+ *   rdma_files -D DIRECT_DIR PASSIVE_SOCKET ACTIVE_SOCKET
+ *
+ * With -D only the O_DIRECT cases run, in DIRECT_DIR (a file system that does O_DIRECT, e.g. an
+ * ext4 image on a loop device): the same pairings with each file registered through an O_DIRECT
+ * descriptor, its region at an aligned file offset and of an aligned length (the rule of
+ * PROTOCOL.md §4), the descriptor inside it at an unaligned offset and length, so that the
+ * staged chunks' edges fall inside direct I/O blocks, which both neighbours read, modify and
+ * write; then the staging buffers back in their pools.
  *
  * Prints "ok - NAME" or "FAIL - NAME (why)" per case; exit 0 when every case passed.
  */
@@ -34,12 +42,15 @@
 #define GAP 0xa5
 #define WAIT_MS 600000
 #define MIB (1024ULL * 1024ULL)
-#define HEAD (4096 + 123) /* region offset in the file: not page-aligned */
-#define LEAD 77		  /* descriptor offset in the region */
-#define TAIL 333	  /* bytes after the descriptor in the region */
+#define HEAD (4096 + 123)      /* region offset in the file: not page-aligned */
+#define LEAD 77		       /* descriptor offset in the region */
+#define TAIL 333	       /* bytes after the descriptor in the region */
+#define DIRECT_HEAD (3 * 4096) /* -D: region offset in the file (direct I/O alignment) */
+#define DIRECT_ALIGN 4096      /* -D: region lengths rounded up to this (ext4's block) */
 
 static int failures;
 static const char *dir, *small_dir;
+static bool direct; /* -D: files in dir are registered O_DIRECT */
 
 /* Byte @i of the source stream of a case seeded @seed. */
 static uint8_t pat(uint64_t i, uint32_t seed)
@@ -57,7 +68,8 @@ struct end {
 	char path[256];
 	struct xfer_buf buf;
 	uint64_t region;
-	uint64_t len; /* of the region: LEAD + size + TAIL */
+	uint64_t head; /* the region's offset in the file */
+	uint64_t len;  /* of the region: LEAD + size + TAIL (-D: rounded up to DIRECT_ALIGN) */
 };
 
 /* The region's bytes [@off, +@n) into @out. */
@@ -67,7 +79,7 @@ static int end_bytes(const struct end *e, uint64_t off, uint8_t *out, size_t n)
 		memcpy(out, (uint8_t *)e->buf.addr + off, n);
 		return 0;
 	}
-	return pread(e->fd, out, n, (off_t)(HEAD + off)) == (ssize_t)n ? 0 : -1;
+	return pread(e->fd, out, n, (off_t)(e->head + off)) == (ssize_t)n ? 0 : -1;
 }
 
 /* Fills @e's region: the source stream at LEAD (@source), GAP everywhere else. */
@@ -86,7 +98,7 @@ static int end_fill(struct end *e, uint64_t size, bool source, uint32_t seed)
 		}
 		if (!e->file)
 			memcpy((uint8_t *)e->buf.addr + off, chunk, n);
-		else if (pwrite(e->fd, chunk, n, (off_t)(HEAD + off)) != (ssize_t)n) {
+		else if (pwrite(e->fd, chunk, n, (off_t)(e->head + off)) != (ssize_t)n) {
 			free(chunk);
 			return -1;
 		}
@@ -109,6 +121,11 @@ static int end_open(struct end *e, struct xfer_client *c, bool file, bool source
 	e->file = file;
 	e->fd = -1;
 	e->len = LEAD + size + TAIL;
+	e->head = HEAD;
+	if (direct) {
+		e->len = (e->len + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+		e->head = DIRECT_HEAD;
+	}
 	if (file) {
 		snprintf(e->path, sizeof(e->path), "%s/%s", where, name);
 		int w = open(e->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -117,7 +134,7 @@ static int end_open(struct end *e, struct xfer_client *c, bool file, bool source
 			return -errno;
 		}
 		e->fd = w;
-		if (ftruncate(w, (off_t)(HEAD + e->len)) < 0) { /* (sparse: no space used yet) */
+		if (ftruncate(w, (off_t)(e->head + e->len)) < 0) { /* (sparse: no space used yet) */
 			snprintf(why, wlen, "ftruncate %s: %s", e->path, strerror(errno));
 			return -errno;
 		}
@@ -125,10 +142,16 @@ static int end_open(struct end *e, struct xfer_client *c, bool file, bool source
 			snprintf(why, wlen, "filling %s: %s", e->path, strerror(errno));
 			return -EIO;
 		}
-		/* The daemon gets a descriptor that allows exactly the side's direction. */
-		int fd = open(e->path, (source ? O_RDONLY : O_WRONLY) | O_CLOEXEC);
-		rc = fd < 0 ? -errno :
-			      xfer_region_register_file(c, fd, HEAD, e->len, 0, name, &e->region);
+		/*
+		 * The daemon gets a descriptor that allows exactly the side's direction (an
+		 * O_DIRECT target reads too: the edge blocks of its unaligned writes).
+		 */
+		int tflags = direct ? O_RDWR | O_DIRECT : O_WRONLY;
+		int fd = open(e->path,
+			      (source ? O_RDONLY | (direct ? O_DIRECT : 0) : tflags) | O_CLOEXEC);
+		rc = fd < 0 ?
+			     -errno :
+			     xfer_region_register_file(c, fd, e->head, e->len, 0, name, &e->region);
 		if (fd >= 0)
 			close(fd);
 	} else {
@@ -277,8 +300,9 @@ static void byte_case(struct xfer_client *pc, struct xfer_client *ac, bool read,
 
 	seed += 7;
 	snprintf(name, sizeof(name), "%s: %s on the owner, %s on the active side, %" PRIu64 " B",
-		 read ? "readable/read" : "writable/write", pfile ? "file" : "memory",
-		 afile ? "file" : "memory", size);
+		 read ? "readable/read" : "writable/write",
+		 pfile ? (direct ? "O_DIRECT file" : "file") : "memory",
+		 afile ? (direct ? "O_DIRECT file" : "file") : "memory", size);
 	if (end_open(&p, pc, pfile, psrc, size, seed, dir, "p.file", why, sizeof(why)) == 0 &&
 	    end_open(&a, ac, afile, !psrc, size, seed, dir, "a.file", why, sizeof(why)) == 0 &&
 	    run_pair(&p, &a, read, size, &pi, &ai, why, sizeof(why)) == 0 &&
@@ -313,7 +337,7 @@ static void fail_case(struct xfer_client *pc, struct xfer_client *ac, bool read,
 	if (end_open(&p, pc, owner_file, psrc, size, 3, pwhere, "p.fail", why, sizeof(why)) ||
 	    end_open(&a, ac, !owner_file, !psrc, size, 3, awhere, "a.fail", why, sizeof(why)))
 		goto out;
-	if (truncate && truncate64(owner_file ? p.path : a.path, HEAD + MIB + 100) < 0) {
+	if (truncate && truncate64(owner_file ? p.path : a.path, p.head + MIB + 100) < 0) {
 		snprintf(why, sizeof(why), "truncate: %s", strerror(errno));
 		goto out;
 	}
@@ -350,25 +374,70 @@ static int staging_idle(struct xfer_client *c, const char *who, char *why, size_
 	return -1;
 }
 
+/*
+ * -D: the pairings with O_DIRECT files. 5 MiB + 5 is several chunks of either node's staging
+ * buffers (1 MiB, 256 KiB), drained into the target by the copy workers while the next ones move.
+ */
+static void direct_cases(struct xfer_client *pc, struct xfer_client *ac)
+{
+	const uint64_t sizes[] = { 1, 4096 + 3, 5 * MIB + 5 };
+	char path[300], why[512] = "";
+	uint64_t region = 0;
+
+	/* A write-only O_DIRECT fd is refused at registration, the rule named. */
+	snprintf(path, sizeof(path), "%s/wronly", dir);
+	int w = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int fd = w >= 0 && ftruncate(w, 4 * DIRECT_ALIGN) == 0 ?
+			 open(path, O_WRONLY | O_DIRECT | O_CLOEXEC) :
+			 -1;
+	int rc = fd < 0 ? -errno : xfer_region_register_file(pc, fd, 0, 0, 0, "wronly", &region);
+	if (rc != -EBADF || !strstr(xfer_last_error(pc), "must be open for reading too"))
+		snprintf(why, sizeof(why), "registration: %s (%s), expected EBADF naming the rule",
+			 rc ? xfer_strerror(rc) : "accepted", rc ? xfer_last_error(pc) : "");
+	if (region)
+		xfer_region_deregister(pc, region, 1);
+	if (fd >= 0)
+		close(fd);
+	if (w >= 0)
+		close(w);
+	unlink(path);
+	result("a write-only O_DIRECT file region: refused (EBADF), the rule named", why);
+
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+		for (int read = 1; read >= 0; read--)
+			for (int kinds = 1; kinds < 4; kinds++)
+				byte_case(pc, ac, read, kinds & 1, kinds & 2, sizes[s]);
+}
+
 int main(int argc, char **argv)
 {
 	struct xfer_client *pc = NULL, *ac = NULL;
 	uint64_t big = 0;
 	char why[512] = "";
 
-	if (argc < 5 || argc > 6) {
+	direct = argc == 5 && strcmp(argv[1], "-D") == 0;
+	if (direct) {
+		dir = argv[1 + 1];
+		argv += 2;
+	} else if (argc < 5 || argc > 6) {
 		fprintf(stderr, "usage: rdma_files PASSIVE_SOCKET ACTIVE_SOCKET DIR SMALL_DIR "
-				"[BIG_BYTES]\n");
+				"[BIG_BYTES]\n       rdma_files -D DIRECT_DIR PASSIVE_SOCKET "
+				"ACTIVE_SOCKET\n");
 		return 2;
+	} else {
+		dir = argv[3];
+		small_dir = argv[4];
 	}
-	dir = argv[3];
-	small_dir = argv[4];
 	if (argc == 6)
 		big = strtoull(argv[5], NULL, 0);
 	if (xfer_connect(argv[1], "rdma_files-passive", &pc) < 0 ||
 	    xfer_connect(argv[2], "rdma_files-active", &ac) < 0) {
 		printf("FAIL - rdma_files setup (cannot reach the daemons)\n");
 		return 1;
+	}
+	if (direct) {
+		direct_cases(pc, ac);
+		goto pools;
 	}
 	const uint64_t sizes[] = { 1, 4096 + 3, 3 * MIB + 5 };
 	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
@@ -384,6 +453,7 @@ int main(int argc, char **argv)
 	fail_case(pc, ac, true, false, false, ENOSPC, 3 * MIB);
 	/* The daemons still serve after the failures. */
 	byte_case(pc, ac, true, true, false, 2 * MIB + 1);
+pools:
 	if (staging_idle(pc, "owner's daemon", why, sizeof(why)) == 0)
 		staging_idle(ac, "active side's daemon", why, sizeof(why));
 	result("every staging buffer of both daemons back in its pool", why);

@@ -20,6 +20,10 @@
 #     full target (1 MiB tmpfs): ENOSPC, and xferctl's partial file removed; every staging buffer
 #     back in its pool (also after the failure group's kills). xferctl registers files itself, so
 #     the sizes, concurrency and failure groups move files through staging too.
+#   - O_DIRECT file regions over RDMA, on an ext4 image loop-mounted in the guest (tmpfs in 6.1
+#     does no O_DIRECT): rdma_files -D (every pairing with O_DIRECT files, descriptors at
+#     unaligned offsets and lengths inside aligned regions, 1 B .. 5 MiB + 5), and xferctl
+#     --direct read and write of an unaligned length, O_DIRECT file to O_DIRECT file
 #   - the benchmark client of make bench-rdma (tests/rdma/rdma_bench.c), briefly, 2 in flight:
 #     it runs, checks its bytes and reports the transport, so that the bench does not rot
 #   - a hostile peer (tests/rdma/rdma_rogue.c, RDMA only): a HELLO without a nonce, an AUTH with
@@ -50,7 +54,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, multi, files, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, multi, files, direct, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
 # always run).
 set -u
 
@@ -441,6 +445,69 @@ if [ "$TRANSPORT" = rdma ] && want files; then
 	rm -f "$DATA"/enospc* "$DATA"/e.*
 	note "files took $((SECONDS - files_t0)) s"
 	check_baseline "files"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# O_DIRECT file regions over RDMA: an ext4 image on a loop device (scripts/rxe-vm.sh loads loop
+# and ext4; the guest's tmpfs does no O_DIRECT in 6.1), then rdma_files -D (node 0 passive, node
+# 1 active: every pairing, unaligned descriptors inside aligned O_DIRECT regions) and xferctl
+# --direct the other way round (node 1 owns, node 0 is active; the body O_DIRECT, the unaligned
+# tail through the page cache), O_DIRECT file to O_DIRECT file.
+
+# direct_xfer KIND OWNER ACTIVE SRC DST: KIND as in xfer(), every file side opened --direct;
+# sets WHY (empty on success).
+direct_xfer() {
+	local kind=$1 o=$2 a=$3 src=$4 dst=$5 w arc=0 prc=0
+	next_prefix w d
+	WHY=''
+	rm -f "$dst"
+	if [ "$kind" = read ]; then
+		bg "$w.p.out" "$w.p.err" "$o" --direct readable "$src"
+	else
+		bg "$w.p.out" "$w.p.err" "$o" --direct writable "$(stat -c %s "$src")" "$dst"
+	fi
+	PP=$BG
+	if ! META=$(wait_line "$w.p.out" "$WAIT"); then
+		kill9 "$PP"
+		WHY="$(passive_of "$kind") --direct printed no metadata: $(firstline "$w.p.err")"
+		return 1
+	fi
+	if [ "$kind" = read ]; then
+		ctl "$a" --direct read - "$dst" <<<"$META" >"$w.a.out" 2>"$w.a.err" || arc=$?
+	else
+		ctl "$a" --direct write - "$src" <<<"$META" >"$w.a.out" 2>"$w.a.err" || arc=$?
+	fi
+	wait_bg "$PP" "$WAIT" || prc=$?
+	xfer_outcome "$kind" "$src" "$dst" "$w" "$arc" "$prc"
+}
+
+if [ "$TRANSPORT" = rdma ] && want direct; then
+	direct_t0=$SECONDS
+	dio=$D/dio
+	mkdir -p "$dio"
+	if truncate -s 48M "$D/dio.img" && mkfs.ext4 -q -F "$D/dio.img" >"$D/dio.err" 2>&1 &&
+		mount -o loop "$D/dio.img" "$dio" 2>>"$D/dio.err" &&
+		dd if=/dev/zero of="$dio/probe" bs=4096 count=1 oflag=direct status=none 2>>"$D/dio.err"; then
+		rm -f "$dio/probe"
+		out=$(timeout -k 2 600 "$BUILD/tests/rdma_files" -D "$dio" "$(node_sock 0)" "$(node_sock 1)" 2>&1)
+		relay "O_DIRECT files" "rdma_files -D" $? "$out"
+		head -c $((3 * MIB + 5)) /dev/urandom >"$dio/src"
+		for kind in read write; do
+			name="xferctl --direct $(xfer_name "$kind" 1 0): $((3 * MIB + 5)) B, O_DIRECT file -> O_DIRECT file"
+			if direct_xfer "$kind" 1 0 "$dio/src" "$dio/out"; then
+				ok "$name identical"
+			else
+				fail "$name" "$WHY"
+			fi
+		done
+		rm -f "$dio/src" "$dio/out"
+		umount "$dio"
+	else
+		fail "O_DIRECT files over RDMA" "no ext4 image with O_DIRECT could be loop-mounted (scripts/rxe-vm.sh loads loop and ext4): $(tr '\n' ' ' <"$D/dio.err")"
+	fi
+	rm -f "$D/dio.img"
+	note "direct took $((SECONDS - direct_t0)) s"
+	check_baseline "O_DIRECT files"
 fi
 
 # ---------------------------------------------------------------------------------------------
