@@ -912,8 +912,7 @@ static void io_failed(struct xd_xfer *x)
 static int wframe_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 			   const uint8_t *payload, uint32_t len)
 {
-	(void)via;
-	return xd_window_frame(p, h, payload, len, fast_put_acked);
+	return xd_window_frame(p, via, h, payload, len, fast_put_acked);
 }
 
 static const struct xd_xfer_events claim_events = {

@@ -360,8 +360,13 @@ struct xd_xfer {
 	 * runs when the last reference goes (window.c's accounting; NULL: none), @wctx is its.
 	 */
 	bool wfast;
-	bool wdrop;    /**< owner: revoked, its frames dropped and its bytes not taken */
-	uint64_t wseq; /**< opener's put: the number of its last frame on its handle */
+	bool wdrop;	/**< owner: revoked, its frames dropped and its bytes not taken */
+	uint64_t wseq;	/**< owner: a put's last frame (LAST) */
+	uint32_t wlane; /**< owner: the connection a put's frame came on (its WACK goes there) */
+	/* opener's put: the connections its WPUTs went on, and its last one's number on each */
+	uint8_t nwl;
+	uint32_t wl_lane[XD_WSTRIPE_LANES];
+	uint64_t wl_seq[XD_WSTRIPE_LANES];
 	void *wctx;
 	struct xd_wnote *wnote;
 	TAILQ_ENTRY(xd_xfer) wlink;

@@ -38,6 +38,19 @@ struct xd_wnote {
 	char tag[XP_MAX_TAG + 1];
 };
 
+/*
+ * One connection's count of one-sided WPUTs (PROTOCOL.md §10.7): at the opener, of a handle,
+ * sent and acknowledged; at the owner, of an opener, taken and acknowledged, with the put
+ * whose frames are arriving on it (a put's frames come in a row on one connection).
+ */
+struct xd_wlane {
+	uint32_t id; /**< the connection's id in its set (from 1); 0: the slot is free */
+	uint64_t frames, acked;
+	uint64_t put_off, put_bytes;
+};
+
+#define XD_WLANES 17 /* slots: a set has at most peer_connections (16) + 1 connections */
+
 /* One opener of a window, at the owner: a handle of a peer daemon (or of this one). */
 struct xd_wopener {
 	TAILQ_ENTRY(xd_wopener) link; /**< in w->openers */
@@ -53,9 +66,8 @@ struct xd_wopener {
 	uint64_t gets, puts;
 	/* One-sided TCP frames (PROTOCOL.md §10.7): landings and get replies under way */
 	TAILQ_HEAD(, xd_xfer) xfers;
-	uint64_t frames, acked;	     /**< its WPUTs taken (landed or refused), and acknowledged */
-	uint32_t lane;		     /**< where its get replies, refusals and acks go */
-	uint64_t put_off, put_bytes; /**< the put whose frames are arriving (they come in a row) */
+	struct xd_wlane lanes[XD_WLANES]; /**< its WPUTs taken (landed or refused), by connection */
+	uint32_t lane; /**< where its get replies and their refusals go (first piece: in order) */
 	struct xd_deferred ack_later;
 	/*
 	 * One-sided: the key bound for this opener at open (NULL: none, it claims each op), and
@@ -115,12 +127,12 @@ struct xd_whandle {
 	char cause[XD_CAUSE_MAX];
 	uint64_t created_us;
 	/* One-sided TCP frames (PROTOCOL.md §10.7) */
-	uint32_t lane;		     /**< the connection its frames go on, in order */
-	uint64_t frames_sent, acked; /**< WPUTs sent, and acknowledged by the owner */
-	TAILQ_HEAD(, xd_xfer) puts;  /**< not yet acknowledged, in order (x->wseq ascending) */
-	TAILQ_HEAD(, xd_xfer) gets;  /**< their replies not yet all here */
-	unsigned nfast;		     /**< on the two lists */
-	bool file;		     /**< the window is over a file region: claims only */
+	uint32_t lane; /**< the connection its WGETs, tagged puts and first pieces go on */
+	struct xd_wlane lanes[XD_WLANES]; /**< WPUTs sent and acknowledged, by connection */
+	TAILQ_HEAD(, xd_xfer) puts;	  /**< not yet acknowledged, in the order posted */
+	TAILQ_HEAD(, xd_xfer) gets;	  /**< their replies not yet all here */
+	unsigned nfast;			  /**< on the two lists */
+	bool file;			  /**< the window is over a file region: claims only */
 	/*
 	 * One-sided: the key the owner bound for this handle (WOPEN_OK) onto the window at
 	 * @raddr, on connection @via of @key_peer (NULL once that set is gone). Gets and puts with
@@ -147,6 +159,26 @@ struct xd_hnote {
 };
 
 /* ---- lookup, charges ---- */
+
+/* The count of connection @id in @lanes, or NULL. */
+static struct xd_wlane *wlane_find(struct xd_wlane *lanes, uint32_t id)
+{
+	for (int i = 0; i < XD_WLANES && id; i++)
+		if (lanes[i].id == id)
+			return &lanes[i];
+	return NULL;
+}
+
+/* The count of connection @id in @lanes, made on first use; NULL when every slot is taken. */
+static struct xd_wlane *wlane_get(struct xd_wlane *lanes, uint32_t id)
+{
+	struct xd_wlane *l = wlane_find(lanes, id);
+
+	for (int i = 0; i < XD_WLANES && !l && id; i++)
+		if (!lanes[i].id)
+			*(l = &lanes[i]) = (struct xd_wlane){ .id = id };
+	return l;
+}
 
 static struct xd_window *window_find(struct xd_daemon *d, uint64_t id)
 {
@@ -1032,35 +1064,81 @@ static int owner_send(struct xd_wopener *o, const uint8_t *hdr, uint32_t hdrlen,
 	return xd_peer_send_wframe(o->peer, &o->lane, o->handle, hdr, hdrlen, x, off, len);
 }
 
-/* Refuses the opener's get or put @op (its id) with @err and @msg: CANCEL, on @o's lane. */
-static void fast_refuse(struct xd_wopener *o, uint64_t op, int err, const char *msg)
+/*
+ * The size of the pieces a get's reply or a put of @length bytes is cut into: XD_WSTRIPE, so
+ * that the set's connections share it, but the largest frames beyond 64 pieces, so that a
+ * huge one does not fill the XD_WFRAMES_MAX frames a connection may queue.
+ */
+static uint32_t stripe_piece(uint64_t length)
+{
+	return length > 64 * (uint64_t)XD_WSTRIPE ? XP_PEER_MAX_DATA : XD_WSTRIPE;
+}
+
+/*
+ * Piece @i of a get's reply: the first on @o's lane, the others spread over the set's data
+ * connections (striped, PROTOCOL.md §10.7). A get's DATA may come on any connection: the
+ * opener places each by its offset and completes the get once every byte arrived, and what
+ * orders a refusal before a WACK (one lane per opener) concerns puts only.
+ */
+static int owner_send_piece(struct xd_wopener *o, uint64_t i, const uint8_t *hdr, struct xd_xfer *x,
+			    uint64_t off, uint32_t len)
+{
+	uint32_t lane = 0;
+
+	if (i == 0)
+		return owner_send(o, hdr, XP_PEER_HDR_LEN, x, off, len);
+	if (!o->peer)
+		return -ENOTCONN;
+	return xd_peer_send_wframe(o->peer, &lane, o->handle + i, hdr, XP_PEER_HDR_LEN, x, off,
+				   len);
+}
+
+/*
+ * Refuses the opener's get or put @op (its id) with @err and @msg: CANCEL, on *@lane (a put's:
+ * the connection it came on, ahead of the WACK that covers it there; a get's: @o's lane).
+ */
+static void fast_refuse(struct xd_wopener *o, uint32_t *lane, uint64_t op, int err, const char *msg)
 {
 	json_t *e = json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", msg);
 	struct xd_frame *f = e ? xd_frame_new(XP_PEER_CANCEL, 0, op, e, &err) : NULL;
 
-	if (f)
-		owner_send(o, f->data, f->len, NULL, 0, 0);
+	if (f && o->peer)
+		xd_peer_send_wframe(o->peer, lane, o->handle, f->data, f->len, NULL, 0, 0);
 	free(f);
 	json_decref(e);
 }
 
+/* One WACK per connection whose count of @o's WPUTs went up, on that connection. */
 static void ack_cb(void *arg)
 {
 	struct xd_wopener *o = arg;
-	struct xp_peer_hdr h = { .type = XP_PEER_WACK, .xfer = o->handle, .offset = o->frames };
 	uint8_t hdr[XP_PEER_HDR_LEN];
 
-	if (o->gone || o->acked == o->frames)
-		return;
-	xp_peer_hdr_pack(&h, hdr);
-	if (owner_send(o, hdr, sizeof(hdr), NULL, 0, 0) == 0)
-		o->acked = o->frames;
+	for (int i = 0; i < XD_WLANES && !o->gone && o->peer; i++) {
+		struct xd_wlane *l = &o->lanes[i];
+		struct xp_peer_hdr h = { .type = XP_PEER_WACK,
+					 .xfer = o->handle,
+					 .offset = l->frames };
+		uint32_t lane = l->id;
+		if (!l->id || l->acked == l->frames)
+			continue;
+		xp_peer_hdr_pack(&h, hdr);
+		if (xd_peer_send_wframe(o->peer, &lane, o->handle, hdr, sizeof(hdr), NULL, 0, 0) ==
+		    0)
+			l->acked = l->frames;
+	}
 }
 
-/* One more of @o's WPUTs is taken: acknowledged with the others at the next loop turn. */
-static void frame_taken(struct xd_wopener *o)
+/*
+ * One more of @o's WPUTs that came on connection @via is taken: acknowledged with the others
+ * at the next loop turn.
+ */
+static void frame_taken(struct xd_wopener *o, uint32_t via)
 {
-	o->frames++;
+	struct xd_wlane *l = wlane_find(o->lanes, via); /* (made by xd_window_put_target()) */
+
+	if (l)
+		l->frames++;
 	if (!o->gone)
 		xd_defer(o->w->d, &o->ack_later, ack_cb, o);
 }
@@ -1077,7 +1155,7 @@ static void fast_end(struct xd_wopener *o, struct xd_xfer *x, bool visible)
 	o->inflight--;
 	w->inflight--;
 	if (!x->source)
-		frame_taken(o);
+		frame_taken(o, x->wlane);
 	if (visible && (x->source || x->wseq)) { /* (wseq: a put's last frame) */
 		w->d->stats.window_ops++;
 		if (x->source)
@@ -1209,7 +1287,6 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 	struct xp_win_prefix wp;
 	char msg[XD_CAUSE_MAX];
 
-	(void)via;
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(meta, &wp) < 0 ||
 	    metalen != XP_WIN_PREFIX_LEN + (uint32_t)wp.tag_len ||
 	    (wp.tag_len && !(wp.flags & XP_WIN_LAST)) ||
@@ -1218,17 +1295,20 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 		return NULL;
 	}
 	struct xd_wopener *o = fast_opener(p, &wp, err);
-	if (!o)
+	struct xd_wlane *l = o ? wlane_get(o->lanes, via) : NULL;
+	if (o && !l)
+		*err = -EPROTO; /* (more connections than a set has) */
+	if (!l)
 		return NULL;
 	int rc = fast_check(o, XP_KIND_PUT, h->offset, wp.length, msg, sizeof(msg));
 	struct xd_xfer *x = rc ? NULL : fast_xfer(o, h->xfer, h->offset, wp.length, false);
-	/* A put's frames come in a row: its notification names all of them. */
-	if (o->put_bytes == 0)
-		o->put_off = h->offset;
-	o->put_bytes += wp.length;
-	uint64_t put_off = o->put_off, put_bytes = o->put_bytes;
+	/* A put's frames come in a row on one connection: its notification names all of them. */
+	if (l->put_bytes == 0)
+		l->put_off = h->offset;
+	l->put_bytes += wp.length;
+	uint64_t put_off = l->put_off, put_bytes = l->put_bytes;
 	if (wp.flags & XP_WIN_LAST)
-		o->put_bytes = 0;
+		l->put_bytes = 0;
 	if (x && wp.tag_len &&
 	    fast_note(o, x, XP_KIND_PUT, put_off, put_bytes, meta + XP_WIN_PREFIX_LEN,
 		      wp.tag_len)) {
@@ -1236,11 +1316,12 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 		x = NULL;
 	}
 	if (!x) {
-		fast_refuse(o, h->xfer, rc ? -rc : ENOMEM, rc ? msg : "out of memory");
-		frame_taken(o);
+		fast_refuse(o, &via, h->xfer, rc ? -rc : ENOMEM, rc ? msg : "out of memory");
+		frame_taken(o, via);
 		return NULL;
 	}
 	x->wseq = (wp.flags & XP_WIN_LAST) != 0;
+	x->wlane = via;
 	return x;
 }
 
@@ -1264,15 +1345,15 @@ static int owner_wget(struct xd_peer *p, const struct xp_peer_hdr *h, const uint
 	if (x && wp.tag_len &&
 	    fast_note(o, x, XP_KIND_GET, h->offset, wp.length, pl + XP_WIN_PREFIX_LEN, wp.tag_len))
 		rc = -ENOMEM;
-	for (uint64_t off = 0; x && !rc && off < wp.length; off += XP_PEER_MAX_DATA) {
-		uint32_t n = wp.length - off < XP_PEER_MAX_DATA ? (uint32_t)(wp.length - off) :
-								  XP_PEER_MAX_DATA;
+	uint32_t piece = stripe_piece(wp.length);
+	for (uint64_t off = 0, i = 0; x && !rc && off < wp.length; off += piece, i++) {
+		uint32_t n = wp.length - off < piece ? (uint32_t)(wp.length - off) : piece;
 		struct xp_peer_hdr dh = {
 			.type = XP_PEER_DATA, .length = n, .xfer = h->xfer, .offset = off
 		};
 		uint8_t hdr[XP_PEER_HDR_LEN];
 		xp_peer_hdr_pack(&dh, hdr);
-		rc = owner_send(o, hdr, sizeof(hdr), x, off, n);
+		rc = owner_send_piece(o, i, hdr, x, off, n);
 		if (rc == -ENOBUFS)
 			snprintf(msg, sizeof(msg),
 				 "the owner has %d window frames queued to this peer, which does "
@@ -1284,14 +1365,28 @@ static int owner_wget(struct xd_peer *p, const struct xp_peer_hdr *h, const uint
 	if (rc || !x) {
 		if (x)
 			x->wdrop = true; /* (frames already queued go unsent) */
-		fast_refuse(o, h->xfer, rc ? -rc : ENOMEM, msg);
+		fast_refuse(o, &o->lane, h->xfer, rc ? -rc : ENOMEM, msg);
 	}
 	xd_xfer_unref(x); /* (the frames hold theirs) */
 	return 0;
 }
 
-/* WACK: the owner took @count of the handle's WPUTs; puts all of whose frames it took end. */
-static int opener_wack(struct xd_peer *p, const struct xp_peer_hdr *hdr,
+/* Whether the owner took every WPUT of put @x of @h: on each connection they went on. */
+static bool put_acked(struct xd_whandle *h, const struct xd_xfer *x)
+{
+	for (int i = 0; i < x->nwl; i++) {
+		const struct xd_wlane *l = wlane_find(h->lanes, x->wl_lane[i]);
+		if (!l || l->acked < x->wl_seq[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * WACK on connection @via: the owner took @count of the handle's WPUTs sent on it; the puts
+ * all of whose frames it took end, in the order posted.
+ */
+static int opener_wack(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *hdr,
 		       void (*acked)(struct xd_xfer *x))
 {
 	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
@@ -1301,10 +1396,13 @@ static int opener_wack(struct xd_peer *p, const struct xp_peer_hdr *hdr,
 		return -EPROTO;
 	if (!h)
 		return 0; /* (closed here, or revoked: the two ends crossed) */
-	if (hdr->offset > h->frames_sent || hdr->offset < h->acked)
+	struct xd_wlane *l = wlane_find(h->lanes, via);
+	if (hdr->offset > (l ? l->frames : 0) || hdr->offset < (l ? l->acked : 0))
 		return -EPROTO;
-	h->acked = hdr->offset;
-	while ((x = TAILQ_FIRST(&h->puts)) && x->wseq <= h->acked) {
+	if (!l)
+		return 0; /* (a count of 0 on a connection that carried none) */
+	l->acked = hdr->offset;
+	while ((x = TAILQ_FIRST(&h->puts)) && put_acked(h, x)) {
 		TAILQ_REMOVE(&h->puts, x, wlink);
 		h->nfast--;
 		x->wctx = NULL;
@@ -1313,10 +1411,11 @@ static int opener_wack(struct xd_peer *p, const struct xp_peer_hdr *hdr,
 	return 0;
 }
 
-int xd_window_frame(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_t *payload,
-		    uint32_t len, void (*acked)(struct xd_xfer *x))
+int xd_window_frame(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+		    const uint8_t *payload, uint32_t len, void (*acked)(struct xd_xfer *x))
 {
-	return h->type == XP_PEER_WGET ? owner_wget(p, h, payload, len) : opener_wack(p, h, acked);
+	return h->type == XP_PEER_WGET ? owner_wget(p, h, payload, len) :
+					 opener_wack(p, via, h, acked);
 }
 
 /* ---- one-sided TCP windows: the opener ---- */
@@ -1368,6 +1467,63 @@ static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x,
 	return XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN + tag_len;
 }
 
+/*
+ * Queues WPUT [@off, +@len) of put @x, the put's @last, on connection *@lane (0: picked by
+ * @key), and counts it there: @x's last frame on that connection is this one. 0 or -errno.
+ */
+static int put_frame(struct xd_whandle *h, struct xd_xfer *x, uint32_t *lane, uint64_t key,
+		     uint64_t off, uint32_t len, bool last)
+{
+	uint8_t buf[XP_PEER_HDR_LEN + XP_WIN_MAX_META];
+	uint32_t n = fast_header(h, x, off, len, last, buf);
+	int rc = xd_peer_send_wframe(h->peer, lane, key, buf, n, x, off, len);
+	struct xd_wlane *l = rc ? NULL : wlane_get(h->lanes, *lane);
+	int i = 0;
+
+	if (rc)
+		return rc;
+	while (i < x->nwl && x->wl_lane[i] != *lane)
+		i++;
+	if (!l || i == XD_WSTRIPE_LANES) {
+		/* (cannot be: a set has at most XD_WLANES connections, pieces take 4 of them) */
+		xd_link_fail(h->peer, EPROTO, "window handle %llu: no count for connection %u",
+			     (unsigned long long)h->id, *lane);
+		return -EPROTO;
+	}
+	l->frames++;
+	x->wl_lane[i] = *lane;
+	x->wl_seq[i] = l->frames;
+	x->nwl = i == x->nwl ? (uint8_t)(i + 1) : x->nwl;
+	return 0;
+}
+
+/*
+ * Queues put @x's WPUTs. A tagged put goes on the handle's lane, in frames of at most
+ * XP_PEER_MAX_DATA, the last with the tag: the owner names the whole put in the notification
+ * once the last landed, and notifications stay in the order posted. An untagged put larger
+ * than XD_WSTRIPE goes as pieces, each a put of its own for the owner (LAST), spread over up
+ * to XD_WSTRIPE_LANES of the set's data connections: one large put uses them all, as a
+ * pairing's DATA does. Each connection's WACKs count what it carried (put_acked()).
+ */
+static int put_send(struct xd_whandle *h, struct xd_xfer *x)
+{
+	const struct xd_wreq *rq = x->op->wreq;
+	bool stripe = !rq->has_tag && x->length > XD_WSTRIPE;
+	uint32_t piece = stripe ? stripe_piece(x->length) : XP_PEER_MAX_DATA;
+	int rc = 0;
+
+	x->nwl = 0;
+	for (uint64_t off = 0, i = 0; off < x->length && !rc; off += piece, i++) {
+		uint64_t left = x->length - off;
+		uint32_t len = left < piece ? (uint32_t)left : piece;
+		uint32_t other = 0;
+		uint32_t *lane = i % XD_WSTRIPE_LANES && stripe ? &other : &h->lane;
+		rc = put_frame(h, x, lane, h->id + i % XD_WSTRIPE_LANES, off, len,
+			       stripe || off + len == x->length);
+	}
+	return rc;
+}
+
 bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle)
 {
 	struct xd_whandle *h = handle_find(d, handle);
@@ -1378,8 +1534,7 @@ bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle)
 int xd_window_fast_start(struct xd_xfer *x)
 {
 	struct xd_whandle *h = handle_find(x->peer->d, x->op->wreq->handle);
-	uint8_t buf[XP_PEER_HDR_LEN + XP_WIN_MAX_META];
-	int rc = 0;
+	int rc;
 
 	if (!h || h->state != WH_OPEN || h->peer != x->peer)
 		return -ECANCELED;
@@ -1390,22 +1545,16 @@ int xd_window_fast_start(struct xd_xfer *x)
 	if (h->nfast == 0)
 		h->lane = 0;
 	if (!x->source) {
+		uint8_t buf[XP_PEER_HDR_LEN + XP_WIN_MAX_META];
 		uint32_t n = fast_header(h, x, 0, (uint32_t)x->length, true, buf);
 		rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, NULL, 0, 0);
 		if (rc)
 			return rc;
 		TAILQ_INSERT_TAIL(&h->gets, x, wlink);
 	} else {
-		for (uint64_t off = 0; off < x->length && !rc; off += XP_PEER_MAX_DATA) {
-			uint64_t left = x->length - off;
-			uint32_t len = left < XP_PEER_MAX_DATA ? (uint32_t)left : XP_PEER_MAX_DATA;
-			uint32_t n = fast_header(h, x, off, len, off + len == x->length, buf);
-			rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, x, off, len);
-			h->frames_sent += rc == 0;
-		}
+		rc = put_send(h, x);
 		if (rc)
 			return rc; /* (frames already queued land; the owner counts them) */
-		x->wseq = h->frames_sent;
 		TAILQ_INSERT_TAIL(&h->puts, x, wlink);
 	}
 	x->wctx = h;

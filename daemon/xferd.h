@@ -963,7 +963,14 @@ void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 json_t *xd_peers_json(struct xd_daemon *d);
 
 /* window.c: windows (PROTOCOL.md §5.1, §10.6) */
-#define XD_WINDOW_MAX_OPENERS 64    /* openers of one window with openers "many" */
+#define XD_WINDOW_MAX_OPENERS 64 /* openers of one window with openers "many" */
+/*
+ * One-sided window frames (TCP): a get's reply or a put larger than this goes as pieces of
+ * this size spread over the set's data connections (PROTOCOL.md §10.7), so that one large
+ * get or put uses every connection as a pairing's DATA does.
+ */
+#define XD_WSTRIPE (256u << 10)
+#define XD_WSTRIPE_LANES 4	    /* connections the pieces of one put go on, at most */
 #define XD_WINDOW_MAX_INFLIGHT 4096 /* an opener's gets/puts not yet ended, at the owner */
 /* What window.c asks of a transfer's claim (op.get/op.put), so that it sits below claim.c. */
 struct xd_wclaim {
@@ -1014,8 +1021,8 @@ struct xd_op *xd_window_claim(struct xd_daemon *d, struct xd_peer *p, const stru
  */
 struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 				     const uint8_t *meta, uint32_t metalen, int *err);
-int xd_window_frame(struct xd_peer *p, const struct xp_peer_hdr *h, const uint8_t *payload,
-		    uint32_t len, void (*acked)(struct xd_xfer *x));
+int xd_window_frame(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+		    const uint8_t *payload, uint32_t len, void (*acked)(struct xd_xfer *x));
 int xd_window_fast_start(struct xd_xfer *x);
 /* Whether handle @handle's gets and puts may go as one-sided frames (not a file region's). */
 bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle);

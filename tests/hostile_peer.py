@@ -17,7 +17,9 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  a member node misusing the one-sided window
                                                  frames (PROTOCOL.md §10.7) on read-write
                                                  window META of daemon PID: out-of-range and
-                                                 forged puts and gets, a get flood it never
+                                                 forged puts and gets, puts on a second
+                                                 connection of the set (WACKs count per
+                                                 connection), a get flood it never
                                                  reads, a notify flood against an owner client
                                                  that never reads, puts after the revocation;
                                                  refusals answered, memory bounded, misuse cut
@@ -371,12 +373,20 @@ def wframes_open(host, port, key, meta, handle):
                        FROM_ACTIVE, handle))
     if expect(sock, WOPEN_OK) is None:
         raise OSError("open refused")
-    return sock, win
+    return sock, win, node, epoch
+
+
+def member_again(host, port, key, node, epoch):
+    """Another authenticated connection of the same node (so of the same set)."""
+    sock, hello, _, theirs = handshake(host, port, key, node, epoch, secrets.token_bytes(16))
+    if hello is None or theirs is None or theirs[0] != AUTH:
+        raise OSError("handshake failed")
+    return sock
 
 
 def cut_after(host, port, key, meta, bad):
     """Whether a fresh member that opened the window is cut off after sending @bad(win)."""
-    sock, win = wframes_open(host, port, key, meta, 7)
+    sock, win, _, _ = wframes_open(host, port, key, meta, 7)
     sock.sendall(bad(win))
     if closed_soon(sock):
         return True
@@ -396,7 +406,7 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     # ASan's quarantine keeps freed memory resident: there the cut-offs are the checks
     sanitized = os.environ.get("XFER_SANITIZE") or "san" in os.environ.get("BUILD", "")
     rss_bound = 1 << 40 if sanitized else 64 * 1024
-    sock, win = wframes_open(host, port, key, meta, 7)
+    sock, win, node, epoch = wframes_open(host, port, key, meta, 7)
     ok = True
 
     def check(cond, what):
@@ -424,6 +434,21 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     sock.sendall(wget(win, 7, 207, wlen - 16, 16))
     got = collect(sock, lambda fs: any(f[0] == DATA for f in fs))
     check(got and got[-1][4] == orig[wlen - 16:], "bytes near the end changed by a refused put")
+    # a second connection of the set carries puts of the same handle (striping): its WACKs
+    # count only what it carried, a refusal comes on it ahead of the WACK covering it there
+    sock2 = member_again(host, port, key, node, epoch)
+    sock2.sendall(wput(win, 7, 301, 200, b"EFGH") + wput(win, 7, 302, wlen, b"X") +
+                  wput(win, 7, 303, 204, b"IJ"))
+    got = collect(sock2, lambda fs: wack_at_least(fs, 3))
+    wacks = [f[3] for f in got or [] if f[0] == WACK]
+    first_cancel = next((i for i, f in enumerate(got or []) if f[0] == CANCEL), None)
+    last_wack = max((i for i, f in enumerate(got or []) if f[0] == WACK), default=None)
+    check(got is not None and wacks[-1] == 3 and max(wacks) == 3 and cancel_of(got, 302, "EINVAL")
+          and first_cancel is not None and first_cancel < last_wack,
+          f"second connection: WACKs {wacks} (want its own count, 3), frames {got}")
+    sock.sendall(wget(win, 7, 304, 200, 6))
+    got = collect(sock, lambda fs: any(f[0] == DATA for f in fs))
+    check(got and got[-1][4] == b"EFGHIJ", f"puts of the second connection did not land: {got}")
     # a handle never opened (8): dropped, no answer, the set kept
     sock.sendall(wput(win, 8, 208, 0, b"NOPE") + wget(win, 8, 209, 0, 4) + frame(PING))
     got = collect(sock, lambda fs: any(f[0] == PONG for f in fs))
@@ -448,7 +473,7 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     check(os.path.exists(f"/proc/{pid}"), "daemon gone after the get flood")
     sock.close()
     # a notify flood against an owner client that never reads: bounded, the owner cut off
-    sock, win = wframes_open(host, port, key, meta, 9)
+    sock, win, _, _ = wframes_open(host, port, key, meta, 9)
     rss0 = vm_rss_kib(pid)
     tag = b"t" * 256
     chunk = b"".join(wput(win, 9, 5000 + i, i % 1024, b"x", tag) for i in range(2000))

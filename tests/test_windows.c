@@ -334,6 +334,89 @@ static void notify_in_order(struct xfer_client *owner, struct xfer_client *opene
 	xfer_buf_free(&lbuf.buf);
 }
 
+/*
+ * Large gets and puts in flight at once, striped over the set's connections (PROTOCOL.md
+ * §10.7: untagged puts and get replies past 256 KiB go as pieces over the data connections;
+ * tagged puts stay on one): every byte where it belongs, every tag once, in order, naming the
+ * whole put.
+ */
+static void striped_in_flight(struct xfer_client *owner, struct xfer_client *opener)
+{
+	static const uint64_t lens[] = { 1 * MiB + 3,	 300 * KiB, 5 * MiB + 1, 17 * MiB + 5,
+					 4 * KiB,	 256 * KiB, 2 * MiB,	 256 * KiB + 1,
+					 9 * MiB + 4097, 1 * MiB };
+	enum { N = sizeof(lens) / sizeof(lens[0]) };
+	static struct wevents ev;
+	uint64_t offs[N], ops[N], total = 0;
+	struct tbuf lbuf;
+	struct win w;
+	char tag[16];
+
+	for (int i = 0; i < N; i++)
+		offs[i] = total + (uint64_t)i * 3, total = offs[i] + lens[i];
+	memset(&ev, 0, sizeof(ev));
+	xfer_set_window_cb(owner, window_cb, &ev);
+	win_make(owner, opener, total, XFER_ACCESS_READWRITE, &w);
+	tbuf_make(opener, total, &lbuf);
+	for (int round = 0; round < 2; round++) {
+		fill(lbuf.buf.addr, total, 11 + round);
+		for (int i = 0; i < N; i++) {
+			struct xfer_desc d = { lbuf.region, offs[i], lens[i] };
+			snprintf(tag, sizeof(tag), "s%d", i);
+			CHECK_OK(xfer_put(opener, w.handle, offs[i], &d, 1, i % 3 == 2 ? tag : NULL,
+					  NULL, &ops[i]));
+		}
+		for (int i = 0; i < N; i++)
+			wait_complete(opener, ops[i]);
+		for (int i = 0; i < N; i++)
+			CHECK_MEM_EQ((uint8_t *)w.obuf.buf.addr + offs[i],
+				     (uint8_t *)lbuf.buf.addr + offs[i], lens[i]);
+	}
+	int want = 2 * (N / 3);
+	WAIT_EVENTS(owner, ev.notified >= want);
+	usleep(100 * 1000);
+	CHECK_OK(xfer_dispatch(owner) >= 0 ? 0 : -EIO);
+	CHECK_EQ_INT(ev.notified, want); /* exactly once */
+	for (int k = 0; k < want; k++) {
+		int i = 3 * (k % (N / 3)) + 2;
+		snprintf(tag, sizeof(tag), "s%d", i);
+		CHECK_STR_EQ(ev.tags[k], tag); /* in order */
+		CHECK_EQ_INT(ev.bytes[k], lens[i]);
+	}
+	/* gets: the window's bytes into the opener's buffer, all in flight at once */
+	fill(w.obuf.buf.addr, total, 77);
+	memset(lbuf.buf.addr, 0, total);
+	for (int i = 0; i < N; i++) {
+		struct xfer_desc d = { lbuf.region, offs[i], lens[i] };
+		CHECK_OK(xfer_get(opener, w.handle, offs[i], &d, 1, NULL, NULL, &ops[i]));
+	}
+	for (int i = 0; i < N; i++)
+		wait_complete(opener, ops[i]);
+	for (int i = 0; i < N; i++)
+		CHECK_MEM_EQ((uint8_t *)lbuf.buf.addr + offs[i],
+			     (uint8_t *)w.obuf.buf.addr + offs[i], lens[i]);
+	CHECK_OK(xfer_window_close(opener, w.handle));
+	CHECK_OK(xfer_window_close(owner, w.window));
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(cross_striped_in_flight)
+{
+	cross_node();
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	striped_in_flight(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
 TEST(local_notify_exactly_once_in_order)
 {
 	struct node a;

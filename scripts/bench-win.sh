@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# bench-win.sh: a short round of TCP window gets and puts (xferbench_net win) beside
+# ucx_perftest -t tag_bw, in one run on the same two namespaces (scripts/netns.sh), for A/B
+# comparisons of daemon builds (issue 14). Each BUILD directory given runs its own pair of
+# daemons in turn (same client: the first build's xferbench_net), ALT times alternating.
+#
+#   scripts/bench-win.sh [--sizes 4K,64K,1M] [--depth 16] [--batch 8] [--seconds 1.5]
+#                        [--rounds N] [--connections N] [--no-ucx] [BUILD...]
+#
+# Prints, per size: UCX tag_bw GB/s and msg/s, then each build's get and put GB/s and ops/s with
+# the ratio to UCX. Both count payload bytes only. Run it under the bench lock:
+#   flock /tmp/xferd-bench.lock scripts/bench-win.sh build-base build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIZES=4K,64K,1M
+DEPTH=16
+BATCH=8
+PIPE_SECS=1.5
+ROUNDS=1
+CONNS=2
+UCX=1
+BUILDS=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--sizes) SIZES=$2; shift 2 ;;
+	--depth) DEPTH=$2; shift 2 ;;
+	--batch) BATCH=$2; shift 2 ;;
+	--seconds) PIPE_SECS=$2; shift 2 ;;
+	--rounds) ROUNDS=$2; shift 2 ;;
+	--connections) CONNS=$2; shift 2 ;;
+	--no-ucx) UCX=0; shift ;;
+	-h | --help)
+		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
+		exit 0
+		;;
+	-*)
+		echo "bench-win.sh: unknown option '$1' (try --help)" >&2
+		exit 2
+		;;
+	*) BUILDS+=("$1"); shift ;;
+	esac
+done
+[ ${#BUILDS[@]} -gt 0 ] || BUILDS=(build)
+CLIENT=${BUILDS[0]}/xferbench_net
+
+# shellcheck source=scripts/cluster.sh
+. scripts/cluster.sh
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/bench-win.XXXXXX")
+cleanup()
+{
+	xc_stop_all >/dev/null 2>&1 || true
+	xn_down
+	rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+xn_up 2 || exit 1
+A1=$(xn_addr 1)
+UPORT=$(($(xn_port 1) + 2001))
+UCX_DEV=eth0
+[ "$(xn_mode)" = loopback ] && UCX_DEV=lo && UPORT=$(xn__free_port "$UPORT")
+
+# ucx_run SIZE: "GB/s msg/s" of tag_bw node 0 -> node 1 (as bench-net.sh runs it).
+ucx_run()
+{
+	local size=$1 iters out='' try
+	iters=$((1024 * 1024 * 1024 / size))
+	[ "$iters" -gt 200000 ] && iters=200000
+	[ "$iters" -lt 100 ] && iters=100
+	for try in 1 2 3; do
+		xn_spawn 1 "$RUN/ucx-server.log" env UCX_TLS=tcp UCX_NET_DEVICES=$UCX_DEV \
+			timeout 120 ucx_perftest -p "$UPORT"
+		sleep "$try"
+		out=$(xn_exec 0 env UCX_TLS=tcp UCX_NET_DEVICES=$UCX_DEV timeout 60 ucx_perftest \
+			"$A1" -p "$UPORT" -t tag_bw -s "$size" -n "$iters" 2>&1) || true
+		grep -q '^Final:' <<<"$out" || kill "$XN_PID" 2>/dev/null || true
+		wait "$XN_PID" 2>/dev/null || true
+		xn_forget "$XN_PID"
+		grep -q '^Final:' <<<"$out" && break
+	done
+	awk '/^Final:/ { printf "%.3f %.0f\n", $7 * 1048576 / 1e9, $9; found = 1 }
+	     END { if (!found) print "0 0" }' <<<"$out"
+}
+
+bytes()
+{
+	local s=$1
+	case $s in
+	*K) echo $((${s%K} * 1024)) ;;
+	*M) echo $((${s%M} * 1024 * 1024)) ;;
+	*) echo "$s" ;;
+	esac
+}
+
+declare -A UCXR
+for r in $(seq 1 "$ROUNDS"); do
+	if [ "$UCX" = 1 ]; then
+		for s in ${SIZES//,/ }; do
+			UCXR["$r,$s"]=$(ucx_run "$(bytes "$s")")
+		done
+	fi
+	for b in "${BUILDS[@]}"; do
+		BUILD=$b XC_KEEPALIVE_MS=1000 XC_KEEPALIVE_TIMEOUT_MS=5000 \
+			XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
+		"$CLIENT" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes "$SIZES" \
+			--depths "$DEPTH" --batch "$BATCH" --seconds "$PIPE_SECS" --json \
+			>"$RUN/win.$r.${b//\//_}.json"
+		xc_stop_all >/dev/null
+	done
+done
+
+echo "bench-win: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), peer_connections $CONNS," \
+	"depth $DEPTH, batch $BATCH, $(date -u +%H:%M) UTC"
+printf '%-5s %-6s %-22s %9s %10s %7s\n' round size what GB/s ops/s xUCX
+for r in $(seq 1 "$ROUNDS"); do
+	for s in ${SIZES//,/ }; do
+		read -r ugb urate <<<"${UCXR["$r,$s"]:-0 0}"
+		printf '%-5s %-6s %-22s %9s %10s %7s\n' "$r" "$s" "ucx tag_bw" "$ugb" "$urate" ""
+		for b in "${BUILDS[@]}"; do
+			"$XN_PY" - "$RUN/win.$r.${b//\//_}.json" "$(bytes "$s")" "$b" "$ugb" "$urate" \
+				"$r" "$s" <<'EOF'
+import json, sys
+path, size, b, ugb, urate, r, s = sys.argv[1:]
+for line in open(path):
+    d = json.loads(line)
+    if d["size"] != int(size):
+        continue
+    ops = d["gbps"] * 1e9 / d["size"]
+    ratio = d["gbps"] / float(ugb) if float(ugb) else 0
+    print("%-5s %-6s %-22s %9.3f %10.0f %7.2f" % (r, s, b[-14:] + " " + d["kind"], d["gbps"],
+                                                  ops, ratio))
+EOF
+		done
+	done
+done
