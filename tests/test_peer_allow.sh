@@ -128,12 +128,17 @@ else
 fi
 sleep 1.1 # past the last refusal's log second
 before=$(grep -c "outside peer_allow" "$D/R.log")
+t0=$(date +%s)
 for ((i = 0; i < 30; i++)); do $PY $PROBE dial 127.0.0.2 127.0.0.1 "$P_R" 1 >/dev/null; done
+# At most one line a second, whatever the 30 dials took on a loaded machine (each a python).
+secs=$(($(date +%s) - t0 + 1))
 after=$(grep -c "outside peer_allow" "$D/R.log")
-if [ $((after - before)) -ge 1 ] && [ $((after - before)) -le 5 ]; then
-	ok "30 refused connections: $((after - before)) log lines (at most one a second)"
+if [ $((after - before)) -ge 1 ] && [ $((after - before)) -le "$secs" ] &&
+	[ $((after - before)) -lt 30 ]; then
+	ok "30 refused connections in <= $secs s: $((after - before)) log lines (at most one a second)"
 else
-	fail "refused connections log at most once a second" "$((after - before)) lines for 30"
+	fail "refused connections log at most once a second" \
+		"$((after - before)) lines for 30 in <= $secs s"
 fi
 
 # --- one text for every way the owner cannot be reached
