@@ -11,6 +11,8 @@ import errno
 import os
 import signal
 import textwrap
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -237,3 +239,76 @@ def test_blocking_forms(pair):
         assert win.wait_notification(10).tag == b"done"
         assert np.array_equal(cache, src)
     assert win.closed and rw.closed
+
+
+async def put_tagged(rw, src, first, count):
+    """@count tagged 1-byte puts at offset 0, tags first.., in op.batch requests of 1024 (the
+    daemon's in-flight bound per opener is 4096: each request is awaited before the next)."""
+    for lo in range(first, first + count, 1024):
+        hi = min(first + count, lo + 1024)
+        await rw.put_many([(0, src, b"%d" % i) for i in range(lo, hi)])
+
+
+async def arrived(win, total, seconds=10):
+    """Waits until @total notifications reached @win, kept or dropped, without taking any (the
+    last ones may still be on their way when the opener sees its puts end)."""
+    deadline = time.monotonic() + seconds
+    while win.pending() + getattr(win, "dropped", 0) < total:
+        assert time.monotonic() < deadline, "%d of %d notifications arrived" % (
+            win.pending() + getattr(win, "dropped", 0), total)
+        await asyncio.sleep(0.01)
+
+
+def test_unread_notifications_are_bounded(pair):
+    # An owner that never iterates its window: the notifications it does not take must not grow
+    # its process without bound. The window keeps the newest MAX_PENDING, drops the oldest,
+    # counts them in ``dropped`` and warns once.
+    owner, peer = pair
+    bound, extra = 16384, 100
+
+    async def main():
+        cache = xferd.empty(4096)
+        src = Descriptor(xferd.empty(4096)[:1])
+        async with await owner.create_window(Descriptor(cache), access="write") as win:
+            async with await peer.open_window(win.metadata()) as rw:
+                with warnings.catch_warnings(record=True) as warned:
+                    warnings.simplefilter("always")
+                    await put_tagged(rw, src, 0, bound + extra)
+                    await arrived(win, bound + extra)
+                    assert win.pending() == bound
+                assert win.dropped == extra
+                assert win.max_pending == bound == xferd.Window.MAX_PENDING
+                drops = [w for w in warned if issubclass(w.category, xferd.XferNotificationsDropped)]
+                assert len(drops) == 1 and "dropped" in str(drops[0].message)  # once, not per drop
+                note = await win.next_notification(10)  # the oldest kept: the first ones went
+                assert note.tag == b"%d" % extra
+                assert win.pending() == bound - 1
+
+    run(main())
+
+
+def test_notification_bound_is_per_window_and_checked(pair):
+    owner, peer = pair
+
+    async def main():
+        cache = xferd.empty(4096)
+        src = Descriptor(xferd.empty(4096)[:1])
+        for bad in (0, -1, 1.5, "8", True):
+            with pytest.raises(XferError) as e:
+                await owner.create_window(Descriptor(cache), max_pending=bad)
+            assert e.value.errno_name == "EINVAL" and "max_pending" in e.value.message
+        async with await owner.create_window(Descriptor(cache), access="write", max_pending=4) as win:
+            async with await peer.open_window(win.metadata()) as rw:
+                with pytest.warns(xferd.XferNotificationsDropped):
+                    await put_tagged(rw, src, 0, 10)
+                    await arrived(win, 10)
+                    assert win.pending() == 4
+                assert win.dropped == 6
+                assert [n.tag for n in await drain_notes(win, 4)] == [b"6", b"7", b"8", b"9"]
+                # Taken as they come, nothing more is dropped.
+                for i in range(10, 20):
+                    await put_tagged(rw, src, i, 1)
+                    assert (await win.next_notification(10)).tag == b"%d" % i
+                assert win.dropped == 6 and win.pending() == 0
+
+    run(main())

@@ -18,7 +18,7 @@ from .connector import (
 )
 from .files import File
 from .memory import Descriptor, Pool, XferStagingWarning, empty
-from .window import Notification, RemoteWindow, Window
+from .window import Notification, RemoteWindow, Window, XferNotificationsDropped
 
 __all__ = [
     "Connector",
@@ -37,6 +37,7 @@ __all__ = [
     "WritableOperation",
     "WriteOperation",
     "XferError",
+    "XferNotificationsDropped",
     "XferStagingWarning",
     "empty",
 ]

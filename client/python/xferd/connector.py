@@ -638,18 +638,25 @@ class Connector:
     def _create(self, fn, args, op_id):
         """Runs creating call @fn(c, *@args), which fills @op_id. Returns the id and the events
         that arrived inside the call (before the op's object exists) by op id."""
+        _, early = self._creating_call(fn, args)
+        return op_id.value, early
+
+    def _creating_call(self, fn, args, raise_error=True):
+        """Runs @fn(c, *@args), a call that makes operations, keeping the events that arrive
+        inside it for operations whose objects do not exist yet. Returns (rc, those events by
+        op id)."""
         if self._dead_regions:
             self._flush_dead_regions()
         with self._lock:
             self._creating += 1
             try:
-                self._c_call(fn, *args)
+                rc = self._c_call(fn, *args, raise_error=raise_error)
             finally:
                 self._creating -= 1
                 early = self._early
                 if not self._creating and early:
                     self._early = {}
-        return op_id.value, early
+        return rc, early
 
     def _adopt(self, op, early):
         self._ops[op.id] = op
@@ -722,9 +729,10 @@ class Connector:
 
     # -- windows (PROTOCOL.md §5.1) --
 
-    def window(self, desc, access="readwrite", openers="many"):
+    def window(self, desc, access="readwrite", openers="many", max_pending=_window.Window.MAX_PENDING):
         """The blocking form of create_window()."""
         acc, flags = _window.access_value(access), _window.openers_value(openers)
+        max_pending = _window.max_pending_value(max_pending)
         descs = _descriptors(desc)
         if len(descs) != 1:
             raise XferError(errno.EINVAL, "a window is over one Descriptor, not %d" % len(descs))
@@ -733,19 +741,23 @@ class Connector:
         wid, meta = ctypes.c_uint64(), ctypes.c_void_p()
         self._c_call(lib.xfer_window_create, region, offset, length, acc, flags,
                      ctypes.byref(wid), ctypes.byref(meta))
-        win = _window.Window(self, wid.value, desc, access, openers, _clib.take_string(meta.value))
+        win = _window.Window(self, wid.value, desc, access, openers, _clib.take_string(meta.value),
+                             max_pending)
         self._windows[win.id] = win
         return win
 
-    async def create_window(self, desc, access="readwrite", openers="many"):
+    async def create_window(self, desc, access="readwrite", openers="many",
+                            max_pending=_window.Window.MAX_PENDING):
         """
         Exposes @desc (one Descriptor: memory or a File) as a window: ``access`` "read"
         (openers get), "write" (openers put) or "readwrite"; ``openers`` "one" (one at a time)
         or "many" (up to 64). Returns a Window: its metadata() goes to the openers, iterating
-        it yields the Notifications of tagged gets and puts.
+        it yields the Notifications of tagged gets and puts. At most ``max_pending`` of them
+        wait untaken: beyond, the oldest is dropped and counted in ``Window.dropped`` (with an
+        XferNotificationsDropped warning, once).
         """
         self._use_loop()
-        win = self.window(desc, access, openers)
+        win = self.window(desc, access, openers, max_pending)
         self._attach_loop()  # notifications are pushed: they must not pile up unread
         return win
 
@@ -780,19 +792,30 @@ class Connector:
             raise XferError(errno.EINVAL, "a window offset is an int >= 0, not %r" % (offset,))
         return offset
 
-    def _window_op(self, rw, kind, offset, descs, tag, timeout):
-        """One op.get/op.put on handle @rw. Returns its operation."""
+    # get and put differ only in these: the call, the kind in a batch, the operation's class.
+    _WINDOW_KINDS = {
+        "get": (lib.xfer_get, _clib.KIND_GET, GetOperation),
+        "put": (lib.xfer_put, _clib.KIND_PUT, PutOperation),
+    }
+
+    def _window_descs(self, kind, descs):
+        """@descs of a @kind ("get" or "put") as a list and its C array; a put's staged
+        copies are filled first."""
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
-        offset = self._offset(offset)
-        put = kind == _clib.KIND_PUT
-        if put:
+        if kind == "put":
             for d in descs:
                 d._stage_in()
+        return descs, self._c_descs(descs)
+
+    def _window_op(self, rw, kind, offset, descs, tag, timeout):
+        """One op.get or op.put (@kind "get" or "put") on handle @rw. Returns its operation."""
+        fn, _, cls = self._WINDOW_KINDS[kind]
+        offset = self._offset(offset)
+        descs, c_descs = self._window_descs(kind, descs)
         op_id = ctypes.c_uint64()
-        args = (rw.handle, offset, self._c_descs(descs), len(descs), tag,
+        args = (rw.handle, offset, c_descs, len(descs), tag,
                 ctypes.byref(self._window_opts(timeout)), ctypes.byref(op_id))
-        i, early = self._create(lib.xfer_put if put else lib.xfer_get, args, op_id)
-        cls = PutOperation if put else GetOperation
+        i, early = self._create(fn, args, op_id)
         return self._adopt(cls(self, i, descs, OperationStatus.IN_PROGRESS, rw), early)
 
     def _window_batch(self, rw, entries, timeout):
@@ -810,36 +833,22 @@ class Connector:
         arr = _window.batch_array(len(entries))
         keep, plan = [], []
         for k, entry in enumerate(entries):
-            if len(entry) not in (3, 4) or entry[0] not in ("get", "put"):
+            if len(entry) not in (3, 4) or entry[0] not in self._WINDOW_KINDS:
                 raise XferError(errno.EINVAL, 'batch entry %d is not ("get" | "put", offset, '
                                 "descs[, notify]): %r" % (base + k, entry))
-            descs = [entry[2]] if type(entry[2]) is Descriptor else _descriptors(entry[2])
-            put = entry[0] == "put"
-            if put:
-                for d in descs:
-                    d._stage_in()
-            c_descs = self._c_descs(descs)
+            _, c_kind, cls = self._WINDOW_KINDS[entry[0]]
+            descs, c_descs = self._window_descs(entry[0], entry[2])
             tag = _window.tag_bytes(entry[3] if len(entry) == 4 else None)
-            keep.append((c_descs, tag))
+            keep.append((c_descs, tag))  # alive until the call returns
             o = arr[k]
-            o.kind = _clib.KIND_PUT if put else _clib.KIND_GET
-            o.handle, o.offset = rw.handle, self._offset(entry[1])
+            o.kind, o.handle, o.offset = c_kind, rw.handle, self._offset(entry[1])
             o.descs = ctypes.cast(c_descs, ctypes.POINTER(_clib.XferDesc))
             o.n, o.tag = len(descs), tag
-            plan.append((PutOperation if put else GetOperation, descs))
+            plan.append((cls, descs))
         done = ctypes.c_size_t()
-        if self._dead_regions:
-            self._flush_dead_regions()
-        with self._lock:
-            self._creating += 1
-            try:
-                rc = self._c_call(lib.xfer_batch, arr, len(entries), ctypes.byref(self._window_opts(timeout)),
-                                  ctypes.byref(done), None, raise_error=False)
-            finally:
-                self._creating -= 1
-                early = self._early
-                if not self._creating and early:
-                    self._early = {}
+        rc, early = self._creating_call(
+            lib.xfer_batch, (arr, len(entries), ctypes.byref(self._window_opts(timeout)),
+                             ctypes.byref(done), None), raise_error=False)
         ops = [self._adopt(plan[k][0](self, arr[k].op, plan[k][1], OperationStatus.IN_PROGRESS, rw), early)
                for k in range(done.value)]
         if rc < 0:

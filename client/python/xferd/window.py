@@ -10,6 +10,7 @@ import asyncio
 import collections
 import errno
 import time
+import warnings
 
 from . import _clib
 from ._clib import XferError, lib
@@ -19,6 +20,11 @@ ACCESS_NAMES = {v: k for k, v in ACCESS.items()}
 OPENERS = {"many": 0, "one": _clib.XFER_WINDOW_ONE_OPENER}
 MAX_TAG = 256  # XP_MAX_TAG
 MAX_BATCH = 1024  # XP_MAX_BATCH
+
+
+class XferNotificationsDropped(UserWarning):
+    """A Window's owner let more notifications wait than its ``max_pending``: the oldest went
+    (counted in ``Window.dropped``). Said once per window."""
 
 
 class Notification(collections.namedtuple("Notification", "tag bytes offset kind peer handle")):
@@ -52,7 +58,11 @@ class Window:
     the range after it returns. Also closed by leaving ``with``/``async with``.
     """
 
-    def __init__(self, connector, window_id, desc, access, openers, metadata):
+    MAX_PENDING = 16384
+    """Notifications a window keeps for its owner by default until they are taken (at most
+    ~8 MiB of Python objects with 256-byte tags)."""
+
+    def __init__(self, connector, window_id, desc, access, openers, metadata, max_pending=MAX_PENDING):
         self._connector = connector
         self.id = window_id
         self.descriptor = desc
@@ -60,6 +70,8 @@ class Window:
         self.openers = openers
         self.length = desc.nbytes
         self._metadata = metadata
+        self.max_pending = max_pending
+        self.dropped = 0  # notifications that went unread because max_pending were waiting
         self._notes = collections.deque()
         self._futures = []
         self.closed = False
@@ -74,6 +86,16 @@ class Window:
     # -- notifications --
 
     def _notified(self, note):
+        # The connector reads the socket while a window is owned (else the daemon, 4096 packets
+        # behind, would cut the whole connection), so an owner that never iterates must be
+        # bounded here: the newest max_pending are kept, the oldest dropped and counted.
+        if len(self._notes) >= self.max_pending:
+            self._notes.popleft()
+            self.dropped += 1
+            if self.dropped == 1:
+                warnings.warn(XferNotificationsDropped(
+                    "window %d: %d notifications were waiting untaken (max_pending), the oldest "
+                    "is dropped; Window.dropped counts them" % (self.id, self.max_pending)), stacklevel=2)
         self._notes.append(note)
         futures, self._futures = self._futures, []
         self._connector._waiting -= len(futures)
@@ -82,8 +104,9 @@ class Window:
                 fut.set_result(None)
 
     def pending(self):
-        """How many notifications arrived and were not taken yet (events waiting are taken)."""
-        self._connector._refresh()
+        """How many notifications arrived and were not taken yet (at most ``max_pending``;
+        events waiting on the connection are taken first)."""
+        self._connector.dispatch()
         return len(self._notes)
 
     async def next_notification(self, timeout=None):
@@ -206,26 +229,28 @@ class RemoteWindow:
 
     def begin_get(self, offset, descs, notify=None, timeout=None):
         """Posts a get of the window's bytes at @offset into @descs. Returns a GetOperation."""
-        self._check_open()
-        return self._connector._window_op(self, _clib.KIND_GET, offset, descs, tag_bytes(notify), timeout)
+        return self._begin("get", offset, descs, notify, timeout)
 
     def begin_put(self, offset, descs, notify=None, timeout=None):
         """Posts a put of @descs at @offset of the window. Returns a PutOperation."""
-        self._check_open()
-        return self._connector._window_op(self, _clib.KIND_PUT, offset, descs, tag_bytes(notify), timeout)
+        return self._begin("put", offset, descs, notify, timeout)
 
     async def get(self, offset, descs, notify=None, timeout=None):
         """Gets the window's bytes at @offset into @descs; returns the ended GetOperation."""
-        self._connector._use_loop()
-        op = self.begin_get(offset, descs, notify, timeout)
-        await op.wait_for_completion()
-        return op
+        return await self._one("get", offset, descs, notify, timeout)
 
     async def put(self, offset, descs, notify=None, timeout=None):
         """Puts @descs at @offset of the window (the owner is told @notify, bytes or str, once
         they are in place); returns the ended PutOperation."""
+        return await self._one("put", offset, descs, notify, timeout)
+
+    def _begin(self, kind, offset, descs, notify, timeout):
+        self._check_open()
+        return self._connector._window_op(self, kind, offset, descs, tag_bytes(notify), timeout)
+
+    async def _one(self, kind, offset, descs, notify, timeout):
         self._connector._use_loop()
-        op = self.begin_put(offset, descs, notify, timeout)
+        op = self._begin(kind, offset, descs, notify, timeout)
         await op.wait_for_completion()
         return op
 
@@ -300,6 +325,13 @@ def openers_value(openers):
     if openers not in OPENERS:
         raise XferError(errno.EINVAL, 'openers must be "one" or "many", not %r' % (openers,))
     return OPENERS[openers]
+
+
+def max_pending_value(max_pending):
+    if type(max_pending) is not int or max_pending < 1:
+        raise XferError(errno.EINVAL, "max_pending (notifications kept untaken) is an int >= 1, "
+                        "not %r" % (max_pending,))
+    return max_pending
 
 
 def batch_array(n):
