@@ -6,13 +6,19 @@ The Python client beside the C one (client/xferbench.c), on the same daemon in t
 COMPLETE for 1 MiB .. --max, read and write, every transfer checked in full; and the latency of
 a small operation (64 B: create_readable + begin_read + both ends seen, one whole round).
 
-  xferbench.py --socket PATH [--max SIZE] [--iters N] [--compare XFERBENCH_OUTPUT]
+  xferbench.py --socket PATH [--max SIZE] [--iters N] [--compare XFERBENCH_OUTPUT] [--ref]
 
---compare reads what `xferbench bench` printed in the same run and prints Python/C ratios with
-the targets (latency within 1.3x of C, throughput at >= 1 MiB within 5%).
+Each round is the C client's, step for step (the same pattern filled and checked, the same
+memcpy after), so both leave the caches alike for the timed transfers. --compare reads what
+`xferbench bench` printed in the same run and prints Python/C ratios with the targets (latency
+within 1.3x of C, throughput at >= 1 MiB within 5%). --ref also runs every round through the C
+library's own blocking calls (ctypes, no Python on their wake path), interleaved with the
+Python rounds in this process: what the package adds, without the drift between two processes
+run one after the other (`PY_REF=1 scripts/bench.sh` passes it).
 """
 import argparse
 import asyncio
+import ctypes
 import os
 import re
 import sys
@@ -22,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import xferd  # noqa: E402
+from xferd import _clib  # noqa: E402  (--ref: the C library's own calls)
 
 MIB, GIB = 1 << 20, 1 << 30
 LAT_SIZE, LAT_ITERS = 64, 1000
@@ -58,33 +65,142 @@ async def pair(pas, act, pbuf, abuf, write):
     return t0, t1, t2
 
 
-async def bench_size(pas, act, size, iters):
+class RefClient:
+    """--ref: libxferclient's own blocking sequence (bench_pair_run in client/benchutil.c:
+    xfer_readable, xfer_read, xfer_wait) through ctypes, in this process, on two connections of
+    its own with no event callback (no Python runs on its wake path), over the same memfds."""
+
+    def __init__(self, socket, name):
+        self.c = ctypes.c_void_p()
+        rc = _clib.lib.xfer_connect(socket.encode(), name.encode(), ctypes.byref(self.c))
+        if rc < 0:
+            raise SystemExit("xferbench.py: --ref: xfer_connect: %s" % _clib.strerror(rc))
+
+    def desc(self, d):
+        """A struct xfer_desc for Descriptor @d, its memfd registered on this connection."""
+        region = ctypes.c_uint64()
+        rc = _clib.lib.xfer_region_register(self.c, d._block.fd, 0, 0, b"ref", ctypes.byref(region))
+        if rc < 0:
+            raise SystemExit("xferbench.py: --ref: register: %s" % _clib.strerror(rc))
+        return _clib.XferDesc(region.value, d.offset, d.nbytes)
+
+    def close(self):
+        _clib.lib.xfer_close(self.c)
+
+
+def ref_pair(pas, act, pd, ad, write):
+    """One pair as the C client runs it. Returns (start, offered, done) ns as pair() does."""
+    lib, u64 = _clib.lib, ctypes.c_uint64
+    pop, aop, md = u64(), u64(), ctypes.c_void_p()
+    t0 = time.perf_counter_ns()
+    rc = (lib.xfer_writable if write else lib.xfer_readable)(
+        pas.c, ctypes.byref(pd), 1, None, ctypes.byref(pop), ctypes.byref(md))
+    t1 = time.perf_counter_ns()
+    if rc == 0:
+        rc = (lib.xfer_write if write else lib.xfer_read)(
+            act.c, ctypes.cast(md, ctypes.c_char_p), ctypes.byref(ad), 1, None, ctypes.byref(aop))
+        if rc == 0:
+            rc = lib.xfer_wait(act.c, aop.value, -1, None)
+    t2 = time.perf_counter_ns()
+    _clib.take_string(md.value)
+    if rc == 0:
+        rc = lib.xfer_wait(pas.c, pop.value, -1, None)
+    lib.xfer_release(act.c, aop.value)
+    lib.xfer_release(pas.c, pop.value)
+    if rc < 0:
+        raise SystemExit("xferbench.py: --ref pair: %s" % _clib.strerror(rc))
+    return t0, t1, t2
+
+
+class Pattern:
+    """The C client's test pattern (client/benchutil.c): word i of a buffer is
+    splitmix64(seed + (i + 1) * K1). Filled and checked 64 KiB at a time through two small
+    scratch arrays, so that around each timed transfer this touches the buffers as the C client
+    does (one pass writing the source, one reading the target) and nothing else: no
+    buffer-sized temporaries to push the buffers out of the caches the copy then runs from."""
+
+    K1, K2, K3 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+    CHUNK = 8192  # words
+
+    def __init__(self):
+        self.steps = np.arange(1, self.CHUNK + 1, dtype=np.uint64) * np.uint64(self.K1)
+        self.z = np.empty(self.CHUNK, np.uint64)
+        self.t = np.empty(self.CHUNK, np.uint64)
+
+    def words(self, seed, first, n):
+        z, t = self.z[:n], self.t[:n]
+        np.add(self.steps[:n], np.uint64((seed + first * self.K1) & (2**64 - 1)), out=z)
+        for shift, mult in ((30, self.K2), (27, self.K3), (31, None)):
+            np.right_shift(z, np.uint64(shift), out=t)
+            np.bitwise_xor(z, t, out=z)
+            if mult:
+                np.multiply(z, np.uint64(mult), out=z)
+        return z
+
+    def chunks(self, buf):
+        w = buf.view(np.uint64)
+        for lo in range(0, len(w), self.CHUNK):
+            hi = min(len(w), lo + self.CHUNK)
+            yield lo, w[lo:hi]
+
+    def fill(self, buf, seed):
+        for lo, w in self.chunks(buf):
+            w[:] = self.words(seed, lo, len(w))
+
+    def check(self, buf, seed):
+        return all(np.array_equal(w, self.words(seed, lo, len(w))) for lo, w in self.chunks(buf))
+
+
+async def bench_size(pas, act, size, iters, ref=None):
+    """The C client's round (bench_round in client/xferbench.c), step for step: fill the
+    source, read, check the target in full; fill the target, write, check the source; a memcpy
+    of the same size (the C client times it for its memcpy column; here it only leaves the
+    caches as the C round leaves them for the next one). With @ref (two RefClients), every
+    iteration also runs that round through the C library's calls, the two in alternating order.
+    Returns {"py": (read p50, write p50, read p99, write p99), "ref": (...)} in ns."""
     src, dst = xferd.empty(size), xferd.empty(size)
     ps, ds = xferd.Descriptor(src), xferd.Descriptor(dst)
     ps.register_memory(pas)
     ds.register_memory(act)
-    reads, writes = [], []
+    pat = Pattern()
+    ways = {"py": lambda write: pair(pas, act, ps, ds, write)}
+    if ref:
+        pd, ad = ref[0].desc(ps), ref[1].desc(ds)
+
+        async def ref_way(write):
+            return ref_pair(ref[0], ref[1], pd, ad, write)
+
+        ways["ref"] = ref_way
+    times = {k: ([], []) for k in ways}
     for i in range(-1, iters):
         seed = 1000 + 2 * (i + 1)
-        src[:: 4096] = seed & 0xFF
-        src[-1] = (seed >> 3) & 0xFF
-        _, t1, t2 = await pair(pas, act, ps, ds, False)
-        if not np.array_equal(src, dst):
-            raise SystemExit("xferbench.py: read of %d bytes: bytes differ" % size)
-        dst[:: 4096] = (seed + 1) & 0xFF
-        _, u1, u2 = await pair(pas, act, ps, ds, True)
-        if not np.array_equal(src, dst):
-            raise SystemExit("xferbench.py: write of %d bytes: bytes differ" % size)
-        if i >= 0:
-            reads.append(t2 - t1)
-            writes.append(u2 - u1)
-    return pct(reads, 50), pct(writes, 50), pct(reads, 99), pct(writes, 99)
+        for k in sorted(ways, reverse=i % 2 == 1):
+            r, w = await bench_round(ways[k], pat, src, dst, seed, size)
+            if i >= 0:
+                times[k][0].append(r)
+                times[k][1].append(w)
+    return {k: (pct(r, 50), pct(w, 50), pct(r, 99), pct(w, 99)) for k, (r, w) in times.items()}
+
+
+async def bench_round(way, pat, src, dst, seed, size):
+    """One round (see bench_size) through @way(write). Returns (read ns, write ns)."""
+    pat.fill(src, seed)
+    _, t1, t2 = await way(False)
+    if not pat.check(dst, seed):
+        raise SystemExit("xferbench.py: read of %d bytes: bytes differ" % size)
+    pat.fill(dst, seed + 1)
+    _, u1, u2 = await way(True)
+    if not pat.check(src, seed + 1):
+        raise SystemExit("xferbench.py: write of %d bytes: bytes differ" % size)
+    np.copyto(dst, src)
+    return t2 - t1, u2 - u1
 
 
 def pct(v, p):
-    """The @p-th percentile of @v as the C client computes it (bench_percentile)."""
+    """The @p-th percentile of @v exactly as the C client computes it (bench_percentile)."""
     v = sorted(v)
-    return v[min(len(v) - 1, len(v) * p // 100)]
+    i = (len(v) * p + 99) // 100
+    return v[i - 1 if i else 0]
 
 
 async def bench_latency(pas, act):
@@ -114,12 +230,23 @@ async def main_async(a):
         print("%9s %5s %8s %8s %9s %9s %9s %9s  %s" % (
             "size", "iters", "read", "write", "read us", "write us", "read p99", "write p99", "verified"))
         print("%9s %5s %8s %8s %9s %9s %9s %9s" % ("", "", "GB/s", "GB/s", "p50", "p50", "us", "us"))
+        ref = (RefClient(a.socket, "xferbench-ref-passive"),
+               RefClient(a.socket, "xferbench-ref-active")) if a.ref else None
         for size in sizes:
-            r, w, r99, w99 = await bench_size(pas, act, size, iters_for(size, a.iters))
+            got = await bench_size(pas, act, size, iters_for(size, a.iters), ref)
+            r, w, r99, w99 = got["py"]
             results[size] = (r, w)
             print("%9s %5d %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f  yes" % (
                 fmt_size(size), iters_for(size, a.iters), size / r, size / w, r / 1e3, w / 1e3,
                 r99 / 1e3, w99 / 1e3), flush=True)
+            if ref:
+                cr, cw, cr99, cw99 = got["ref"]
+                print("%9s %5s %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f  yes  <- --ref: the C library's "
+                      "calls, this process, interleaved: Python/ref %.2fx / %.2fx" % (
+                          "", "", size / cr, size / cw, cr / 1e3, cw / 1e3, cr99 / 1e3, cw99 / 1e3,
+                          cr / r, cw / w), flush=True)
+        for c in ref or ():
+            c.close()
         med, p99 = await bench_latency(pas, act)
         print("\nsmall-op latency, %d B, %d rounds after 10 warm-up: create_readable + begin_read + "
               "both ends seen:\n  median %.1f us, p99 %.1f us" % (LAT_SIZE, LAT_ITERS, med / 1e3, p99 / 1e3))
@@ -161,6 +288,9 @@ def main():
     ap.add_argument("--max", type=parse_size, default=GIB)
     ap.add_argument("--iters", type=int, default=0)
     ap.add_argument("--compare")
+    ap.add_argument("--ref", action="store_true",
+                    help="also time the C library's own blocking calls through ctypes, interleaved "
+                    "with the Python rounds in this process (what the asyncio package adds)")
     a = ap.parse_args()
     results, lat = asyncio.run(main_async(a))
     if a.compare:
