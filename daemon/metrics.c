@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * The Prometheus endpoint: GET /metrics on cfg.metrics_listen, served by libevent's evhttp on
- * the daemon's one event loop, in the text exposition format (version 0.0.4). It only reads
- * state: the counters the other files keep on d->counters and d->stats, and the lists of
- * connections, regions, operations and peer sets. Label values come from small fixed sets
- * (kinds, states, transports, limit scopes, RDMA devices) and from peer node ids, which
- * max_peer_sets bounds; no label names an operation, region or client.
+ * The Prometheus endpoint: GET /metrics on cfg.metrics_listen, in the text exposition format
+ * (version 0.0.4). The HTTP side runs on a thread of its own (its own event_base and evhttp),
+ * so that a scrape does not wait for the event loop's turn when the loop is busy moving bytes.
+ * That thread never reads daemon state: the event loop renders the exposition (the counters
+ * on d->counters and d->stats, the lists of connections, regions, operations and peer sets)
+ * into a snapshot and publishes it under m->lock. A scrape asks the loop for a snapshot
+ * rendered after it arrived and waits for it at most XD_METRICS_FRESH_WAIT_MS (not at all
+ * while the loop's last answer took longer); if the loop is slower than that, the scrape gets
+ * the last snapshot (at most about XD_METRICS_REFRESH_MS old: the loop also renders one that
+ * often, and the ask is answered for the next scrape), and says so (X-Xferd-Snapshot: stale,
+ * and xferd_metrics_stale_replies_total). Label values come from small fixed sets (kinds, states,
+ * transports, limit scopes, RDMA devices) and from peer node ids, which max_peer_sets
+ * bounds; no label names an operation, region or client.
  *
  * Anyone who reaches the port may connect, so the listener is bounded as the peer port is:
  * at most XD_METRICS_MAX_CONNS connections (the listener pauses while full), requests of at
@@ -15,11 +22,15 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -32,7 +43,9 @@
 #define XD_METRICS_MAX_HEADERS 8192
 #define XD_METRICS_IO_TIMEOUT_S 2
 #define XD_METRICS_DEADLINE_MS 5000
-#define XD_METRICS_TICK_MS 100 /* how often finished connections are reaped */
+#define XD_METRICS_TICK_MS 100	   /* how often finished connections are reaped */
+#define XD_METRICS_FRESH_WAIT_MS 5 /* how long a scrape waits for the loop's fresh snapshot */
+#define XD_METRICS_REFRESH_MS 1000 /* the loop renders a snapshot at least this often */
 
 /* One accepted HTTP connection: its bufferevent, on which we hold a reference. */
 struct metrics_conn {
@@ -41,20 +54,45 @@ struct metrics_conn {
 	bool cut; /**< shut down at its deadline, evhttp not yet done with it */
 };
 
+/*
+ * Three owners, one per group of fields: the event loop's thread, the HTTP thread, and m->lock
+ * (either thread, holding it). The fds and pointers set up before the thread starts are
+ * read-only until it has been joined.
+ */
 struct xd_metrics {
 	struct xd_daemon *d;
+	int ask_fd;  /**< eventfd: the HTTP thread asks the loop for a snapshot */
+	int stop_fd; /**< eventfd: the loop tells the HTTP thread to stop */
+	pthread_t thread;
+	bool thread_started;
+
+	/* ---- the event loop's ---- */
+	struct event *ask_ev, *refresh_ev;
+	uint64_t renders, render_us; /**< snapshots rendered and the time that took */
+
+	/* ---- under lock ---- */
+	pthread_mutex_t lock;
+	pthread_cond_t published; /**< a snapshot was published (CLOCK_MONOTONIC) */
+	char *text;		  /**< the last snapshot, len bytes */
+	size_t len;
+	uint64_t text_at_us;	   /**< when its rendering started */
+	uint64_t asked, answered;  /**< asks made; the last ask the snapshot answers */
+	uint64_t waiting_since_us; /**< when the oldest ask not answered was made (HTTP thread) */
+	uint64_t loop_lag_us;	   /**< how long the loop took to answer the last ask it did */
+
+	/* ---- the HTTP thread's ---- */
+	struct event_base *base;
 	struct evhttp *http;
 	struct evhttp_bound_socket *bound;
-	struct event *tick;
+	struct event *tick, *stop_ev;
 	struct metrics_conn conns[XD_METRICS_MAX_CONNS];
 	int nconns;
 	bool paused; /**< the listener is disabled: XD_METRICS_MAX_CONNS are open */
-	uint64_t scrapes, accepted, cut_at_deadline, paused_times;
-	uint64_t render_us;    /**< time spent building the replies, all scrapes */
+	uint64_t stale, accepted, cut_at_deadline, paused_times;
 	struct xd_hist served; /**< accept to the last byte of the reply handed to the kernel */
 };
 
-/* ---- connections: counted, bounded, reaped ---- */
+/* ---- connections (HTTP thread): counted, bounded, reaped ---- */
 
 /*
  * evhttp (libevent 2.1) has no connection cap and no absolute deadline, so each connection's
@@ -435,43 +473,25 @@ static void write_rdma(struct xd_daemon *d, struct evbuffer *out)
 			       fields[i].offset);
 }
 
-static void write_self(struct xd_daemon *d, struct xd_metrics *m, struct evbuffer *out)
+static void write_daemon_self(struct xd_daemon *d, struct xd_metrics *m, struct evbuffer *out)
 {
 	family(out, "xferd_build_info", "gauge", "The daemon's version, always 1.");
 	evbuffer_add_printf(out, "xferd_build_info{version=\"%s\"} 1\n", XFERD_VERSION);
 	family(out, "xferd_start_time_seconds", "gauge", "When the daemon started (Unix time).");
 	evbuffer_add_printf(out, "xferd_start_time_seconds %.6f\n", (double)d->epoch / 1e6);
 	family(out, "xferd_metrics_render_seconds", "summary",
-	       "Time the event loop spent building /metrics replies (before this one).");
+	       "Time the event loop spent rendering /metrics snapshots (before this one).");
 	evbuffer_add_printf(out, "xferd_metrics_render_seconds_sum %.6f\n",
 			    (double)m->render_us / 1e6);
-	evbuffer_add_printf(out, "xferd_metrics_render_seconds_count %" PRIu64 "\n",
-			    m->scrapes - 1);
-	family(out, "xferd_metrics_scrape_seconds", "histogram",
-	       "Scrapes of /metrics from accept to the reply written (before this one).");
-	write_hist(out, "xferd_metrics_scrape_seconds", "path", "/metrics", &m->served);
-	family(out, "xferd_metrics_http_connections", "gauge",
-	       "HTTP connections open on metrics_listen (at most 16).");
-	evbuffer_add_printf(out, "xferd_metrics_http_connections %d\n", m->nconns);
-	family(out, "xferd_metrics_http_connections_total", "counter",
-	       "HTTP connections accepted on metrics_listen.");
-	evbuffer_add_printf(out, "xferd_metrics_http_connections_total %" PRIu64 "\n", m->accepted);
-	family(out, "xferd_metrics_http_deadline_cuts_total", "counter",
-	       "HTTP connections shut down for outliving the deadline (5 s).");
-	evbuffer_add_printf(out, "xferd_metrics_http_deadline_cuts_total %" PRIu64 "\n",
-			    m->cut_at_deadline);
-	family(out, "xferd_metrics_http_listener_pauses_total", "counter",
-	       "Times the listener paused because every connection slot was taken.");
-	evbuffer_add_printf(out, "xferd_metrics_http_listener_pauses_total %" PRIu64 "\n",
-			    m->paused_times);
+	evbuffer_add_printf(out, "xferd_metrics_render_seconds_count %" PRIu64 "\n", m->renders);
 }
 
-/* The whole exposition into @out. */
+/* The daemon's part of the exposition into @out (event loop). */
 static void metrics_render(struct xd_metrics *m, struct evbuffer *out)
 {
 	struct xd_daemon *d = m->d;
 
-	write_self(d, m, out);
+	write_daemon_self(d, m, out);
 	write_ops(d, out);
 	write_latencies(d, out);
 	write_bytes(d, out);
@@ -480,6 +500,147 @@ static void metrics_render(struct xd_metrics *m, struct evbuffer *out)
 	write_limits(d, out);
 	write_windows(d, out);
 	write_rdma(d, out);
+}
+
+/* ---- snapshots (event loop): rendered here, published for the HTTP thread ---- */
+
+/* Renders @out into a malloc'ed string. Returns it (NULL on ENOMEM), its length in *@len. */
+static char *render_text(struct xd_metrics *m, size_t *len)
+{
+	struct evbuffer *out = evbuffer_new();
+	char *text = NULL;
+
+	if (out) {
+		metrics_render(m, out);
+		*len = evbuffer_get_length(out);
+		text = malloc(*len + 1);
+		if (text)
+			evbuffer_remove(out, text, *len);
+		evbuffer_free(out);
+	}
+	return text;
+}
+
+/*
+ * Renders a snapshot and publishes it. It answers every ask made before it started (@asked is
+ * read first): what those scrapes get reflects everything the loop did before they came. On
+ * ENOMEM the last snapshot stays (the scrapes waiting get it as stale).
+ */
+static void metrics_refresh(struct xd_metrics *m)
+{
+	uint64_t t0 = xd_now_us(), asked;
+	size_t len = 0;
+
+	pthread_mutex_lock(&m->lock);
+	asked = m->asked;
+	pthread_mutex_unlock(&m->lock);
+	char *text = render_text(m, &len);
+	m->renders++;
+	m->render_us += xd_now_us() - t0;
+	if (!text)
+		return;
+	pthread_mutex_lock(&m->lock);
+	char *old = m->text;
+	if (m->answered < asked)
+		m->loop_lag_us = xd_now_us() - m->waiting_since_us;
+	m->text = text;
+	m->len = len;
+	m->text_at_us = t0;
+	m->answered = asked;
+	pthread_cond_broadcast(&m->published);
+	pthread_mutex_unlock(&m->lock);
+	free(old);
+}
+
+static void metrics_ask_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_metrics *m = arg;
+	uint64_t n;
+
+	/* Asks made while we were busy coalesce in the eventfd's count: one render for all. */
+	if (read(fd, &n, sizeof(n)) == sizeof(n))
+		metrics_refresh(m);
+}
+
+/* Keeps a stale reply at most about XD_METRICS_REFRESH_MS old, however rarely scraped. */
+static void metrics_refresh_cb(evutil_socket_t fd, short what, void *arg)
+{
+	metrics_refresh(arg);
+}
+
+/* ---- serving (HTTP thread) ---- */
+
+static struct timespec monotonic_at(uint64_t us)
+{
+	return (struct timespec){ .tv_sec = (time_t)(us / 1000000),
+				  .tv_nsec = (long)(us % 1000000) * 1000 };
+}
+
+static void ask_loop(struct xd_metrics *m)
+{
+	uint64_t one = 1;
+
+	if (write(m->ask_fd, &one, sizeof(one)) < 0) {
+		/* Cannot fail for an eventfd short of 2^64-1 unread asks. */
+	}
+}
+
+/*
+ * Asks the loop for a snapshot rendered after now and waits for it, at most
+ * XD_METRICS_FRESH_WAIT_MS from the oldest ask the loop has not answered yet (while the loop
+ * is slow, one scrape waits and the ones after it do not wait again), and not at all when the
+ * loop took longer than that to answer the last ask it answered: a busy loop would make every
+ * scrape wait the whole time for nothing. Appends the newest snapshot to @out. Returns whether
+ * it is fresh (rendered after this ask); *@age_us is its age.
+ */
+static bool copy_snapshot(struct xd_metrics *m, struct evbuffer *out, uint64_t *age_us)
+{
+	uint64_t mine, until_us;
+
+	pthread_mutex_lock(&m->lock);
+	if (m->answered == m->asked)
+		m->waiting_since_us = xd_now_us();
+	mine = ++m->asked;
+	until_us = m->waiting_since_us + XD_METRICS_FRESH_WAIT_MS * 1000ull;
+	if (m->loop_lag_us > XD_METRICS_FRESH_WAIT_MS * 1000ull)
+		until_us = 0; /* busy: the last snapshot now, and a fresh one for the next scrape */
+	pthread_mutex_unlock(&m->lock);
+	ask_loop(m);
+	struct timespec until = monotonic_at(until_us);
+	pthread_mutex_lock(&m->lock);
+	while (m->answered < mine &&
+	       pthread_cond_timedwait(&m->published, &m->lock, &until) != ETIMEDOUT)
+		;
+	bool fresh = m->answered >= mine;
+	evbuffer_add(out, m->text, m->len);
+	*age_us = xd_now_us() - m->text_at_us;
+	pthread_mutex_unlock(&m->lock);
+	return fresh;
+}
+
+/* The endpoint's own part of the exposition (HTTP thread: these are its fields). */
+static void write_endpoint(struct xd_metrics *m, struct evbuffer *out, uint64_t age_us)
+{
+	family(out, "xferd_metrics_snapshot_age_seconds", "gauge",
+	       "Age of the snapshot of the daemon's metrics in this reply (rendered by the event "
+	       "loop; stale when the loop was busy).");
+	evbuffer_add_printf(out, "xferd_metrics_snapshot_age_seconds %.6f\n", (double)age_us / 1e6);
+	counter(out, "xferd_metrics_stale_replies_total",
+		"Replies (this one included) that got the last snapshot because the event loop was "
+		"busy (it did not render a fresh one within 5 ms, or its last answer took longer).",
+		m->stale);
+	family(out, "xferd_metrics_scrape_seconds", "histogram",
+	       "Scrapes of /metrics from accept to the reply written (before this one).");
+	write_hist(out, "xferd_metrics_scrape_seconds", "path", "/metrics", &m->served);
+	gauge(out, "xferd_metrics_http_connections",
+	      "HTTP connections open on metrics_listen (at most 16).", (uint64_t)m->nconns);
+	counter(out, "xferd_metrics_http_connections_total",
+		"HTTP connections accepted on metrics_listen.", m->accepted);
+	counter(out, "xferd_metrics_http_deadline_cuts_total",
+		"HTTP connections shut down for outliving the deadline (5 s).", m->cut_at_deadline);
+	counter(out, "xferd_metrics_http_listener_pauses_total",
+		"Times the listener paused because every connection slot was taken.",
+		m->paused_times);
 }
 
 /* When @req's connection was accepted (0 if it is not one of ours). */
@@ -507,6 +668,21 @@ static void metrics_served_cb(struct evhttp_request *req, void *arg)
 		xd_hist_observe(&m->served, xd_now_us() - t0);
 }
 
+static void serve_metrics(struct xd_metrics *m, struct evhttp_request *req, struct evbuffer *out)
+{
+	struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
+	uint64_t age_us;
+	bool fresh = copy_snapshot(m, out, &age_us);
+
+	m->stale += !fresh;
+	write_endpoint(m, out, age_us);
+	evhttp_add_header(headers, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+	/* For tests that compare counters: a stale reply may predate what they just did. */
+	evhttp_add_header(headers, "X-Xferd-Snapshot", fresh ? "fresh" : "stale");
+	evhttp_request_set_on_complete_cb(req, metrics_served_cb, m);
+	evhttp_send_reply(req, HTTP_OK, "OK", out);
+}
+
 static void metrics_request_cb(struct evhttp_request *req, void *arg)
 {
 	struct xd_metrics *m = arg;
@@ -524,19 +700,27 @@ static void metrics_request_cb(struct evhttp_request *req, void *arg)
 		evbuffer_add_printf(out, "xferd serves only /metrics\n");
 		evhttp_send_reply(req, HTTP_NOTFOUND, "Not Found", out);
 	} else {
-		uint64_t t0 = xd_now_us();
-		m->scrapes++;
-		evhttp_add_header(headers, "Content-Type",
-				  "text/plain; version=0.0.4; charset=utf-8");
-		metrics_render(m, out);
-		m->render_us += xd_now_us() - t0;
-		evhttp_request_set_on_complete_cb(req, metrics_served_cb, m);
-		evhttp_send_reply(req, HTTP_OK, "OK", out);
+		serve_metrics(m, req, out);
 	}
 	evbuffer_free(out);
 }
 
-/* ---- start and stop ---- */
+static void metrics_stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_metrics *m = arg;
+
+	event_base_loopbreak(m->base);
+}
+
+static void *metrics_thread_main(void *arg)
+{
+	struct xd_metrics *m = arg;
+
+	event_base_dispatch(m->base);
+	return NULL;
+}
+
+/* ---- start and stop (event loop) ---- */
 
 int xd_metrics_parse_listen(const char *s, struct sockaddr_storage *ss, int *len)
 {
@@ -576,11 +760,12 @@ static int metrics_listen_socket(const char *s)
 	return fd;
 }
 
-static int metrics_setup(struct xd_metrics *m, int fd)
+/* The HTTP side on m->base, for the thread. Consumes @fd. Returns 0 or -errno. */
+static int http_setup(struct xd_metrics *m, int fd)
 {
 	struct timeval io = { XD_METRICS_IO_TIMEOUT_S, 0 }, tick = { 0, XD_METRICS_TICK_MS * 1000 };
 
-	m->http = evhttp_new(m->d->base);
+	m->http = evhttp_new(m->base);
 	if (!m->http) {
 		close(fd);
 		return -ENOMEM;
@@ -596,10 +781,79 @@ static int metrics_setup(struct xd_metrics *m, int fd)
 		close(fd);
 		return -ENOMEM;
 	}
-	m->tick = event_new(m->d->base, -1, EV_PERSIST, metrics_tick_cb, m);
-	if (!m->tick || event_add(m->tick, &tick) < 0)
+	m->tick = event_new(m->base, -1, EV_PERSIST, metrics_tick_cb, m);
+	m->stop_ev = event_new(m->base, m->stop_fd, EV_READ, metrics_stop_cb, m);
+	if (!m->tick || !m->stop_ev || event_add(m->tick, &tick) < 0 ||
+	    event_add(m->stop_ev, NULL) < 0)
 		return -ENOMEM;
 	return 0;
+}
+
+/* The loop's side: asks from the thread, the periodic refresh, the first snapshot. */
+static int loop_setup(struct xd_metrics *m)
+{
+	struct timeval every = { XD_METRICS_REFRESH_MS / 1000,
+				 (XD_METRICS_REFRESH_MS % 1000) * 1000 };
+
+	m->ask_ev = event_new(m->d->base, m->ask_fd, EV_READ | EV_PERSIST, metrics_ask_cb, m);
+	m->refresh_ev = event_new(m->d->base, -1, EV_PERSIST, metrics_refresh_cb, m);
+	if (!m->ask_ev || !m->refresh_ev || event_add(m->ask_ev, NULL) < 0 ||
+	    event_add(m->refresh_ev, &every) < 0)
+		return -ENOMEM;
+	metrics_refresh(m);
+	return m->text ? 0 : -ENOMEM;
+}
+
+/* Starts the HTTP thread with every signal blocked (the loop's thread takes them). */
+static int thread_start(struct xd_metrics *m)
+{
+	sigset_t all, old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int rc = pthread_create(&m->thread, NULL, metrics_thread_main, m);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	m->thread_started = rc == 0;
+	return -rc;
+}
+
+/* An xd_metrics with nothing started: fds -1, the lock and condition ready. NULL on ENOMEM. */
+static struct xd_metrics *metrics_new(struct xd_daemon *d)
+{
+	struct xd_metrics *m = calloc(1, sizeof(*m));
+	pthread_condattr_t ca;
+
+	if (!m)
+		return NULL;
+	m->d = d;
+	m->ask_fd = m->stop_fd = -1;
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_condattr_init(&ca);
+	/* Deadlines are xd_now_us() values: the condition must wait on the same clock. */
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&m->published, &ca);
+	pthread_condattr_destroy(&ca);
+	return m;
+}
+
+static int metrics_setup(struct xd_metrics *m, int fd)
+{
+	m->ask_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (m->ask_fd < 0 || m->stop_fd < 0) {
+		int err = errno;
+		close(fd);
+		return -err;
+	}
+	m->base = event_base_new();
+	if (!m->base) {
+		close(fd);
+		return -ENOMEM;
+	}
+	int rc = http_setup(m, fd);
+	if (rc == 0)
+		rc = loop_setup(m);
+	return rc < 0 ? rc : thread_start(m);
 }
 
 int xd_metrics_start(struct xd_daemon *d)
@@ -609,12 +863,11 @@ int xd_metrics_start(struct xd_daemon *d)
 	int fd = metrics_listen_socket(d->cfg.metrics_listen);
 	if (fd < 0)
 		return fd;
-	d->metrics = calloc(1, sizeof(*d->metrics));
+	d->metrics = metrics_new(d);
 	if (!d->metrics) {
 		close(fd);
 		return -ENOMEM;
 	}
-	d->metrics->d = d;
 	int rc = metrics_setup(d->metrics, fd);
 	if (rc < 0) {
 		xd_log(XD_LOG_ERR, "metrics_listen %s: %s", d->cfg.metrics_listen, strerror(-rc));
@@ -625,18 +878,53 @@ int xd_metrics_start(struct xd_daemon *d)
 	return 0;
 }
 
+/* Stops and joins the HTTP thread; then its fields are the loop's to free. */
+static void thread_stop(struct xd_metrics *m)
+{
+	uint64_t one = 1;
+
+	if (!m->thread_started)
+		return;
+	/* A scrape waiting for a snapshot gives up within XD_METRICS_FRESH_WAIT_MS. */
+	if (write(m->stop_fd, &one, sizeof(one)) < 0) {
+		/* Cannot fail for a fresh eventfd. */
+	}
+	pthread_join(m->thread, NULL);
+	m->thread_started = false;
+}
+
+/* The HTTP side's objects, in the reverse order of http_setup (thread stopped). */
+static void http_free(struct xd_metrics *m)
+{
+	xd_event_free(m->tick);
+	xd_event_free(m->stop_ev);
+	/* evhttp_free() lets go of every connection; ours are the last references. */
+	if (m->http)
+		evhttp_free(m->http);
+	for (int i = 0; i < m->nconns; i++)
+		bufferevent_decref(m->conns[i].bev);
+	/* (frees what the decrefs left to finalize, closing those sockets) */
+	if (m->base)
+		event_base_free(m->base);
+}
+
 void xd_metrics_stop(struct xd_daemon *d)
 {
 	struct xd_metrics *m = d->metrics;
 
 	if (!m)
 		return;
-	xd_event_free(m->tick);
-	/* evhttp_free() lets go of every connection; ours are the last references. */
-	if (m->http)
-		evhttp_free(m->http);
-	for (int i = 0; i < m->nconns; i++)
-		bufferevent_decref(m->conns[i].bev);
+	thread_stop(m);
+	http_free(m);
+	xd_event_free(m->ask_ev);
+	xd_event_free(m->refresh_ev);
+	if (m->ask_fd >= 0)
+		close(m->ask_fd);
+	if (m->stop_fd >= 0)
+		close(m->stop_fd);
+	pthread_cond_destroy(&m->published);
+	pthread_mutex_destroy(&m->lock);
+	free(m->text);
 	free(m);
 	d->metrics = NULL;
 }

@@ -890,11 +890,14 @@ struct xd_rdma_dev_stats {
 /* Fills @out for the @i-th device in use. Returns false when there is none (past the last). */
 bool xd_rdma_device_stats(const struct xd_daemon *d, int i, struct xd_rdma_dev_stats *out);
 
-/* metrics.c: the Prometheus endpoint (cfg.metrics_listen), on the daemon's event loop */
+/* metrics.c: the Prometheus endpoint (cfg.metrics_listen): HTTP on a thread of its own, from
+ * snapshots the event loop renders */
 struct sockaddr_storage;
-/* Listens on cfg.metrics_listen when set. Returns 0 or -errno (logged, naming the rule). */
+/* Listens on cfg.metrics_listen when set, and starts the HTTP thread. Returns 0 or -errno
+ * (logged, naming the rule). */
 int xd_metrics_start(struct xd_daemon *d);
-/* Closes the listener and every HTTP connection; safe when not started. */
+/* Stops and joins the HTTP thread, closes the listener and every HTTP connection; safe when
+ * not started. Event loop only. */
 void xd_metrics_stop(struct xd_daemon *d);
 /* Checks "ADDR:PORT" (numeric address, port 1..65535). Returns 0 or -EINVAL. */
 int xd_metrics_parse_listen(const char *s, struct sockaddr_storage *ss, int *len);

@@ -22,7 +22,8 @@
 # xferd_metrics_scrape_seconds: accept to reply written). The machine is shared: compare only
 # numbers of the same run.
 #
-# Options: --size SIZE (4M), --waves N (4), --rounds N (2), --loads "pairs benches", --json FILE.
+# Options: --size SIZE (4M), --waves N (4), --rounds N (2), --loads "pairs benches",
+# --placements "shared own", --json FILE.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build}
@@ -31,6 +32,7 @@ SIZE=4M
 WAVES=4
 ROUNDS=2
 LOADS="pairs benches"
+PLACEMENTS="shared own"
 JSON_OUT=
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -38,9 +40,10 @@ while [ $# -gt 0 ]; do
 	--waves) WAVES=$2; shift 2 ;;
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--loads) LOADS=$2; shift 2 ;;
+	--placements) PLACEMENTS=$2; shift 2 ;;
 	--json) JSON_OUT=$2; shift 2 ;;
 	*)
-		echo "bench-metrics.sh: unknown option '$1' (--size, --waves, --rounds, --loads, --json)" >&2
+		echo "bench-metrics.sh: unknown option '$1' (--size, --waves, --rounds, --loads, --placements, --json)" >&2
 		exit 2
 		;;
 	esac
@@ -82,10 +85,13 @@ start()
 	echo "bench-metrics.sh: daemon $1$2 did not start: $(tail -n 3 "$RUN/$1$2.log")" >&2
 	exit 1
 }
-start shared A $((BASE + 1)) $((BASE + 2))
-start shared B $((BASE + 3)) $((BASE + 4))
-start own A $((BASE + 5)) $((BASE + 6))
-start own B $((BASE + 7)) $((BASE + 8))
+for pl in $PLACEMENTS; do
+	case $pl in
+	shared) start shared A $((BASE + 1)) $((BASE + 2)); start shared B $((BASE + 3)) $((BASE + 4)) ;;
+	own) start own A $((BASE + 5)) $((BASE + 6)); start own B $((BASE + 7)) $((BASE + 8)) ;;
+	*) echo "bench-metrics.sh: --placements: shared and/or own, not '$pl'" >&2; exit 2 ;;
+	esac
+done
 mport() { if [ "$1" = shared ]; then echo $((BASE + 2)) $((BASE + 4)); else echo $((BASE + 6)) $((BASE + 8)); fi; }
 
 # pair PLACEMENT NAME: one readable (on A) / read (on B) of BYTES random bytes; 0 when both
@@ -178,21 +184,22 @@ echo "  pairs:   25 readable/read xferctl pairs x $WAVES waves of $SIZE (tests/t
 echo "  benches: 25 xferbench_net processes (2 clients each), $SIZE reads 2 s then writes 2 s"
 for ((r = 1; r <= ROUNDS; r++)); do
 	for ld in $LOADS; do
-		for pl in shared own; do
+		for pl in $PLACEMENTS; do
 			load "$ld" "$pl" "$RUN/$ld.$pl.none.$r"
 			scraped "$ld" "$pl" "$RUN/$ld.$pl.scraped.$r"
 		done
 	done
 	echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
-for pl in shared own; do
+for pl in $PLACEMENTS; do
 	read -r -a ports <<<"$(mport "$pl")"
 	curl -s "http://127.0.0.1:${ports[0]}/metrics" >"$RUN/$pl.final.prom"
 done
 
-$PY - "$RUN" "$ROUNDS" "$JSON_OUT" "$SIZE" "$LOADS" <<'EOF'
+$PY - "$RUN" "$ROUNDS" "$JSON_OUT" "$SIZE" "$LOADS" "$PLACEMENTS" <<'EOF'
 import json, statistics, sys
 run, rounds, out, size, loads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+placements = sys.argv[6].split()
 
 def load(f):
     v = open(f).read().split()
@@ -204,9 +211,12 @@ def pct(v, p):
     return v[min(len(v) - 1, int(len(v) * p))]
 
 def served(f):
-    """p50 and p90 of xferd_metrics_scrape_seconds as bucket bounds (ms), and the mean."""
-    b, s, n = [], 0.0, 0
+    """p50 and p90 of xferd_metrics_scrape_seconds as bucket bounds (ms), the mean, and the
+    replies that got a stale snapshot (None from a daemon that does not count them)."""
+    b, s, n, stale = [], 0.0, 0, None
     for line in open(f):
+        if line.startswith("xferd_metrics_stale_replies_total "):
+            stale = int(line.split()[-1])
         if line.startswith("xferd_metrics_scrape_seconds_bucket"):
             le = line.split('le="')[1].split('"')[0]
             b.append((float("inf") if le == "+Inf" else float(le) * 1000, int(line.split()[-1])))
@@ -215,14 +225,14 @@ def served(f):
         elif line.startswith("xferd_metrics_scrape_seconds_count"):
             n = int(line.split()[-1])
     le = lambda p: next((ub for ub, c in b if c >= p * n), float("inf"))
-    return (le(0.5), le(0.9), s / n) if n else (0, 0, 0)
+    return (le(0.5), le(0.9), s / n, stale) if n else (0, 0, 0, stale)
 
 res, failed = {}, 0
 print()
 print(f"{'':17}{'GB/s none':>10}{'scraped':>9}{'ratio':>7} | {'scrapes':>7}{'p50':>8}{'p90':>8}"
       f"{'p99':>8}{'max':>8} ms | daemon A waiting for a CPU")
 for ld in loads.split():
-    for pl in ("shared", "own"):
+    for pl in placements:
         none = [load(f"{run}/{ld}.{pl}.none.{r}") for r in range(1, rounds + 1)]
         scr = [load(f"{run}/{ld}.{pl}.scraped.{r}") for r in range(1, rounds + 1)]
         failed += sum(x[1] for x in none + scr)
@@ -247,11 +257,13 @@ for ld in loads.split():
         print(f"  {k:15}{gn:10.3f}{gs:9.3f}{gs / gn if gn else 0:6.2f}x | {len(times):7}"
               f"{s['p50']:8.2f}{s['p90']:8.2f}{s['p99']:8.2f}{s['max']:8.2f}    | "
               f"{wait:3.0f}% of the time, {per:.2f} ms a wakeup")
-for pl in ("shared", "own"):
-    d50, d90, dmean = served(f"{run}/{pl}.final.prom")
-    res[f"daemon_side/{pl}"] = {"p50_le_ms": d50, "p90_le_ms": d90, "mean_ms": dmean}
+for pl in placements:
+    d50, d90, dmean, stale = served(f"{run}/{pl}.final.prom")
+    res[f"daemon_side/{pl}"] = {"p50_le_ms": d50, "p90_le_ms": d90, "mean_ms": dmean,
+                                "stale_replies": stale}
     print(f"  daemon side, {pl:6}: p50 <= {d50:g} ms, p90 <= {d90:g} ms, mean {dmean:.2f} ms"
-          " (daemon A's xferd_metrics_scrape_seconds, accept to reply written, all loads)")
+          + ("" if stale is None else f", {stale} stale snapshots")
+          + " (daemon A's xferd_metrics_scrape_seconds, accept to reply written, all loads)")
 print("  (waiting for a CPU: daemon A's run-queue time in /proc/PID/schedstat, scraped runs)")
 if failed:
     print(f"  {failed} transfers FAILED")

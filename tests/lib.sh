@@ -613,3 +613,25 @@ loopback_start()
 	tail -n 5 "$D/$name.log" | sed 's/^/#   /'
 	return 1
 }
+
+# metrics_current URL FILE: GET URL (an xferd /metrics) into FILE, with a snapshot that reflects
+# everything the daemon did before this call, for comparing counters: the reply says
+# "X-Xferd-Snapshot: fresh", or its xferd_metrics_snapshot_age_seconds shows that it was
+# rendered after the first try began (a busy or slow event loop answers a scrape's ask after
+# that reply went; a later scrape gets it). 1 after 50 tries.
+metrics_current()
+{
+	local url=$1 f=$2 t0 tn i age
+	t0=$EPOCHREALTIME
+	for ((i = 0; i < 50; i++)); do
+		tn=$EPOCHREALTIME
+		if curl -s --max-time 10 -D "$f.head" -o "$f" "$url" && grep -q '^HTTP/1.1 200' "$f.head"; then
+			grep -qi '^X-Xferd-Snapshot: fresh' "$f.head" && return 0
+			age=$(awk '$1 == "xferd_metrics_snapshot_age_seconds" { print $2 }' "$f")
+			[ -n "$age" ] && awk -v a="$age" -v t0="$t0" -v tn="$tn" 'BEGIN { exit !(a < tn - t0) }' &&
+				return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}

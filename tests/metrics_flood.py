@@ -12,6 +12,9 @@ Usage: metrics_flood.py HOST PORT            (the flood below)
 2. A slow sender (one header byte every 0.5 s): cut at the connection deadline (5 s).
 3. An oversized request (64 KiB of headers) and a request with a body: refused, not served.
 4. Garbage bytes: no crash (the later checks find the daemon alive).
+5. 32 scrapes that hang up (RST) as soon as their request is sent, 8 at a time, while the
+   HTTP thread may be waiting for the event loop's snapshot for them: a real scrape after
+   them succeeds.
 Prints one line of what it saw; exits 1 with the reason on the first broken expectation.
 """
 import socket
@@ -104,6 +107,28 @@ def refused(request):
     return data.split(b"\r\n", 1)[0].decode(errors="replace") or "closed"
 
 
+def hangups():
+    import struct
+    n = 0
+    for _ in range(32 // 8):
+        socks = []
+        for _ in range(8):
+            try:
+                s = connect()
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                socks.append(s)
+            except OSError:  # the listener paused while the previous ones drain: fine
+                pass
+        for s in socks:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            n += 1
+    status, _ = get()
+    if status != 200:
+        die(f"scrape after {n} hung-up scrapes: HTTP {status}")
+    return n
+
+
 def main():
     n, waited, open_now = idle_flood()
     slow = slow_sender()
@@ -113,9 +138,10 @@ def main():
     status, _ = get("/nothing")
     if status != 404:
         die(f"/nothing: HTTP {status}")
+    hung = hangups()
     print(f"{n} idle connections at once (at most {int(open_now)} held open, a scrape got through "
           f"after {waited:.1f} s); a slow sender cut after {slow:.1f} s; 64 KiB headers: {big}; "
-          f"a body: {body}; other paths 404")
+          f"a body: {body}; other paths 404; {hung} scrapes hung up mid-request")
 
 
 def timed(stop):

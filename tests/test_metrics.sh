@@ -282,7 +282,7 @@ windows_counted()
 	fi
 	out=$(XFER_WINDOWS_NODES="$D/A.sock,$D/B.sock" timeout 120 "$BUILD/tests/test_windows" \
 		notify_exactly_once_in_order 2>&1)
-	scrape "$MA" "$f"
+	metrics_current "http://127.0.0.1:$MA/metrics" "$f"
 	if [[ $out =~ [1-9]\ passed,\ 0\ failed ]] && promcheck "$f" &&
 		[ "$(msum "$f" xferd_window_operations_total)" -gt 0 ] &&
 		[ "$(msum "$f" xferd_window_notifications_total)" -gt 0 ] &&
@@ -311,7 +311,7 @@ matches()
 	local n=$1 f=$D/$1.final why=
 	local completed cancelled failed bytes regions clients
 	sleep 0.2 # (the last client's connection close is handled)
-	scrape "$2" "$f" || why+=" scrape failed"
+	metrics_current "http://127.0.0.1:$2/metrics" "$f" || why+=" no current scrape in 50"
 	completed=$(stat "$n" ops_completed)
 	cancelled=$(stat "$n" ops_cancelled)
 	failed=$(stat "$n" ops_failed)
@@ -453,7 +453,8 @@ if want load; then
 			split($1, a, "le=\""); split(a[2], b, "\""); le = b[1]
 			if (!p50 && $2 >= n * 0.5) p50 = le; if (!p90 && $2 >= n * 0.9) p90 = le }
 		END { printf "p50 <= %s s, p90 <= %s s", p50, p90 }' "$D/load.final")
-	note "daemon time per scrape (render, xferd_metrics_render_seconds): $render ms on average"
+	note "daemon time per snapshot (render on the event loop, xferd_metrics_render_seconds): $render ms on average"
+	note "scrapes served the last snapshot, the event loop being busy: $(msum "$D/load.final" xferd_metrics_stale_replies_total) of $served"
 	note "daemon side of the scrapes (accept to reply written, xferd_metrics_scrape_seconds): $side"
 	note "scrape time under load (50 clients, $n scrapes, connect to last byte): $stats"
 	note "(the daemons share the clients' scheduling group here; scripts/bench-metrics.sh compares)"

@@ -294,7 +294,7 @@ metrics_match() {
 		skip "node $n metrics" "curl or promtool missing (Debian packages curl, prometheus)"
 		return
 	fi
-	curl -s --max-time 20 -o "$f" "http://${IP[$n]}:$METRICS_PORT/metrics"
+	metrics_current "http://${IP[$n]}:$METRICS_PORT/metrics" "$f"
 	mr=$(awk -v d="xferd_rdma_read_bytes_total{device=\"${DEV[$n]}\"}" '$1 == d { print $2 }' "$f")
 	mw=$(awk -v d="xferd_rdma_write_bytes_total{device=\"${DEV[$n]}\"}" '$1 == d { print $2 }' "$f")
 	if promtool check metrics <"$f" >/dev/null 2>&1 && [ "$mr" = "$2" ] && [ "$mw" = "$3" ]; then
