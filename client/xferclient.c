@@ -971,9 +971,10 @@ static int op_params(struct xfer_client *c, const char *metadata, const struct x
 		client_set_error(c, "an operation has 1 to %d descriptors", XP_MAX_DESCS);
 		return -EINVAL;
 	}
-	if (opts && (opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT))) {
-		client_set_error(c, "unknown operation flags %#x",
-				 opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT));
+	const unsigned known = XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT | XFER_OP_END_ONLY;
+
+	if (opts && (opts->flags & ~known)) {
+		client_set_error(c, "unknown operation flags %#x", opts->flags & ~known);
 		return -EINVAL;
 	}
 	if (opts && (opts->flags & XFER_OP_NOWAIT) && !metadata) {
@@ -993,6 +994,9 @@ static int op_params(struct xfer_client *c, const char *metadata, const struct x
 		rc = -ENOMEM;
 	if (!rc && opts && (opts->flags & XFER_OP_NOWAIT) &&
 	    json_object_set_new(params, "nowait", json_true()))
+		rc = -ENOMEM;
+	if (!rc && opts && (opts->flags & XFER_OP_END_ONLY) &&
+	    json_object_set_new(params, "end_only", json_true()))
 		rc = -ENOMEM;
 	if (!rc && metadata && json_object_set_new(params, "metadata", json_string(metadata)))
 		rc = -EBADMSG; /* not UTF-8, so it cannot be metadata */

@@ -92,6 +92,15 @@ struct xfer_op_opts {
  */
 #define XFER_OP_NOWAIT 0x4u /* (0x2 is XFER_OP_BATCH_EVENT, for xfer_batch()) */
 
+/*
+ * For xfer_readable()/xfer_writable()/xfer_read()/xfer_write(): the daemon pushes only the
+ * operation's end (COMPLETE, CANCELLED, ERRORED), not IN_PROGRESS. A client that only waits for
+ * ends saves one event (a wakeup and a parse) per operation on each side of a pairing. With
+ * XFER_OP_NOWAIT, a refused claim still arrives as the ERRORED end. An older daemon refuses it
+ * (-EINVAL, an unknown param).
+ */
+#define XFER_OP_END_ONLY 0x8u
+
 /* A sealed, mapped memfd buffer made by xfer_buf_alloc(). */
 struct xfer_buf {
 	void *addr; /* MAP_SHARED mapping of the whole memfd */

@@ -199,6 +199,9 @@ static void send_claim(struct xd_xfer *x)
 				  (json_int_t)x->owner_epoch, "length", (json_int_t)op->length,
 				  "metadata_kind", xp_kind_name(x->meta_kind));
 	int rc = claim ? claim_credential(x, claim) : -ENOMEM;
+	/* Two-sided, we take the short end if the owner agrees in its CLAIM_OK (§10.3). */
+	if (rc == 0 && !x->one_sided && json_object_set_new(claim, "quick_end", json_true()))
+		rc = -ENOMEM;
 	/* An owner that stages must not grant chunks larger than our staging buffers (§10.5.1). */
 	if (rc == 0 && x->stage_local &&
 	    json_object_set_new(claim, "stage_max",
@@ -338,6 +341,21 @@ static void peer_up(struct xd_peer *p)
 }
 
 /*
+ * A committed transfer whose op was asked to end heard nothing for keepalive_timeout_ms: the
+ * end asked applies, and the peer is told (an honest one answers within a round trip).
+ */
+static void commit_timeout(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	send_ctrl(x, XP_PEER_CANCEL,
+		  error_json(op ? op->cause_errno : ECANCELED, op ? op->cause : "ended"));
+	xfer_close(x);
+	if (op)
+		xd_op_drained(op);
+}
+
+/*
  * An honest active side releases an ended transfer's keys as soon as its last request completes,
  * which the queue pair's own retry limits bound to seconds. One that keeps them past
  * keepalive_timeout_ms is stuck or hostile: failing the connection set destroys the queue pair,
@@ -349,9 +367,14 @@ static void check_drains(struct xd_peer *p)
 	if (p->state == XD_PEER_DEAD)
 		return;
 	uint64_t limit_ms = p->d->cfg.keepalive_timeout_ms, now = xd_now_us();
-	struct xd_xfer *x;
+	struct xd_xfer *x, *tmp;
 
-	TAILQ_FOREACH(x, &p->d->xfers, link) {
+	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp) {
+		if (x->peer == p && x->commit_wait &&
+		    (now - x->commit_since_us) / 1000 > limit_ms) {
+			commit_timeout(x);
+			continue;
+		}
 		uint64_t kept_ms = (now - x->drain_since_us) / 1000;
 		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
 			continue;
@@ -434,6 +457,16 @@ static bool drain(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
+	if (x->committed) {
+		/*
+		 * Every byte is out and the other side completes at its last byte: ending here now
+		 * would leave the two sides disagreeing. The end waits for the last message (the op
+		 * then completes) or for the set's loss, at most keepalive_timeout_ms.
+		 */
+		x->commit_wait = true;
+		x->commit_since_us = xd_now_us();
+		return true;
+	}
 	if (!x->one_sided || x->active || x->draining)
 		return false;
 	send_ctrl(x, XP_PEER_CANCEL, error_json(op->cause_errno, op->cause));
@@ -444,15 +477,17 @@ static bool drain(struct xd_op *op)
 
 /* ---- owner side: CLAIM and DONE ---- */
 
-static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max)
+static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max, bool *quick)
 {
 	const char *token = NULL, *proof = NULL, *kind, *node, *meta_kind;
 	json_int_t op, epoch, length, smax = 0;
+	int quick_end = 0;
 
 	if (!json ||
-	    json_unpack(json, "{s:I, s?s, s?s, s:s, s:s, s:I, s:I, s:s, s?I}", "op", &op, "token",
-			&token, "proof", &proof, "kind", &kind, "node", &node, "epoch", &epoch,
-			"length", &length, "metadata_kind", &meta_kind, "stage_max", &smax) ||
+	    json_unpack(json, "{s:I, s?s, s?s, s:s, s:s, s:I, s:I, s:s, s?I, s?b}", "op", &op,
+			"token", &token, "proof", &proof, "kind", &kind, "node", &node, "epoch",
+			&epoch, "length", &length, "metadata_kind", &meta_kind, "stage_max", &smax,
+			"quick_end", &quick_end) ||
 	    (smax &&
 	     (smax < XD_STAGE_SIZE_MIN || smax > XD_STAGE_SIZE_MAX || smax % XD_STAGE_ALIGN)) ||
 	    !token == !proof || (token && xp_hex_decode(token, cl->token, XP_ID_BYTES)) ||
@@ -470,6 +505,7 @@ static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max)
 	cl->epoch = (uint64_t)epoch;
 	cl->length = (uint64_t)length;
 	*stage_max = (uint32_t)smax;
+	*quick = quick_end;
 	return 0;
 }
 
@@ -553,7 +589,7 @@ static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
  * CLAIM_OK (with keys, one-sided). Returns 0 or -ENOMEM.
  */
 static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_op *passive,
-			uint32_t stage_max)
+			uint32_t stage_max, bool quick)
 {
 	char msg[XD_CAUSE_MAX];
 	int err;
@@ -569,11 +605,13 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 	 * that carries data) */
 	x->via = p->transport->data_via ? p->transport->data_via(p, via) : via;
 	x->stage_max = stage_max;
+	x->quick = quick && !x->one_sided;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
 	/* A file of ours: no keys now; a window per staged chunk follows (STAGE, §10.5.1). */
 	json_t *ok = x->stage_local ? json_pack("{s:b}", "staged", 1) :
 		     x->one_sided   ? claim_ok_segs(x, &err, msg, sizeof(msg)) :
+		     x->quick	    ? json_pack("{s:b}", "quick_end", 1) :
 				      json_object();
 	if (!ok) {
 		refuse_claim(x, -err, msg);
@@ -593,9 +631,10 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	struct xd_claim cl;
 	char msg[XD_CAUSE_MAX];
 	uint32_t stage_max;
+	bool quick;
 	int err;
 
-	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl, &stage_max) < 0)
+	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl, &stage_max, &quick) < 0)
 		return -EPROTO;
 	/*
 	 * A transfer is named by the claimer's op id, which it never reuses: a second CLAIM for a
@@ -618,7 +657,7 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	return accept_claim(p, via, h->xfer, passive, stage_max);
+	return accept_claim(p, via, h->xfer, passive, stage_max, quick);
 }
 
 /* The owner's op.get/op.put side: a window's range, the refusals of window.c. */
@@ -673,7 +712,7 @@ static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	return accept_claim(p, via, h->xfer, passive, 0);
+	return accept_claim(p, via, h->xfer, passive, 0, false);
 }
 
 static bool wants_sync(const struct xd_xfer *x);
@@ -683,7 +722,9 @@ static void complete_passive(struct xd_xfer *x)
 {
 	struct xd_op *op = x->op;
 
-	send_ctrl(x, XP_PEER_DONE_ACK, json_object());
+	/* (the short end of a read: the reader completed when the last byte arrived) */
+	if (!(x->quick && x->source))
+		send_ctrl(x, XP_PEER_DONE_ACK, json_object());
 	xfer_close(x);
 	if (op)
 		xd_op_complete(op);
@@ -691,8 +732,11 @@ static void complete_passive(struct xd_xfer *x)
 
 static void maybe_complete_passive(struct xd_xfer *x)
 {
-	/* One-sided, DONE follows the data on the same queue pair: it is all in place. */
-	if (x->done_rx &&
+	/*
+	 * One-sided, DONE follows the data on the same queue pair: it is all in place. The short
+	 * end of a write has no DONE: the last byte is the writer's last word.
+	 */
+	if ((x->done_rx || (x->quick && !x->source)) &&
 	    (x->source || (x->one_sided && !x->stage_local) || x->received == x->length) &&
 	    (x->source || x->synced || !wants_sync(x)))
 		complete_passive(x);
@@ -722,6 +766,8 @@ static int parse_rsegs(struct xd_xfer *x, json_t *json)
 	return total == x->length ? 0 : -EPROTO;
 }
 
+static void data_received(struct xd_xfer *x);
+
 static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 {
 	struct xd_op *op = x->op;
@@ -733,6 +779,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	x->stage_remote = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
 	if (x->one_sided && !x->stage_remote && parse_rsegs(x, json) < 0)
 		return -EPROTO;
+	x->quick = !x->one_sided && json && json_is_true(json_object_get(json, "quick_end"));
+	x->ok_rx = true;
 	/* (a window's get/put, or an op.read/op.write with nowait, had its reply) */
 	if (op->owner && op->life == XD_OP_CLAIMING)
 		xd_client_reply(op->owner, op->reply_id,
@@ -740,6 +788,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	xd_op_set_in_progress(op, x->peer->transport->name, x->peer->node_hex);
 	if (x->source || x->one_sided) /* one-sided, the active side moves both directions */
 		xd_peer_stream_add(x->peer, x);
+	else if (x->received == x->length)
+		data_received(x); /* the DATA came first: it waited for the end agreed here */
 	return 0;
 }
 
@@ -750,9 +800,13 @@ static void send_done(struct xd_xfer *x)
 
 static void data_sent(struct xd_xfer *x)
 {
-	/* Two-sided writer: every DATA frame is on the wire (one-sided: see all_posted()). */
-	if (x->active && !x->one_sided && !x->wfast && x->op && x->sent == x->length)
-		send_done(x);
+	if (!x->op || x->sent < x->length || x->one_sided || x->wfast)
+		return;
+	/* Every DATA frame is on the wire (one-sided: see all_posted()). */
+	if (x->quick)
+		x->committed = true; /* the other side's last message ends it (§10.3) */
+	else if (x->active)
+		send_done(x); /* two-sided writer */
 }
 
 static void all_posted(struct xd_xfer *x)
@@ -775,8 +829,6 @@ static bool wants_sync(const struct xd_xfer *x)
 			return true;
 	return false;
 }
-
-static void data_received(struct xd_xfer *x);
 
 static void xfer_synced(void *arg, int err)
 {
@@ -816,6 +868,14 @@ static void data_received(struct xd_xfer *x)
 		return;
 	if (x->active && x->wfast) { /* a window get: its one reply is all here */
 		struct xd_op *op = x->op;
+		xfer_close(x);
+		xd_op_complete(op);
+	} else if (x->active && !x->ok_rx) {
+		return; /* which end: the CLAIM_OK says (handle_claim_ok() comes back here) */
+	} else if (x->active && x->quick) {
+		/* The short end: every byte has landed, the reader's DONE is the last word. */
+		struct xd_op *op = x->op;
+		send_done(x);
 		xfer_close(x);
 		xd_op_complete(op);
 	} else if (x->active) {

@@ -156,17 +156,18 @@ int xd_handle_op_passive(struct xd_call *call)
 {
 	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
 	json_int_t timeout = -1;
-	int release_on_end = 0;
+	int release_on_end = 0, end_only = 0;
 	json_t *descs;
 
-	if (xd_unpack_params(call, "{s:o, s?I, s?b}", "descs", &descs, "timeout_ms", &timeout,
-			     "release_on_end", &release_on_end))
+	if (xd_unpack_params(call, "{s:o, s?I, s?b, s?b}", "descs", &descs, "timeout_ms", &timeout,
+			     "release_on_end", &release_on_end, "end_only", &end_only))
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
 	struct xd_op *op = xd_op_new(call, kind, descs, timeout, release_on_end);
 	if (!op)
 		return -call->cause_errno;
+	op->end_only = end_only;
 	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
 		xd_op_discard(op);
 		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
@@ -218,19 +219,20 @@ int xd_handle_op_active(struct xd_call *call)
 	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
 	const char *metadata;
 	json_int_t timeout = -1;
-	int release_on_end = 0, nowait = 0;
+	int release_on_end = 0, nowait = 0, end_only = 0;
 	json_t *descs;
 	struct xp_meta m;
 
-	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b, s?b}", "metadata", &metadata, "descs",
+	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b, s?b, s?b}", "metadata", &metadata, "descs",
 			     &descs, "timeout_ms", &timeout, "release_on_end", &release_on_end,
-			     "nowait", &nowait))
+			     "nowait", &nowait, "end_only", &end_only))
 		return -EINVAL;
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
 	struct xd_op *active = xd_op_new(call, kind, descs, timeout, release_on_end);
 	if (!active)
 		return -call->cause_errno;
+	active->end_only = end_only;
 	int rc = xd_metadata_decode(call, metadata, &m);
 	if (rc == 0 && m.kind == XP_KIND_WINDOW) {
 		xp_meta_fini(&m);

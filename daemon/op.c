@@ -730,7 +730,7 @@ void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *
 	op->state = XP_ST_IN_PROGRESS;
 	snprintf(op->transport, sizeof(op->transport), "%s", transport);
 	snprintf(op->peer, sizeof(op->peer), "%s", peer);
-	notify_owner(op);
+	notify(op, !op->batch && !op->end_only); /* (subscribers see it either way) */
 }
 
 void xd_op_complete(struct xd_op *op)
@@ -738,6 +738,14 @@ void xd_op_complete(struct xd_op *op)
 	/* Cross-node: each daemon counts what it sent or received for its own side. */
 	op->bytes = op->length;
 	count_bytes(op, op->length);
+	if (xd_op_ending(op)) {
+		/* An end asked while the transfer was committed (claim.c): the transfer won. */
+		op->end_state = XP_ST_COMPLETE;
+		op->cause_errno = 0;
+		op->cause[0] = '\0';
+		xd_op_drained(op);
+		return;
+	}
 	op_finish(op, XP_ST_COMPLETE, 0, "");
 }
 

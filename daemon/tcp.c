@@ -81,6 +81,7 @@ struct xd_pconn {
 	STAILQ_HEAD(, xd_frame) ctrlq;
 	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
 	uint32_t ctrlq_bytes;	 /**< queued control bytes, frame headers included */
+	bool tx_wait;		 /**< the last flush stopped short: wait for epoll to wake it */
 	bool ctrlq_over;	 /**< the peer let ctrlq pass XD_PEER_CTRLQ_MAX */
 	struct xd_xfer *tx_xfer; /**< DATA frame being sent (a reference) */
 	uint8_t tx_hdr[XP_PEER_HDR_LEN];
@@ -279,14 +280,23 @@ static bool pconn_wants_write(const struct xd_pconn *pc)
 	return pconn_carries_data(pc) && !TAILQ_EMPTY(&pc->peer->sendq);
 }
 
+/*
+ * Arms the write callback for what is queued. While the socket takes all we give it, the
+ * callback is made active for later in this loop turn rather than added to epoll: the frames
+ * queued meanwhile still leave in one sendmsg (pconn_write_ctrl()), without the two epoll_ctl
+ * calls and the extra epoll_wait that arming and disarming cost per frame (a pairing queues
+ * several). Only a full socket or a spent budget (tx_wait) waits for epoll to say writable.
+ */
 static void pconn_update_write(struct xd_pconn *pc)
 {
 	if (pc->dead)
 		return;
-	if (pconn_wants_write(pc))
+	if (!pconn_wants_write(pc))
+		event_del(pc->wev);
+	else if (pc->tx_wait || !pc->connected)
 		event_add(pc->wev, NULL);
 	else
-		event_del(pc->wev);
+		event_active(pc->wev, EV_WRITE, 0);
 }
 
 /* Starts the next DATA frame from the round-robin queue. Returns false if there is none. */
@@ -487,6 +497,7 @@ static int pconn_flush(struct xd_pconn *pc)
 {
 	uint64_t budget = XD_PEER_WRITE_BUDGET;
 
+	pc->tx_wait = false;
 	while (budget > 0) {
 		ssize_t w;
 		/* A control frame may not cut into a DATA frame already begun, nor the reverse. */
@@ -504,14 +515,18 @@ static int pconn_flush(struct xd_pconn *pc)
 			break;
 		if (w < 0)
 			return (int)w;
-		if (w == 0)
+		if (w == 0) {
+			pc->tx_wait = true; /* the socket is full */
 			break;
+		}
 		pc->last_tx_us = xd_now_us();
 		if (pc->peer)
 			pc->peer->bytes_sent += (uint64_t)w;
 		budget = (uint64_t)w < budget ? budget - (uint64_t)w : 0;
 	}
-	pconn_update_write(pc); /* still armed if anything is left: the loop comes back */
+	if (budget == 0)
+		pc->tx_wait = true; /* the others' turn: epoll brings us back */
+	pconn_update_write(pc);	    /* still armed if anything is left: the loop comes back */
 	return 0;
 }
 

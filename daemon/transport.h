@@ -344,6 +344,15 @@ struct xd_xfer {
 	char io_why[XD_CAUSE_MAX];
 	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
 	bool claim_sent, done_rx;
+	bool ok_rx; /**< active: CLAIM_OK arrived (DATA may come before it, on another connection) */
+	/*
+	 * The short end (PROTOCOL.md §10.3), agreed in CLAIM and CLAIM_OK on two-sided transports:
+	 * the side that receives the bytes completes once they all arrived and sends the one last
+	 * message (the reader's DONE, the owner's DONE_ACK); the side that sends them is committed
+	 * once its last byte is out, and an end asked then waits for that message (commit_wait).
+	 */
+	bool quick, committed, commit_wait;
+	uint64_t commit_since_us; /**< when an end was asked of a committed transfer */
 	/*
 	 * One-sided keys outlive an operation's end until the active side has no request left on
 	 * them: the owner keeps an ended transfer draining (its registrations held) until the

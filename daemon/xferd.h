@@ -710,6 +710,7 @@ struct xd_op {
 	int cause_errno;	 /**< positive errno once CANCELLED or ERRORED (or ENDING) */
 	char cause[XD_CAUSE_MAX];
 	bool release_on_end; /**< the client's option: forgotten once its end was pushed */
+	bool end_only;	     /**< the client's option: its owner is pushed the end alone */
 	bool charged;	     /**< counted against its owner's XD_RES_OPS limits */
 	int64_t reply_id;    /**< CLAIMING: the op.read/op.write to answer */
 	bool claim_nowait;   /**< op.read/op.write "nowait": answered at once, outcome pushed */
