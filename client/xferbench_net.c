@@ -844,9 +844,11 @@ static int pipe_start_one(struct pipeline *pl, int k)
 	struct bench *b = pl->b;
 	struct xfer_desc pd = { b->pb.region, (uint64_t)k * pl->size, pl->size };
 	struct xfer_desc ad = { b->ab.region, (uint64_t)k * pl->size, pl->size };
-	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	/* Only ends are waited for: no IN_PROGRESS events (XFER_OP_END_ONLY). */
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_END_ONLY };
 	/* The claim is not waited for (XFER_OP_NOWAIT): its refusal would come as an end. */
-	struct xfer_op_opts active_opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT };
+	struct xfer_op_opts active_opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT |
+						     XFER_OP_END_ONLY };
 	struct slot *s = &pl->slots[k];
 	char *md = NULL;
 	int err;

@@ -200,7 +200,8 @@ static void send_claim(struct xd_xfer *x)
 				  "metadata_kind", xp_kind_name(x->meta_kind));
 	int rc = claim ? claim_credential(x, claim) : -ENOMEM;
 	/* Two-sided, we take the short end if the owner agrees in its CLAIM_OK (§10.3). */
-	if (rc == 0 && !x->one_sided && json_object_set_new(claim, "quick_end", json_true()))
+	if (rc == 0 && x->peer->transport->quick_end && !x->one_sided &&
+	    json_object_set_new(claim, "quick_end", json_true()))
 		rc = -ENOMEM;
 	/* An owner that stages must not grant chunks larger than our staging buffers (§10.5.1). */
 	if (rc == 0 && x->stage_local &&
@@ -605,7 +606,7 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 	 * that carries data) */
 	x->via = p->transport->data_via ? p->transport->data_via(p, via) : via;
 	x->stage_max = stage_max;
-	x->quick = quick && !x->one_sided;
+	x->quick = quick && p->transport->quick_end && !x->one_sided;
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
 	/* A file of ours: no keys now; a window per staged chunk follows (STAGE, §10.5.1). */
@@ -779,7 +780,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	x->stage_remote = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
 	if (x->one_sided && !x->stage_remote && parse_rsegs(x, json) < 0)
 		return -EPROTO;
-	x->quick = !x->one_sided && json && json_is_true(json_object_get(json, "quick_end"));
+	x->quick = x->peer->transport->quick_end && !x->one_sided && json &&
+		   json_is_true(json_object_get(json, "quick_end"));
 	x->ok_rx = true;
 	/* (a window's get/put, or an op.read/op.write with nowait, had its reply) */
 	if (op->owner && op->life == XD_OP_CLAIMING)

@@ -1542,6 +1542,7 @@ const struct xd_transport_ops xd_transport_tcp_ops = {
 	.name = "tcp",
 	.network = true,
 	.authenticates = true,
+	.quick_end = true,
 	.start = tcp_start,
 	.fini = tcp_fini,
 	.usable = tcp_usable,

@@ -43,6 +43,12 @@ struct xd_transport_ops {
 	 */
 	bool one_sided;
 	/*
+	 * Two-sided: whether its pairings may take the short end (PROTOCOL.md §10.3, "quick_end"
+	 * in CLAIM and CLAIM_OK: one last message instead of DONE and DONE_ACK). Else the long
+	 * exchange, which every daemon understands.
+	 */
+	bool quick_end;
+	/*
 	 * Whether its handshake proves the cluster key (PROTOCOL.md §10.2). A keyed daemon uses a
 	 * network transport that does not only under --insecure-peers.
 	 */

@@ -128,7 +128,8 @@ static struct {
 	pthread_cond_t cond;
 } W;
 
-static const struct xd_transport_ops fake_ops;
+/* (not const: the short-end tests turn its quick_end on for one world) */
+static struct xd_transport_ops fake_ops;
 
 static int daemon_index(const struct xd_daemon *d)
 {
@@ -610,7 +611,7 @@ static bool fake_pending_output(const struct xd_peer *p)
 	return false;
 }
 
-static const struct xd_transport_ops fake_ops = {
+static struct xd_transport_ops fake_ops = {
 	.name = "fake",
 	.network = true,
 	.preferred = false,
@@ -1689,6 +1690,134 @@ TEST(link_cut_before_done_ack_read)
 TEST(link_cut_before_done_ack_write)
 {
 	run_cut(XP_PEER_DONE_ACK, XFER_WRITABLE);
+}
+
+/* ---- the short end (PROTOCOL.md §10.3: "quick_end", one last message) ---- */
+
+static void quick_world_start(void)
+{
+	fake_ops.quick_end = true;
+	world_start();
+}
+
+static void quick_world_stop(void)
+{
+	world_stop();
+	fake_ops.quick_end = false;
+}
+
+/* A quick pairing moves every byte and both sides complete (the long tests above: none). */
+static void run_quick_transfer(enum xfer_kind pkind)
+{
+	struct pair p;
+
+	quick_world_start();
+	pair_open(&p, pkind, LEN);
+	CHECK_OK(pair_claim(&p, &p.aop));
+	CHECK_END(p.pc, p.pop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK_END(p.ac, p.aop, XFER_COMPLETE, 0, NULL, LEN);
+	pair_check_bytes(&p);
+	EXPECT_QUIET(1);
+	pair_close(&p);
+	EXPECT_BASELINE(1);
+	quick_world_stop();
+}
+
+TEST(quick_end_read_across_daemons)
+{
+	run_quick_transfer(XFER_READABLE);
+}
+
+TEST(quick_end_write_across_daemons)
+{
+	run_quick_transfer(XFER_WRITABLE);
+}
+
+/*
+ * The link is cut just before the last message (the reader's DONE, the owner's DONE_ACK): the
+ * side that received every byte completed at its last byte; the side that sent them cannot
+ * know that and ends ERRORED ECONNRESET, as a claimer cut off from DONE_ACK does in the long
+ * exchange.
+ */
+static void run_quick_cut(enum xfer_kind pkind)
+{
+	bool read = pkind == XFER_READABLE;
+	struct pair p;
+
+	quick_world_start();
+	pair_open(&p, pkind, LEN);
+	fake_arm(read ? DA : DB, read ? XP_PEER_DONE : XP_PEER_DONE_ACK, 0, FAKE_CUT);
+	CHECK_OK(pair_claim(&p, &p.aop));
+	fake_wait();
+	CHECK_END(read ? p.ac : p.pc, read ? p.aop : p.pop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK_END(read ? p.pc : p.ac, read ? p.pop : p.aop, XFER_ERRORED, -ECONNRESET,
+		  "fake link cut", LEN);
+	pair_check_bytes(&p);
+	fake_release();
+	EXPECT_QUIET(0);
+	pair_close(&p);
+	EXPECT_BASELINE(0);
+	quick_world_stop();
+}
+
+TEST(quick_end_link_cut_before_done_read)
+{
+	run_quick_cut(XFER_READABLE);
+}
+
+TEST(quick_end_link_cut_before_done_ack_write)
+{
+	run_quick_cut(XFER_WRITABLE);
+}
+
+static void *release_soon(void *arg)
+{
+	(void)arg;
+	usleep(200 * 1000);
+	fake_release();
+	return NULL;
+}
+
+/*
+ * The side that sent every byte is committed: its owner's cancel while the last message is
+ * held waits for it, and the op ends COMPLETE on both sides, never CANCELLED against COMPLETE.
+ * (Whether the release comes before or after the cancel reaches the daemon, both complete.)
+ */
+static void run_quick_cancel_committed(enum xfer_kind pkind)
+{
+	bool read = pkind == XFER_READABLE;
+	struct xfer_client *sender;
+	uint64_t sop;
+	pthread_t t;
+	struct pair p;
+
+	quick_world_start();
+	pair_open(&p, pkind, LEN);
+	fake_arm(read ? DA : DB, read ? XP_PEER_DONE : XP_PEER_DONE_ACK, 0, FAKE_HOLD);
+	CHECK_OK(pair_claim(&p, &p.aop));
+	fake_wait();
+	sender = read ? p.pc : p.ac;
+	sop = read ? p.pop : p.aop;
+	CHECK(pthread_create(&t, NULL, release_soon, NULL) == 0);
+	CHECK_OK(xfer_cancel(sender, sop));
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK_END(p.pc, p.pop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK_END(p.ac, p.aop, XFER_COMPLETE, 0, NULL, LEN);
+	pair_check_bytes(&p);
+	EXPECT_QUIET(1);
+	pair_close(&p);
+	EXPECT_BASELINE(1);
+	quick_world_stop();
+}
+
+TEST(quick_end_owner_cancel_after_last_byte_read)
+{
+	run_quick_cancel_committed(XFER_READABLE);
+}
+
+TEST(quick_end_writer_cancel_after_last_byte_write)
+{
+	run_quick_cancel_committed(XFER_WRITABLE);
 }
 
 /* ---- refusals ---- */
