@@ -880,7 +880,7 @@ static int pipe_start_batch(struct pipeline *pl, int k0, int n)
 	struct bench *b = pl->b;
 	struct xfer_desc pd[MAX_INFLIGHT], ad[MAX_INFLIGHT];
 	struct xfer_batch_op pops[MAX_INFLIGHT], aops[MAX_INFLIGHT];
-	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END };
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_END_ONLY };
 	size_t pmade = 0, amade = 0;
 	int err;
 

@@ -1525,9 +1525,10 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 	json_t *arr = json_array();
 	int rc = arr ? 0 : -ENOMEM;
 
-	if (opts && (opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT))) {
-		client_set_error(c, "unknown batch flags %#x",
-				 opts->flags & ~(XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT));
+	const unsigned known = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT | XFER_OP_END_ONLY;
+
+	if (opts && (opts->flags & ~known)) {
+		client_set_error(c, "unknown batch flags %#x", opts->flags & ~known);
 		rc = -EINVAL;
 	}
 	for (size_t i = 0; !rc && i < n; i++) {
@@ -1544,6 +1545,11 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 			 opts && (opts->flags & XFER_OP_BATCH_EVENT) ? "batch" : "each");
 	if (*out && opts && opts->timeout_ms &&
 	    json_object_set_new(*out, "timeout_ms", json_integer(opts->timeout_ms))) {
+		json_decref(*out);
+		*out = NULL;
+	}
+	if (*out && opts && (opts->flags & XFER_OP_END_ONLY) &&
+	    json_object_set_new(*out, "end_only", json_true())) {
 		json_decref(*out);
 		*out = NULL;
 	}

@@ -339,7 +339,8 @@ struct xfer_batch_op {
 
 /*
  * Posts @n entries (at most 1024) in one request; @opts (may be NULL) applies to each
- * (deadline, XFER_OP_RELEASE_ON_END, XFER_OP_BATCH_EVENT). Returns 0 with every ops[i].op
+ * (deadline, XFER_OP_RELEASE_ON_END, XFER_OP_BATCH_EVENT, and XFER_OP_END_ONLY to the pairing
+ * entries). Returns 0 with every ops[i].op
  * filled and *batch (may be NULL; 0 without XFER_OP_BATCH_EVENT) the id its event will carry,
  * or -errno: then *done (may be NULL) says how many of the first entries were made (their op
  * ids are filled; they go on, and with XFER_OP_BATCH_EVENT end into the event) and

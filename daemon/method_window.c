@@ -224,6 +224,7 @@ static json_t *compact_params(json_t *entry, const char **name)
 struct batch_opts {
 	json_t *timeout;	/**< "timeout_ms" (borrowed), or NULL */
 	json_t *release_on_end; /**< (borrowed), or NULL */
+	json_t *end_only;	/**< (borrowed), or NULL: for the pairing entries */
 	struct xd_batch *batch; /**< "event": "batch": the ops' ends go there */
 };
 
@@ -286,6 +287,13 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 			       "op.writable, op.read and op.write only",
 			       i);
 	}
+	bool pairing = m == XP_M_OP_READABLE || m == XP_M_OP_WRITABLE || m == XP_M_OP_READ ||
+		       m == XP_M_OP_WRITE;
+	if (pairing && bo->end_only && !json_object_get(params, "end_only") &&
+	    json_object_set(params, "end_only", bo->end_only)) {
+		json_decref(owned);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
 	sub.method = m;
 	sub.params = params;
 	rc = batch_run(&sub, m);
@@ -306,23 +314,29 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
  * entries before it (which stand) and the refusal: {"results", "failed", "errno", "message"}
  * (PROTOCOL.md §5.2).
  */
-/* The batch's options: {"timeout_ms"?, "release_on_end"?, "event"?: "each" | "batch"}. */
+/*
+ * The batch's options: {"timeout_ms"?, "release_on_end"?, "end_only"? (pairing entries only),
+ * "event"?: "each" | "batch"}.
+ */
 static int batch_opts(struct xd_call *call, struct batch_opts *bo, json_t **ops)
 {
 	const char *event = "each";
 
 	memset(bo, 0, sizeof(*bo));
-	if (xd_unpack_params(call, "{s:o, s?o, s?o, s?s}", "ops", ops, "timeout_ms", &bo->timeout,
-			     "release_on_end", &bo->release_on_end, "event", &event))
+	if (xd_unpack_params(call, "{s:o, s?o, s?o, s?o, s?s}", "ops", ops, "timeout_ms",
+			     &bo->timeout, "release_on_end", &bo->release_on_end, "end_only",
+			     &bo->end_only, "event", &event))
 		return -EINVAL;
 	if (!json_is_array(*ops) || json_array_size(*ops) == 0 ||
 	    json_array_size(*ops) > XP_MAX_BATCH)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "ops must be an array of 1 to %d entries",
 			       XP_MAX_BATCH);
 	if ((bo->timeout && !json_is_integer(bo->timeout)) ||
-	    (bo->release_on_end && !json_is_boolean(bo->release_on_end)))
-		return xd_fail(call, XP_E_PARAMS, EINVAL,
-			       "timeout_ms must be an integer and release_on_end a boolean");
+	    (bo->release_on_end && !json_is_boolean(bo->release_on_end)) ||
+	    (bo->end_only && !json_is_boolean(bo->end_only)))
+		return xd_fail(
+			call, XP_E_PARAMS, EINVAL,
+			"timeout_ms must be an integer, release_on_end and end_only booleans");
 	if (strcmp(event, "each") != 0 && strcmp(event, "batch") != 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "event must be \"each\" or \"batch\"");
 	if (strcmp(event, "batch") == 0 && !(bo->batch = xd_batch_create(call)))

@@ -160,6 +160,45 @@ TEST(end_only_pushes_the_end_alone)
 	rig_stop(&r);
 }
 
+/* END_ONLY on op.batch: its pairing entries push their ends alone, one event per op. */
+TEST(end_only_in_batches)
+{
+	enum { N = 4, BLK = 16384 };
+	struct xfer_desc od[N], ad[N];
+	struct xfer_batch_op pops[N], aops[N];
+	struct xfer_op_opts opts = { .flags = XFER_OP_END_ONLY | XFER_OP_RELEASE_ON_END };
+	struct seen o = { 0 }, a = { 0 };
+	size_t made;
+	struct rig r;
+
+	rig_start(&r);
+	xfer_set_event_cb(r.owner, seen_cb, &o);
+	xfer_set_event_cb(r.active, seen_cb, &a);
+	td_fill(r.obuf.addr, N * BLK, 5);
+	memset(r.abuf.addr, 0, N * BLK);
+	for (int i = 0; i < N; i++) {
+		od[i] = (struct xfer_desc){ r.oregion, (uint64_t)i * BLK, BLK };
+		ad[i] = (struct xfer_desc){ r.aregion, (uint64_t)i * BLK, BLK };
+		pops[i] = (struct xfer_batch_op){ .kind = XFER_READABLE, .descs = &od[i], .n = 1 };
+	}
+	CHECK_OK(xfer_batch(r.owner, pops, N, &opts, &made, NULL));
+	for (int i = 0; i < N; i++)
+		aops[i] = (struct xfer_batch_op){ .kind = XFER_READ,
+						  .descs = &ad[i],
+						  .n = 1,
+						  .metadata = pops[i].made_metadata };
+	CHECK_OK(xfer_batch(r.active, aops, N, &opts, &made, NULL));
+	for (int i = 0; i < N; i++)
+		free(pops[i].made_metadata);
+	wait_ends(&r, &o, &a, N);
+	CHECK_EQ_INT(o.events, N);
+	CHECK_EQ_INT(a.events, N);
+	CHECK_EQ_INT(o.complete, N);
+	CHECK_EQ_INT(a.complete, N);
+	CHECK_MEM_EQ(r.obuf.addr, r.abuf.addr, N * BLK);
+	rig_stop(&r);
+}
+
 /*
  * The owner cancels its readable as soon as the claimer's read was accepted: whichever way the
  * race goes (the cancel before the last byte is out, after it, or after the reader's DONE),
