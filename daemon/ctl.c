@@ -210,9 +210,12 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
 		xd_conn_close(c, c->close_reason);
 		return;
 	}
+	uint64_t t0 = xd_now_us();
+
 	/* A bounded batch per wakeup keeps one busy client from starving the others. */
 	for (int i = 0; i < 16 && conn_read_one(c); i++)
 		;
+	xd_loop_note(c->d, t0, "the requests of a control connection", NULL);
 }
 
 static int conn_credentials(struct xd_conn *c)

@@ -50,8 +50,10 @@ struct xd_copy_job {
 	xd_copy_done_cb copied; /**< a copy: whom to tell */
 	uint8_t *populate;	/**< a populate job: the range to fault in (pieces unused) */
 	uint64_t populate_len;
-	xd_populate_cb populated; /**< a populate job: whom to tell */
-	void *arg;		  /**< for copied or populated */
+	xd_populate_cb populated;  /**< a populate job: whom to tell */
+	void *arg;		   /**< for copied or populated */
+	void (*work)(void *arg);   /**< a work job (xd_work_submit): what runs on the worker */
+	void (*worked)(void *arg); /**< a work job: whom to tell */
 	struct xd_copy_piece *pieces;
 	uint32_t npieces;
 	bool sync_only; /**< a sync job: fdatasync the pieces' target files (populated reports) */
@@ -259,6 +261,10 @@ static void run_job(struct xd_copy_job *job)
 {
 	uintptr_t fault = 0;
 
+	if (job->work) {
+		job->work(job->arg);
+		return;
+	}
 	if (job->populate) {
 		run_populate(job);
 		return;
@@ -340,6 +346,7 @@ static void deliver_finished(struct xd_copier *cp)
 		cp->outstanding--;
 		xd_copy_done_cb copied = job->copied;
 		xd_populate_cb populated = job->populated;
+		void (*worked)(void *) = job->worked;
 		void *arg = job->arg;
 		int err = job->err;
 		uint64_t bytes = atomic_load(&job->done);
@@ -347,7 +354,9 @@ static void deliver_finished(struct xd_copier *cp)
 		snprintf(why, sizeof(why), "%s", job->why);
 		free(job->pieces);
 		free(job);
-		if (populated)
+		if (worked)
+			worked(arg);
+		else if (populated)
 			populated(arg, err);
 		else
 			copied(arg, err, bytes, why[0] ? why : NULL);
@@ -359,9 +368,12 @@ static void efd_cb(evutil_socket_t fd, short what, void *arg)
 	struct xd_copier *cp = arg;
 	uint64_t n;
 
+	uint64_t t0 = xd_now_us();
+
 	if (read(cp->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		xd_log(XD_LOG_ERR, "eventfd read: %s", strerror(errno));
 	deliver_finished(cp);
+	xd_loop_note(cp->d, t0, "the copy workers' reports", NULL);
 }
 
 /* Starts the copier with @threads workers. Returns 0 or -errno (d->copier is set even then). */
@@ -478,6 +490,20 @@ int xd_sync_submit(struct xd_copier *cp, const struct xd_seg *segs, uint32_t n, 
 	job->populated = done;
 	job->arg = arg;
 	job_start(cp, job, UINT64_MAX);
+	return 0;
+}
+
+int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(void *arg), void *arg)
+{
+	/* (none once the workers stop: a job queued then would never run nor be reported) */
+	struct xd_copy_job *job = d->copier && !d->copier->stop ? calloc(1, sizeof(*job)) : NULL;
+
+	if (!job)
+		return d->copier && !d->copier->stop ? -ENOMEM : -ECANCELED;
+	job->work = work;
+	job->worked = done;
+	job->arg = arg;
+	job_start(d->copier, job, UINT64_MAX); /* always on a worker: it may block */
 	return 0;
 }
 

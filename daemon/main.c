@@ -447,7 +447,7 @@ static int daemon_init(struct xd_daemon *d, const struct xd_main_options *o)
 	if (!d->base)
 		return -ENOMEM;
 	if ((rc = xd_defer_init(d)) < 0 || (rc = init_signals(d)) < 0 ||
-	    (rc = xd_transport_local(d)->start(d)) < 0)
+	    (rc = xd_looplag_start(d)) < 0 || (rc = xd_transport_local(d)->start(d)) < 0)
 		return rc;
 	xd_claims_start(d);
 	if ((rc = xd_peers_start(d)) < 0 || (rc = xd_metrics_start(d)) < 0)
@@ -470,6 +470,7 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_ops_fini(d);
 	xd_peers_fini(d); /* last: every registration and queue pair is gone by now */
 	xd_defer_fini(d);
+	xd_looplag_stop(d);
 	xd_usage_fini(d); /* after every connection, region and op gave its charges back */
 	xd_event_free(d->shutdown_ev);
 	for (int i = 0; i < 3; i++)

@@ -234,21 +234,28 @@ static void write_ops(struct xd_daemon *d, struct evbuffer *out)
 	}
 }
 
+/* A histogram's samples; @label NULL: one without labels. */
 static void write_hist(struct evbuffer *out, const char *name, const char *label, const char *value,
 		       const struct xd_hist *h)
 {
+	char lbl[96] = "", sep[2] = "";
 	uint64_t cum = 0;
 
+	if (label) {
+		snprintf(lbl, sizeof(lbl), "%s=\"%s\",", label, value);
+		sep[0] = '}';
+	}
 	for (int i = 0; i < XD_HIST_BUCKETS; i++) {
 		cum += h->bucket[i];
-		evbuffer_add_printf(out, "%s_bucket{%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", name,
-				    label, value, (double)xd_hist_bounds_us[i] / 1e6, cum);
+		evbuffer_add_printf(out, "%s_bucket{%sle=\"%g\"} %" PRIu64 "\n", name, lbl,
+				    (double)xd_hist_bounds_us[i] / 1e6, cum);
 	}
-	evbuffer_add_printf(out, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, label,
-			    value, h->count);
-	evbuffer_add_printf(out, "%s_sum{%s=\"%s\"} %.6f\n", name, label, value,
+	evbuffer_add_printf(out, "%s_bucket{%sle=\"+Inf\"} %" PRIu64 "\n", name, lbl, h->count);
+	lbl[label ? strlen(lbl) - 1 : 0] = '\0'; /* no trailing comma before the brace */
+	evbuffer_add_printf(out, "%s_sum%s%s%s %.6f\n", name, label ? "{" : "", lbl, sep,
 			    (double)h->sum_us / 1e6);
-	evbuffer_add_printf(out, "%s_count{%s=\"%s\"} %" PRIu64 "\n", name, label, value, h->count);
+	evbuffer_add_printf(out, "%s_count%s%s%s %" PRIu64 "\n", name, label ? "{" : "", lbl, sep,
+			    h->count);
 }
 
 static void write_latencies(struct xd_daemon *d, struct evbuffer *out)
@@ -406,6 +413,23 @@ static void counter(struct evbuffer *out, const char *name, const char *help, ui
 	evbuffer_add_printf(out, "%s %" PRIu64 "\n", name, v);
 }
 
+/* The event loop's lateness (looplag.c). */
+static void write_loop(struct xd_daemon *d, struct evbuffer *out)
+{
+	family(out, "xferd_event_loop_lag_seconds", "histogram",
+	       "How late a tick due every 100 ms ran on the event loop (anything that blocks the "
+	       "loop, or a daemon starved of CPU, shows here).");
+	write_hist(out, "xferd_event_loop_lag_seconds", NULL, NULL, &d->loop.lag);
+	family(out, "xferd_event_loop_lag_max_seconds", "gauge",
+	       "The largest lateness of the event loop's tick since the start.");
+	evbuffer_add_printf(out, "xferd_event_loop_lag_max_seconds %.6f\n",
+			    (double)d->loop.max_us / 1e6);
+	counter(out, "xferd_event_loop_late_ticks_total",
+		"Ticks of the event loop 250 ms late or more (each logged with where the time went, "
+		"at most one line per 10 s).",
+		d->loop.late);
+}
+
 static void write_windows(struct xd_daemon *d, struct evbuffer *out)
 {
 	uint64_t windows, handles;
@@ -499,6 +523,7 @@ static void metrics_render(struct xd_metrics *m, struct evbuffer *out)
 	write_memory(d, out);
 	write_limits(d, out);
 	write_windows(d, out);
+	write_loop(d, out);
 	write_rdma(d, out);
 }
 

@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@
 #define XD_WSTAGE (8u << 10)	/* a WPUT's prefix, tag and first payload bytes, read at once */
 #define XD_ACCEPT_PAUSE_MS 1000 /* listeners rest this long at the fd limit */
 #define XD_FD_RESERVE_MAX 64	/* fds peers may never take (clients, regions) */
+#define XD_LANE_POLL_MS 2	/* a lane worker waits this long for its socket... */
+#define XD_LANE_HOLD_MS 20	/* ...while its job is younger than this */
 
 struct xd_listener {
 	int fd;
@@ -91,6 +94,32 @@ struct xd_pconn {
 	STAILQ_HEAD(, xd_wframe) wq;
 	unsigned wq_n;
 	struct xd_wframe *tx_wf; /**< window frame being sent */
+	/* a DATA payload with bytes in files moves on a worker (the file lane, below) */
+	bool lane_rx, lane_tx;		 /**< a worker reads (writes) this socket now */
+	bool wait_rx, wait_tx;		 /**< waiting for the lane (in lane_waiters) */
+	TAILQ_ENTRY(xd_pconn) lane_link; /**< in d->tcp->lane_waiters */
+};
+
+/*
+ * The file lane: file I/O blocks (a page not cached, dirty-page throttling, an O_DIRECT read
+ * or write of the disk), so the payload of a DATA frame with bytes in files is moved between
+ * the socket and the files by one of the local transport's workers, never on the loop
+ * (DESIGN §7). One payload at a time per daemon, as when the loop did it: the shared splice
+ * pipe then suffices, and no two workers ever touch one transfer (an O_DIRECT file's edge
+ * blocks are read, modified and written whole). While a connection is in the lane the loop
+ * neither reads (rx) nor writes (tx) its socket, nor closes it; others wait their turn.
+ */
+struct xd_file_lane {
+	struct xd_pconn *pc; /**< whose payload a worker moves; NULL: the lane is free */
+	struct xd_xfer *x;   /**< borrowed: pc's rx_xfer or tx_xfer holds the reference */
+	bool send;
+	uint64_t off; /**< in the transfer */
+	uint32_t len;
+	int sock;
+	const int *pipefd;
+	uint32_t moved; /**< by the worker: bytes moved */
+	int err;	/**< by the worker: 0, -EAGAIN (socket full or drained), or -errno */
+	char scratch[64 * 1024]; /**< a failed file's bytes are read here and dropped */
 };
 
 /* The TCP part of a peer set (p->tstate). */
@@ -115,6 +144,8 @@ struct xd_tcp {
 	char scratch[64 * 1024];
 	/* What DATA for a file is spliced through (mem.c), made on first use; -1: not yet. */
 	int splice_pipe[2];
+	struct xd_file_lane lane;
+	TAILQ_HEAD(, xd_pconn) lane_waiters; /**< connections waiting for the lane, oldest first */
 };
 
 const struct xd_transport_ops xd_transport_tcp_ops;
@@ -125,6 +156,8 @@ static struct xd_pconn *pconn_connect(struct xd_peer *p, const struct xp_endpoin
 static void pconn_write_cb(evutil_socket_t fd, short what, void *arg);
 static int handle_hello(struct xd_pconn *pc, json_t *json);
 static int handle_auth(struct xd_pconn *pc, json_t *json);
+static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint64_t off,
+			uint32_t len);
 
 static struct tcp_set *tcp_set(const struct xd_peer *p)
 {
@@ -191,14 +224,19 @@ static void pconn_kill(struct xd_pconn *pc)
 	pc->dead = true;
 	event_del(pc->rev);
 	event_del(pc->wev);
-	close(pc->fd);
-	pc->fd = -1;
+	if (pc->wait_rx || pc->wait_tx)
+		TAILQ_REMOVE(&pc->d->tcp->lane_waiters, pc, lane_link);
+	pc->wait_rx = pc->wait_tx = false;
 	if (pc->peer) {
 		TAILQ_REMOVE(&tcp_set(pc->peer)->conns, pc, link);
 		tcp_set(pc->peer)->nconns--;
 	} else {
 		TAILQ_REMOVE(&pc->d->tcp->hello, pc, link);
 	}
+	if (pc->lane_rx || pc->lane_tx)
+		return; /* a worker uses the socket: lane_done() closes and frees it */
+	close(pc->fd);
+	pc->fd = -1;
 	xd_defer(pc->d, &pc->free_later, pconn_free, pc);
 }
 
@@ -273,6 +311,8 @@ static bool pconn_carries_data(const struct xd_pconn *pc)
 
 static bool pconn_wants_write(const struct xd_pconn *pc)
 {
+	if (pc->lane_tx || pc->wait_tx)
+		return false; /* the lane's end (lane_done) looks again */
 	if (!pc->connected)
 		return true; /* the connect completes when the socket turns writable */
 	if (!STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer || pc->tx_wf || !STAILQ_EMPTY(&pc->wq))
@@ -333,8 +373,28 @@ static ssize_t pconn_write_unmapped(struct xd_pconn *pc, const struct iovec *hdr
 		w = send(pc->fd, hdr->iov_base, hdr->iov_len, MSG_NOSIGNAL | MSG_MORE);
 		return w >= 0 ? w : errno == EAGAIN ? 0 : -errno;
 	}
-	w = xd_xfer_send(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done, pc->fd);
+	uint64_t off = pc->tx_off + payload_done, len = pc->tx_len - payload_done;
+	/* Cached pages go at once, as mapped memory does; the disk is waited for on a worker. */
+	if (!xd_xfer_send_cached(pc->tx_xfer, off, len) &&
+	    lane_submit(pc, true, pc->tx_xfer, off, (uint32_t)len))
+		return 0; /* on a worker: lane_done() counts what it sent */
+	w = xd_xfer_send(pc->tx_xfer, off, len, pc->fd);
 	return w == -EAGAIN ? 0 : w;
+}
+
+/* @w more bytes of the current DATA frame are out; at its end the transfer is told. */
+static void pconn_data_sent(struct xd_pconn *pc, uint32_t w)
+{
+	pc->tx_sent += w;
+	if (pc->tx_sent == XP_PEER_HDR_LEN + pc->tx_len) {
+		struct xd_xfer *x = pc->tx_xfer;
+		pc->tx_xfer = NULL;
+		if (x->io_err)
+			xd_xfer_io_failed(x); /* the zeros that stood in for it are out */
+		else
+			xd_xfer_data_sent(x, pc->tx_len);
+		xd_xfer_unref(x);
+	}
 }
 
 /* Writes what it can of the current DATA frame. Returns bytes written, or -errno. */
@@ -359,16 +419,7 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 	}
 	if (w <= 0)
 		return w;
-	pc->tx_sent += (uint32_t)w;
-	if (pc->tx_sent == XP_PEER_HDR_LEN + pc->tx_len) {
-		struct xd_xfer *x = pc->tx_xfer;
-		pc->tx_xfer = NULL;
-		if (x->io_err)
-			xd_xfer_io_failed(x); /* the zeros that stood in for it are out */
-		else
-			xd_xfer_data_sent(x, pc->tx_len);
-		xd_xfer_unref(x);
-	}
+	pconn_data_sent(pc, (uint32_t)w);
 	return w;
 }
 
@@ -497,6 +548,8 @@ static int pconn_flush(struct xd_pconn *pc)
 {
 	uint64_t budget = XD_PEER_WRITE_BUDGET;
 
+	if (pc->lane_tx || pc->wait_tx)
+		return 0; /* (an EV_WRITE activated before the lane took the socket) */
 	pc->tx_wait = false;
 	while (budget > 0) {
 		ssize_t w;
@@ -613,6 +666,11 @@ static int splice_pipe_open(struct xd_tcp *t)
 static ssize_t pconn_read_unmapped(struct xd_pconn *pc, uint32_t left)
 {
 	struct xd_tcp *t = pc->d->tcp;
+
+	if (lane_submit(pc, false, pc->rx_xfer, pc->rx.offset + pc->rx_got, left)) {
+		errno = EAGAIN; /* on a worker: lane_done() counts what it received */
+		return -1;
+	}
 	ssize_t r = xd_xfer_recv(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, pc->fd,
 				 t->splice_pipe, t->scratch, sizeof(t->scratch));
 
@@ -781,10 +839,159 @@ static void pconn_error(struct xd_pconn *pc, int err)
 	}
 }
 
-static void pconn_read_cb(evutil_socket_t fd, short what, void *arg)
+/* ---- the file lane ---- */
+
+/*
+ * Whether the lane's socket turned ready again within XD_LANE_POLL_MS, and the lane has time
+ * left: a worker that waits a moment for the peer finishes a frame in one job, where handing
+ * back at every full (or empty) socket costs a wakeup of the loop and one of a worker each.
+ */
+static bool lane_ready_again(const struct xd_file_lane *l, uint64_t deadline_us)
 {
-	struct xd_pconn *pc = arg;
+	struct pollfd pfd = { .fd = l->sock, .events = l->send ? POLLOUT : POLLIN };
+
+	return xd_now_us() < deadline_us && poll(&pfd, 1, XD_LANE_POLL_MS) == 1;
+}
+
+/*
+ * On a worker: moves the lane's payload bytes until done, failed, or the socket stays full (or
+ * empty) for XD_LANE_POLL_MS; at most about XD_LANE_HOLD_MS in all, so that a peer that
+ * trickles its bytes cannot hold the lane.
+ */
+static void lane_work(void *arg)
+{
+	struct xd_file_lane *l = arg;
+	uint64_t deadline = xd_now_us() + XD_LANE_HOLD_MS * 1000;
+
+	l->moved = 0;
+	l->err = 0;
+	while (l->moved < l->len && !l->err) {
+		uint64_t off = l->off + l->moved, left = l->len - l->moved;
+		ssize_t r = l->send ? xd_xfer_send(l->x, off, left, l->sock) :
+				      xd_xfer_recv(l->x, off, left, l->sock, l->pipefd, l->scratch,
+						   sizeof(l->scratch));
+		if (r > 0)
+			l->moved += (uint32_t)r;
+		else if (r == 0 || r != -EAGAIN || !lane_ready_again(l, deadline))
+			l->err = r < 0 ? (int)r : -EAGAIN;
+	}
+}
+
+/* Lets every connection waiting for the lane try again (the first to run takes it). */
+static void lane_wake(struct xd_tcp *t)
+{
+	struct xd_pconn *pc;
+
+	while ((pc = TAILQ_FIRST(&t->lane_waiters))) {
+		TAILQ_REMOVE(&t->lane_waiters, pc, lane_link);
+		if (pc->wait_rx)
+			event_add(pc->rev, NULL);
+		pc->wait_rx = false;
+		if (pc->wait_tx) {
+			pc->wait_tx = false;
+			pconn_update_write(pc);
+		}
+	}
+}
+
+/* The lane's receive ended: its bytes count, the frame may be complete. */
+static void lane_received(struct xd_pconn *pc, const struct xd_file_lane *l)
+{
+	int rc = l->err == -EAGAIN ? 0 : l->err;
+
+	if (l->moved) {
+		pc->rx_got += l->moved;
+		pc->last_rx_us = xd_now_us();
+		pc->peer->bytes_received += l->moved;
+	}
+	if (rc == 0 && pc->rx_got == pc->rx.length)
+		rc = pconn_finish_frame(pc);
+	if (rc)
+		pconn_error(pc, rc);
+	else if (!pc->dead)		  /* (the frame's end may have failed the set) */
+		event_add(pc->rev, NULL); /* the rest of the frame, and what follows it */
+}
+
+/* The lane's send ended: its bytes count, the frame may be complete. */
+static void lane_sent(struct xd_pconn *pc, const struct xd_file_lane *l)
+{
+	if (l->moved) {
+		pc->last_tx_us = xd_now_us();
+		pc->peer->bytes_sent += l->moved;
+		pconn_data_sent(pc, l->moved);
+	}
+	if (l->err && l->err != -EAGAIN) {
+		pconn_error(pc, l->err);
+		return;
+	}
+	pc->tx_wait = l->err == -EAGAIN; /* the socket stayed full: epoll says when it is not */
+	pconn_update_write(pc);		  /* the rest of the frame, and what is queued behind it */
+}
+
+/* On the loop thread, once the worker is through with the lane's connection. */
+static void lane_done(void *arg)
+{
+	struct xd_file_lane *l = arg;
+	struct xd_pconn *pc = l->pc;
+	struct xd_tcp *t = pc->d->tcp;
+
+	l->pc = NULL;
+	l->x = NULL;
+	pc->lane_rx = pc->lane_tx = false;
+	if (pc->dead)
+		xd_defer(pc->d, &pc->free_later, pconn_free, pc); /* pconn_kill() left it */
+	else if (l->send)
+		lane_sent(pc, l);
+	else
+		lane_received(pc, l);
+	lane_wake(t);
+}
+
+/*
+ * Hands [@off, +@len) of @x (@send: to @pc's socket, else from it) to the lane: at once if it
+ * is free, else @pc waits its turn (no reads or writes of that direction meanwhile). Returns
+ * false if there are no workers (the caller moves the bytes itself, on the loop).
+ */
+static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint64_t off,
+			uint32_t len)
+{
+	struct xd_tcp *t = pc->d->tcp;
+	struct xd_file_lane *l = &t->lane;
+
+	if (l->pc) {
+		if (!pc->wait_rx && !pc->wait_tx)
+			TAILQ_INSERT_TAIL(&t->lane_waiters, pc, lane_link);
+		*(send ? &pc->wait_tx : &pc->wait_rx) = true;
+		if (!send)
+			event_del(pc->rev);
+		return true;
+	}
+	l->pc = pc;
+	l->x = x;
+	l->send = send;
+	l->off = off;
+	l->len = len;
+	l->sock = pc->fd;
+	l->pipefd = t->splice_pipe;
+	*(send ? &pc->lane_tx : &pc->lane_rx) = true;
+	if (!send)
+		event_del(pc->rev);
+	if (xd_work_submit(pc->d, lane_work, lane_done, l) == 0)
+		return true;
+	l->pc = NULL;
+	pc->lane_rx = pc->lane_tx = false;
+	if (!send)
+		event_add(pc->rev, NULL);
+	return false;
+}
+
+/* Reads and handles frames until the socket is drained, it fails, or the budget is spent. */
+static void pconn_read_some(struct xd_pconn *pc)
+{
 	uint64_t budget = XD_PEER_READ_BUDGET;
+
+	if (pc->lane_rx || pc->wait_rx)
+		return; /* (an EV_READ activated before the lane took the socket) */
 
 	while (!pc->dead) {
 		ssize_t r = pconn_read_step(pc);
@@ -801,6 +1008,15 @@ static void pconn_read_cb(evutil_socket_t fd, short what, void *arg)
 			break; /* let the other connections and clients have a turn */
 		budget -= (uint64_t)r;
 	}
+}
+
+static void pconn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_pconn *pc = arg;
+	uint64_t t0 = xd_now_us();
+
+	pconn_read_some(pc);
+	xd_loop_note(pc->d, t0, "a read of the peer connection to", pc->addr);
 }
 
 static struct xd_pconn *pconn_new(struct xd_daemon *d, int fd, bool outgoing)
@@ -980,9 +1196,9 @@ static int handle_auth(struct xd_pconn *pc, json_t *json)
 	return pconn_trusted(pc);
 }
 
-static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
+/* The socket turned writable: finish the connect, then send what is queued. */
+static void pconn_writable(struct xd_pconn *pc, evutil_socket_t fd)
 {
-	struct xd_pconn *pc = arg;
 	int rc = 0;
 
 	if (pc->ctrlq_over && !pc->peer) {
@@ -1013,6 +1229,15 @@ static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
 		rc = pconn_flush(pc);
 	if (rc < 0)
 		pconn_error(pc, rc);
+}
+
+static void pconn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_pconn *pc = arg;
+	uint64_t t0 = xd_now_us();
+
+	pconn_writable(pc, fd);
+	xd_loop_note(pc->d, t0, "a write to the peer connection to", pc->addr);
 }
 
 static int resolve(const struct xp_endpoint *ep, struct sockaddr_storage *ss, socklen_t *len)
@@ -1491,6 +1716,7 @@ static int tcp_start(struct xd_daemon *d)
 	if (!d->tcp)
 		return -ENOMEM;
 	TAILQ_INIT(&d->tcp->hello);
+	TAILQ_INIT(&d->tcp->lane_waiters);
 	d->tcp->reserve_fd = -1;
 	d->tcp->splice_pipe[0] = d->tcp->splice_pipe[1] = -1;
 	int rc = splice_pipe_open(d->tcp);

@@ -176,6 +176,14 @@ extern const struct xd_transport_ops xd_transport_local_ops;
  */
 int xd_copy_submit(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
 		   const struct xd_seg *src, uint32_t nsrc, xd_copy_done_cb done, void *arg);
+/*
+ * Runs @work(@arg) on one of the local transport's workers, then @done(@arg) on the loop
+ * thread: for work that may block (file I/O), which must not run on the loop (DESIGN §7).
+ * Returns 0 or -errno (ECANCELED: the workers are stopped, or there are none), and neither
+ * function is called then.
+ */
+int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(void *arg),
+		   void *arg);
 /* tcp.c: frames over TCP connections, DATA straight to and from the mappings */
 extern const struct xd_transport_ops xd_transport_tcp_ops;
 /* rdma_conn.c: rdma_cm connections, SEND/RECV control, one-sided READ/WRITE (rdma.h) */
@@ -426,6 +434,11 @@ bool xd_xfer_mapped(const struct xd_xfer *x);
  * that the frame under way stays whole.
  */
 ssize_t xd_xfer_send(struct xd_xfer *x, uint64_t off, uint64_t len, int sock);
+/*
+ * Whether xd_xfer_send(@x, @off, @len, ...) would move its bytes without waiting for a disk:
+ * mapped memory, or file pages all in the page cache (mem ops send_cached).
+ */
+bool xd_xfer_send_cached(const struct xd_xfer *x, uint64_t off, uint64_t len);
 ssize_t xd_xfer_recv(struct xd_xfer *x, uint64_t off, uint64_t len, int sock, const int pipefd[2],
 		     void *scratch, size_t scratchlen);
 /* The frame in which x->io_err arose is finished: tells claim.c once (the op ends ERRORED). */
@@ -464,6 +477,11 @@ struct xd_mem_ops {
 			const int pipefd[2], int *err, char *why, size_t whylen);
 	/* Lets go of what the registration holds (the mapping, the file). */
 	void (*release)(struct xd_region *r);
+	/*
+	 * Whether send of [@off, +@len) would not wait for a disk (a file's pages all cached).
+	 * NULL: it may always wait (tcp.c then moves the bytes on a worker, its file lane).
+	 */
+	bool (*send_cached)(const struct xd_region *r, uint64_t off, size_t len);
 };
 /*
  * xd_mem_staging: a daemon buffer (an RDMA staging buffer) seen as a region, so that the local

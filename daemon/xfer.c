@@ -169,6 +169,18 @@ ssize_t xd_xfer_send(struct xd_xfer *x, uint64_t off, uint64_t len, int sock)
 	return w == 0 && x->io_err ? xd_xfer_send(x, off, len, sock) : w;
 }
 
+bool xd_xfer_send_cached(const struct xd_xfer *x, uint64_t off, uint64_t len)
+{
+	uint64_t in = off;
+	const struct xd_seg *s = seg_at(x, &in);
+
+	if (x->io_err || !s || s->region->mem->mapped)
+		return true; /* (zeros, or nothing to send: no disk either way) */
+	uint64_t n = s->length - in < len ? s->length - in : len;
+	return s->region->mem->send_cached &&
+	       s->region->mem->send_cached(s->region, s->offset + in, (size_t)n);
+}
+
 ssize_t xd_xfer_recv(struct xd_xfer *x, uint64_t off, uint64_t len, int sock, const int pipefd[2],
 		     void *scratch, size_t scratchlen)
 {

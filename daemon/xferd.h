@@ -429,6 +429,28 @@ struct xd_counters {
 	unsigned nrecent_failed;
 };
 
+/*
+ * looplag.c: how late the event loop runs (DESIGN §7: nothing may block it). A tick due every
+ * XD_LOOP_TICK_MS measures its own lateness; instrumented callbacks note their length, and the
+ * longest since the last tick is named when a late tick is logged.
+ */
+#define XD_LOOP_TICK_MS 100
+#define XD_LOOP_WARN_MS 250 /* a tick this late is logged (at most once per 10 s, counted) */
+struct xd_looplag {
+	struct event *tick;
+	uint64_t due_us;
+	struct xd_hist lag;	  /**< each tick's lateness */
+	uint64_t max_us;	  /**< the largest lateness seen */
+	uint64_t late;		  /**< ticks at least XD_LOOP_WARN_MS late */
+	uint64_t cb_us;		  /**< the longest noted callback since the last tick */
+	const char *cb_what;	  /**< what it was (a string literal), NULL: none noted */
+	char cb_who[80];	  /**< on what (a peer's address, a client), may be "" */
+	int schedstat_fd;	  /**< /proc/thread-self/schedstat of the loop thread, or -1 */
+	uint64_t run_ns, wait_ns; /**< its on-CPU and run-queue times at the last tick */
+	uint64_t warned_us;	  /**< when a late tick was last logged */
+	unsigned unwarned;	  /**< late ticks not logged since */
+};
+
 struct xd_conn;
 struct xp_fdset;
 /* What the control socket does with one client packet (dispatch.c's xd_dispatch_packet). */
@@ -484,6 +506,7 @@ struct xd_daemon {
 		uint64_t window_ops, window_notified;
 	} stats;
 	struct xd_counters counters;	       /**< for metrics.c, kept where the events happen */
+	struct xd_looplag loop;		       /**< looplag.c: the event loop's lateness */
 	struct xd_metrics *metrics;	       /**< metrics.c: the HTTP listener, NULL when off */
 	const char *config_path;	       /**< main.c: --config, read again on SIGHUP */
 	const struct xd_main_options *options; /**< main.c's command line, for reloads */
@@ -494,6 +517,16 @@ struct xd_daemon {
 /* main.c */
 /* Empty lists, no listening socket, the start time: the state every daemon begins from. */
 void xd_daemon_clear(struct xd_daemon *d);
+
+/* looplag.c */
+/* Starts the tick that measures the loop's lateness. Returns 0 or -ENOMEM. */
+int xd_looplag_start(struct xd_daemon *d);
+void xd_looplag_stop(struct xd_daemon *d);
+/*
+ * A callback that began at @start_us (xd_now_us()) ends: if it is the longest since the last
+ * tick, it is the one a late tick names, as @what (a string literal) on @who (may be NULL).
+ */
+void xd_loop_note(struct xd_daemon *d, uint64_t start_us, const char *what, const char *who);
 
 /* sd.c */
 /* Returns the listening fd systemd passed (>= 0), -ENOENT if none, or -errno. */

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# The event loop's lateness (daemon/looplag.c) and file I/O off the loop (tcp.c's file lane),
+# two daemons of scripts/cluster.sh (namespaces, or loopback ports):
+#   - /metrics has xferd_event_loop_lag_seconds (promtool-clean); a daemon stopped (SIGSTOP)
+#     for 0.6 s records a tick at least 0.5 s late, counts it, and logs where the time went;
+#   - a file whose I/O blocks (tests/preload/filegate.c: sendfile from a file, or splice into
+#     one, waits while a gate file exists; the source is dropped from the page cache first, as
+#     cached pages are sent on the loop): the daemon inside it still answers its clients
+#     (`xferctl status`), on the sending side and on the receiving side; once the gate opens
+#     the transfer completes, bytes compared. Before the file lane, the loop itself sat in
+#     that sendfile or splice and nothing answered until the gate opened.
+# No bound on how long anything takes is asserted, only what must have happened.
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+BUILD=${BUILD:-build}
+export BUILD
+# shellcheck source=scripts/cluster.sh
+. scripts/cluster.sh
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+
+T=30
+POLL=0.02
+PY=/usr/bin/python3
+DATA=
+
+cleanup()
+{
+	rm -f "${DATA:-/nonexistent}"/gate* # (a daemon inside the gate gets out)
+	xn_down
+	kill_children
+	[ -n "$DATA" ] && rm -rf "$DATA"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+node_sock() { xc_sock "$1"; }
+node_log() { xc_log "$1"; }
+
+require_built
+DATA=$(mktemp -d /var/tmp/xferd-looplag.XXXXXX) || abort_setup "mktemp failed"
+cc -shared -fPIC -O2 -o "$DATA/filegate.so" tests/preload/filegate.c -ldl ||
+	abort_setup "could not build tests/preload/filegate.c"
+xn_up 2 >/dev/null || abort_setup "scripts/netns.sh could not make two nodes"
+MPORT=$((10000 + RANDOM % 20000))
+
+# Each daemon with the gate shim, its own gate (absent: no file I/O waits); node 0 with metrics.
+# (ASan wants its runtime first among the libraries; the shim comes before it here.)
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+for n in 0 1; do
+	extra=
+	[ "$n" = 0 ] && extra="\"metrics_listen\": \"127.0.0.1:$MPORT\""
+	XC_CONFIG_EXTRA=$extra LD_PRELOAD="$DATA/filegate.so" XFERD_TEST_FILE_GATE="$DATA/gate$n" \
+		xc_start "$n" || abort_setup "node $n did not start"
+done
+
+# scrape FILE: node 0's /metrics into FILE.
+scrape() { xn_exec 0 curl -s --max-time 10 -o "$1" "http://127.0.0.1:$MPORT/metrics"; }
+# mval FILE NAME: the value of the sample NAME (no labels).
+mval() { awk -v n="$2" '$1 == n { print $2 }' "$1"; }
+
+# ---- the metric and the warning ----
+
+lag_recorded()
+{
+	local i count
+	for ((i = 0; i < 250; i++)); do
+		scrape "$DATA/m1" && count=$(mval "$DATA/m1" xferd_event_loop_lag_seconds_count)
+		[ "${count:-0}" -ge 2 ] && break
+		sleep "$POLL"
+	done
+	if [ "${count:-0}" -lt 2 ]; then
+		fail "loop lag histogram" "xferd_event_loop_lag_seconds_count is '${count:-}' after 5 s"
+	elif ! out=$(promtool check metrics <"$DATA/m1" 2>&1); then
+		fail "loop lag histogram" "promtool: $out"
+	else
+		ok "/metrics has xferd_event_loop_lag_seconds ($count ticks), promtool-clean"
+	fi
+}
+
+stopped_daemon_is_late()
+{
+	local pid late max i
+	pid=$(xc_pid 0)
+	kill -STOP "$pid"
+	sleep 0.6
+	kill -CONT "$pid"
+	for ((i = 0; i < 500; i++)); do
+		scrape "$DATA/m2" && late=$(mval "$DATA/m2" xferd_event_loop_late_ticks_total)
+		[ "${late:-0}" -ge 1 ] && break
+		sleep "$POLL"
+	done
+	max=$(mval "$DATA/m2" xferd_event_loop_lag_max_seconds)
+	if [ "${late:-0}" -lt 1 ]; then
+		fail "a stopped daemon's loop is late" "late ticks '${late:-}' after 10 s"
+	elif ! awk -v m="${max:-0}" 'BEGIN { exit !(m >= 0.5) }'; then
+		fail "a stopped daemon's loop is late" "xferd_event_loop_lag_max_seconds $max < 0.5"
+	elif ! grep -q "the event loop ran .* s late .*off-CPU" "$(xc_log 0)"; then
+		fail "a stopped daemon's loop is late" "no warning in the log: $(tail -n 2 "$(xc_log 0)" | tr '\n' '|')"
+	else
+		ok "SIGSTOP 0.6 s: a tick $max s late, counted, and logged with where the time went"
+	fi
+}
+
+# ---- file I/O that blocks ----
+
+# evicted FILE: FILE written back and dropped from the page cache; 1 if pages stay.
+evicted()
+{
+	$PY -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.fsync(fd)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1" &&
+		[ "$(fincore -b -n -o RES "$1" 2>/dev/null | tr -d ' ')" = 0 ]
+}
+
+# gated_case KIND GATED_NODE NAME: a read (node 0's file -> node 1's file) or write (node 1's
+# file -> node 0's file) of 8 MiB while GATED_NODE's file I/O waits at the gate; that daemon
+# must answer `xferctl status` meanwhile; then the gate opens and the bytes must arrive.
+gated_case()
+{
+	local kind=$1 g=$2 name=$3 src=$DATA/src out=$DATA/out pp ap meta st prc=0 arc=0 i
+	head -c $((8 * 1024 * 1024 + 5)) /dev/urandom >"$src"
+	# Out of the page cache: cached pages are sent on the loop (no disk to wait for), so the
+	# gate stands for a disk only where the pages must be read (a sending case needs that).
+	if ! evicted "$src" && [ "$kind:$g" = read:0 ]; then
+		skip "$name" "the file system keeps $src in memory (tmpfs?): nothing to wait for"
+		return
+	fi
+	rm -f "$out" "$DATA/gate$g.entered"
+	: >"$DATA/gate$g"
+	if [ "$kind" = read ]; then
+		bg "$DATA/p.out" "$DATA/p.err" 0 readable "$src"
+	else
+		bg "$DATA/p.out" "$DATA/p.err" 0 writable "$(stat -c %s "$src")" "$out"
+	fi
+	pp=$BG
+	if ! meta=$(wait_line "$DATA/p.out" "$T"); then
+		fail "$name" "no metadata: $(lastline "$DATA/p.err")"
+		rm -f "$DATA/gate$g"
+		kill9 "$pp"
+		return
+	fi
+	if [ "$kind" = read ]; then
+		bg "$DATA/a.out" "$DATA/a.err" 1 read "$meta" "$out"
+	else
+		bg "$DATA/a.out" "$DATA/a.err" 1 write "$meta" "$src"
+	fi
+	ap=$BG
+	for ((i = 0; i < 1500; i++)); do
+		[ -e "$DATA/gate$g.entered" ] && break
+		sleep "$POLL"
+	done
+	if [ ! -e "$DATA/gate$g.entered" ]; then
+		st="node $g never reached the file I/O"
+	elif ! timeout -k 2 10 "$BUILD/xferctl" --socket "$(xc_sock "$g")" status >/dev/null 2>&1; then
+		st="node $g did not answer xferctl status within 10 s while its file I/O waited"
+	fi
+	rm -f "$DATA/gate$g"
+	wait_bg "$ap" "$T" || arc=$?
+	wait_bg "$pp" "$T" || prc=$?
+	if [ -n "${st:-}" ]; then
+		fail "$name" "$st"
+	elif [ "$arc" != 0 ] || [ "$prc" != 0 ]; then
+		fail "$name" "clients exited $arc/$prc: $(lastline "$DATA/a.err") / $(lastline "$DATA/p.err")"
+	elif ! cmp -s "$src" "$out"; then
+		fail "$name" "the bytes differ"
+	else
+		ok "$name"
+	fi
+}
+
+lag_recorded
+stopped_daemon_is_late
+gated_case read 0 "sendfile from a file blocked (sending side): the daemon answers its clients, then the bytes arrive"
+gated_case read 1 "splice into a file blocked (receiving side): the daemon answers its clients, then the bytes arrive"
+gated_case write 0 "write into a file whose splice blocks: the daemon answers its clients, then the bytes arrive"
+
+if xc_stop 0 && xc_stop 1; then
+	ok "both daemons stopped on SIGTERM"
+else
+	fail "both daemons stopped on SIGTERM" "$(logtail 0) / $(logtail 1)"
+fi
+summary
+[ "$failed" -eq 0 ]
