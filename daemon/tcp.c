@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -347,7 +348,9 @@ static bool pconn_start_data(struct xd_pconn *pc)
 
 	if (!x)
 		return false;
-	h.length = xd_xfer_next_chunk(x, XD_TCP_CHUNK, &h.offset, &h.xfer, &h.flags);
+	/* A file's frames are larger: each is a job of the file lane, with two wakeups. */
+	uint32_t chunk = xd_xfer_mapped(x) ? XD_TCP_CHUNK : XD_TCP_FILE_CHUNK;
+	h.length = xd_xfer_next_chunk(x, chunk, &h.offset, &h.xfer, &h.flags);
 	if (!h.length)
 		return false;
 	xd_xfer_ref(x);
@@ -882,14 +885,22 @@ static void lane_wake(struct xd_tcp *t)
 {
 	struct xd_pconn *pc;
 
+	/*
+	 * Activated (not merely armed) in the order they came: their callbacks run in that order
+	 * at this loop turn, so the oldest takes the lane and the others queue again behind it, in
+	 * the same order; armed, they would race in the order epoll reports them.
+	 */
 	while ((pc = TAILQ_FIRST(&t->lane_waiters))) {
 		TAILQ_REMOVE(&t->lane_waiters, pc, lane_link);
-		if (pc->wait_rx)
+		if (pc->wait_rx) {
+			pc->wait_rx = false;
 			event_add(pc->rev, NULL);
-		pc->wait_rx = false;
+			event_active(pc->rev, EV_READ, 0);
+		}
 		if (pc->wait_tx) {
 			pc->wait_tx = false;
 			pconn_update_write(pc);
+			event_active(pc->wev, EV_WRITE, 0);
 		}
 	}
 }
@@ -1623,6 +1634,17 @@ static void tcp_kick(struct xd_peer *p)
 			pconn_update_write(pc);
 }
 
+/*
+ * Whether bytes from the peer wait unread in @pc's socket: the peer spoke, only this side has
+ * not read yet (a connection waiting for the file lane, or a lane worker slow in its file).
+ */
+static bool pconn_unread(const struct xd_pconn *pc)
+{
+	int n = 0;
+
+	return (pc->wait_rx || pc->lane_rx) && ioctl(pc->fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 static void tcp_keepalive(struct xd_peer *p)
 {
 	struct xd_daemon *d = p->d;
@@ -1635,6 +1657,9 @@ static void tcp_keepalive(struct xd_peer *p)
 	TAILQ_FOREACH_SAFE(pc, &set->conns, link, tmp) {
 		if (!pconn_ready(pc))
 			continue;
+		if (pconn_unread(pc))
+			pc->last_rx_us =
+				now; /* heard: bytes wait that this side did not read yet */
 		if (xd_link_silent(p, pc->last_rx_us, now))
 			return;
 		if ((now - pc->last_tx_us) / 1000 >= d->cfg.keepalive_ms &&

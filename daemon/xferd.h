@@ -56,10 +56,11 @@
  * at most rdma_request_size (config); the local transport copies in slices, the granularity
  * at which a cancel lands.
  */
-#define XD_TCP_CHUNK (1u << 20)	  /* bytes of one DATA frame */
-#define XD_RDMA_CHUNK (4u << 20)  /* one turn of a transfer on a queue pair */
-#define XD_RDMA_MAX_PIECES 32	  /* work requests one RDMA chunk may take */
-#define XD_RDMA_REQUEST_MIN 4096u /* rdma_request_size bounds */
+#define XD_TCP_CHUNK (1u << 20)	     /* bytes of one DATA frame */
+#define XD_TCP_FILE_CHUNK (4u << 20) /* ...of one whose source has bytes in files (tcp.c) */
+#define XD_RDMA_CHUNK (4u << 20)     /* one turn of a transfer on a queue pair */
+#define XD_RDMA_MAX_PIECES 32	     /* work requests one RDMA chunk may take */
+#define XD_RDMA_REQUEST_MIN 4096u    /* rdma_request_size bounds */
 #define XD_RDMA_REQUEST_MAX XD_RDMA_CHUNK
 #define XD_RDMA_REQUEST_DEFAULT (128u << 10)
 /*
@@ -80,6 +81,7 @@
 #define XD_POPULATE_SLICE (16ull << 20)
 #define XD_REG_INLINE_MAX (16ull << 20)
 _Static_assert(XD_TCP_CHUNK <= XP_PEER_MAX_DATA, "a DATA frame must fit the peer protocol");
+_Static_assert(XD_TCP_FILE_CHUNK <= XP_PEER_MAX_DATA, "a DATA frame must fit the peer protocol");
 _Static_assert(XD_RDMA_REQUEST_DEFAULT >= XD_RDMA_REQUEST_MIN &&
 		       XD_RDMA_REQUEST_DEFAULT <= XD_RDMA_REQUEST_MAX,
 	       "the default request size must be a valid one");
