@@ -936,7 +936,7 @@ static void lane_sent(struct xd_pconn *pc, const struct xd_file_lane *l)
 		return;
 	}
 	pc->tx_wait = l->err == -EAGAIN; /* the socket stayed full: epoll says when it is not */
-	pconn_update_write(pc);		  /* the rest of the frame, and what is queued behind it */
+	pconn_update_write(pc);		 /* the rest of the frame, and what is queued behind it */
 }
 
 /* On the loop thread, once the worker is through with the lane's connection. */
