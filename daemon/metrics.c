@@ -44,7 +44,7 @@
 #define XD_METRICS_IO_TIMEOUT_S 2
 #define XD_METRICS_DEADLINE_MS 5000
 #define XD_METRICS_TICK_MS 100	   /* how often finished connections are reaped */
-#define XD_METRICS_FRESH_WAIT_MS 5 /* how long a scrape waits for the loop's fresh snapshot */
+#define XD_METRICS_FRESH_WAIT_MS 2 /* how long a scrape waits for the loop's fresh snapshot */
 #define XD_METRICS_REFRESH_MS 1000 /* the loop renders a snapshot at least this often */
 
 /* One accepted HTTP connection: its bufferevent, on which we hold a reference. */
@@ -652,7 +652,7 @@ static void write_endpoint(struct xd_metrics *m, struct evbuffer *out, uint64_t 
 	evbuffer_add_printf(out, "xferd_metrics_snapshot_age_seconds %.6f\n", (double)age_us / 1e6);
 	counter(out, "xferd_metrics_stale_replies_total",
 		"Replies (this one included) that got the last snapshot because the event loop was "
-		"busy (it did not render a fresh one within 5 ms, or its last answer took longer).",
+		"busy (it did not render a fresh one within 2 ms, or its last answer took longer).",
 		m->stale);
 	family(out, "xferd_metrics_scrape_seconds", "histogram",
 	       "Scrapes of /metrics from accept to the reply written (before this one).");
