@@ -1312,9 +1312,15 @@ static void chunk_post(struct xd_rconn *rc, struct xd_stage_chunk *c)
 	/*
 	 * A new chunk goes on the wire only while the queue pair carries less than this many
 	 * staged bytes: what is posted beyond it only holds back the control messages queued
-	 * behind (RC_WINDOW above), here the STAGED that lets the owner refill its buffer.
+	 * behind (RC_WINDOW above), here the STAGED that lets the owner refill its buffer. Reads
+	 * of an owner's granted chunks take the whole window all the same (1 MiB chunks, 64 MiB
+	 * reads in the VM: 0.69-0.73x of memory's rate with half of it, 0.77-0.95x with all of it,
+	 * alternating in one boot): the owner keeps up to XD_STAGE_DEPTH_MAX chunks granted, so it
+	 * fills the next ones while the STAGED of the first waits behind the READs. (Sending
+	 * STAGED on the set's control queue pair instead gained nothing measurable: 0.70-0.88x.)
+	 * Writes into granted chunks keep half (not measured otherwise).
 	 */
-	uint64_t wire = c->x->stage_remote ? XD_RDMA_CHUNK : 2ull * XD_RDMA_CHUNK;
+	uint64_t wire = c->x->stage_remote && c->x->source ? XD_RDMA_CHUNK : RC_WINDOW_BYTES;
 
 	c->state = CH_POST;
 	if (c->posted == 0 && rc->stage_wire > 0 && rc->stage_wire + c->len > wire)

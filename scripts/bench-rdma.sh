@@ -42,7 +42,7 @@
 # (all, or win: perftest and the window rows only, e.g. to compare two builds' per-op costs in
 # one boot), WIN_BATCH (8).
 # MODE=files runs only the comparison of file regions with memory (below; FILE_SIZES, default
-# 16, 64 and 256 MiB); STAGING_SIZE sets both daemons' rdma_staging_size (default 1 MiB).
+# 16, 64 and 256 MiB); STAGING_SIZE sets both daemons' rdma_staging_size (default: theirs, 4 MiB).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

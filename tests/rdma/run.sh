@@ -128,9 +128,10 @@ HAS_TRANSPORT=0
 # rdma_request_size: node 0 posts requests of the default 128 KiB, node 1 of 16 KiB, so that
 # the transfers node 1 drives also cut chunks at the work-request limit per chunk (32).
 REQUEST=(131072 16384)
-# Staging buffers for files (PROTOCOL.md §10.5.1): node 0 the defaults (16 of 1 MiB), node 1 4 of
-# 256 KiB, so that each node's chunks fit the other's buffers only by the CLAIM's stage_max, and
-# node 1's transfers wait for buffers (2 chunks in flight each, 4 buffers for all of them).
+# Staging buffers for files (PROTOCOL.md §10.5.1): node 0 16 of 1 MiB (a quarter of the default
+# size, so that the sizes tested cross several chunk edges), node 1 4 of 256 KiB, so that each
+# node's chunks fit the other's buffers only by the CLAIM's stage_max, and node 1's transfers
+# wait for buffers (2 chunks in flight each, 4 buffers for all of them).
 STAGE_SIZE=(1048576 262144)
 STAGE_BUFS=(16 4)
 METRICS_PORT=9468
