@@ -203,16 +203,27 @@ def pct(v, p):
     return v[i - 1 if i else 0]
 
 
-async def bench_latency(pas, act):
+async def bench_latency(pas, act, ref=None):
+    """Medians and p99 of whole 64 B rounds: {"py": (p50, p99)} and, with @ref, the C library's
+    calls interleaved round by round: "ref"."""
     src, dst = xferd.empty(4096), xferd.empty(4096)
     ps = xferd.Descriptor(src[:LAT_SIZE]).register_memory(pas)
     ds = xferd.Descriptor(dst[:LAT_SIZE]).register_memory(act)
-    rounds = []
+    ways = {"py": lambda: pair(pas, act, ps, ds, False)}
+    if ref:
+        pd, ad = ref[0].desc(ps), ref[1].desc(ds)
+
+        async def ref_way():
+            return ref_pair(ref[0], ref[1], pd, ad, False)
+
+        ways["ref"] = ref_way
+    rounds = {k: [] for k in ways}
     for i in range(-10, LAT_ITERS):
-        t0, _, t2 = await pair(pas, act, ps, ds, False)
-        if i >= 0:
-            rounds.append(t2 - t0)
-    return pct(rounds, 50), pct(rounds, 99)
+        for k in sorted(ways, reverse=i % 2 == 1):
+            t0, _, t2 = await ways[k]()
+            if i >= 0:
+                rounds[k].append(t2 - t0)
+    return {k: (pct(v, 50), pct(v, 99)) for k, v in rounds.items()}
 
 
 def iters_for(size, forced):
@@ -245,11 +256,15 @@ async def main_async(a):
                       "calls, this process, interleaved: Python/ref %.2fx / %.2fx" % (
                           "", "", size / cr, size / cw, cr / 1e3, cw / 1e3, cr99 / 1e3, cw99 / 1e3,
                           cr / r, cw / w), flush=True)
-        for c in ref or ():
-            c.close()
-        med, p99 = await bench_latency(pas, act)
+        lat = await bench_latency(pas, act, ref)
+        med, p99 = lat["py"]
         print("\nsmall-op latency, %d B, %d rounds after 10 warm-up: create_readable + begin_read + "
               "both ends seen:\n  median %.1f us, p99 %.1f us" % (LAT_SIZE, LAT_ITERS, med / 1e3, p99 / 1e3))
+        if ref:
+            print("  --ref, the C library's calls interleaved: median %.1f us, p99 %.1f us: Python/ref "
+                  "%.2fx" % (lat["ref"][0] / 1e3, lat["ref"][1] / 1e3, med / lat["ref"][0]))
+        for c in ref or ():
+            c.close()
     return results, med
 
 
