@@ -685,24 +685,47 @@ static ssize_t pconn_read_unmapped(struct xd_pconn *pc, uint32_t left)
 	return -1;
 }
 
+/*
+ * Adds the next frame's header behind @n iovecs that take all @left bytes still due of the
+ * frame being read (else nothing): one readv then takes the rest of this frame and the next
+ * header, so a run of small frames (a batch of window gets and puts, or their replies) costs
+ * one system call a frame, not two. No byte past that header is read before the header says
+ * where its payload goes. Returns the new count.
+ */
+static int pconn_iov_next_hdr(struct xd_pconn *pc, struct iovec *iov, int n, uint32_t left)
+{
+	size_t covered = 0;
+
+	for (int i = 0; i < n; i++)
+		covered += iov[i].iov_len;
+	if (covered == left && n < XD_IOV_MAX)
+		iov[n++] = (struct iovec){ pc->rx_hdr, XP_PEER_HDR_LEN };
+	return n;
+}
+
 /* Reads DATA payload into the transfer's mapping, or drops it. Returns bytes or -errno. */
 static ssize_t pconn_read_data(struct xd_pconn *pc)
 {
 	char *scratch = pc->d->tcp->scratch;
 	size_t cap = sizeof(pc->d->tcp->scratch);
 	uint32_t left = pc->rx.length - pc->rx_got;
+	struct iovec iov[XD_IOV_MAX];
+	int n;
 
 	if (pc->rx_xfer && !xd_xfer_live(pc->rx_xfer)) {
 		/* Its operation ended: no byte may land in that buffer any more. */
 		xd_xfer_unref(pc->rx_xfer);
 		pc->rx_xfer = NULL;
 	}
-	if (!pc->rx_xfer)
-		return read(pc->fd, scratch, left < cap ? left : cap);
-	if (!xd_xfer_mapped(pc->rx_xfer))
-		return pconn_read_unmapped(pc, left);
-	struct iovec iov[XD_IOV_MAX];
-	int n = xd_xfer_iov(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, iov, XD_IOV_MAX);
+	if (!pc->rx_xfer) {
+		iov[0] = (struct iovec){ scratch, left < cap ? left : cap };
+		n = pconn_iov_next_hdr(pc, iov, 1, left);
+	} else if (!xd_xfer_mapped(pc->rx_xfer)) {
+		return pconn_read_unmapped(pc, left); /* (file I/O: the next header read alone) */
+	} else {
+		n = xd_xfer_iov(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, iov, XD_IOV_MAX);
+		n = pconn_iov_next_hdr(pc, iov, n, left);
+	}
 	return readv(pc->fd, iov, n);
 }
 
@@ -773,6 +796,53 @@ static int pconn_wmeta_got(struct xd_pconn *pc, uint32_t r)
 	return pc->rx_got == pc->rx.length ? pconn_finish_frame(pc) : 0;
 }
 
+/* @n more bytes of a frame's header arrived: once whole, its payload is prepared for. */
+static int pconn_hdr_got(struct xd_pconn *pc, uint32_t n)
+{
+	if ((pc->rx_hdr_got += n) < XP_PEER_HDR_LEN)
+		return 0;
+	int rc = pconn_begin_payload(pc);
+	if (rc == 0 && pc->rx.length == 0)
+		rc = pconn_finish_frame(pc);
+	return rc;
+}
+
+/*
+ * @r bytes were read for the payload under way, the last of them (past its @left) the start of
+ * the next header (pconn_iov_next_hdr()). Returns 0 or -errno.
+ */
+static int pconn_payload_got(struct xd_pconn *pc, uint32_t r, uint32_t left)
+{
+	uint32_t mine = r < left ? r : left;
+	int rc;
+
+	if ((pc->rx_got += mine) < pc->rx.length)
+		return 0;
+	if ((rc = pconn_finish_frame(pc)) || r == mine || pc->dead)
+		return rc;
+	return pconn_hdr_got(pc, r - mine);
+}
+
+/*
+ * Reads a WPUT's prefix and tag (with a small payload, and then the next header) into
+ * rx_wstage. Returns as readv(2) does; a protocol error in *@rc.
+ */
+static ssize_t pconn_read_wstage(struct xd_pconn *pc, int *rc)
+{
+	uint32_t stage = pc->rx.length < XD_WSTAGE ? pc->rx.length : XD_WSTAGE;
+	struct iovec iov[2] = { { pc->rx_wstage + pc->rx_got, stage - pc->rx_got } };
+	ssize_t r = readv(pc->fd, iov, pconn_iov_next_hdr(pc, iov, 1, pc->rx.length - pc->rx_got));
+
+	if (r > 0) {
+		uint32_t mine = (uint32_t)r < stage - pc->rx_got ? (uint32_t)r : stage - pc->rx_got;
+		*rc = pconn_wmeta_got(pc, mine);
+		/* (a frame read whole has ended: the bytes past it are the next header's) */
+		if (*rc == 0 && (uint32_t)r > mine && !pc->dead)
+			*rc = pconn_hdr_got(pc, (uint32_t)r - mine);
+	}
+	return r;
+}
+
 /* One read step. Returns bytes consumed (> 0), 0 when the socket is drained, or -errno. */
 static ssize_t pconn_read_step(struct xd_pconn *pc)
 {
@@ -780,28 +850,26 @@ static ssize_t pconn_read_step(struct xd_pconn *pc)
 
 	if (pc->rx_hdr_got < XP_PEER_HDR_LEN) {
 		r = read(pc->fd, pc->rx_hdr + pc->rx_hdr_got, XP_PEER_HDR_LEN - pc->rx_hdr_got);
-		if (r > 0 && (pc->rx_hdr_got += (uint32_t)r) == XP_PEER_HDR_LEN) {
-			int rc = pconn_begin_payload(pc);
-			if (rc == 0 && pc->rx.length == 0)
-				rc = pconn_finish_frame(pc);
+		if (r > 0) {
+			int rc = pconn_hdr_got(pc, (uint32_t)r);
 			if (rc)
 				return rc;
 		}
 	} else if (pc->rx.type == XP_PEER_WPUT && !pc->rx_wdata) {
-		uint32_t stage = pc->rx.length < XD_WSTAGE ? pc->rx.length : XD_WSTAGE;
-		r = read(pc->fd, pc->rx_wstage + pc->rx_got, stage - pc->rx_got);
-		if (r > 0) {
-			int rc = pconn_wmeta_got(pc, (uint32_t)r);
-			if (rc)
-				return rc;
-		}
+		int rc = 0;
+		r = pconn_read_wstage(pc, &rc);
+		if (rc)
+			return rc;
 	} else {
-		if (pc->rx.type == XP_PEER_DATA || pc->rx.type == XP_PEER_WPUT)
+		uint32_t left = pc->rx.length - pc->rx_got;
+		if (pc->rx.type == XP_PEER_DATA || pc->rx.type == XP_PEER_WPUT) {
 			r = pconn_read_data(pc);
-		else
-			r = read(pc->fd, pc->rx_ctrl + pc->rx_got, pc->rx.length - pc->rx_got);
-		if (r > 0 && (pc->rx_got += (uint32_t)r) == pc->rx.length) {
-			int rc = pconn_finish_frame(pc);
+		} else {
+			struct iovec iov[2] = { { pc->rx_ctrl + pc->rx_got, left } };
+			r = readv(pc->fd, iov, pconn_iov_next_hdr(pc, iov, 1, left));
+		}
+		if (r > 0) {
+			int rc = pconn_payload_got(pc, (uint32_t)r, left);
 			if (rc)
 				return rc;
 		}
