@@ -1010,11 +1010,12 @@ json_t *xd_peers_json(struct xd_daemon *d);
 /* window.c: windows (PROTOCOL.md §5.1, §10.6) */
 #define XD_WINDOW_MAX_OPENERS 64 /* openers of one window with openers "many" */
 /*
- * One-sided window frames (TCP): a get's reply or a put larger than this goes as pieces of
- * this size spread over the set's data connections (PROTOCOL.md §10.7), so that one large
- * get or put uses every connection as a pairing's DATA does.
+ * One-sided window frames (TCP): a get's reply or an untagged put larger than this goes as
+ * pieces of this size spread over the set's data connections (PROTOCOL.md §10.7), so that one
+ * large get or put uses every connection as a pairing's DATA does, in pieces of a pairing's
+ * DATA chunk (256 KiB pieces cost more per byte than they gave, at 1 MiB, on a busy machine).
  */
-#define XD_WSTRIPE (256u << 10)
+#define XD_WSTRIPE XD_TCP_CHUNK
 #define XD_WSTRIPE_LANES 4	    /* connections the pieces of one put go on, at most */
 #define XD_WINDOW_MAX_INFLIGHT 4096 /* an opener's gets/puts not yet ended, at the owner */
 /* What window.c asks of a transfer's claim (op.get/op.put), so that it sits below claim.c. */

@@ -336,14 +336,14 @@ static void notify_in_order(struct xfer_client *owner, struct xfer_client *opene
 
 /*
  * Large gets and puts in flight at once, striped over the set's connections (PROTOCOL.md
- * §10.7: untagged puts and get replies past 256 KiB go as pieces over the data connections;
+ * §10.7: untagged puts and get replies past 1 MiB go as pieces over the data connections;
  * tagged puts stay on one): every byte where it belongs, every tag once, in order, naming the
  * whole put.
  */
 static void striped_in_flight(struct xfer_client *owner, struct xfer_client *opener)
 {
-	static const uint64_t lens[] = { 1 * MiB + 3,	 300 * KiB, 5 * MiB + 1, 17 * MiB + 5,
-					 4 * KiB,	 256 * KiB, 2 * MiB,	 256 * KiB + 1,
+	static const uint64_t lens[] = { 1 * MiB + 3,	 3 * MiB + 1, 5 * MiB + 1, 17 * MiB + 5,
+					 4 * KiB,	 256 * KiB,   2 * MiB,	   256 * KiB + 1,
 					 9 * MiB + 4097, 1 * MiB };
 	enum { N = sizeof(lens) / sizeof(lens[0]) };
 	static struct wevents ev;
