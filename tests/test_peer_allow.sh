@@ -109,6 +109,11 @@ fi
 
 # --- a connection from outside peer_allow is closed at once; one from inside is not
 res=$($PY $PROBE dial 127.0.0.2 127.0.0.1 "$P_R" 2)
+# (the daemon logs the refusal after the close the probe saw: its line may come a moment later)
+for _ in $(seq 100); do
+	grep -q "from 127.0.0.2 refused: outside peer_allow" "$D/R.log" && break
+	sleep 0.05
+done
 if [ "$res" = closed ] && grep -q "from 127.0.0.2 refused: outside peer_allow" "$D/R.log"; then
 	ok "a connection from 127.0.0.2 is closed at once, and the log says why"
 else
