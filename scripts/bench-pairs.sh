@@ -60,17 +60,7 @@ bytes=$(numfmt --from=iec "$SIZE")
 
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
-RUN=$(mktemp -d "${TMPDIR:-/tmp}/bench-pairs.XXXXXX")
-cleanup()
-{
-	xc_stop_all >/dev/null 2>&1 || true
-	xn_down
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-xn_up 2 >/dev/null || exit 1
+xc_rig_up bench-pairs.sh
 [ "$(xn_mode)" = netns ] || echo "(no network namespaces here: loopback numbers)"
 A1=$(xn_addr 1)
 UPORT=$(($(xn_port 1) + 2001))
