@@ -48,18 +48,7 @@ CLIENT=${BUILDS[0]}/xferbench_net
 
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
-RUN=$(mktemp -d "${TMPDIR:-/tmp}/bench-win.XXXXXX")
-cleanup()
-{
-	xc_stop_all >/dev/null 2>&1 || true
-	xn_down
-	rm -rf "$RUN"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-xn_up 2 || exit 1
+xc_rig_up bench-win.sh
 A1=$(xn_addr 1)
 UPORT=$(($(xn_port 1) + 2001))
 UCX_DEV=eth0
