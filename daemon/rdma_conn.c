@@ -1168,26 +1168,6 @@ static int chunk_take_buffer(struct xd_stage_chunk *c)
 	return 0;
 }
 
-/* The transfer's segments over [@off, +@len) into @out (at most @max). Returns the count. */
-static uint32_t xfer_slice(const struct xd_xfer *x, uint64_t off, uint64_t len, struct xd_seg *out,
-			   uint32_t max)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < x->nsegs && len > 0 && n < max; i++) {
-		const struct xd_seg *s = &x->segs[i];
-		if (off >= s->length) {
-			off -= s->length;
-			continue;
-		}
-		uint64_t take = s->length - off < len ? s->length - off : len;
-		out[n++] = (struct xd_seg){ s->region, s->offset + off, take };
-		len -= take;
-		off = 0;
-	}
-	return n;
-}
-
 static void chunk_copied(void *arg, int err, uint64_t bytes, const char *why);
 
 /* Whether @x writes into a file opened O_DIRECT (its segments here are the target). */
@@ -1229,7 +1209,7 @@ static int chunk_copy(struct xd_rconn *rc, struct xd_stage_chunk *c, bool fill)
 	}
 	segs = calloc(c->x->nsegs, sizeof(*segs));
 	if (segs) {
-		uint32_t n = xfer_slice(c->x, c->off, c->len, segs, c->x->nsegs);
+		uint32_t n = xd_xfer_slice(c->x, c->off, c->len, segs, c->x->nsegs);
 		c->worker = true;
 		c->state = fill ? CH_FILL : CH_DRAIN;
 		err = fill ? xd_copy_submit(rc->d, &buf, 1, segs, n, chunk_copied, c) :

@@ -31,7 +31,6 @@
 #define XD_MAX_PCONNS 17		 /* peer_connections (at most 16) and the control lane */
 #define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
-#define XD_IOV_MAX 64
 #define XD_WSTAGE (8u << 10)	/* a WPUT's prefix, tag and first payload bytes, read at once */
 #define XD_ACCEPT_PAUSE_MS 1000 /* listeners rest this long at the fd limit */
 #define XD_FD_RESERVE_MAX 64	/* fds peers may never take (clients, regions) */
@@ -403,7 +402,7 @@ static void pconn_data_sent(struct xd_pconn *pc, uint32_t w)
 /* Writes what it can of the current DATA frame. Returns bytes written, or -errno. */
 static ssize_t pconn_write_data(struct xd_pconn *pc)
 {
-	struct iovec iov[XD_IOV_MAX];
+	struct iovec iov[XD_XFER_IOV_MAX];
 	int n = 0;
 	uint32_t payload_done = pc->tx_sent > XP_PEER_HDR_LEN ? pc->tx_sent - XP_PEER_HDR_LEN : 0;
 
@@ -415,7 +414,7 @@ static ssize_t pconn_write_data(struct xd_pconn *pc)
 		w = pconn_write_unmapped(pc, n ? &iov[0] : NULL, payload_done);
 	} else {
 		n += xd_xfer_iov(pc->tx_xfer, pc->tx_off + payload_done, pc->tx_len - payload_done,
-				 iov + n, XD_IOV_MAX - n);
+				 iov + n, XD_XFER_IOV_MAX - n);
 		w = writev(pc->fd, iov, n);
 		if (w < 0)
 			w = errno == EAGAIN ? 0 : -errno;
@@ -457,17 +456,17 @@ static void wframe_sent(struct xd_wframe *wf)
  */
 static ssize_t pconn_write_wframe(struct xd_pconn *pc)
 {
-	struct iovec iov[XD_IOV_MAX];
-	int n = wframe_iov(pc->tx_wf, iov, XD_IOV_MAX);
+	struct iovec iov[XD_XFER_IOV_MAX];
+	int n = wframe_iov(pc->tx_wf, iov, XD_XFER_IOV_MAX);
 	uint64_t bytes = pc->tx_wf->hdrlen + pc->tx_wf->len - pc->tx_wf->sent;
 	struct xd_wframe *next;
 
 	/* Whole frames only behind the first, and none of a revoked transfer (dropped later). */
 	STAILQ_FOREACH(next, &pc->wq, link) {
 		if ((next->x && next->x->wdrop) || bytes >= XD_WFRAME_COALESCE ||
-		    n + 1 + (next->x ? (int)next->x->nsegs : 0) > XD_IOV_MAX)
+		    n + 1 + (next->x ? (int)next->x->nsegs : 0) > XD_XFER_IOV_MAX)
 			break;
-		n += wframe_iov(next, iov + n, XD_IOV_MAX - n);
+		n += wframe_iov(next, iov + n, XD_XFER_IOV_MAX - n);
 		bytes += next->hdrlen + next->len;
 	}
 	ssize_t w = writev(pc->fd, iov, n);
@@ -510,18 +509,19 @@ static bool pconn_start_wframe(struct xd_pconn *pc)
 }
 
 /*
- * Writes what it can of the queued control frames, up to XD_IOV_MAX of them in one sendmsg: the
+ * Writes what it can of the queued control frames, up to XD_XFER_IOV_MAX of them in one sendmsg: the
  * CLAIMs (or CLAIM_OKs, DONEs) of a batch of pairings cost one system call, not one each.
  * Returns bytes written, or -errno.
  */
 static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
 {
-	struct iovec iov[XD_IOV_MAX];
+	struct iovec iov[XD_XFER_IOV_MAX];
 	struct msghdr mh = { .msg_iov = iov };
 	struct xd_frame *f = STAILQ_FIRST(&pc->ctrlq);
 
 	iov[mh.msg_iovlen++] = (struct iovec){ f->data + pc->ctrl_sent, f->len - pc->ctrl_sent };
-	for (f = STAILQ_NEXT(f, link); f && mh.msg_iovlen < XD_IOV_MAX; f = STAILQ_NEXT(f, link))
+	for (f = STAILQ_NEXT(f, link); f && mh.msg_iovlen < XD_XFER_IOV_MAX;
+	     f = STAILQ_NEXT(f, link))
 		iov[mh.msg_iovlen++] = (struct iovec){ f->data, f->len };
 	ssize_t w = sendmsg(pc->fd, &mh, MSG_NOSIGNAL);
 	if (w < 0)
@@ -698,7 +698,7 @@ static int pconn_iov_next_hdr(struct xd_pconn *pc, struct iovec *iov, int n, uin
 
 	for (int i = 0; i < n; i++)
 		covered += iov[i].iov_len;
-	if (covered == left && n < XD_IOV_MAX)
+	if (covered == left && n < XD_XFER_IOV_MAX)
 		iov[n++] = (struct iovec){ pc->rx_hdr, XP_PEER_HDR_LEN };
 	return n;
 }
@@ -709,7 +709,7 @@ static ssize_t pconn_read_data(struct xd_pconn *pc)
 	char *scratch = pc->d->tcp->scratch;
 	size_t cap = sizeof(pc->d->tcp->scratch);
 	uint32_t left = pc->rx.length - pc->rx_got;
-	struct iovec iov[XD_IOV_MAX];
+	struct iovec iov[XD_XFER_IOV_MAX];
 	int n;
 
 	if (pc->rx_xfer && !xd_xfer_live(pc->rx_xfer)) {
@@ -723,7 +723,8 @@ static ssize_t pconn_read_data(struct xd_pconn *pc)
 	} else if (!xd_xfer_mapped(pc->rx_xfer)) {
 		return pconn_read_unmapped(pc, left); /* (file I/O: the next header read alone) */
 	} else {
-		n = xd_xfer_iov(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, iov, XD_IOV_MAX);
+		n = xd_xfer_iov(pc->rx_xfer, pc->rx.offset + pc->rx_got, left, iov,
+				XD_XFER_IOV_MAX);
 		n = pconn_iov_next_hdr(pc, iov, n, left);
 	}
 	return readv(pc->fd, iov, n);
@@ -753,12 +754,12 @@ static int pconn_finish_frame(struct xd_pconn *pc)
 /* Copies the @n payload bytes read with a WPUT's prefix into its landing (always mapped). */
 static void pconn_wstage_land(struct xd_pconn *pc, uint32_t n)
 {
-	struct iovec iov[XD_IOV_MAX];
+	struct iovec iov[XD_XFER_IOV_MAX];
 	const uint8_t *from = pc->rx_wstage + pc->rx_wmeta_len;
 
 	if (!pc->rx_xfer || !xd_xfer_live(pc->rx_xfer) || !xd_xfer_mapped(pc->rx_xfer))
 		return; /* (dropped: as pconn_read_data() drops what it reads) */
-	int k = xd_xfer_iov(pc->rx_xfer, 0, n, iov, XD_IOV_MAX);
+	int k = xd_xfer_iov(pc->rx_xfer, 0, n, iov, XD_XFER_IOV_MAX);
 	for (int i = 0; i < k; from += iov[i].iov_len, i++)
 		memcpy(iov[i].iov_base, from, iov[i].iov_len);
 }

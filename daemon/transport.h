@@ -423,7 +423,12 @@ uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint
 			    uint8_t *flags);
 /* Marks @len more bytes cut (one-sided transports cut their own pieces). */
 void xd_xfer_advance(struct xd_xfer *x, uint64_t len);
-/* Fills up to @max iovecs for @len bytes at transfer offset @off. Returns the count. */
+/* The segments of @x over [@off, +@len) into @out (at most @max). Returns the count. */
+uint32_t xd_xfer_slice(const struct xd_xfer *x, uint64_t off, uint64_t len, struct xd_seg *out,
+		       uint32_t max);
+#define XD_XFER_IOV_MAX 64 /* iovecs xd_xfer_iov() fills at most per call */
+/* Fills up to @max (at most XD_XFER_IOV_MAX) iovecs for @len bytes at transfer offset @off of
+ * a mapped transfer. Returns the count. */
 int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max);
 /* Whether every byte of @x is in a mapping (else some segment is a file: xd_xfer_send/recv). */
 bool xd_xfer_mapped(const struct xd_xfer *x);

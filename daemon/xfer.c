@@ -109,9 +109,10 @@ uint32_t xd_xfer_next_chunk(struct xd_xfer *x, uint32_t max, uint64_t *off, uint
 	return len;
 }
 
-int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max)
+uint32_t xd_xfer_slice(const struct xd_xfer *x, uint64_t off, uint64_t len, struct xd_seg *out,
+		       uint32_t max)
 {
-	int n = 0;
+	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < x->nsegs && len > 0 && n < max; i++) {
 		const struct xd_seg *s = &x->segs[i];
@@ -120,11 +121,22 @@ int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iove
 			continue;
 		}
 		uint64_t take = s->length - off < len ? s->length - off : len;
-		iov[n++] = (struct iovec){ s->region->base + s->offset + off, take };
+		out[n++] = (struct xd_seg){ s->region, s->offset + off, take };
 		len -= take;
 		off = 0;
 	}
 	return n;
+}
+
+int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max)
+{
+	struct xd_seg segs[XD_XFER_IOV_MAX];
+	uint32_t n = xd_xfer_slice(x, off, len, segs,
+				   max < XD_XFER_IOV_MAX ? (uint32_t)max : XD_XFER_IOV_MAX);
+
+	for (uint32_t i = 0; i < n; i++)
+		iov[i] = (struct iovec){ segs[i].region->base + segs[i].offset, segs[i].length };
+	return (int)n;
 }
 
 /* ---- bytes of any memory kind (mem.c) ---- */
