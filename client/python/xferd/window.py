@@ -49,7 +49,23 @@ def tag_bytes(notify):
     return raw
 
 
-class Window:
+class _ClosedOnExit:
+    """``with`` and ``async with`` close the object (its ``close()``) on the way out."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+
+
+class Window(_ClosedOnExit):
     """
     A window this connector owns over one Descriptor (memory or a File). ``metadata()`` is the
     capability to hand to openers; iterate it (``async for note in window``) for the
@@ -175,20 +191,8 @@ class Window:
             if not fut.done():
                 fut.set_result(None)
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
-
-
-class RemoteWindow:
+class RemoteWindow(_ClosedOnExit):
     """
     A window this connector opened (``connector.open_window(metadata)``): ``get`` and ``put``
     move bytes between it and your Descriptors, each awaiting its end (XferError on failure,
@@ -301,18 +305,6 @@ class RemoteWindow:
             rc = conn._c_call(lib.xfer_window_close, self.handle, raise_error=False)
             if rc < 0 and rc not in (-errno.ENOENT, -errno.ECANCELED, -errno.ECONNRESET):
                 raise conn._error(rc)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        self.close()
 
 
 def access_value(access):
