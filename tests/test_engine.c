@@ -1224,16 +1224,22 @@ static void check_pair_info(struct xfer_client *c, uint64_t op, int other)
 	CHECK_STR_EQ(info.peer, W.d[other].node_hex);
 }
 
+/* Opens a pairing of @pkind, claims it, and checks both COMPLETE ends and every byte. */
+static void pair_move(struct pair *p, enum xfer_kind pkind)
+{
+	pair_open(p, pkind, LEN);
+	CHECK_OK(pair_claim(p, &p->aop));
+	CHECK_END(p->pc, p->pop, XFER_COMPLETE, 0, NULL, LEN);
+	CHECK_END(p->ac, p->aop, XFER_COMPLETE, 0, NULL, LEN);
+	pair_check_bytes(p);
+}
+
 static void run_transfer(enum xfer_kind pkind)
 {
 	struct pair p;
 
 	world_start();
-	pair_open(&p, pkind, LEN);
-	CHECK_OK(pair_claim(&p, &p.aop));
-	CHECK_END(p.pc, p.pop, XFER_COMPLETE, 0, NULL, LEN);
-	CHECK_END(p.ac, p.aop, XFER_COMPLETE, 0, NULL, LEN);
-	pair_check_bytes(&p);
+	pair_move(&p, pkind);
 	check_pair_info(p.pc, p.pop, DB);
 	check_pair_info(p.ac, p.aop, DA);
 	EXPECT_QUIET(1);
@@ -1712,11 +1718,7 @@ static void run_quick_transfer(enum xfer_kind pkind)
 	struct pair p;
 
 	quick_world_start();
-	pair_open(&p, pkind, LEN);
-	CHECK_OK(pair_claim(&p, &p.aop));
-	CHECK_END(p.pc, p.pop, XFER_COMPLETE, 0, NULL, LEN);
-	CHECK_END(p.ac, p.aop, XFER_COMPLETE, 0, NULL, LEN);
-	pair_check_bytes(&p);
+	pair_move(&p, pkind);
 	EXPECT_QUIET(1);
 	pair_close(&p);
 	EXPECT_BASELINE(1);
