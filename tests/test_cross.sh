@@ -26,12 +26,8 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-BUILD=${BUILD:-build}
-export BUILD
-# shellcheck source=scripts/cluster.sh
-. scripts/cluster.sh
-# shellcheck source=tests/lib.sh
-. tests/lib.sh
+# shellcheck source=tests/cluster_suite.sh
+. tests/cluster_suite.sh
 
 KA_TIMEOUT=1.5 # keepalive_timeout_ms of scripts/cluster.sh's config, in seconds
 SLACK=2.0      # scheduling slack on top of a bound (2 cores, sanitizers)
@@ -58,27 +54,14 @@ else
 
 fi
 
-DATA=
 NODE_IDS=()
 
-cleanup()
+before_teardown()
 {
 	if [ "$failed" -gt 0 ] && [ "${XFER_CROSS_KEEP:-0}" = 1 ] && [ -n "$XN_DIR" ]; then
 		cp -a "$XN_DIR" "$XN_DIR.kept" 2>/dev/null && note "logs kept in $XN_DIR.kept"
 	fi
-	xn_down # the daemons, by pid, and the namespaces
-	kill_children # clients still running
-	[ -n "$DATA" ] && rm -rf "$DATA"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# The nodes, for tests/lib.sh: scripts/cluster.sh's daemons.
-node_sock() { xc_sock "$1"; }
-node_pid() { xc_pid "$1"; }
-node_start() { xc_start "$1"; }
-node_log() { xc_log "$1"; }
 
 # pyj PYTHON < JSON: evaluates PYTHON with the parsed input as d; prints the result.
 pyj()
@@ -115,19 +98,6 @@ b = sys.argv[1][6:]
 m = json.loads(base64.urlsafe_b64decode(b + "=" * (-len(b) % 4)))
 print(json.dumps(m[sys.argv[2]]))
 ' "$1" "$2"
-}
-
-# xfer KIND OWNER ACTIVE SRC DST: one transfer between two nodes with xferctl (lib.sh's offer and
-# claim); 1 with WHY when the clients' exits or the bytes say it went wrong.
-xfer()
-{
-	local kind=$1 src=$4 dst=$5 w arc=0 prc=0
-	next_prefix w x
-	xfer_begin "$kind" "$2" "$src" "$dst" "$w.p" || return 1
-	claim "$kind" "$3" "$META" "$src" "$dst" "$w.a"
-	wait_bg "$AP" || arc=$?
-	wait_bg "$PP" "$WAIT" || prc=$?
-	xfer_outcome "$kind" "$src" "$dst" "$w" "$arc" "$prc"
 }
 
 # op_json NODE KIND: the first operation of KIND on NODE's daemon as JSON, or nothing.
@@ -193,7 +163,6 @@ unshape_all()
 		xn_unshape "$i"
 	done
 }
-
 
 # =============================================================================================
 # Setup

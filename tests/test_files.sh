@@ -23,12 +23,8 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-BUILD=${BUILD:-build}
-export BUILD
-# shellcheck source=scripts/cluster.sh
-. scripts/cluster.sh
-# shellcheck source=tests/lib.sh
-. tests/lib.sh
+# shellcheck source=tests/cluster_suite.sh
+. tests/cluster_suite.sh
 
 T=60
 WAIT=30
@@ -37,26 +33,14 @@ NODES="0 1"
 MIB=$((1024 * 1024))
 FAIL_SIZE=$((256 * MIB))
 SHAPE_RATE=1gbit
-DATA=
 FULL=
 FULL_DIO=
 
-cleanup()
+after_teardown()
 {
-	xn_down
-	kill_children
 	[ -n "$FULL" ] && umount "$FULL" 2>/dev/null
 	[ -n "$FULL_DIO" ] && umount "$FULL_DIO" 2>/dev/null
-	[ -n "$DATA" ] && rm -rf "$DATA"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-node_sock() { xc_sock "$1"; }
-node_pid() { xc_pid "$1"; }
-node_start() { xc_start "$1"; }
-node_log() { xc_log "$1"; }
 
 # leftovers DIR: landing files (NAME.xferctl-XXXXXX) xferctl left in DIR, listed.
 leftovers() { find "$1" -maxdepth 1 -name '*.xferctl-*' 2>/dev/null | tr '\n' ' '; }

@@ -16,31 +16,15 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-BUILD=${BUILD:-build}
-export BUILD
-# shellcheck source=scripts/cluster.sh
-. scripts/cluster.sh
-# shellcheck source=tests/lib.sh
-. tests/lib.sh
+# shellcheck source=tests/cluster_suite.sh
+. tests/cluster_suite.sh
 
 T=30
 POLL=0.02
 PY=/usr/bin/python3
-DATA=
 
-cleanup()
-{
-	rm -f "${DATA:-/nonexistent}"/gate* # (a daemon inside the gate gets out)
-	xn_down
-	kill_children
-	[ -n "$DATA" ] && rm -rf "$DATA"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-node_sock() { xc_sock "$1"; }
-node_log() { xc_log "$1"; }
+# (a daemon inside the gate gets out)
+before_teardown() { rm -f "${DATA:-/nonexistent}"/gate*; }
 
 require_built
 DATA=$(mktemp -d /var/tmp/xferd-looplag.XXXXXX) || abort_setup "mktemp failed"

@@ -24,12 +24,8 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-BUILD=${BUILD:-build}
-export BUILD
-# shellcheck source=scripts/cluster.sh
-. scripts/cluster.sh
-# shellcheck source=tests/lib.sh
-. tests/lib.sh
+# shellcheck source=tests/cluster_suite.sh
+. tests/cluster_suite.sh
 
 T=30
 WAIT=15
@@ -40,34 +36,6 @@ HANDSHAKE_MS=1000 # handshake_timeout_ms of these daemons
 LOW_NOFILE=64     # node 2's ulimit -n
 MAX_SETS=4        # node 2's max_peer_sets
 HOSTILE=tests/flood_peer.py
-DATA=
-
-cleanup()
-{
-	xn_down
-	kill_children
-	[ -n "$DATA" ] && rm -rf "$DATA"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-node_sock() { xc_sock "$1"; }
-node_pid() { xc_pid "$1"; }
-node_start() { xc_start "$1"; }
-node_log() { xc_log "$1"; }
-
-# xfer KIND OWNER ACTIVE SRC DST: as in tests/test_cross.sh.
-xfer()
-{
-	local kind=$1 src=$4 dst=$5 w arc=0 prc=0
-	next_prefix w x
-	xfer_begin "$kind" "$2" "$src" "$dst" "$w.p" || return 1
-	claim "$kind" "$3" "$META" "$src" "$dst" "$w.a"
-	wait_bg "$AP" || arc=$?
-	wait_bg "$PP" "$WAIT" || prc=$?
-	xfer_outcome "$kind" "$src" "$dst" "$w" "$arc" "$prc"
-}
 
 hostile() { timeout -k 2 40 "$XN_PY" "$HOSTILE" "$@"; }
 fds() { local f=(/proc/"$(node_pid "$1")"/fd/*); echo "${#f[@]}"; }
