@@ -384,7 +384,7 @@ struct xd_xfer {
 	 */
 	bool wfast;
 	bool wdrop;	/**< owner: revoked, its frames dropped and its bytes not taken */
-	uint64_t wseq;	/**< owner: a put's last frame (LAST) */
+	bool wput_end;	/**< owner: the frame that ends a put (LAST, not PIECE): counted once */
 	uint32_t wlane; /**< owner: the connection a put's frame came on (its WACK goes there) */
 	/* opener's put: the connections its WPUTs went on, and its last one's number on each */
 	uint8_t nwl;

@@ -133,6 +133,7 @@ struct xd_whandle {
 	TAILQ_HEAD(, xd_xfer) gets;	  /**< their replies not yet all here */
 	unsigned nfast;			  /**< on the two lists */
 	bool file;			  /**< the window is over a file region: claims only */
+	bool pieces;			  /**< the owner takes XP_WIN_PIECE (WOPEN_OK "pieces") */
 	/*
 	 * One-sided: the key the owner bound for this handle (WOPEN_OK) onto the window at
 	 * @raddr, on connection @via of @key_peer (NULL once that set is gone). Gets and puts with
@@ -1156,7 +1157,7 @@ static void fast_end(struct xd_wopener *o, struct xd_xfer *x, bool visible)
 	w->inflight--;
 	if (!x->source)
 		frame_taken(o, x->wlane);
-	if (visible && (x->source || x->wseq)) { /* (wseq: a put's last frame) */
+	if (visible && (x->source || x->wput_end)) {
 		w->d->stats.window_ops++;
 		if (x->source)
 			o->gets++, w->gets++;
@@ -1290,6 +1291,7 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(meta, &wp) < 0 ||
 	    metalen != XP_WIN_PREFIX_LEN + (uint32_t)wp.tag_len ||
 	    (wp.tag_len && !(wp.flags & XP_WIN_LAST)) ||
+	    ((wp.flags & XP_WIN_PIECE) && (!(wp.flags & XP_WIN_LAST) || wp.tag_len)) ||
 	    memchr(meta + XP_WIN_PREFIX_LEN, 0, wp.tag_len)) {
 		*err = -EPROTO;
 		return NULL;
@@ -1320,7 +1322,9 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 		frame_taken(o, via);
 		return NULL;
 	}
-	x->wseq = (wp.flags & XP_WIN_LAST) != 0;
+	/* A striped put's later pieces (PIECE) are not puts of their own: it counts once. An
+	 * opener that does not mark them (its owner did not offer "pieces") counts per piece. */
+	x->wput_end = (wp.flags & (XP_WIN_LAST | XP_WIN_PIECE)) == XP_WIN_LAST;
 	x->wlane = via;
 	return x;
 }
@@ -1397,8 +1401,17 @@ static int opener_wack(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr
 	if (!h)
 		return 0; /* (closed here, or revoked: the two ends crossed) */
 	struct xd_wlane *l = wlane_find(h->lanes, via);
-	if (hdr->offset > (l ? l->frames : 0) || hdr->offset < (l ? l->acked : 0))
+	uint64_t sent = l ? l->frames : 0, before = l ? l->acked : 0;
+	if (hdr->offset > sent || hdr->offset < before) {
+		/* A rogue or broken owner: no put may complete on its word (the set fails). */
+		xd_link_fail(p, EPROTO,
+			     "window handle %llu: the owner acknowledged %llu WPUTs on connection "
+			     "%u, which carried %llu (%llu before): beyond the puts sent or going "
+			     "back (§10.7)",
+			     (unsigned long long)h->id, (unsigned long long)hdr->offset, via,
+			     (unsigned long long)sent, (unsigned long long)before);
 		return -EPROTO;
+	}
 	if (!l)
 		return 0; /* (a count of 0 on a connection that carried none) */
 	l->acked = hdr->offset;
@@ -1443,9 +1456,12 @@ static void handle_fast_detach(struct xd_whandle *h)
 	}
 }
 
-/* The WPUT or WGET header, prefix and tag for @len bytes at window offset @off into @buf. */
+/*
+ * The WPUT or WGET header, prefix and tag for @len bytes at window offset @off into @buf; a
+ * put's @last frame carries the tag, a @piece (a striped put's second or later) says so.
+ */
 static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x, uint64_t off,
-			    uint32_t len, bool last, uint8_t *buf)
+			    uint32_t len, bool last, bool piece, uint8_t *buf)
 {
 	const struct xd_wreq *rq = x->op->wreq;
 	bool put = x->source;
@@ -1454,7 +1470,8 @@ static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x,
 				    .handle = h->id,
 				    .length = len,
 				    .tag_len = tag_len,
-				    .flags = put && last ? XP_WIN_LAST : 0 };
+				    .flags = (put && last ? XP_WIN_LAST : 0) |
+					     (put && piece && h->pieces ? XP_WIN_PIECE : 0) };
 	struct xp_peer_hdr ph = { .type = put ? XP_PEER_WPUT : XP_PEER_WGET,
 				  .flags = XP_PEER_FROM_ACTIVE,
 				  .length = XP_WIN_PREFIX_LEN + tag_len + (put ? len : 0),
@@ -1468,14 +1485,15 @@ static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x,
 }
 
 /*
- * Queues WPUT [@off, +@len) of put @x, the put's @last, on connection *@lane (0: picked by
- * @key), and counts it there: @x's last frame on that connection is this one. 0 or -errno.
+ * Queues WPUT [@off, +@len) of put @x, the put's @last (or a later @piece of a striped one),
+ * on connection *@lane (0: picked by @key), and counts it there: @x's last frame on that
+ * connection is this one. 0 or -errno.
  */
 static int put_frame(struct xd_whandle *h, struct xd_xfer *x, uint32_t *lane, uint64_t key,
-		     uint64_t off, uint32_t len, bool last)
+		     uint64_t off, uint32_t len, bool last, bool piece)
 {
 	uint8_t buf[XP_PEER_HDR_LEN + XP_WIN_MAX_META];
-	uint32_t n = fast_header(h, x, off, len, last, buf);
+	uint32_t n = fast_header(h, x, off, len, last, piece, buf);
 	int rc = xd_peer_send_wframe(h->peer, lane, key, buf, n, x, off, len);
 	struct xd_wlane *l = rc ? NULL : wlane_get(h->lanes, *lane);
 	int i = 0;
@@ -1501,7 +1519,8 @@ static int put_frame(struct xd_whandle *h, struct xd_xfer *x, uint32_t *lane, ui
  * Queues put @x's WPUTs. A tagged put goes on the handle's lane, in frames of at most
  * XP_PEER_MAX_DATA, the last with the tag: the owner names the whole put in the notification
  * once the last landed, and notifications stay in the order posted. An untagged put larger
- * than XD_WSTRIPE goes as pieces, each a put of its own for the owner (LAST), spread over up
+ * than XD_WSTRIPE goes as pieces, each a put of its own for the owner (LAST; the second and
+ * later also PIECE, so that the owner counts the put once), spread over up
  * to XD_WSTRIPE_LANES of the set's data connections: one large put uses them all, as a
  * pairing's DATA does. Each connection's WACKs count what it carried (put_acked()).
  */
@@ -1519,7 +1538,7 @@ static int put_send(struct xd_whandle *h, struct xd_xfer *x)
 		uint32_t other = 0;
 		uint32_t *lane = i % XD_WSTRIPE_LANES && stripe ? &other : &h->lane;
 		rc = put_frame(h, x, lane, h->id + i % XD_WSTRIPE_LANES, off, len,
-			       stripe || off + len == x->length);
+			       stripe || off + len == x->length, stripe && i > 0);
 	}
 	return rc;
 }
@@ -1546,7 +1565,7 @@ int xd_window_fast_start(struct xd_xfer *x)
 		h->lane = 0;
 	if (!x->source) {
 		uint8_t buf[XP_PEER_HDR_LEN + XP_WIN_MAX_META];
-		uint32_t n = fast_header(h, x, 0, (uint32_t)x->length, true, buf);
+		uint32_t n = fast_header(h, x, 0, (uint32_t)x->length, true, false, buf);
 		rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, NULL, 0, 0);
 		if (rc)
 			return rc;
@@ -1661,10 +1680,11 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	struct xd_wopener *o = opener_add(w, p, h->xfer);
 	if (!o)
 		return send_open_err(p, via, h->xfer, ENOMEM, "out of memory");
-	/* A window over a file region takes claims only (§10.7): the opener is told so. The key
-	 * and its WOPEN_OK go on a connection that carries data, behind the bind. */
+	/* A window over a file region takes claims only (§10.7): the opener is told so; over a
+	 * mapping, that the owner takes PIECE (a striped put counted once). The key and its
+	 * WOPEN_OK go on a connection that carries data, behind the bind. */
 	uint32_t key_via = p->transport->data_via ? p->transport->data_via(p, via) : via;
-	json_t *ok = w->region->mem->mapped ? json_object() : json_pack("{s:b}", "file", 1);
+	json_t *ok = json_pack("{s:b}", w->region->mem->mapped ? "pieces" : "file", 1);
 	err = ok ? grant_key(o, key_via, ok, msg, sizeof(msg)) : -ENOMEM;
 	if (err) {
 		json_decref(ok);
@@ -1712,10 +1732,11 @@ static int handle_open_answer(struct xd_peer *p, uint32_t via, const struct xp_p
 	if (!h || h->state != WH_OPENING || !h->open_sent)
 		return h ? -EPROTO : 0; /* (unknown: the two ends crossed) */
 	if (hdr->type == XP_PEER_WOPEN_OK) {
-		int file = 0;
-		if (json && json_unpack(json, "{s?b}", "file", &file))
+		int file = 0, pieces = 0;
+		if (json && json_unpack(json, "{s?b, s?b}", "file", &file, "pieces", &pieces))
 			return -EPROTO;
 		h->file = file;
+		h->pieces = pieces;
 		if (take_key(h, via, json) < 0)
 			return -EPROTO;
 		h->state = WH_OPEN;

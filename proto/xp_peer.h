@@ -69,10 +69,13 @@ bool xp_peer_hdr_valid(const struct xp_peer_hdr *h);
  * header (xfer: the opener's op id, offset: where in the window), this 24-byte prefix, then the
  * notify tag (tag_len bytes), then (WPUT) the payload: window u64 | handle u64 | data length
  * u32 | tag length u16 | flags u16, little-endian. A put larger than one frame goes as several
- * WPUTs in a row; the last has XP_WIN_LAST and alone carries the tag.
+ * WPUTs in a row; the last has XP_WIN_LAST and alone carries the tag. The pieces of a striped
+ * put each have XP_WIN_LAST; all but the first also XP_WIN_PIECE (sent only to an owner whose
+ * WOPEN_OK said "pieces"), so that the owner counts the put once.
  */
 #define XP_WIN_PREFIX_LEN 24
 #define XP_WIN_LAST 0x0001u
+#define XP_WIN_PIECE 0x0002u
 #define XP_WIN_MAX_META (XP_WIN_PREFIX_LEN + XP_MAX_TAG)
 
 struct xp_win_prefix {
@@ -82,7 +85,8 @@ struct xp_win_prefix {
 };
 
 void xp_win_prefix_pack(const struct xp_win_prefix *w, uint8_t out[XP_WIN_PREFIX_LEN]);
-/* Decodes a prefix. Returns 0, or -EPROTO (unknown flags, a tag over XP_MAX_TAG). */
+/* Decodes a prefix. Returns 0, or -EPROTO (unknown flags, a tag over XP_MAX_TAG). The frame's
+ * own rules (PIECE only with LAST, on an untagged WPUT) are the receiver's to check. */
 int xp_win_prefix_unpack(const uint8_t in[XP_WIN_PREFIX_LEN], struct xp_win_prefix *w);
 
 /*

@@ -33,6 +33,14 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  metadata, stays until killed, reads nothing
   hostile_peer.py relay LPORT HOST PORT LOG      forwards one connection, writing both
                                                  directions to LOG, until either side closes
+  hostile_peer.py wack_relay LPORT HOST PORT     (a rogue owner) forwards a set's connections
+                                                 to the owner daemon at HOST PORT, but raises
+                                                 the count of the first WACK it carries by 5:
+                                                 it acknowledges puts never sent (§10.7)
+  hostile_peer.py wack_opener SOCKET METAFILE    (helper) a local client opening the window
+                                                 METAFILE names and putting 4 KiB twice; exit
+                                                 0 when both puts end ERRORED, none COMPLETE,
+                                                 with a cause naming the WACK rule
 """
 import hashlib
 import hmac
@@ -520,6 +528,9 @@ def mode_wframes_cut(host, port, keyfile, metafile):
                 lambda w: wput(w, 7, 1, 0, b"xyz", window_len=2),  # lengths disagree
                 lambda w: wput(w, 7, 1, 0, b"x", b"tag", flags=0),  # a tag not on the last
                 lambda w: wput(w, 7, 1, 0, b"x", flags=6),  # unknown flags
+                lambda w: wput(w, 7, 1, 0, b"x", flags=2),  # PIECE without LAST
+                lambda w: wput(w, 7, 1, 0, b"x", b"tag", flags=3),  # PIECE on a tagged put
+                lambda w: HDR.pack(WGET, FROM_ACTIVE, 0, 24, 1, 0) + WPRE.pack(w, 7, 1, 0, 2),
                 lambda w: wget(w, 7, 1, 0, 0),  # an empty get
                 lambda w: HDR.pack(WPUT, 0, 0, 25, 1, 0) + WPRE.pack(w, 7, 1, 0, 1) + b"x",
                 lambda w: HDR.pack(WACK, 0, 0, 4, 7, 0) + b"abcd"):
@@ -594,11 +605,108 @@ def mode_relay(lport, host, port, logpath):
     return True
 
 
+def pump_frames(src, dst, tamper):
+    """Forwards whole frames from @src to @dst; @tamper(header fields) may change them."""
+    try:
+        while True:
+            hdr = recv_exact(src, HDR.size)
+            if hdr is None:
+                break
+            fields = list(HDR.unpack(hdr))
+            body = recv_exact(src, fields[3]) if fields[3] else b""
+            if body is None:
+                break
+            dst.sendall(HDR.pack(*tamper(fields)) + body)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def mode_wack_relay(lport, host, port):
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", int(lport)))
+    lsock.listen(8)
+    lock = threading.Lock()
+    done = []
+
+    def inflate(fields):  # type, flags, credits, length, xfer, offset
+        with lock:
+            if fields[0] == WACK and not done:
+                done.append(fields[5])
+                fields[5] += 5
+        return fields
+
+    lsock.settimeout(30)
+    while True:
+        try:
+            client, _ = lsock.accept()
+        except socket.timeout:
+            break
+        server = socket.create_connection((host, int(port)))
+        threading.Thread(target=pump, args=(client, server, open(os.devnull, "wb"), lock),
+                         daemon=True).start()
+        threading.Thread(target=pump_frames, args=(server, client, inflate), daemon=True).start()
+    return True
+
+
+def mode_wack_opener(path, metafile):
+    import array
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(path)
+    sock.settimeout(30)
+    ends = {}
+
+    def take(msg):
+        if msg.get("method") == "op.changed" and msg["params"]["state"] in (
+                "COMPLETE", "CANCELLED", "ERRORED"):
+            ends[msg["params"]["op"]] = msg["params"]
+
+    def call(i, method, params, fds=()):
+        msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        sock.sendmsg([msg], anc)
+        while True:
+            reply = json.loads(sock.recv(65536))
+            if reply.get("id") == i:
+                if "result" not in reply:
+                    raise OSError(f"{method}: {reply}")
+                return reply["result"]
+            take(reply)
+
+    import fcntl
+    fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.write(fd, b"x" * 65536)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    call(1, "hello", {"version": 1, "client": "wack_opener"})
+    region = call(2, "region.register", {}, [fd])["region"]
+    meta = open(metafile).read().strip()
+    handle = call(3, "window.open", {"metadata": meta})["window"]
+    ops = [call(4 + i, "op.put", {"window": handle, "offset": 4096 * i,
+                                  "descs": [{"region": region, "offset": 0, "length": 4096}]})["op"]
+           for i in range(2)]
+    while not all(op in ends for op in ops):
+        take(json.loads(sock.recv(65536)))
+    good = all(ends[op]["state"] == "ERRORED" and "acknowledged" in ends[op].get("cause", "")
+               for op in ops)
+    if not good:
+        print(f"wack_opener: want both puts ERRORED naming the WACK rule, got {ends}",
+              file=sys.stderr)
+    else:
+        print(f"wack_opener: {ends[ops[0]]['errno']}: {ends[ops[0]]['cause']}")
+    return good
+
+
 def main(argv):
     modes = {"noauth": mode_noauth, "auth": mode_auth, "wrongkey": mode_wrongkey,
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
              "windows": mode_windows, "owner": mode_owner, "wframes": mode_wframes,
-             "wframes_cut": mode_wframes_cut}
+             "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
+             "wack_opener": mode_wack_opener}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

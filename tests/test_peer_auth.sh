@@ -212,5 +212,29 @@ else
 	fail "a transfer through a relay" "$(cat "$D/t5.err")"
 fi
 
+# --- a rogue owner: a relay that raises the first WACK's count by 5, acknowledging puts that
+# were never sent (PROTOCOL.md §10.7): the opener must not complete them on its word
+PW=$((BASE + 7))
+start W $((BASE + 8)) --peer-key "$D/key" --advertise "127.0.0.1:$PW" ||
+	abort_setup "daemon W did not start"
+$PY tests/hostile_peer.py wack_relay "$PW" 127.0.0.1 $((BASE + 8)) &
+PIDS+=($!)
+$PY tests/hostile_peer.py owner "$D/W.sock" "$D/wack.meta" readwrite &
+OWNER=$!
+for _ in $(seq 100); do
+	[ -s "$D/wack.meta" ] && [ -n "$(ss -Hltn "sport = :$PW")" ] && break
+	sleep 0.05
+done
+if timeout 40 $PY tests/hostile_peer.py wack_opener "$D/B.sock" "$D/wack.meta" >"$D/wack.out" 2>&1 &&
+	kill -0 "$(pid_of B)" 2>/dev/null && grep -q "the owner acknowledged" "$D/B.log" &&
+	transfer A B t6; then
+	ok "a WACK acknowledging puts never sent: the opener's puts end ERRORED, none COMPLETE,\
+ and B keeps serving ($(cat "$D/wack.out"))"
+else
+	fail "a WACK acknowledging puts never sent" "$(cat "$D/wack.out"); $(tail -n 3 "$D/B.log")"
+fi
+kill "$OWNER" 2>/dev/null
+wait "$OWNER" 2>/dev/null
+
 summary
 [ "$failed" -eq 0 ]

@@ -334,6 +334,43 @@ static void notify_in_order(struct xfer_client *owner, struct xfer_client *opene
 	xfer_buf_free(&lbuf.buf);
 }
 
+/* Integer @key of @c's window @window in list.windows (@key "gets", "puts"), or -1. */
+static long long window_count(struct xfer_client *c, uint64_t window, const char *key)
+{
+	char *text = NULL;
+	long long v = -1;
+	size_t i;
+	json_t *row;
+
+	CHECK_OK(xfer_call(c, "list.windows", NULL, &text));
+	json_t *root = json_loads(text, 0, NULL);
+	free(text);
+	json_array_foreach(json_object_get(root, "windows"), i, row)
+		if (json_integer_value(json_object_get(row, "window")) == (json_int_t)window)
+			v = json_integer_value(json_object_get(row, key));
+	json_decref(root);
+	return v;
+}
+
+/*
+ * What the owner counted of striped_in_flight's @gets gets and @puts puts: one each, however
+ * many pieces a striped one went as, in list.windows (xferd_window_operations_total counts at
+ * the same place). One-sided frames only: keyed RDMA ops count tagged ones (§10.6).
+ */
+static void owner_counted(struct xfer_client *owner, uint64_t window, long long gets,
+			  long long puts)
+{
+	long long end = td_now_ms() + WAIT_MS;
+
+	if (strcmp(want_transport, "tcp") != 0)
+		return;
+	/* (a get's reply is counted once its last byte left: the opener may see it first) */
+	while (window_count(owner, window, "gets") < gets && td_now_ms() < end)
+		usleep(2000);
+	CHECK_EQ_INT(window_count(owner, window, "puts"), puts);
+	CHECK_EQ_INT(window_count(owner, window, "gets"), gets);
+}
+
 /*
  * Large gets and puts in flight at once, striped over the set's connections (PROTOCOL.md
  * §10.7: untagged puts and get replies past 1 MiB go as pieces over the data connections;
@@ -395,6 +432,7 @@ static void striped_in_flight(struct xfer_client *owner, struct xfer_client *ope
 	for (int i = 0; i < N; i++)
 		CHECK_MEM_EQ((uint8_t *)lbuf.buf.addr + offs[i],
 			     (uint8_t *)w.obuf.buf.addr + offs[i], lens[i]);
+	owner_counted(owner, w.window, N, 2 * N);
 	CHECK_OK(xfer_window_close(opener, w.handle));
 	CHECK_OK(xfer_window_close(owner, w.window));
 	free(w.meta);
