@@ -252,6 +252,58 @@ def test_events_before_the_object_exists_are_kept(pair, monkeypatch):
     run(main())
 
 
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_end_only_pushes_only_the_end(pair, monkeypatch, kind):
+    """
+    end_only=True (XFER_OP_END_ONLY) on both sides: neither connector is sent IN_PROGRESS, only
+    the end, and the bytes still arrive. The same pairing without it shows the passive side's
+    IN_PROGRESS, so the check would see one if the flag did not reach the daemon.
+    """
+    a, b = pair
+    seen = []
+    real = xferd.connector.Operation._apply
+
+    def record(op, info):
+        seen.append((op.id, OperationStatus(info.state)))
+        real(op, info)
+
+    monkeypatch.setattr(xferd.connector.Operation, "_apply", record)
+
+    async def move(end_only, seed):
+        mine, theirs = xferd.empty(1 << 20), xferd.empty(1 << 20)
+        src = mine if kind == "read" else theirs
+        want = fill(src, seed)
+        create, begin = ((a.create_readable, b.begin_read) if kind == "read" else
+                         (a.create_writable, b.begin_write))
+        seen.clear()
+        passive = await create(Descriptor(mine), end_only=end_only)
+        active = await begin(passive.metadata(), Descriptor(theirs), end_only=end_only)
+        assert await active.wait_for_completion(10) == OperationStatus.COMPLETE
+        assert await passive.wait_for_completion(10) == OperationStatus.COMPLETE
+        assert np.array_equal(as_bytes(theirs if kind == "read" else mine), want)
+        return {op: [st for i, st in seen if i == op.id] for op in (passive, active)}
+
+    async def main():
+        plain = await move(False, 11)
+        ended = await move(True, 12)
+        assert OperationStatus.IN_PROGRESS in next(iter(plain.values()))  # the passive side
+        for states in ended.values():
+            assert states == [OperationStatus.COMPLETE]
+
+    run(main())
+
+
+def test_end_only_must_be_a_bool(pair):
+    a, _ = pair
+
+    async def main():
+        with pytest.raises(XferError) as e:
+            await a.create_readable(Descriptor(xferd.empty(4096)), end_only="yes")
+        assert e.value.errno_name == "EINVAL" and "end_only must be True or False" in e.value.message
+
+    run(main())
+
+
 def test_many_concurrent_operations_on_one_loop(pair):
     a, b = pair
     n = 200

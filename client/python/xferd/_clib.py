@@ -82,6 +82,7 @@ MIRRORED = {
 
 XFER_OP_RELEASE_ON_END = 0x1
 XFER_OP_NOWAIT = 0x4
+XFER_OP_END_ONLY = 0x8
 XFER_WINDOW_ONE_OPENER = 0x1
 XFER_FILE_SYNC = 0x1
 WINDOW_NOTIFIED, WINDOW_CLOSED = 0, 1  # enum xfer_window_event_type
@@ -186,6 +187,13 @@ _prototypes(lib)
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
+
+
+def op_flags(active, end_only):
+    """The struct xfer_op_opts flags of a pairing operation: always released at its end; an
+    active one submitted without waiting for the claim; end_only: no IN_PROGRESS event."""
+    return (XFER_OP_RELEASE_ON_END | (XFER_OP_NOWAIT if active else 0)
+            | (XFER_OP_END_ONLY if end_only else 0))
 
 
 def take_string(ptr):

@@ -623,17 +623,17 @@ class Connector:
         return arr
 
     _OPTS = {
-        active: _clib.XferOpOpts(
-            0, _clib.XFER_OP_RELEASE_ON_END | (_clib.XFER_OP_NOWAIT if active else 0)
-        )
+        (active, end_only): _clib.XferOpOpts(0, _clib.op_flags(active, end_only))
         for active in (False, True)
+        for end_only in (False, True)
     }
 
-    def _opts(self, timeout, active):
+    def _opts(self, timeout, active, end_only):
+        if type(end_only) is not bool:
+            raise XferError(errno.EINVAL, "end_only must be True or False, not %r" % (end_only,))
         if timeout is None:
-            return self._OPTS[active]  # read-only for the library: shared
-        flags = _clib.XFER_OP_RELEASE_ON_END | (_clib.XFER_OP_NOWAIT if active else 0)
-        return _clib.XferOpOpts(max(1, int(timeout * 1000)), flags)
+            return self._OPTS[active, end_only]  # read-only for the library: shared
+        return _clib.XferOpOpts(max(1, int(timeout * 1000)), _clib.op_flags(active, end_only))
 
     def _create(self, fn, args, op_id):
         """Runs creating call @fn(c, *@args), which fills @op_id. Returns the id and the events
@@ -665,19 +665,19 @@ class Connector:
                 op._apply(ev)
         return op
 
-    def _passive(self, fn, cls, descs, timeout):
+    def _passive(self, fn, cls, descs, timeout, end_only):
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
         if cls is ReadableOperation:
             for d in descs:
                 d._stage_in()
         meta = ctypes.c_void_p()
         op_id = ctypes.c_uint64()
-        args = (self._c_descs(descs), len(descs), ctypes.byref(self._opts(timeout, False)),
+        args = (self._c_descs(descs), len(descs), ctypes.byref(self._opts(timeout, False, end_only)),
                 ctypes.byref(op_id), ctypes.byref(meta))
         i, early = self._create(fn, args, op_id)
         return self._adopt(cls(self, i, descs, _clib.take_string(meta.value)), early)
 
-    def _active(self, fn, cls, metadata, descs, timeout):
+    def _active(self, fn, cls, metadata, descs, timeout, end_only):
         if type(metadata) is not str:
             raise XferError(errno.EINVAL, "metadata must be the str from the passive side's metadata()")
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
@@ -688,44 +688,48 @@ class Connector:
         status = OperationStatus.IN_PROGRESS if local else OperationStatus.INITIALIZED
         op_id = ctypes.c_uint64()
         args = (metadata.encode(), self._c_descs(descs), len(descs),
-                ctypes.byref(self._opts(timeout, True)), ctypes.byref(op_id))
+                ctypes.byref(self._opts(timeout, True, end_only)), ctypes.byref(op_id))
         i, early = self._create(fn, args, op_id)
         return self._adopt(cls(self, i, descs, status), early)
 
-    # Blocking forms (scripts): each returns the operation at once.
-    def readable(self, descs, timeout=None):
-        return self._passive(lib.xfer_readable, ReadableOperation, descs, timeout)
+    # Blocking forms (scripts): each returns the operation at once. end_only=True: the daemon
+    # pushes only the operation's end, never IN_PROGRESS (XFER_OP_END_ONLY): one event (a
+    # wakeup and a parse) less per operation for a client that only awaits ends; ``status``
+    # then goes from INITIALIZED (or IN_PROGRESS, a local claim) straight to its end.
+    def readable(self, descs, timeout=None, end_only=False):
+        return self._passive(lib.xfer_readable, ReadableOperation, descs, timeout, end_only)
 
-    def writable(self, descs, timeout=None):
-        return self._passive(lib.xfer_writable, WritableOperation, descs, timeout)
+    def writable(self, descs, timeout=None, end_only=False):
+        return self._passive(lib.xfer_writable, WritableOperation, descs, timeout, end_only)
 
-    def read(self, metadata, descs, timeout=None):
-        return self._active(lib.xfer_read, ReadOperation, metadata, descs, timeout)
+    def read(self, metadata, descs, timeout=None, end_only=False):
+        return self._active(lib.xfer_read, ReadOperation, metadata, descs, timeout, end_only)
 
-    def write(self, metadata, descs, timeout=None):
-        return self._active(lib.xfer_write, WriteOperation, metadata, descs, timeout)
+    def write(self, metadata, descs, timeout=None, end_only=False):
+        return self._active(lib.xfer_write, WriteOperation, metadata, descs, timeout, end_only)
 
     # nixl_connect's names, on asyncio.
-    async def create_readable(self, descs, timeout=None):
-        """Offers @descs to be read once. Returns a ReadableOperation (its metadata() to send)."""
+    async def create_readable(self, descs, timeout=None, end_only=False):
+        """Offers @descs to be read once. Returns a ReadableOperation (its metadata() to send).
+        end_only=True: no IN_PROGRESS event, only the end (see readable())."""
         self._use_loop()
-        return self.readable(descs, timeout)
+        return self.readable(descs, timeout, end_only)
 
-    async def create_writable(self, descs, timeout=None):
+    async def create_writable(self, descs, timeout=None, end_only=False):
         """Offers @descs to be written once. Returns a WritableOperation."""
         self._use_loop()
-        return self.writable(descs, timeout)
+        return self.writable(descs, timeout, end_only)
 
-    async def begin_read(self, metadata, descs, timeout=None):
+    async def begin_read(self, metadata, descs, timeout=None, end_only=False):
         """Reads readable @metadata's bytes into @descs. Returns a ReadOperation at once; a
-        refused claim ends it ERRORED with the owner's reason."""
+        refused claim ends it ERRORED with the owner's reason (with end_only=True too)."""
         self._use_loop()
-        return self.read(metadata, descs, timeout)
+        return self.read(metadata, descs, timeout, end_only)
 
-    async def begin_write(self, metadata, descs, timeout=None):
+    async def begin_write(self, metadata, descs, timeout=None, end_only=False):
         """Writes @descs into writable @metadata's buffer. Returns a WriteOperation at once."""
         self._use_loop()
-        return self.write(metadata, descs, timeout)
+        return self.write(metadata, descs, timeout, end_only)
 
     # -- windows (PROTOCOL.md §5.1) --
 
