@@ -7,6 +7,8 @@ COMPLETE for 1 MiB .. --max, read and write, every transfer checked in full; and
 a small operation (64 B: create_readable + begin_read + both ends seen, one whole round).
 
   xferbench.py --socket PATH [--max SIZE] [--iters N] [--compare XFERBENCH_OUTPUT] [--ref]
+               [--json OUT]
+  xferbench.py --summary --c C_OUTPUT... --py OUT...
 
 Each round is the C client's, step for step (the same pattern filled and checked, the same
 memcpy after), so both leave the caches alike for the timed transfers. --compare reads what
@@ -14,11 +16,17 @@ memcpy after), so both leave the caches alike for the timed transfers. --compare
 within 1.3x of C, throughput at >= 1 MiB within 5%). --ref also runs every round through the C
 library's own blocking calls (ctypes, no Python on their wake path), interleaved with the
 Python rounds in this process: what the package adds, without the drift between two processes
-run one after the other (`PY_REF=1 scripts/bench.sh` passes it).
+run one after the other (`PY_REF=1 scripts/bench.sh` passes it). --json writes this run's
+medians for --summary, which takes the outputs of several C and Python runs that
+`scripts/bench.sh` made alternately on one daemon (PY_ROUNDS=N, the order swapped every round)
+and prints, per size and direction, the median over the rounds of each client's median, their
+ratio, and the spread of the per-round ratios (Python and C of the same round): one pair of
+processes run minutes apart drifts by more than the 5% target on a shared machine.
 """
 import argparse
 import asyncio
 import ctypes
+import json
 import os
 import re
 import sys
@@ -265,26 +273,33 @@ async def main_async(a):
                   "%.2fx" % (lat["ref"][0] / 1e3, lat["ref"][1] / 1e3, med / lat["ref"][0]))
         for c in ref or ():
             c.close()
-    return results, med
+    return results, med, lat
 
 
-def compare(path, results, lat_ns):
-    """Python/C for what `xferbench bench` printed in the same run. Returns 0, or 1 if missed."""
+def parse_c_output(path):
+    """What `xferbench bench` printed: ({size: (read ns, write ns)} medians, 64 B round ns or
+    None)."""
     text = open(path).read()
     c = {}
     for m in re.finditer(r"^\s*(\d+) ([KMG])iB\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+x\s+[\d.]+\s+"
                          r"[\d.]+x\s+([\d.]+)\s+([\d.]+)\s+yes", text, re.M):
         c[parse_size(m.group(1) + m.group(2))] = (float(m.group(3)) * 1e3, float(m.group(4)) * 1e3)
     m = re.search(r"readable \+ read \+ wait \(one whole round\)\s+([\d.]+) us", text)
+    return c, float(m.group(1)) * 1e3 if m else None
+
+
+def compare(path, results, lat_ns):
+    """Python/C for what `xferbench bench` printed in the same run. Returns 0, or 1 if missed."""
+    c, c_lat = parse_c_output(path)
     missed = 0
     print("\nPython client / C client, same daemon, same run (targets: latency <= 1.30x C, "
           "throughput >= 0.95x C):")
-    if m:
-        ratio = lat_ns / 1e3 / float(m.group(1))
+    if c_lat:
+        ratio = lat_ns / c_lat
         ok = ratio <= 1.3
         missed |= not ok
         print("  64 B op latency: Python %.1f us, C %.1f us: %.2fx %s" % (
-            lat_ns / 1e3, float(m.group(1)), ratio, "(met)" if ok else "(MISSED)"))
+            lat_ns / 1e3, c_lat / 1e3, ratio, "(met)" if ok else "(MISSED)"))
     for size, (r, w) in results.items():
         if size not in c:
             continue
@@ -297,6 +312,55 @@ def compare(path, results, lat_ns):
     return 1 if missed else 0
 
 
+def write_json(path, results, lat):
+    """This run's medians (ns) for --summary: sizes' (read, write) and the 64 B rounds."""
+    with open(path, "w") as f:
+        json.dump({"sizes": {str(k): v for k, v in results.items()},
+                   "lat": lat["py"][0], "ref_lat": lat["ref"][0] if "ref" in lat else None}, f)
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def summary_row(what, c_ns, py_ns, target, higher_is_better):
+    """One --summary line: medians over the rounds, their ratio, the per-round ratios' spread.
+    Returns True when the ratio of the medians meets @target."""
+    per_round = sorted((c / p if higher_is_better else p / c) for c, p in zip(c_ns, py_ns))
+    ratio = median(c_ns) / median(py_ns) if higher_is_better else median(py_ns) / median(c_ns)
+    ok = ratio >= target if higher_is_better else ratio <= target
+    print("  %-12s C %9.1f us  Python %9.1f us  %.2fx  (rounds %.2f..%.2f, median %.2f)  %s" % (
+        what, median(c_ns) / 1e3, median(py_ns) / 1e3, ratio, per_round[0], per_round[-1],
+        median(per_round), "met" if ok else "MISSED"))
+    return ok
+
+
+def summary(c_paths, py_paths):
+    """--summary over the rounds' outputs, paired in order (round i: c_paths[i], py_paths[i]).
+    Returns 0, or 1 if a target is missed."""
+    if not c_paths or len(c_paths) != len(py_paths):
+        raise SystemExit("xferbench.py: --summary needs as many --c outputs as --py results")
+    cs = [parse_c_output(p) for p in c_paths]
+    pys = [json.load(open(p)) for p in py_paths]
+    print("\nPython client / C client over %d rounds on one daemon, C and Python processes "
+          "alternating (the order swapped every round); per client the median over the rounds "
+          "of each run's median op time; targets: throughput >= 0.95x C, 64 B round <= 1.30x C:"
+          % len(cs))
+    ok = True
+    if all(c[1] for c in cs):
+        ok &= summary_row("64 B round", [c[1] for c in cs], [p["lat"] for p in pys], 1.3, False)
+    for key in sorted(pys[0]["sizes"], key=int):
+        size = int(key)
+        if not all(size in c[0] for c in cs):
+            continue
+        for k, what in enumerate(("read", "write")):
+            ok &= summary_row("%5s %-5s" % (fmt_size(size), what), [c[0][size][k] for c in cs],
+                              [p["sizes"][key][k] for p in pys], 0.95, True)
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--socket")
@@ -306,10 +370,22 @@ def main():
     ap.add_argument("--ref", action="store_true",
                     help="also time the C library's own blocking calls through ctypes, interleaved "
                     "with the Python rounds in this process (what the asyncio package adds)")
+    ap.add_argument("--json", help="write this run's medians to this file (for --summary)")
+    ap.add_argument("--summary", action="store_true",
+                    help="no run: compare the --c outputs with the --py results, round by round")
+    ap.add_argument("--c", nargs="+", default=[], help="--summary: `xferbench bench` outputs")
+    ap.add_argument("--py", nargs="+", default=[], help="--summary: --json files, same order")
     a = ap.parse_args()
-    results, lat = asyncio.run(main_async(a))
+    if a.summary:
+        summary(a.c, a.py)
+        return 0  # reported, not failed: timings on a shared machine
+    if not a.socket:
+        ap.error("--socket is needed for a run")
+    results, med, lat = asyncio.run(main_async(a))
     if a.compare:
-        compare(a.compare, results, lat)  # reported, not failed: timings on a shared machine
+        compare(a.compare, results, med)  # reported, not failed: timings on a shared machine
+    if a.json:
+        write_json(a.json, results, lat)
     return 0
 
 
