@@ -170,8 +170,9 @@ static inline int xd_metric_transport(const struct xd_daemon *d, const char *nam
 extern const struct xd_transport_ops xd_transport_local_ops;
 /*
  * The local transport's workers for another transport (RDMA staging): copies @src's segments
- * into @dst's (either may be a file or a staging buffer) off the loop, without the fdatasync
- * a local copy ends with; @done runs on the loop thread. Returns 0 or -errno (ECANCELED: the
+ * into @dst's (either may be a file or a staging buffer) off the loop, on the staging lane's
+ * workers (SCHED_IDLE: every other runnable thread goes first), without the fdatasync a local
+ * copy ends with; @done runs on the loop thread. Returns 0 or -errno (ECANCELED: the
  * workers are stopped), and @done is not called then.
  */
 int xd_copy_submit(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,

@@ -81,6 +81,12 @@
 #define XD_STAGE_SIZE_MAX (64u << 20)
 #define XD_STAGE_ALIGN 4096u /* buffers and chunk boundaries: what O_DIRECT asks */
 #define XD_STAGE_DEPTH_MAX 8
+/*
+ * A staged source's first chunks ramp up from this size, doubling, to rdma_staging_size: the
+ * first bytes go on the wire after a short fill instead of a whole buffer's (4 MiB took 12-24 ms
+ * to fill in the VM, while the claimer of memory starts at once).
+ */
+#define XD_STAGE_FIRST (256u << 10)
 #define XD_COPY_SLICE (256ull << 20) /* above glibc's non-temporal threshold here */
 /* Registration: mapped ranges checked for residency (and populated if not) slice by slice;
  * ranges up to XD_REG_INLINE_MAX that are all resident are registered without a worker. */

@@ -42,7 +42,9 @@
 # (all, or win: perftest and the window rows only, e.g. to compare two builds' per-op costs in
 # one boot), WIN_BATCH (8).
 # MODE=files runs only the comparison of file regions with memory (below; FILE_SIZES, default
-# 16, 64 and 256 MiB); STAGING_SIZE sets both daemons' rdma_staging_size (default: theirs, 4 MiB).
+# 16, 64 and 256 MiB; FILE_KINDS, default "read write"); STAGING_SIZE sets both daemons'
+# rdma_staging_size (default: theirs, 4 MiB); BASE_BUILD (a build directory the guest can see,
+# e.g. one of main's) adds that build's daemons, measured alternating with this one's (A/B).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -161,11 +163,11 @@ cpu_ticks() {
 # also says how busy the guest's vCPUs were over the whole run (rxe's tasklets, both daemons, the
 # copies): a run that is CPU-bound under TCG shows ~100%.
 xf() {
-	local l k=$1 c0 c1 busy
-	[ $# -gt 3 ] && k=$1-file
+	local l k=$XF_TAG$1 c0 c1 busy
+	[ $# -gt 3 ] && k=$XF_TAG$1-file
 	retries >/dev/null
 	c0=$(cpu_ticks)
-	if ! l=$(timeout 600 "$BUILD/tests/rdma_bench" -d "$3" -m "$MARGIN" "${@:4}" "$D/n1.sock" "$D/n0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
+	if ! l=$(timeout 600 "$BUILD/tests/rdma_bench" -d "$3" -m "$MARGIN" "${@:4}" "$D/${XF_NODE}1.sock" "$D/${XF_NODE}0.sock" "$DUR" "$1" "$2" 2>"$D/xf.err"); then
 		echo "bench-rdma: rdma_bench -d $3 ${*:4} $1 $2 failed: $(tail -n 3 "$D/xf.err" | tr '\n' ' ')" >&2
 		XF[$k.$2.$3]+=" -"
 		return
@@ -176,8 +178,8 @@ xf() {
 	# xferd KIND SIZE depth D iters N seconds S MiB/s X transport T
 	# shellcheck disable=SC2086
 	set -- $l
-	XF[$2.$3.$5]+=" ${11}"
-	echo "# xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers, rate over a $9 s window, transport ${13}, $(retries), vCPUs ${busy}% busy)"
+	XF[$XF_TAG$2.$3.$5]+=" ${11}"
+	echo "# ${XF_TAG}xferd $2 $3 depth $5: ${11} MiB/s ($7 transfers, rate over a $9 s window, transport ${13}, $(retries), vCPUs ${busy}% busy)"
 	[ "${13}" = rdma ] || echo "bench-rdma: xferd $2 $3 went over '${13}', not rdma" >&2
 }
 
@@ -253,19 +255,28 @@ echo '{"keepalive_ms": 1000, "keepalive_timeout_ms": 10000, "require_rdma": true
       "rdma_ack_timeout": 19'"${STAGING_SIZE:+, \"rdma_staging_size\": $STAGING_SIZE}"'}' >"$D/c.json"
 # Both nodes share a cluster key, as a real deployment does: RDMA peers authenticate.
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$D/peer.key")
-for n in 0 1; do
-	dev=RXE_DEV$n ip=RXE_IP$n
-	"$BUILD/xferd" --socket "$D/n$n.sock" --foreground --log-level warn --config "$D/c.json" \
-		--transport rdma --rdma-device "${!dev}" --listen "${!ip}:7700" --peer-key "$D/peer.key" \
-		2>"$D/n$n.log" &
-	PIDS+=($!)
-done
-for n in 0 1; do
-	for ((i = 0; i < 300; i++)); do
-		"$BUILD/xferctl" --socket "$D/n$n.sock" status >/dev/null 2>&1 && break
-		sleep 0.1
+# start_pair NAME DIR PORT: the two daemons of DIR/xferd, sockets $D/NAME0.sock and NAME1.sock.
+start_pair() {
+	local n dev ip i
+	for n in 0 1; do
+		dev=RXE_DEV$n ip=RXE_IP$n
+		"$2/xferd" --socket "$D/$1$n.sock" --foreground --log-level warn --config "$D/c.json" \
+			--transport rdma --rdma-device "${!dev}" --listen "${!ip}:$3" \
+			--peer-key "$D/peer.key" 2>"$D/$1$n.log" &
+		PIDS+=($!)
 	done
-done
+	for n in 0 1; do
+		for ((i = 0; i < 300; i++)); do
+			"$BUILD/xferctl" --socket "$D/$1$n.sock" status >/dev/null 2>&1 && break
+			sleep 0.1
+		done
+	done
+}
+XF_NODE=n XF_TAG=
+start_pair n "$BUILD" 7700
+# MODE=files with BASE_BUILD (another build directory, e.g. of main): its daemons too, on port
+# 7701, measured alternating with this build's in the same boot (A/B).
+[ "${MODE:-}" = files ] && [ -n "${BASE_BUILD:-}" ] && start_pair b "$BASE_BUILD" 7701
 
 # median LIST: the median of the numbers in LIST ("-" entries left out), or "-" if none
 median() {
@@ -299,30 +310,46 @@ if [ "${MODE:-}" = files ]; then
 	echo "# MODE=files: sizes $FILE_SIZES, each measurement ~${DUR} s (at least one transfer), $REPS round(s)"
 	# Unmeasured: the first file transfer of each daemon maps and registers its staging pool
 	# (once per daemon and device, like a connection's setup, not a transfer's cost).
-	"$BUILD/tests/rdma_bench" -f /dev/shm "$D/n1.sock" "$D/n0.sock" 1 both 1048576 >/dev/null 2>&1 ||
-		echo "bench-rdma: the warm-up file transfers failed" >&2
+	PAIRS=n
+	[ -n "${BASE_BUILD:-}" ] && PAIRS="n b" && echo "# A/B: this build (new) and $BASE_BUILD (base), alternating per size, the first of each size taking turns"
+	for p in $PAIRS; do
+		"$BUILD/tests/rdma_bench" -f /dev/shm "$D/${p}1.sock" "$D/${p}0.sock" 1 both 1048576 >/dev/null 2>&1 ||
+			echo "bench-rdma: the warm-up file transfers ($p) failed" >&2
+	done
 	for ((rep = 1; rep <= REPS; rep++)); do
-		for kind in read write; do
+		order=$PAIRS
+		# shellcheck disable=SC2086 # split on purpose
+		((rep % 2 == 0)) && order=$(printf '%s\n' $PAIRS | tac | xargs)
+		for kind in ${FILE_KINDS:-read write}; do
 			for s in $FILE_SIZES; do
-				xf "$kind" "$s" 1
-				xf "$kind" "$s" 1 -f /dev/shm
+				for p in $order; do
+					XF_NODE=$p XF_TAG=
+					[ "$p" = b ] && XF_TAG=base-
+					xf "$kind" "$s" 1
+					xf "$kind" "$s" 1 -f /dev/shm
+				done
 			done
 		done
 	done
+	XF_NODE=n XF_TAG=
 	echo "# rdma_rxe loss/retry counters (cumulative):$(counters)"
-	for n in 0 1; do
-		[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
-		"$BUILD/xferctl" --socket "$D/n$n.sock" --json devices | grep -o '"staging":{[^}]*}' | sed "s/^/# node $n /"
-	done
-	printf '\n%-6s %10s %10s %10s %7s\n' "" size memory file ratio
-	for kind in read write; do
-		for s in $FILE_SIZES; do
-			m=${XF[$kind.$s.1]:-} f=${XF[$kind-file.$s.1]:-}
-			printf '%-6s %10s %10s %10s %7s\n' "$kind" "$s" "$(median "$m")" "$(median "$f")" \
-				"$(ratio "$f" "$m")"
+	for p in $PAIRS; do
+		for n in 0 1; do
+			[ -s "$D/$p$n.log" ] && sed "s/^/# node $n ($p) xferd log: /" "$D/$p$n.log"
+			"$BUILD/xferctl" --socket "$D/$p$n.sock" --json devices | grep -o '"staging":{[^}]*}' | sed "s/^/# node $n ($p) /"
 		done
 	done
-	echo "# MiB/s to remote memory, medians of $REPS round(s); file: the source is a file region"
+	printf '\n%-11s %10s %10s %10s %7s\n' "" size memory file ratio
+	for tag in "" ${BASE_BUILD:+base-}; do
+		for kind in ${FILE_KINDS:-read write}; do
+			for s in $FILE_SIZES; do
+				m=${XF[$tag$kind.$s.1]:-} f=${XF[$tag$kind-file.$s.1]:-}
+				printf '%-11s %10s %10s %10s %7s\n' "$tag$kind" "$s" "$(median "$m")" "$(median "$f")" \
+					"$(ratio "$f" "$m")"
+			done
+		done
+	done
+	echo "# MiB/s to remote memory, medians of $REPS round(s); file: the source is a file region${BASE_BUILD:+; base-: the daemons of $BASE_BUILD}"
 	echo "# target (issue 15): file >= 0.9x memory at 16 MiB and above"
 	exit 0
 fi

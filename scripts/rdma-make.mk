@@ -48,7 +48,7 @@ test-rdma: deps
 
 # The guest starts the command with a clean environment: the bench's knobs are passed by name.
 BENCH_RDMA_VARS := SIZES DUR DEPTH REPS PERFTEST_ARGS WIN_DEPTH WIN_DEPTHS WIN_BATCH ROWS MODE \
-	FILE_SIZES CLAIM_LOAD LAT_ITERS STAGING_SIZE
+	FILE_SIZES FILE_KINDS BASE_BUILD CLAIM_LOAD LAT_ITERS STAGING_SIZE
 bench-rdma: deps
 	$(Q)$(MAKE) --no-print-directory rdma-build
 	$(Q)scripts/rxe-vm.sh -t 2400 -M $(RXE_MTU) $(CURDIR) 'BUILD=$(B) \

@@ -413,8 +413,31 @@ fi
 # partial file is removed. (The sizes, concurrency and failure groups move files too: xferctl
 # registers them itself.)
 
+# idle_threads PID: how many threads of PID run at SCHED_IDLE (policy 5, /proc stat field 41).
+idle_threads() {
+	local f st n=0
+	for f in /proc/"$1"/task/*/stat; do
+		read -r st <"$f" 2>/dev/null || continue
+		st=${st##*) } # (the name may hold spaces and parentheses)
+		# shellcheck disable=SC2086 # split on purpose
+		set -- $st
+		[ "${39:-}" = 5 ] && n=$((n + 1))
+	done
+	echo "$n"
+}
+
 if [ "$TRANSPORT" = rdma ] && want files; then
 	files_t0=$SECONDS
+	# The staging copies have a lane of their own, at SCHED_IDLE (daemon/local.c): the wire's
+	# work (rdma_rxe here, the event loop everywhere) goes first.
+	for n in 0 1; do
+		k=$(idle_threads "$(node_pid "$n")")
+		if [ "$k" = 2 ]; then
+			ok "node $n: the staging lane's 2 copy workers run at SCHED_IDLE"
+		else
+			fail "node $n: staging lane at SCHED_IDLE" "$k threads at SCHED_IDLE, expected 2"
+		fi
+	done
 	small=$D/small
 	mkdir -p "$small"
 	if mount -t tmpfs -o size=1m xferd-small "$small" 2>/dev/null; then
