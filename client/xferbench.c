@@ -651,6 +651,22 @@ static int bench_latency(struct bench *b)
 	return err;
 }
 
+/* "baseline": only the AF_UNIX round trips, the floor of every control call (needs no daemon). */
+static int run_baseline(const struct opts *o)
+{
+	uint64_t *v = calloc(LAT_ITERS, sizeof(uint64_t));
+	int err = v ? 0 : -ENOMEM;
+
+	if (!err) {
+		printf("  %-52s %11s %11s\n", "", "median", "p99");
+		err = unix_baselines(v);
+	}
+	free(v);
+	if (err)
+		fprintf(stderr, "xferbench: baseline FAILED: %s\n", xfer_strerror(err));
+	return err ? 1 : 0;
+}
+
 static void bench_header(const struct opts *o)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -704,6 +720,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: xferbench demo  [--socket PATH] [--size SIZE]   (default 256M)\n"
 		"       xferbench bench [--socket PATH] [--max SIZE] [--iters N]   (default 1G)\n"
+		"       xferbench baseline   (AF_UNIX round trips between two processes only)\n"
 		"Needs a running xferd: --socket PATH, else $XFERD_SOCKET, else "
 		"/run/xferd/xferd.sock.\n"
 		"SIZE takes K, M, G suffixes (powers of 1024).\n");
@@ -766,7 +783,7 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*run)(const struct opts *);
-	} modes[] = { { "demo", run_demo }, { "bench", run_bench } };
+	} modes[] = { { "demo", run_demo }, { "bench", run_bench }, { "baseline", run_baseline } };
 	struct opts o = { .size = DEMO_SIZE, .max = BENCH_MAX };
 	size_t i;
 	int rc;

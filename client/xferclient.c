@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <jansson.h>
 
@@ -33,6 +35,8 @@
 #define CLIENT_DEFAULT_NAME "xferclient"
 #define CLIENT_ERR_MAX 512
 #define CLIENT_MAX_ID ((int64_t)1 << 53) /* request ids must survive a trip through a double */
+#define CLIENT_SPIN_ENV "XFER_SPIN_US"
+#define CLIENT_SPIN_DEFAULT_US 0
 
 /* The public enums are cast straight from the protocol's; keep their orders identical. */
 #define CLIENT_SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " must equal " #b)
@@ -75,6 +79,7 @@ struct xfer_client {
 	struct client_event **ev_tail;
 	bool delivering;    /* inside client_deliver(): no nested delivery */
 	bool close_pending; /* xfer_close() was called from the callback */
+	unsigned spin_us;   /* how long a blocking call polls for its reply before sleeping */
 	char *rxbuf;	    /* XP_MAX_MSG bytes */
 	char last_error[CLIENT_ERR_MAX];
 };
@@ -116,6 +121,22 @@ static void client_free_events(struct xfer_client *c)
 	c->ev_tail = &c->ev_head;
 }
 
+/* XFER_SPIN_US (microseconds, at most XFER_SPIN_MAX_US) or the built-in default. */
+static unsigned client_spin_default(void)
+{
+	const char *env = getenv(CLIENT_SPIN_ENV);
+	char *end;
+	unsigned long v;
+
+	if (!env || !*env)
+		return CLIENT_SPIN_DEFAULT_US;
+	errno = 0;
+	v = strtoul(env, &end, 10);
+	if (errno || *end || env[0] == '-')
+		return CLIENT_SPIN_DEFAULT_US;
+	return v > XFER_SPIN_MAX_US ? XFER_SPIN_MAX_US : (unsigned)v;
+}
+
 static void client_destroy(struct xfer_client *c)
 {
 	if (!c)
@@ -136,6 +157,7 @@ static struct xfer_client *client_create(void)
 	c->sock = -1;
 	c->next_id = 1;
 	c->ev_tail = &c->ev_head;
+	c->spin_us = client_spin_default();
 	c->rxbuf = malloc(XP_MAX_MSG);
 	if (!c->rxbuf) {
 		client_destroy(c);
@@ -436,28 +458,59 @@ static int client_send(struct xfer_client *c, const char *method, json_t *params
 	return rc;
 }
 
+static uint64_t client_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* One non-blocking receive into c->rxbuf. Returns the length, -EAGAIN or -errno. */
+static int client_try_recv(struct xfer_client *c)
+{
+	struct xp_fdset fds;
+	int rc = xp_packet_recv(c->sock, c->rxbuf, XP_MAX_MSG, &fds, 1);
+
+	if (rc >= 0)
+		xp_fdset_close(&fds); /* the daemon never sends fds; never keep strays */
+	return rc;
+}
+
+/*
+ * Keeps trying to receive for up to c->spin_us before the caller sleeps in poll(): the daemon
+ * usually answers within tens of microseconds, and waking a sleeping process on the other
+ * vCPU costs about as much again (UCX polls for the same reason). Every packet is taken in
+ * order whatever it is, so events are never skipped. Returns what client_try_recv() returned.
+ */
+static int client_spin_recv(struct xfer_client *c)
+{
+	uint64_t until = client_now_us() + c->spin_us;
+	int rc;
+
+	/* Yielding lets a daemon queued on this very CPU run instead of waiting out the spin. */
+	while ((rc = client_try_recv(c)) == -EAGAIN && client_now_us() < until)
+		sched_yield();
+	return rc;
+}
+
 /*
  * Receives one packet into c->rxbuf. Without @dontwait it waits as long as it takes: the daemon
  * always replies, and the socket may have been made non-blocking by an event loop, so it polls
- * rather than relying on a blocking recvmsg. Returns the length, -EAGAIN (@dontwait only) or a
- * transport error already translated by client_io_error().
+ * rather than relying on a blocking recvmsg (after spinning c->spin_us). Returns the length,
+ * -EAGAIN (@dontwait only) or a transport error already translated by client_io_error().
  */
 static int client_recv(struct xfer_client *c, bool dontwait)
 {
-	struct xp_fdset fds;
 	int rc;
 
 	if (c->sock < 0)
 		return client_io_error(c, -ENOTCONN);
-	for (;;) {
-		rc = xp_packet_recv(c->sock, c->rxbuf, XP_MAX_MSG, &fds, 1);
-		if (rc >= 0)
-			xp_fdset_close(&fds); /* the daemon never sends fds; never keep strays */
-		if (rc != -EAGAIN || dontwait)
-			break;
+	rc = dontwait || !c->spin_us ? client_try_recv(c) : client_spin_recv(c);
+	while (rc == -EAGAIN && !dontwait) {
 		rc = sock_wait(c->sock, POLLIN);
-		if (rc < 0)
-			break;
+		if (rc == 0)
+			rc = client_try_recv(c);
 	}
 	if (rc < 0 && rc != -EAGAIN)
 		return client_io_error(c, rc);
@@ -726,6 +779,14 @@ XFER_EXPORT const char *xfer_last_error(const struct xfer_client *c)
 XFER_EXPORT uint64_t xfer_client_id(const struct xfer_client *c)
 {
 	return c ? c->id : 0;
+}
+
+XFER_EXPORT int xfer_set_spin(struct xfer_client *c, unsigned spin_us)
+{
+	if (!c || spin_us > XFER_SPIN_MAX_US)
+		return -EINVAL;
+	c->spin_us = spin_us;
+	return 0;
 }
 
 XFER_EXPORT int xfer_get_fd(const struct xfer_client *c)

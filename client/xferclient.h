@@ -243,6 +243,19 @@ typedef void (*xfer_event_cb)(struct xfer_client *c, const struct xfer_op_info *
  */
 XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void *arg);
 
+/* The longest spin xfer_set_spin() and XFER_SPIN_US accept: 1 ms. */
+#define XFER_SPIN_MAX_US 1000
+
+/*
+ * How long (microseconds, 0 to XFER_SPIN_MAX_US) a blocking call keeps polling its socket for
+ * the daemon's reply before it sleeps in poll(): waking a sleeping process costs tens of
+ * microseconds on some machines, about what a short request takes the daemon. The default
+ * comes from the environment variable XFER_SPIN_US when set (larger values are capped), else
+ * it is 0 (never spin). Spinning burns this thread's CPU while it waits: keep it off where
+ * clients outnumber CPUs. Returns 0, or -EINVAL (@c NULL or @spin_us too large).
+ */
+XFER_EXPORT int xfer_set_spin(struct xfer_client *c, unsigned spin_us);
+
 /*
  * The connection's fd, for poll/epoll/libevent: readable when events may be waiting. Owned by
  * @c; do not read from it or close it.

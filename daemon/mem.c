@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include "transport.h"
@@ -672,4 +673,46 @@ bool xd_pages_resident(void *addr, size_t len)
 				return false;
 	}
 	return true;
+}
+
+/*
+ * The whole memfd is allocated (st_blocks counts every page it holds, 512-byte units) and the
+ * machine has no swap, so none of those pages can be anywhere but in memory: free to ask,
+ * the caller has fstat()ed already, and the common case (a buffer the client filled).
+ */
+static bool memfd_all_in_memory(const struct stat *st)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t need = ((uint64_t)st->st_size + page - 1) & ~(page - 1);
+	struct sysinfo si;
+
+	if (st->st_blocks < 0 || (uint64_t)st->st_blocks * 512 < need)
+		return false;
+	return sysinfo(&si) == 0 && si.totalswap == 0;
+}
+
+/* cachestat(2) of the pages covering [off, +len) of @fd: 1 all cached, 0 not, -1 can't tell. */
+static int memfd_range_cached(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t first = off / page, last = (off + len - 1) / page;
+	struct xd_cachestat_range range = { first * page, (last - first + 1) * page };
+	struct xd_cachestat cs;
+
+	if (syscall(__NR_cachestat, fd, &range, &cs, 0) < 0)
+		return -1; /* ENOSYS before Linux 6.5; EOPNOTSUPP for hugetlb */
+	return cs.nr_cache >= last - first + 1;
+}
+
+bool xd_memfd_resident(int fd, const struct stat *st, uint64_t off, uint64_t len, void *map,
+		       size_t map_len)
+{
+	int cached;
+
+	if (len == 0 || memfd_all_in_memory(st))
+		return true;
+	cached = memfd_range_cached(fd, off, len);
+	if (cached >= 0)
+		return cached;
+	return xd_pages_resident(map, map_len);
 }

@@ -82,6 +82,23 @@ static void end_ops_using(struct xd_daemon *d, struct xd_region *r)
 					  (unsigned long long)r->id);
 }
 
+/*
+ * Answers first, then lets @r go: unmapping (and deregistering from RDMA devices) is work the
+ * client need not wait for, and nothing can reach @r between the two (one thread). Returns 0
+ * with the call answered (deferred), or fails it before anything is released.
+ */
+static int release_after_reply(struct xd_call *call, struct xd_region *r)
+{
+	json_t *result = json_object();
+
+	if (!result)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory building the reply");
+	xd_reply_result(call->conn, call->id, result);
+	call->deferred = true;
+	xd_region_release(r);
+	return 0;
+}
+
 int xd_handle_region_deregister(struct xd_call *call)
 {
 	json_int_t id;
@@ -101,9 +118,7 @@ int xd_handle_region_deregister(struct xd_call *call)
 		end_ops_using(call->conn->d, r);
 		xd_windows_region_gone(r);
 	}
-	xd_region_release(r);
-	call->result = json_object();
-	return 0;
+	return release_after_reply(call, r);
 }
 
 static json_t *region_entry(const void *r, void *arg)

@@ -27,8 +27,8 @@ static const char *fd_type_name(mode_t mode)
 	return "a file that is not a memfd";
 }
 
-/* The memfd rules of PROTOCOL.md §4. Returns the memfd's size, or fails the call. */
-static int64_t check_memfd(struct xd_call *call, int fd)
+/* The memfd rules of PROTOCOL.md §4. Returns the memfd's size (*st its fstat), or fails the call. */
+static int64_t check_memfd(struct xd_call *call, int fd, struct stat *stp)
 {
 	struct stat st;
 
@@ -49,6 +49,7 @@ static int64_t check_memfd(struct xd_call *call, int fd)
 	int acc = fcntl(fd, F_GETFL) & O_ACCMODE;
 	if (acc != O_RDWR)
 		return xd_fail(call, XP_E_FAILED, EBADF, "memfd must be open read-write");
+	*stp = st;
 	return st.st_size;
 }
 
@@ -204,17 +205,27 @@ static void register_populated(void *arg, int err)
 	free(pr);
 }
 
+/* The memfd @fd (fstat()ed as @st) whose range @a @r maps: what register_resident() asks. */
+struct reg_source {
+	int fd;
+	const struct stat *st;
+	const struct xd_region_args *a;
+};
+
 /*
  * The fast path: a small range whose pages are all in memory already (the client touched
  * them) needs no worker, since populating it would allocate nothing; it is registered and
  * answered at once. Returns 1 when it took the call (answered or failed), 0 to go the slow way.
  */
-static int register_resident(struct xd_call *call, struct xd_region *r, uint64_t t0)
+static int register_resident(struct xd_call *call, struct xd_region *r,
+			     const struct reg_source *src, uint64_t t0)
 {
 	char msg[256];
 	int err;
 
-	if (r->map_len > XD_REG_INLINE_MAX || !xd_pages_resident(r->map, r->map_len))
+	if (r->map_len > XD_REG_INLINE_MAX ||
+	    !xd_memfd_resident(src->fd, src->st, src->a->offset, src->a->length, r->map,
+			       r->map_len))
 		return 0;
 	if ((err = region_commit(call->conn, r, t0, msg, sizeof(msg))) < 0) {
 		xd_fail(call, XP_E_FAILED, -err, "%s", msg);
@@ -312,11 +323,12 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 	struct xd_conn *c = call->conn;
 	struct pending_reg *pr = NULL;
 	struct xd_region *r = NULL;
+	struct stat st;
 	int rc = 0;
 
 	if (a->file)
 		return register_file(call, fd, a);
-	int64_t size = check_memfd(call, fd);
+	int64_t size = check_memfd(call, fd, &st);
 
 	if (size < 0 || (rc = check_range(call, a, (uint64_t)size)))
 		goto out;
@@ -343,7 +355,7 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 		goto err_uncharge;
 	snprintf(r->name, sizeof(r->name), "%s", a->name);
 	*pr = (struct pending_reg){ r, c->id, call->id, xd_now_us() };
-	if (register_resident(call, r, pr->t0)) {
+	if (register_resident(call, r, &(struct reg_source){ fd, &st, a }, pr->t0)) {
 		free(pr);
 		return call->result ? 0 : -call->cause_errno;
 	}

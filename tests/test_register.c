@@ -9,10 +9,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "daemon_util.h"
@@ -163,5 +165,166 @@ TEST(resident_region_moves_its_bytes)
 	close(dfd);
 	free(want);
 	xfer_close(c);
+	CHECK_OK(td_stop(&d));
+}
+
+/*
+ * A small range is answered inline only when the pages of that range are in memory: of an 8 MiB
+ * memfd with its first 4 MiB touched, the touched half registers without growing the daemon,
+ * the whole still goes the populate way, which maps it in the daemon (st_blocks says "not
+ * all", cachestat "not this range").
+ */
+TEST(resident_check_is_per_range)
+{
+	struct td d;
+	struct xfer_client *c = NULL;
+	uint64_t r1, r2;
+	uint8_t *map;
+
+	CHECK_OK(td_start(&d, NULL));
+	CHECK_OK(xfer_connect(d.sock, "test-register", &c));
+	int fd = memfd_touched(8 * MIB, 0, 4 * MIB, &map);
+	long long before = rss_shmem(d.pid);
+	CHECK_OK(xfer_region_register(c, fd, 0, 4 * MIB, "half", &r1));
+	CHECK(rss_shmem(d.pid) - before < (long long)MIB);
+	before = rss_shmem(d.pid);
+	CHECK_OK(xfer_region_register(c, fd, 0, 0, "whole", &r2));
+	long long grew = rss_shmem(d.pid) - before;
+	CHECK(grew >= (long long)(4 * MIB) && grew < (long long)(9 * MIB));
+	CHECK_OK(xfer_region_deregister(c, r1, 0));
+	CHECK_OK(xfer_region_deregister(c, r2, 0));
+	munmap(map, 8 * MIB);
+	close(fd);
+	xfer_close(c);
+	CHECK_OK(td_stop(&d));
+}
+
+/* Lines of /proc/@pid/maps that map a memfd: the daemon's mappings of client regions. */
+static int memfd_mappings(pid_t pid)
+{
+	char path[64], line[512];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	CHECK(f != NULL);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "/memfd:"))
+			n++;
+	fclose(f);
+	return n;
+}
+
+/* Waits up to 10 s for the daemon's memfd mappings to number @want; returns the last count. */
+static int wait_memfd_mappings(struct td *d, int want)
+{
+	long long end = td_now_ms() + 10000;
+	int n;
+
+	while ((n = memfd_mappings(d->pid)) != want && td_now_ms() < end)
+		usleep(10 * 1000);
+	return n;
+}
+
+/*
+ * A client registers two resident regions, asks for one to be deregistered (the daemon answers
+ * before it unmaps) and is killed without reading the answer: the daemon ends up with the fds
+ * and mappings it had before, however the kill falls against the unmapping.
+ */
+static void register_then_die(void *arg)
+{
+	struct td *d = arg;
+	struct xfer_client *c = NULL;
+	uint64_t r1, r2;
+	uint8_t *map;
+	char req[160];
+
+	CHECK_OK(xfer_connect(d->sock, "test-register-dies", &c));
+	int fd = memfd_touched(MIB, 0, MIB, &map);
+	CHECK_OK(xfer_region_register(c, fd, 0, 0, "a", &r1));
+	CHECK_OK(xfer_region_register(c, fd, 0, 0, "b", &r2));
+	snprintf(req, sizeof(req),
+		 "{\"jsonrpc\":\"2.0\",\"id\":999,\"method\":\"region.deregister\","
+		 "\"params\":{\"region\":%llu}}",
+		 (unsigned long long)r1);
+	CHECK(send(xfer_get_fd(c), req, strlen(req), 0) == (ssize_t)strlen(req));
+	kill(getpid(), SIGKILL);
+}
+
+TEST(client_killed_during_deregister_leaks_nothing)
+{
+	struct td d;
+
+	CHECK_OK(td_start(&d, NULL));
+	int fds = td_quiet_fd_count(&d, 0), maps = memfd_mappings(d.pid);
+	CHECK(fds > 0);
+	for (int i = 0; i < 20; i++) {
+		pid_t pid = td_spawn(register_then_die, &d);
+		CHECK(pid > 0);
+		CHECK_EQ_INT(td_wait_child(pid, 10000), 128 + SIGKILL);
+	}
+	CHECK_EQ_INT(td_quiet_fd_count(&d, 0), fds);
+	CHECK_EQ_INT(wait_memfd_mappings(&d, maps), maps);
+	long long regions = -1;
+	CHECK_OK(td_stat(&d, "regions", &regions));
+	CHECK_EQ_INT(regions, 0);
+	td_check_alive(&d, "after clients died during deregistration");
+	CHECK_OK(td_stop(&d));
+}
+
+static void count_event(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/* The op.changed events @c receives over @rounds local pairings, drained by a last call. */
+static int events_over_pairings(struct xfer_client *c, int rounds)
+{
+	uint8_t *src, *dst;
+	uint64_t rs, rd;
+	int events = 0;
+	int sfd = memfd_touched(MIB, 0, MIB, &src), dfd = memfd_touched(MIB, 0, 0, &dst);
+
+	xfer_set_event_cb(c, count_event, &events);
+	CHECK_OK(xfer_region_register(c, sfd, 0, 0, "src", &rs));
+	CHECK_OK(xfer_region_register(c, dfd, 0, 0, "dst", &rd));
+	for (int i = 0; i < rounds; i++) {
+		memset(dst, 0, MIB);
+		local_copy(c, rs, rd, MIB);
+		CHECK_MEM_EQ(dst, src, MIB);
+	}
+	CHECK_OK(xfer_region_deregister(c, rs, 0));
+	CHECK_OK(xfer_region_deregister(c, rd, 0));
+	xfer_set_event_cb(c, NULL, NULL);
+	munmap(src, MIB);
+	munmap(dst, MIB);
+	close(sfd);
+	close(dfd);
+	return events;
+}
+
+/*
+ * A client that spins for its replies (xfer_set_spin) receives the same events as one that
+ * sleeps, and moves the same bytes; a spin past XFER_SPIN_MAX_US is refused.
+ */
+TEST(spinning_client_sees_every_event)
+{
+	struct td d;
+	struct xfer_client *sleeper = NULL, *spinner = NULL;
+
+	CHECK_OK(td_start(&d, NULL));
+	CHECK_OK(xfer_connect(d.sock, "test-sleeps", &sleeper));
+	CHECK_OK(xfer_set_spin(sleeper, 0));
+	CHECK_OK(xfer_connect(d.sock, "test-spins", &spinner));
+	CHECK_EQ_INT(xfer_set_spin(spinner, XFER_SPIN_MAX_US + 1), -EINVAL);
+	CHECK_EQ_INT(xfer_set_spin(NULL, 10), -EINVAL);
+	CHECK_OK(xfer_set_spin(spinner, XFER_SPIN_MAX_US));
+	int slept = events_over_pairings(sleeper, 20);
+	int spun = events_over_pairings(spinner, 20);
+	harness_note("op.changed events over 20 pairings: %d sleeping, %d spinning", slept, spun);
+	CHECK(slept > 0);
+	CHECK_EQ_INT(spun, slept);
+	xfer_close(spinner);
+	xfer_close(sleeper);
 	CHECK_OK(td_stop(&d));
 }
