@@ -506,7 +506,11 @@ static int client_recv(struct xfer_client *c, bool dontwait)
 
 	if (c->sock < 0)
 		return client_io_error(c, -ENOTCONN);
-	rc = dontwait || !c->spin_us ? client_try_recv(c) : client_spin_recv(c);
+	/* A reply is never there the moment a request went out: without a spin, sleep at once. */
+	if (dontwait)
+		rc = client_try_recv(c);
+	else
+		rc = c->spin_us ? client_spin_recv(c) : -EAGAIN;
 	while (rc == -EAGAIN && !dontwait) {
 		rc = sock_wait(c->sock, POLLIN);
 		if (rc == 0)
