@@ -249,10 +249,12 @@ XFER_EXPORT void xfer_set_event_cb(struct xfer_client *c, xfer_event_cb cb, void
 /*
  * How long (microseconds, 0 to XFER_SPIN_MAX_US) a blocking call keeps polling its socket for
  * the daemon's reply before it sleeps in poll(): waking a sleeping process costs tens of
- * microseconds on some machines, about what a short request takes the daemon. The default
- * comes from the environment variable XFER_SPIN_US when set (larger values are capped), else
- * it is 0 (never spin). Spinning burns this thread's CPU while it waits: keep it off where
- * clients outnumber CPUs. Returns 0, or -EINVAL (@c NULL or @spin_us too large).
+ * microseconds on some machines, about what a short request takes the daemon. Set (here or
+ * by the environment variable XFER_SPIN_US, read at xfer_connect(); larger values are capped),
+ * it applies to every blocking call; 0 never spins. Unset, only region.register and
+ * region.deregister spin, up to 50 us (the daemon answers them at once; other calls may wait
+ * milliseconds on a peer). Between tries the thread yields its CPU. Returns 0, or -EINVAL
+ * (@c NULL or @spin_us too large).
  */
 XFER_EXPORT int xfer_set_spin(struct xfer_client *c, unsigned spin_us);
 
