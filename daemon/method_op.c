@@ -13,14 +13,20 @@
 
 #define XD_MAX_TIMEOUT_MS 86400000ull /* a day: op and wait timeouts */
 
+/*
+ * A descriptor {"region", "offset", "length"}, or in op.batch's compact get and put entries
+ * (@call->compact, PROTOCOL.md §5.2) [region, offset, length]: read where it is, not rebuilt.
+ */
 static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
 {
 	json_int_t region, offset, length;
 	json_error_t jerr;
 	uint64_t end;
 
-	if (json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region", &region, "offset",
-			   &offset, "length", &length))
+	if (call->compact ?
+		    json_unpack_ex(o, &jerr, JSON_STRICT, "[I, I, I]", &region, &offset, &length) :
+		    json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region", &region,
+				   "offset", &offset, "length", &length))
 		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
 	if (region < 0 || offset < 0 || length <= 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL,

@@ -106,20 +106,23 @@ static int start_remote(struct xd_call *call, struct xd_op *active, const struct
 	return rc;
 }
 
-/* op.get and op.put: {window, offset, descs, tag?, timeout_ms?, release_on_end?}. */
-int xd_handle_op_window(struct xd_call *call)
-{
-	enum xp_kind kind = call->method == XP_M_OP_GET ? XP_KIND_GET : XP_KIND_PUT;
-	json_int_t window, offset, timeout = -1;
-	const char *tag = NULL;
-	int release_on_end = 0;
-	struct xd_wtarget t;
-	json_t *descs;
+/* What a get or put asks: op.get's or op.put's params, or a compact op.batch entry's. */
+struct wreq_in {
+	enum xp_kind kind;
+	json_int_t window, offset, timeout; /**< timeout -1: none given */
+	json_t *descs;			    /**< borrowed */
+	const char *tag;		    /**< borrowed; NULL: none */
+	int release_on_end;
+};
 
-	if (xd_unpack_params(call, "{s:I, s:I, s:o, s?s, s?I, s?b}", "window", &window, "offset",
-			     &offset, "descs", &descs, "tag", &tag, "timeout_ms", &timeout,
-			     "release_on_end", &release_on_end))
-		return -EINVAL;
+/* Starts get or put @rq of @call's client. Returns 0 and *@made (its op), or fails @call. */
+static int op_window_start(struct xd_call *call, const struct wreq_in *rq, struct xd_op **made)
+{
+	enum xp_kind kind = rq->kind;
+	json_int_t window = rq->window, offset = rq->offset;
+	const char *tag = rq->tag;
+	struct xd_wtarget t;
+
 	if (call->conn->d->stopping)
 		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
 	if (window < 0 || offset < 0)
@@ -127,7 +130,7 @@ int xd_handle_op_window(struct xd_call *call)
 	if (tag && strlen(tag) > XP_MAX_TAG)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "a notify tag has at most %d bytes",
 			       XP_MAX_TAG);
-	struct xd_op *active = xd_op_new(call, kind, descs, timeout, release_on_end);
+	struct xd_op *active = xd_op_new(call, kind, rq->descs, rq->timeout, rq->release_on_end);
 	if (!active)
 		return -call->cause_errno;
 	struct xd_wclaim wc = { kind, 0, (uint64_t)window, (uint64_t)offset, active->length, tag };
@@ -139,7 +142,22 @@ int xd_handle_op_window(struct xd_call *call)
 	int rc = t.peer ? start_remote(call, active, &wc, &t) : start_local(call, active, &wc);
 	if (rc == 0)
 		call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+	*made = rc == 0 ? active : NULL;
 	return rc;
+}
+
+/* op.get and op.put: {window, offset, descs, tag?, timeout_ms?, release_on_end?}. */
+int xd_handle_op_window(struct xd_call *call)
+{
+	struct wreq_in rq = { .kind = call->method == XP_M_OP_GET ? XP_KIND_GET : XP_KIND_PUT,
+			      .timeout = -1 };
+	struct xd_op *op;
+
+	if (xd_unpack_params(call, "{s:I, s:I, s:o, s?s, s?I, s?b}", "window", &rq.window, "offset",
+			     &rq.offset, "descs", &rq.descs, "tag", &rq.tag, "timeout_ms",
+			     &rq.timeout, "release_on_end", &rq.release_on_end))
+		return -EINVAL;
+	return op_window_start(call, &rq, &op);
 }
 
 /* ---- op.batch ---- */
@@ -182,44 +200,6 @@ static int batch_run(struct xd_call *sub, int m)
 	}
 }
 
-/*
- * The params of a compact entry ["get" | "put", window, offset, [[region, offset, length], ...],
- * tag?] (so that 1024 fit one packet), or NULL: not one, or no memory.
- */
-static json_t *compact_params(json_t *entry, const char **name)
-{
-	json_int_t window, offset;
-	json_t *descs, *d, *out;
-	const char *tag = NULL;
-	size_t i;
-
-	size_t n = json_array_size(entry);
-
-	/* (jansson takes no optional items in arrays: the tag is read by hand) */
-	if ((n != 4 && n != 5) ||
-	    json_unpack(entry, "[s, I, I, o]", name, &window, &offset, &descs) ||
-	    !json_is_array(descs) || (strcmp(*name, "get") && strcmp(*name, "put")) ||
-	    (n == 5 && !(tag = json_string_value(json_array_get(entry, 4)))))
-		return NULL;
-	*name = strcmp(*name, "get") == 0 ? "op.get" : "op.put";
-	json_t *arr = json_array();
-	json_array_foreach(descs, i, d) {
-		json_int_t r, o, l;
-		if (!arr || json_unpack(d, "[I, I, I!]", &r, &o, &l) ||
-		    json_array_append_new(arr, json_pack("{s:I, s:I, s:I}", "region", r, "offset",
-							 o, "length", l))) {
-			json_decref(arr);
-			return NULL;
-		}
-	}
-	out = json_pack("{s:I, s:I, s:o}", "window", window, "offset", offset, "descs", arr);
-	if (out && tag && json_object_set_new(out, "tag", json_string(tag))) {
-		json_decref(out);
-		return NULL;
-	}
-	return out;
-}
-
 /* What an op.batch applies to each of its entries. */
 struct batch_opts {
 	json_t *timeout;	/**< "timeout_ms" (borrowed), or NULL */
@@ -240,15 +220,66 @@ static int batch_defaults(json_t *params, const struct batch_opts *bo)
 	return 0;
 }
 
-/* The new op of a successful entry joins the batch's one event. */
-static int batch_join(struct xd_call *call, const struct batch_opts *bo, json_t *result)
+/*
+ * A compact entry ["get" | "put", window, offset, [[region, offset, length], ...], tag?] (so
+ * that 1024 fit one packet) into @rq, with the batch's @bo options. Read in place: no params
+ * object is built for it. Returns 0, or -EINVAL when it is not one.
+ */
+static int compact_entry(json_t *entry, const struct batch_opts *bo, struct wreq_in *rq)
+{
+	const char *name;
+	size_t n = json_array_size(entry);
+
+	/* (jansson takes no optional items in arrays: the tag is read by hand) */
+	if ((n != 4 && n != 5) ||
+	    json_unpack(entry, "[s, I, I, o]", &name, &rq->window, &rq->offset, &rq->descs) ||
+	    !json_is_array(rq->descs) || (strcmp(name, "get") && strcmp(name, "put")) ||
+	    (n == 5 && !(rq->tag = json_string_value(json_array_get(entry, 4)))))
+		return -EINVAL;
+	rq->kind = strcmp(name, "get") == 0 ? XP_KIND_GET : XP_KIND_PUT;
+	rq->timeout = bo->timeout ? json_integer_value(bo->timeout) : -1;
+	rq->release_on_end = bo->release_on_end && json_is_true(bo->release_on_end);
+	return 0;
+}
+
+/* The new op of a successful (pairing) entry, to join the batch's one event; or NULL. */
+static struct xd_op *batch_op(struct xd_call *call, const struct batch_opts *bo, json_t *result)
 {
 	json_t *id = json_object_get(result, "op");
-	struct xd_op *op = bo->batch && json_is_integer(id) ?
-				   xd_op_find_own(call, (uint64_t)json_integer_value(id)) :
-				   NULL;
 
-	return op ? xd_batch_join(bo->batch, op) : 0;
+	return bo->batch && json_is_integer(id) ?
+		       xd_op_find_own(call, (uint64_t)json_integer_value(id)) :
+		       NULL;
+}
+
+/* Entry @i's @sub ended in @rc: its result into @results (with @op into the batch), or why. */
+static int batch_entry_end(struct xd_call *call, size_t i, struct xd_call *sub, int rc,
+			   struct xd_op *op, json_t *results, const struct batch_opts *bo)
+{
+	if (rc < 0) {
+		json_decref(sub->result);
+		return xd_fail(call, sub->code, sub->cause_errno, "op.batch entry %zu: %s", i,
+			       sub->message);
+	}
+	if ((op && bo->batch && xd_batch_join(bo->batch, op) < 0) ||
+	    json_array_append_new(results, sub->result))
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "op.batch entry %zu: out of memory", i);
+	return 0;
+}
+
+/* Runs compact get or put entry @i (@rq) as its own request. */
+static int batch_compact(struct xd_call *call, size_t i, const struct wreq_in *rq, json_t *results,
+			 const struct batch_opts *bo)
+{
+	struct xd_call sub = { .conn = call->conn,
+			       .id = call->id,
+			       .method = rq->kind == XP_KIND_GET ? XP_M_OP_GET : XP_M_OP_PUT,
+			       .code = XP_E_FAILED,
+			       .compact = true };
+	struct xd_op *op = NULL;
+	int rc = op_window_start(&sub, rq, &op);
+
+	return batch_entry_end(call, i, &sub, rc, op, results, bo);
 }
 
 /* Runs entry @i of a batch as its own request; its result or error goes into @results. */
@@ -259,10 +290,13 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	const char *name;
 	json_t *params = NULL, *owned = NULL;
 	json_error_t jerr;
+	struct wreq_in rq = { 0 };
 	int rc;
 
+	if (json_is_array(entry) && compact_entry(entry, bo, &rq) == 0)
+		return batch_compact(call, i, &rq, results, bo);
 	if (json_is_array(entry))
-		params = owned = compact_params(entry, &name);
+		params = NULL;
 	else if (json_unpack_ex(entry, &jerr, JSON_STRICT, "{s:s, s:o}", "method", &name, "params",
 				&params) ||
 		 !json_is_object(params))
@@ -298,14 +332,8 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	sub.params = params;
 	rc = batch_run(&sub, m);
 	json_decref(owned);
-	if (rc < 0) {
-		json_decref(sub.result);
-		return xd_fail(call, sub.code, sub.cause_errno, "op.batch entry %zu: %s", i,
-			       sub.message);
-	}
-	if (batch_join(call, bo, sub.result) < 0 || json_array_append_new(results, sub.result))
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "op.batch entry %zu: out of memory", i);
-	return 0;
+	return batch_entry_end(call, i, &sub, rc, rc < 0 ? NULL : batch_op(call, bo, sub.result),
+			       results, bo);
 }
 
 /*

@@ -311,6 +311,7 @@ struct xd_call {
 	struct xp_fdset *fds; /**< borrowed; a handler takes what it keeps */
 	json_t *result;	      /**< set by a handler that succeeds */
 	bool deferred;	      /**< the handler will reply later (op.wait, op.cancel) */
+	bool compact;	      /**< op.batch's compact entry: descriptors [region, offset, length] */
 	int code;	      /**< a refusal's JSON-RPC error code */
 	int cause_errno;      /**< a refusal's positive errno */
 	char message[256];

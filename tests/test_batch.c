@@ -303,3 +303,76 @@ TEST(cross_batch_stops_at_the_op_limit)
 	}
 	rig_stop(&r);
 }
+
+/* op.batch @ops_json (the "ops" array) of @c: its result, whose "failed" entry's message is
+ * to contain @want (NULL: none may fail); @nresults entries stand. */
+static void batch_raw(struct xfer_client *c, const char *ops_json, size_t nresults,
+		      const char *want)
+{
+	char params[1024], *text = NULL;
+
+	snprintf(params, sizeof(params), "{\"ops\": %s, \"release_on_end\": true}", ops_json);
+	CHECK_OK(xfer_call(c, "op.batch", params, &text));
+	json_t *res = json_loads(text, 0, NULL);
+	const char *msg = json_string_value(json_object_get(res, "message"));
+	CHECK_EQ_INT(json_array_size(json_object_get(res, "results")), nresults);
+	if (want ? !msg || !strstr(msg, want) : msg != NULL)
+		harness_fail(__FILE__, __LINE__, "op.batch %s: %s, want %s", ops_json, text,
+			     want ? want : "no refusal");
+	json_decref(res);
+	free(text);
+}
+
+/*
+ * Compact get and put entries are read in place (PROTOCOL.md §5.2): their descriptors are
+ * [region, offset, length] and nothing else, while op.put's own stay objects. A bad one stops
+ * the batch at its entry with the rule it broke; the entries before it stand, bytes land.
+ */
+TEST(local_compact_entries_checked)
+{
+	struct rig r;
+	uint64_t window, handle, length;
+	enum xfer_access access;
+	char *meta = NULL, ops[512], *text = NULL;
+
+	rig_start(&r, false, NULL);
+	CHECK_OK(xfer_window_create(r.owner, r.oregion, 0, BLOCK, XFER_ACCESS_READWRITE, 0, &window,
+				    &meta));
+	CHECK_OK(xfer_window_open(r.active, meta, &handle, &length, &access));
+	td_fill(r.abuf.addr, BLOCK, 5);
+	memset(r.obuf.addr, 0, BLOCK);
+	snprintf(ops, sizeof(ops), "[[\"put\", %llu, 0, [[%llu, 0, 4096], [%llu, 4096, 4096]]]]",
+		 (unsigned long long)handle, (unsigned long long)r.aregion,
+		 (unsigned long long)r.aregion);
+	batch_raw(r.active, ops, 1, NULL);
+	for (int i = 0; i < 1000 && memcmp(r.obuf.addr, r.abuf.addr, 8192); i++)
+		usleep(10 * 1000); /* (released on its end: no op to wait for) */
+	CHECK_MEM_EQ(r.obuf.addr, r.abuf.addr, 8192);
+	static const char *const bad[][2] = {
+		{ "{\"region\": ", ", \"offset\": 0, \"length\": 4096}" },
+		{ "[", ", 0]" },
+		{ "[", ", 0, 4096, 1]" },
+		{ "[", ", 0, -1]" },
+		{ "[", ", \"0\", 4096]" },
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		char desc[128];
+		snprintf(desc, sizeof(desc), "%s%llu%s", bad[k][0], (unsigned long long)r.aregion,
+			 bad[k][1]);
+		snprintf(ops, sizeof(ops),
+			 "[[\"get\", %llu, 0, [[%llu, 0, 4096]]], [\"get\", %llu, 0, [%s]]]",
+			 (unsigned long long)handle, (unsigned long long)r.aregion,
+			 (unsigned long long)handle, desc);
+		batch_raw(r.active, ops, 1, "op.batch entry 1: ");
+		batch_raw(r.active, ops, 1, k == 3 ? "length > 0" : "invalid descriptor");
+	}
+	snprintf(ops, sizeof(ops),
+		 "{\"window\": %llu, \"offset\": 0, \"descs\": [[%llu, 0, 4096]]}",
+		 (unsigned long long)handle, (unsigned long long)r.aregion);
+	CHECK_ERR(xfer_call(r.active, "op.put", ops, &text), -EINVAL);
+	CHECK(strstr(xfer_last_error(r.active), "invalid descriptor") != NULL);
+	CHECK_OK(xfer_window_close(r.active, handle));
+	CHECK_OK(xfer_window_close(r.owner, window));
+	free(meta);
+	rig_stop(&r);
+}
