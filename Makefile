@@ -212,6 +212,17 @@ $(PY_LAYOUT): $(B)/tests/python/layout.o
 
 all test-build: $(PY_LAYOUT)
 
+# The C client's test pattern (client/benchutil.c) as a shared object for the Python bench
+# (client/python/examples/xferbench.py): its rounds fill and check with the same C code as
+# xferbench's, so the untimed work between two timed transfers takes as long in both (a numpy
+# pattern took 3.5x as long, and the transfers after it were slower). Not installed.
+BENCHUTIL_SO := $(B)/libxferbenchutil.so
+$(BENCHUTIL_SO): $(B)/client/benchutil.o $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -shared -o $@ $< -L$(B) -lxferclient $(RPATH)
+
+all test-build: $(BENCHUTIL_SO)
+
 # tests/test_engine.c runs two in-process daemons over a fake transport it defines, with its own
 # transport table in d->transports (the local one and its fake). This explicit rule
 # overrides the pattern rule above for that one program; TEST_BINS already lists it.

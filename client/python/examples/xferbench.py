@@ -11,7 +11,11 @@ a small operation (64 B: create_readable + begin_read + both ends seen, one whol
   xferbench.py --summary --c C_OUTPUT... --py OUT...
 
 Each round is the C client's, step for step (the same pattern filled and checked, the same
-memcpy after), so both leave the caches alike for the timed transfers. --compare reads what
+memcpy after), so both leave the caches alike for the timed transfers; the pattern is filled and
+checked by the C client's own code (--pattern c, libxferbenchutil.so from the build), so the
+untimed work between two transfers also takes as long (--pattern numpy: 3.5x as long, and the
+next 16 MiB transfers, even the C library's own calls, took 8-30% longer on this 2-vCPU VM in
+an in-process A/B). --compare reads what
 `xferbench bench` printed in the same run and prints Python/C ratios with the targets (latency
 within 1.3x of C, throughput at >= 1 MiB within 5%). --ref also runs every round through the C
 library's own blocking calls (ctypes, no Python on their wake path), interleaved with the
@@ -159,7 +163,44 @@ class Pattern:
         return all(np.array_equal(w, self.words(seed, lo, len(w))) for lo, w in self.chunks(buf))
 
 
-async def bench_size(pas, act, size, iters, ref=None):
+class CPattern:
+    """The same pattern through the C client's own code (bench_pattern_fill/check of
+    client/benchutil.c, built as libxferbenchutil.so beside the library): the round's untimed
+    work then takes as long as in the C client. With numpy it took 3.5x as long (16 MiB: fill
+    8.4 vs 2.6 ms, check 9.0 vs 1.9 ms), and the transfers after it were slower on this 2-vCPU
+    VM whichever code made the calls (the C library's own, in one process, alternating, 16 MiB
+    medians of three runs: 1.82/2.10/2.05 ms after numpy's pattern, 1.40/1.95/1.82 ms after
+    C's, 1.38/1.99/1.84 ms in the C round)."""
+
+    def __init__(self, lib):
+        lib.bench_pattern_fill.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]
+        lib.bench_pattern_fill.restype = None
+        lib.bench_pattern_check.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64,
+                                            ctypes.c_void_p]
+        lib.bench_pattern_check.restype = ctypes.c_bool
+        self.lib = lib
+
+    def fill(self, buf, seed):
+        self.lib.bench_pattern_fill(buf.ctypes.data, buf.nbytes, seed)
+
+    def check(self, buf, seed):
+        return self.lib.bench_pattern_check(buf.ctypes.data, buf.nbytes, seed, None)
+
+
+def make_pattern(kind):
+    """@kind "c": CPattern from libxferbenchutil.so in the library's directory (the build tree);
+    "numpy": Pattern. Returns (pattern, what it is)."""
+    if kind == "c":
+        path = os.path.join(os.path.dirname(_clib.lib._name), "libxferbenchutil.so")
+        try:
+            return CPattern(ctypes.CDLL(path)), "the C client's (%s)" % path
+        except OSError as e:
+            raise SystemExit("xferbench.py: --pattern c needs %s (make builds it): %s; "
+                             "--pattern numpy runs without it" % (path, e))
+    return Pattern(), "numpy"
+
+
+async def bench_size(pas, act, size, iters, ref=None, pattern="c"):
     """The C client's round (bench_round in client/xferbench.c), step for step: fill the
     source, read, check the target in full; fill the target, write, check the source; a memcpy
     of the same size (the C client times it for its memcpy column; here it only leaves the
@@ -170,7 +211,7 @@ async def bench_size(pas, act, size, iters, ref=None):
     ps, ds = xferd.Descriptor(src), xferd.Descriptor(dst)
     ps.register_memory(pas)
     ds.register_memory(act)
-    pat = Pattern()
+    pat = make_pattern(pattern)[0]
     ways = {"py": lambda write: pair(pas, act, ps, ds, write)}
     if ref:
         pd, ad = ref[0].desc(ps), ref[1].desc(ds)
@@ -245,14 +286,15 @@ async def main_async(a):
         a.socket, "xferbench-py-active"
     ) as act:
         print("xferbench.py: the Python package on the same daemon; time per op = claim to "
-              "active-side COMPLETE, median")
+              "active-side COMPLETE, median; test pattern filled and checked by %s code"
+              % make_pattern(a.pattern)[1])
         print("%9s %5s %8s %8s %9s %9s %9s %9s  %s" % (
             "size", "iters", "read", "write", "read us", "write us", "read p99", "write p99", "verified"))
         print("%9s %5s %8s %8s %9s %9s %9s %9s" % ("", "", "GB/s", "GB/s", "p50", "p50", "us", "us"))
         ref = (RefClient(a.socket, "xferbench-ref-passive"),
                RefClient(a.socket, "xferbench-ref-active")) if a.ref else None
         for size in sizes:
-            got = await bench_size(pas, act, size, iters_for(size, a.iters), ref)
+            got = await bench_size(pas, act, size, iters_for(size, a.iters), ref, a.pattern)
             r, w, r99, w99 = got["py"]
             results[size] = (r, w)
             print("%9s %5d %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f  yes" % (
@@ -370,6 +412,9 @@ def main():
     ap.add_argument("--ref", action="store_true",
                     help="also time the C library's own blocking calls through ctypes, interleaved "
                     "with the Python rounds in this process (what the asyncio package adds)")
+    ap.add_argument("--pattern", choices=("c", "numpy"), default="c",
+                    help="who fills and checks the buffers around each timed transfer: the C "
+                    "client's code (default; libxferbenchutil.so) or numpy (3.5x slower)")
     ap.add_argument("--json", help="write this run's medians to this file (for --summary)")
     ap.add_argument("--summary", action="store_true",
                     help="no run: compare the --c outputs with the --py results, round by round")
