@@ -48,9 +48,10 @@ struct opts {
 	int nsizes;
 	int depths[16]; /* pipe: --depths, operations in flight */
 	int ndepths;
-	uint64_t pool; /* reg: --pool, the size of the touched pool registered once (0: none) */
-	int batch;     /* --batch: win: gets/puts per op.batch (one event each); pipe: pairs per
+	uint64_t pool;	/* reg: --pool, the size of the touched pool registered once (0: none) */
+	int batch;	/* --batch: win: gets/puts per op.batch (one event each); pipe: pairs per
 			  op.batch on each side; 1: one by one */
+	bool batch_end; /* pipe --batch-end: each side's batch ends as one op.batch_done */
 	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
 };
 
@@ -495,7 +496,8 @@ static int run_check(struct bench *b)
  */
 struct slot {
 	uint64_t pop, aop; /* passive and active operation ids (UINT64_MAX: none) */
-	uint64_t batch;	   /* win --batch: the op.batch the slot's get/put went in */
+	uint64_t batch;	   /* win --batch, pipe --batch-end: the (active) op.batch it went in */
+	uint64_t pbatch;   /* pipe --batch-end: the passive side's op.batch; 0 once it ended */
 	uint64_t t0;	   /* when the request that started it was made */
 	uint64_t seq;	   /* the stamp its source carries */
 	int ends;	   /* ends seen */
@@ -605,14 +607,25 @@ static void pipeline_op_cb(struct xfer_client *c, const struct xfer_op_info *inf
 	pl->stray++;
 }
 
-/* op.batch_done (win --batch): the ends of one batch's gets or puts, in the order posted. */
+/*
+ * Where slot @s keeps the id of the op.batch that client @c's ends come in: a pipe's passive
+ * side (clients[0]) and active side each have one, from their own daemon's id space.
+ */
+static uint64_t *slot_batch(const struct pipeline *pl, struct slot *s, const struct xfer_client *c)
+{
+	return pl->nclients == 2 && c == pl->clients[0] ? &s->pbatch : &s->batch;
+}
+
+/*
+ * op.batch_done (win --batch, pipe --batch --batch-end): the ends of one batch's operations
+ * (their order is not checked: every one must be COMPLETE with the slot's size).
+ */
 static void pipeline_batch_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
 {
 	struct pipeline *pl = arg;
 	int k0 = 0;
 
-	(void)c;
-	while (k0 < pl->depth && (pl->slots[k0].batch != ev->batch || pl->slots[k0].ends))
+	while (k0 < pl->depth && (!ev->batch || *slot_batch(pl, &pl->slots[k0], c) != ev->batch))
 		k0++;
 	if (k0 == pl->depth) {
 		pl->stray++;
@@ -621,6 +634,7 @@ static void pipeline_batch_cb(struct xfer_client *c, const struct xfer_batch_eve
 	/* A batch's slots are consecutive; an event with more or fewer ends fails all of them. */
 	for (int i = 0; i < pl->unit && k0 + i < pl->depth; i++) {
 		struct slot *s = &pl->slots[k0 + i];
+		*slot_batch(pl, s, c) = 0; /* (this side's end is in) */
 		if (ev->n == (size_t)pl->unit)
 			slot_end(pl, s, ev->ends[i].op, ev->ends[i].state, ev->ends[i].bytes,
 				 ev->ends[i].error, NULL);
@@ -873,14 +887,17 @@ static int pipe_start_one(struct pipeline *pl, int k)
 /*
  * pipe --batch: starts the pairs of slots @k0 .. @k0 + @n - 1 with two requests, an op.batch of
  * their passive operations on the owner and one of their active operations (claims not waited
- * for) on the other side. A slot that could not be started is marked ended with the error.
+ * for) on the other side; with --batch-end each batch's ends come as one event. A slot that
+ * could not be started is marked ended with the error.
  */
 static int pipe_start_batch(struct pipeline *pl, int k0, int n)
 {
 	struct bench *b = pl->b;
 	struct xfer_desc pd[MAX_INFLIGHT], ad[MAX_INFLIGHT];
 	struct xfer_batch_op pops[MAX_INFLIGHT], aops[MAX_INFLIGHT];
-	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_END_ONLY };
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_END_ONLY |
+					      (b->o->batch_end ? XFER_OP_BATCH_EVENT : 0) };
+	uint64_t pbatch = 0, abatch = 0;
 	size_t pmade = 0, amade = 0;
 	int err;
 
@@ -892,15 +909,17 @@ static int pipe_start_batch(struct pipeline *pl, int k0, int n)
 						  .descs = &pd[i],
 						  .n = 1 };
 	}
-	err = xfer_batch(b->pc, pops, (size_t)n, &opts, &pmade, NULL);
+	err = xfer_batch(b->pc, pops, (size_t)n, &opts, &pmade, &pbatch);
 	if (err)
 		bench_fail(b->pc, "xfer_batch (passive)", err);
-	for (size_t i = 0; i < pmade; i++)
+	for (size_t i = 0; i < pmade; i++) {
+		pl->slots[k0 + (int)i].pbatch = pbatch;
 		aops[i] = (struct xfer_batch_op){ .kind = pl->write ? XFER_WRITE : XFER_READ,
 						  .descs = &ad[i],
 						  .n = 1,
 						  .metadata = pops[i].made_metadata };
-	int aerr = pmade ? xfer_batch(b->ac, aops, pmade, &opts, &amade, NULL) : 0;
+	}
+	int aerr = pmade ? xfer_batch(b->ac, aops, pmade, &opts, &amade, &abatch) : 0;
 	if (aerr)
 		bench_fail(b->ac, "xfer_batch (active)", aerr);
 	for (int i = 0; i < n; i++) {
@@ -909,6 +928,7 @@ static int pipe_start_batch(struct pipeline *pl, int k0, int n)
 			free(pops[i].made_metadata);
 		s->pop = (size_t)i < pmade ? pops[i].op : UINT64_MAX;
 		s->aop = (size_t)i < amade ? aops[i].op : UINT64_MAX;
+		s->batch = abatch;
 		if ((size_t)i >= amade) { /* no active op: its end will not come */
 			s->ends = (size_t)i < pmade ? 1 : 2;
 			s->err = err ?: aerr;
@@ -1169,6 +1189,8 @@ static void usage(FILE *f)
 		"  --batch N         win: post N gets/puts per op.batch, their ends as one event;\n"
 		"                    pipe: start N pairs with one op.batch on each side\n"
 		"                    (default 1: one call each); the depth is rounded up to N\n"
+		"  --batch-end       pipe --batch: each side's batch ends as one event\n"
+		"                    (op.batch_done), not one op.changed per operation\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"
 		"                    in DIR (a file region: the daemon moves it by file I/O)\n"
@@ -1266,6 +1288,9 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'G':
 		o->active_dir = arg;
 		break;
+	case 'E':
+		o->batch_end = true;
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -1290,6 +1315,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "sizes", required_argument, NULL, 'S' },
 		{ "depths", required_argument, NULL, 'D' },
 		{ "batch", required_argument, NULL, 'B' },
+		{ "batch-end", no_argument, NULL, 'E' },
 		{ "pool", required_argument, NULL, 'P' },
 		{ "passive-file", required_argument, NULL, 'F' },
 		{ "active-file", required_argument, NULL, 'G' },

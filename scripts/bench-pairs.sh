@@ -10,7 +10,8 @@
 # Each round measures ucx_perftest tag_bw at SIZE over TCP on the node's veth (UCX_TLS=tcp),
 # then for every BUILD (default: build) starts its xferd on both nodes and runs
 # `xferbench_net pipe` (readable on node 0, read on node 1, then writable / write) at SIZE with
-# DEPTH pairs in flight, one call each and in groups of 8 (--batch 8). Each row gives GB/s (every
+# DEPTH pairs in flight, one call each, in groups of 8 (--batch 8), and in groups of 8 whose
+# ends come as one op.batch_done per side (--batch 8 --batch-end). Each row gives GB/s (every
 # slot's bytes are checked by the program), per-pair latency p50/p99, the ratio to UCX of the
 # same round, and the CPU each process spent per pair (utime + stime of both daemons from
 # /proc, of the client from time(1)). Defaults: 3 rounds, 2 s per cell, 64K, depth 8.
@@ -119,5 +120,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	for b in "${BUILDS[@]}"; do
 		cell "$b" "$u"
 		cell "$b" "$u" --batch 8
+		# (a build from before --batch-end has only the two rows above)
+		if "$b/xferbench_net" --help 2>&1 | grep -q -- --batch-end; then
+			cell "$b" "$u" --batch 8 --batch-end
+		fi
 	done
 done
