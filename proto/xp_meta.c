@@ -3,8 +3,14 @@
  * Operation metadata: "xfer1." + unpadded base64url of a compact JSON object. Decoding is
  * strict (unknown keys, wrong types, bad alphabet and trailing bits are refused) because the
  * string crosses trust boundaries: it arrives from another application through any channel.
+ *
+ * Every pairing encodes one (owner) and decodes one (claimer), so both have a direct path for
+ * the one layout this encoder writes, and jansson for everything else: the direct decoder
+ * takes only text that the general one takes with the same result, and hands anything else
+ * (other key orders, spacing, escapes, every error) to it.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +19,11 @@
 
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-static char *base64url_encode(const unsigned char *in, size_t n)
+/* Unpadded base64url of @n bytes of @in into @out (room for n / 3 * 4 + 4 and a NUL). */
+static void base64url_encode_to(const unsigned char *in, size_t n, char *out)
 {
-	char *out = malloc(n / 3 * 4 + 5);
 	size_t o = 0;
 
-	if (!out)
-		return NULL;
 	for (size_t i = 0; i < n; i += 3) {
 		unsigned v = in[i] << 16;
 		if (i + 1 < n)
@@ -34,13 +38,25 @@ static char *base64url_encode(const unsigned char *in, size_t n)
 			out[o++] = b64url[v & 63];
 	}
 	out[o] = '\0';
-	return out;
 }
+
+/* Each base64url character's value plus one; 0 for every byte outside the alphabet. */
+static const unsigned char b64url_plus1[256] = {
+	['A'] = 1,  ['B'] = 2,	['C'] = 3,  ['D'] = 4,	['E'] = 5,  ['F'] = 6,	['G'] = 7,
+	['H'] = 8,  ['I'] = 9,	['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14,
+	['O'] = 15, ['P'] = 16, ['Q'] = 17, ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21,
+	['V'] = 22, ['W'] = 23, ['X'] = 24, ['Y'] = 25, ['Z'] = 26, ['a'] = 27, ['b'] = 28,
+	['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32, ['g'] = 33, ['h'] = 34, ['i'] = 35,
+	['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41, ['p'] = 42,
+	['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48, ['w'] = 49,
+	['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56,
+	['4'] = 57, ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['-'] = 63,
+	['_'] = 64,
+};
 
 static int b64url_value(char c)
 {
-	const char *p = c ? strchr(b64url, c) : NULL;
-	return p ? (int)(p - b64url) : -1;
+	return (int)b64url_plus1[(unsigned char)c] - 1;
 }
 
 /* Decodes unpadded base64url into a malloc'd buffer. Returns the length or -EBADMSG. */
@@ -140,7 +156,132 @@ static json_t *lengths_to_json(const struct xp_meta *m)
 	return arr;
 }
 
+/* Text built in a caller's buffer; @full once something did not fit (nothing more goes in). */
+struct meta_text {
+	char *p;
+	size_t len, cap;
+	bool full;
+};
+
+static void text_put(struct meta_text *t, const char *s, size_t n)
+{
+	if (t->full || n >= t->cap - t->len) {
+		t->full = true;
+		return;
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+}
+
+static void text_str(struct meta_text *t, const char *s)
+{
+	text_put(t, s, strlen(s));
+}
+
+static void text_u64(struct meta_text *t, uint64_t v)
+{
+	char digits[20];
+	int n = 0;
+
+	do
+		digits[sizeof(digits) - ++n] = (char)('0' + v % 10);
+	while ((v /= 10) && n < (int)sizeof(digits));
+	text_put(t, digits + sizeof(digits) - n, (size_t)n);
+}
+
+/* True when @s goes into JSON text as it is: printable ASCII, no '"' and no '\\'. */
+static bool json_plain(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
+			return false;
+	return true;
+}
+
+/*
+ * The metadata's JSON written straight into @t, byte for byte what jansson's compact dump of
+ * the object xp_meta_encode_json() packs would be (tests/test_proto.c compares them). Returns
+ * false (nothing usable in @t) when a string would need escapes or the text does not fit.
+ */
+static bool meta_text_direct(const struct xp_meta *m, struct meta_text *t)
+{
+	char hex[2 * XP_ID_BYTES + 1];
+
+	/* (jansson writes numbers as json_int_t: past INT64_MAX its text would differ) */
+	if (m->epoch > INT64_MAX || m->op > INT64_MAX)
+		return false;
+	for (uint32_t i = 0; i < m->nlengths; i++)
+		if (m->lengths[i] > INT64_MAX)
+			return false;
+	text_str(t, "{\"v\":1,\"kind\":\"");
+	text_str(t, xp_kind_name(m->kind));
+	xp_hex_encode(m->node, XP_ID_BYTES, hex);
+	text_str(t, "\",\"node\":\"");
+	text_str(t, hex);
+	text_str(t, "\",\"epoch\":");
+	text_u64(t, m->epoch);
+	text_str(t, ",\"endpoints\":[");
+	for (int i = 0; i < m->nendpoints; i++) {
+		const struct xp_endpoint *ep = &m->endpoints[i];
+		if (!json_plain(ep->transport) || !json_plain(ep->addr))
+			return false;
+		text_str(t, i ? ",{\"transport\":\"" : "{\"transport\":\"");
+		text_str(t, ep->transport);
+		if (ep->addr[0]) {
+			text_str(t, "\",\"addr\":\"");
+			text_str(t, ep->addr);
+			text_str(t, "\",\"port\":");
+			text_u64(t, ep->port);
+			text_str(t, "}");
+		} else {
+			text_str(t, "\"}");
+		}
+	}
+	xp_hex_encode(m->token, XP_ID_BYTES, hex);
+	text_str(t, "],\"op\":");
+	text_u64(t, m->op);
+	text_str(t, ",\"token\":\"");
+	text_str(t, hex);
+	text_str(t, "\",\"lengths\":[");
+	for (uint32_t i = 0; i < m->nlengths; i++) {
+		if (i)
+			text_str(t, ",");
+		text_u64(t, m->lengths[i]);
+	}
+	text_str(t, "]");
+	if (m->kind == XP_KIND_WINDOW) {
+		text_str(t, ",\"access\":\"");
+		text_str(t, xp_access_name(m->access));
+		text_str(t, "\"");
+	}
+	text_str(t, "}");
+	return !t->full;
+}
+
+/* "xfer1." + base64url of @n bytes of @json, malloc'd into *@out. Returns 0 or -ENOMEM. */
+static int meta_wrap(const char *json, size_t n, char **out)
+{
+	size_t plen = strlen(XP_META_PREFIX);
+
+	*out = malloc(plen + n / 3 * 4 + 5);
+	if (!*out)
+		return -ENOMEM;
+	memcpy(*out, XP_META_PREFIX, plen);
+	base64url_encode_to((const unsigned char *)json, n, *out + plen);
+	return 0;
+}
+
 int xp_meta_encode(const struct xp_meta *m, char **out)
+{
+	char buf[2048];
+	struct meta_text t = { buf, 0, sizeof(buf), false };
+
+	if (meta_text_direct(m, &t))
+		return meta_wrap(buf, t.len, out);
+	return xp_meta_encode_json(m, out);
+}
+
+int xp_meta_encode_json(const struct xp_meta *m, char **out)
 {
 	char node[2 * XP_ID_BYTES + 1], token[2 * XP_ID_BYTES + 1];
 
@@ -161,16 +302,9 @@ int xp_meta_encode(const struct xp_meta *m, char **out)
 	json_decref(o);
 	if (!text)
 		return -ENOMEM;
-	char *b64 = base64url_encode((unsigned char *)text, strlen(text));
+	int rc = meta_wrap(text, strlen(text), out);
 	free(text);
-	if (!b64)
-		return -ENOMEM;
-	size_t len = strlen(XP_META_PREFIX) + strlen(b64) + 1;
-	*out = malloc(len);
-	if (*out)
-		snprintf(*out, len, "%s%s", XP_META_PREFIX, b64);
-	free(b64);
-	return *out ? 0 : -ENOMEM;
+	return rc;
 }
 
 static int bad(char *err, size_t errlen, const char *msg)
@@ -267,6 +401,163 @@ static int decode_object(json_t *o, struct xp_meta *m, char *err, size_t errlen)
 	return rc ? rc : decode_lengths(lengths, m, err, errlen);
 }
 
+/* ---- the direct decoder: the encoder's own layout, nothing else ---- */
+
+/* A cursor over the JSON text being read. */
+struct meta_cursor {
+	const char *p, *end;
+};
+
+/* Takes @lit if the text goes on with exactly it. */
+static bool cur_lit(struct meta_cursor *c, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0)
+		return false;
+	c->p += n;
+	return true;
+}
+
+/*
+ * A JSON integer without sign, fraction or leading zero, of at most 18 digits (so that it fits
+ * jansson's json_int_t as it would for the general decoder; longer ones go to that one).
+ */
+static bool cur_u64(struct meta_cursor *c, uint64_t *v)
+{
+	int n = 0;
+
+	*v = 0;
+	while (c->p < c->end && *c->p >= '0' && *c->p <= '9' && n < 19) {
+		*v = *v * 10 + (uint64_t)(*c->p++ - '0');
+		n++;
+	}
+	return n > 0 && n <= 18 && !(n > 1 && c->p[-n] == '0');
+}
+
+/* The rest of a string (its opening quote taken) with no escapes, into @out (< @cap bytes). */
+static bool cur_str(struct meta_cursor *c, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	for (; c->p < c->end && *c->p != '"'; c->p++) {
+		if (*c->p < 0x20 || *c->p > 0x7e || *c->p == '\\' || n + 1 >= cap)
+			return false;
+		out[n++] = *c->p;
+	}
+	out[n] = '\0';
+	return cur_lit(c, "\"");
+}
+
+/* The rest of a string that is 2 * XP_ID_BYTES hex digits, into @out. */
+static bool cur_id(struct meta_cursor *c, uint8_t out[XP_ID_BYTES])
+{
+	char hex[2 * XP_ID_BYTES + 2];
+
+	return cur_str(c, hex, sizeof(hex)) && xp_hex_decode(hex, out, XP_ID_BYTES) == 0;
+}
+
+/* One endpoint object as the encoder writes it: a transport, then an address and a port. */
+static bool cur_endpoint(struct meta_cursor *c, struct xp_endpoint *ep)
+{
+	uint64_t port = 0;
+
+	if (!cur_lit(c, "{\"transport\":\"") || !cur_str(c, ep->transport, sizeof(ep->transport)))
+		return false;
+	if (cur_lit(c, ",\"addr\":\"") &&
+	    (!cur_str(c, ep->addr, sizeof(ep->addr)) || !ep->addr[0] || !cur_lit(c, ",\"port\":") ||
+	     !cur_u64(c, &port) || port > 65535))
+		return false;
+	ep->port = (uint16_t)port;
+	return cur_lit(c, "}");
+}
+
+static bool cur_endpoints(struct meta_cursor *c, struct xp_meta *m)
+{
+	do {
+		if (m->nendpoints == XP_MAX_ENDPOINTS ||
+		    !cur_endpoint(c, &m->endpoints[m->nendpoints++]))
+			return false;
+	} while (cur_lit(c, ","));
+	return cur_lit(c, "]");
+}
+
+/* The lengths' array (its '[' taken): 1 to XP_MAX_DESCS positive lengths, no overflow. */
+static bool cur_lengths(struct meta_cursor *c, struct xp_meta *m)
+{
+	size_t most = 1;
+
+	for (const char *q = c->p; q < c->end && *q != ']'; q++)
+		most += *q == ',';
+	if (most > XP_MAX_DESCS || !(m->lengths = calloc(most, sizeof(*m->lengths))))
+		return false;
+	do {
+		uint64_t v;
+		if (m->nlengths == most || !cur_u64(c, &v) || v == 0 ||
+		    __builtin_add_overflow(m->total, v, &m->total))
+			return false;
+		m->lengths[m->nlengths++] = v;
+	} while (cur_lit(c, ","));
+	return cur_lit(c, "]");
+}
+
+/* The fields after "kind", in the encoder's order. */
+static bool cur_fields(struct meta_cursor *c, struct xp_meta *m)
+{
+	char access[16];
+
+	if (!cur_lit(c, ",\"node\":\"") || !cur_id(c, m->node) || !cur_lit(c, ",\"epoch\":") ||
+	    !cur_u64(c, &m->epoch) || !cur_lit(c, ",\"endpoints\":[") || !cur_endpoints(c, m) ||
+	    !cur_lit(c, ",\"op\":") || !cur_u64(c, &m->op) || !cur_lit(c, ",\"token\":\"") ||
+	    !cur_id(c, m->token) || !cur_lit(c, ",\"lengths\":[") || !cur_lengths(c, m))
+		return false;
+	bool has_access = cur_lit(c, ",\"access\":\"");
+	if (has_access &&
+	    (!cur_str(c, access, sizeof(access)) || (m->access = xp_access_from_name(access)) < 0))
+		return false;
+	/* (the general decoder's rules of kind and access, and of a window's one length) */
+	if ((m->kind == XP_KIND_WINDOW) != has_access ||
+	    (m->kind == XP_KIND_WINDOW && m->nlengths != 1))
+		return false;
+	return cur_lit(c, "}") && c->p == c->end;
+}
+
+/*
+ * Decodes @n bytes of JSON text in exactly the encoder's layout into @m (zeroed). Returns
+ * false, with @m zeroed again, for anything else: the general decoder then judges it.
+ */
+static bool meta_decode_direct(const char *json, size_t n, struct xp_meta *m)
+{
+	struct meta_cursor c = { json, json + n };
+	char kind[16];
+
+	if (cur_lit(&c, "{\"v\":1,\"kind\":\"") && cur_str(&c, kind, sizeof(kind))) {
+		int k = xp_kind_from_name(kind);
+		m->kind = k;
+		if ((k == XP_KIND_READABLE || k == XP_KIND_WRITABLE || k == XP_KIND_WINDOW) &&
+		    cur_fields(&c, m))
+			return true;
+	}
+	xp_meta_fini(m);
+	memset(m, 0, sizeof(*m));
+	return false;
+}
+
+int xp_meta_decode_json(const char *json, size_t n, struct xp_meta *m, char *err, size_t errlen)
+{
+	json_error_t jerr;
+
+	memset(m, 0, sizeof(*m));
+	json_t *o = json_loadb(json, n, JSON_REJECT_DUPLICATES, &jerr);
+	if (!o)
+		return bad(err, errlen, "does not decode to JSON (truncated or corrupted)");
+	int rc = decode_object(o, m, err, errlen);
+	json_decref(o);
+	if (rc)
+		xp_meta_fini(m);
+	return rc;
+}
+
 int xp_meta_decode(const char *s, struct xp_meta *m, char *err, size_t errlen)
 {
 	size_t plen = strlen(XP_META_PREFIX);
@@ -281,15 +572,10 @@ int xp_meta_decode(const char *s, struct xp_meta *m, char *err, size_t errlen)
 	if (n < 0)
 		return n == -ENOMEM ? n :
 				      bad(err, errlen, "is not valid base64url after \"xfer1.\"");
-	json_error_t jerr;
-	json_t *o = json_loadb((char *)raw, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+	int rc = meta_decode_direct((char *)raw, (size_t)n, m) ?
+			 0 :
+			 xp_meta_decode_json((char *)raw, (size_t)n, m, err, errlen);
 	free(raw);
-	if (!o)
-		return bad(err, errlen, "does not decode to JSON (truncated or corrupted)");
-	int rc = decode_object(o, m, err, errlen);
-	json_decref(o);
-	if (rc)
-		xp_meta_fini(m);
 	return rc;
 }
 

@@ -44,6 +44,14 @@ int xp_meta_encode(const struct xp_meta *m, char **out);
 int xp_meta_decode(const char *s, struct xp_meta *m, char *err, size_t errlen);
 void xp_meta_fini(struct xp_meta *m);
 
+/*
+ * What xp_meta_encode() and xp_meta_decode() do for the layouts their direct paths leave out:
+ * @m through jansson, and @n bytes of JSON text (the part after "xfer1." decoded) through
+ * jansson. Same returns; tests compare the direct paths against them.
+ */
+int xp_meta_encode_json(const struct xp_meta *m, char **out);
+int xp_meta_decode_json(const char *json, size_t n, struct xp_meta *m, char *err, size_t errlen);
+
 /* Lower-case hex of @n bytes into @out (2n+1 bytes). */
 void xp_hex_encode(const uint8_t *in, size_t n, char *out);
 /* Parses exactly 2n hex digits. Returns 0 or -EINVAL. */

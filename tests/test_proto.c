@@ -823,6 +823,129 @@ TEST(meta_decode_rejects_bad_prefix_and_base64)
 	free(good);
 }
 
+/* Metadata of each shape the encoder writes: local and TCP endpoints, a window, many lengths. */
+static void meta_shapes(struct xp_meta *m, int shape, uint64_t *lengths)
+{
+	meta_sample(m, lengths);
+	if (shape >= 1) { /* writable, a TCP endpoint after the local one */
+		m->kind = XP_KIND_WRITABLE;
+		m->op = 9007199254740991ULL;
+		snprintf(m->endpoints[1].transport, sizeof(m->endpoints[1].transport), "tcp");
+		snprintf(m->endpoints[1].addr, sizeof(m->endpoints[1].addr), "10.0.0.2");
+		m->endpoints[1].port = 7471;
+		m->nendpoints = 2;
+	}
+	if (shape == 2) { /* a window: its access and one length */
+		m->kind = XP_KIND_WINDOW;
+		m->access = XP_ACCESS_READWRITE;
+		m->nlengths = 1;
+	}
+	if (shape == 3) { /* 1000 lengths: past the direct encoder's buffer */
+		for (int i = 0; i < 1000; i++)
+			lengths[i] = 1000000007ULL + (uint64_t)i;
+		m->nlengths = 1000;
+	}
+	if (shape == 4) /* an address that needs escapes in JSON */
+		snprintf(m->endpoints[1].addr, sizeof(m->endpoints[1].addr), "a\"b\\c");
+}
+
+/* The direct encoder writes what jansson writes, byte for byte, for every shape. */
+TEST(meta_encode_direct_matches_jansson)
+{
+	static uint64_t lengths[1000];
+
+	for (int shape = 0; shape <= 4; shape++) {
+		struct xp_meta m, back;
+		char *direct, *general, err[128] = "";
+		meta_shapes(&m, shape, lengths);
+		CHECK_OK(xp_meta_encode(&m, &direct));
+		CHECK_OK(xp_meta_encode_json(&m, &general));
+		CHECK_STR_EQ(direct, general);
+		CHECK_OK(xp_meta_decode(direct, &back, err, sizeof(err)));
+		check_meta_equal(&m, &back);
+		CHECK_EQ_INT(back.access, m.access);
+		xp_meta_fini(&back);
+		free(direct);
+		free(general);
+	}
+}
+
+/* @json (the text after "xfer1.") decoded whole and by jansson alone: the same outcome. */
+static void check_meta_decoders_agree(const char *json, size_t n)
+{
+	char *text = strndup(json, n), *s = meta_of(text), err1[256] = "", err2[256] = "";
+	struct xp_meta a, b;
+
+	CHECK(text != NULL);
+	int rc1 = xp_meta_decode(s, &a, err1, sizeof(err1));
+	int rc2 = xp_meta_decode_json(text, n, &b, err2, sizeof(err2));
+	if (rc1 != rc2)
+		harness_fail(__FILE__, __LINE__, "metadata %s: decode %d, jansson alone %d", text,
+			     rc1, rc2);
+	if (rc1 == 0 && rc2 == 0) {
+		check_meta_equal(&a, &b);
+		CHECK_EQ_INT(a.total, b.total);
+		CHECK_EQ_INT(a.access, b.access);
+	}
+	if (rc1 == 0)
+		xp_meta_fini(&a);
+	if (rc2 == 0)
+		xp_meta_fini(&b);
+	free(s);
+	free(text);
+}
+
+/*
+ * The direct decoder takes only what jansson's takes, with the same result: every byte of the
+ * encoder's text of each shape replaced by each of a set of characters, or left out.
+ */
+TEST(meta_decode_direct_agrees_with_jansson)
+{
+	static uint64_t lengths[1000];
+	static const char subst[] = "\"\\ 0179-,:}]{[ax.";
+
+	for (int shape = 0; shape <= 2; shape++) {
+		struct xp_meta m;
+		char *enc, err[128] = "";
+		unsigned char *raw;
+		meta_shapes(&m, shape, lengths);
+		CHECK_OK(xp_meta_encode_json(&m, &enc));
+		/* the JSON text back out of the encoding, by the general decoder's own rules */
+		struct xp_meta back;
+		CHECK_OK(xp_meta_decode(enc, &back, err, sizeof(err)));
+		xp_meta_fini(&back);
+		size_t n = strlen(enc + 6) * 3 / 4;
+		raw = malloc(n + 1);
+		CHECK(raw != NULL);
+		/* (an independent base64url decoder: the test's table, not xp_meta.c's) */
+		size_t o = 0;
+		unsigned acc = 0;
+		int bits = 0;
+		for (const char *q = enc + 6; *q; q++) {
+			acc = acc << 6 | (unsigned)(strchr(b64url, *q) - b64url);
+			if ((bits += 6) >= 8)
+				raw[o++] = (unsigned char)(acc >> (bits -= 8));
+		}
+		CHECK_EQ_INT(o, n);
+		char *json = (char *)raw, *v = malloc(n + 1);
+		CHECK(v != NULL);
+		check_meta_decoders_agree(json, n);
+		for (size_t i = 0; i < n; i++) {
+			for (size_t j = 0; subst[j]; j++) {
+				memcpy(v, json, n);
+				v[i] = subst[j];
+				check_meta_decoders_agree(v, n);
+			}
+			memcpy(v, json, i);
+			memcpy(v + i, json + i + 1, n - i - 1);
+			check_meta_decoders_agree(v, n - 1);
+		}
+		free(v);
+		free(raw);
+		free(enc);
+	}
+}
+
 TEST(meta_decode_rejects_every_truncation)
 {
 	char *good = meta_of(META_GOOD), *s = strdup(good);
