@@ -125,6 +125,43 @@ int xd_hmac(const uint8_t *key, size_t keylen, const struct xd_mac_part *parts, 
 	return ok ? 0 : -EIO;
 }
 
+void *xd_hmac_keyed_new(const uint8_t *key, size_t keylen)
+{
+	EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	EVP_MAC_CTX *mctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0),
+		OSSL_PARAM_construct_end(),
+	};
+
+	EVP_MAC_free(mac); /* (the context holds its own reference) */
+	if (mctx && !EVP_MAC_init(mctx, key, keylen, params)) {
+		EVP_MAC_CTX_free(mctx);
+		mctx = NULL;
+	}
+	return mctx;
+}
+
+void xd_hmac_keyed_free(void *keyed)
+{
+	EVP_MAC_CTX_free(keyed); /* (frees NULL; cleanses the key) */
+}
+
+/* HMAC of @parts from a copy of the keyed state @keyed. Returns 0 or -EIO. */
+static int hmac_from_keyed(const void *keyed, const struct xd_mac_part *parts, int nparts,
+			   uint8_t out[XD_MAC_LEN])
+{
+	EVP_MAC_CTX *mctx = EVP_MAC_CTX_dup(keyed);
+	size_t got = 0;
+	int ok = mctx != NULL;
+
+	for (int i = 0; ok && i < nparts; i++)
+		ok = EVP_MAC_update(mctx, parts[i].data, parts[i].len);
+	ok = ok && EVP_MAC_final(mctx, out, &got, XD_MAC_LEN) && got == XD_MAC_LEN;
+	EVP_MAC_CTX_free(mctx);
+	return ok ? 0 : -EIO;
+}
+
 bool xd_mac_equal(const uint8_t a[XD_MAC_LEN], const uint8_t b[XD_MAC_LEN])
 {
 	return CRYPTO_memcmp(a, b, XD_MAC_LEN) == 0;
@@ -156,6 +193,8 @@ int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
 		{ label, sizeof(label) }, { o, sizeof(o) },	  { c, sizeof(c) },
 		{ ids, sizeof(ids) },	  { token, XP_ID_BYTES },
 	};
+	if (d->peer_mac)
+		return hmac_from_keyed(d->peer_mac, parts, 5, out);
 	return xd_hmac(d->peer_key, d->peer_key_len, parts, 5, out);
 }
 

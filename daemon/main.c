@@ -189,6 +189,8 @@ static int init_peer_key(struct xd_daemon *d)
 				     sizeof(err));
 		if (rc < 0)
 			xd_log(XD_LOG_ERR, "%s", err);
+		else
+			d->peer_mac = xd_hmac_keyed_new(d->peer_key, d->peer_key_len);
 		return rc;
 	}
 	if (d->cfg.nlisten && !d->cfg.insecure_peers) {
@@ -321,6 +323,7 @@ static int check_config_main(const struct xd_main_options *o)
 		json_decref(j);
 	}
 	xd_config_fini(&d.cfg);
+	xd_hmac_keyed_free(d.peer_mac);
 	explicit_bzero(d.peer_key, sizeof(d.peer_key));
 	if (rc == 0)
 		fprintf(stderr, "xferd: configuration %s is valid\n",
@@ -478,6 +481,7 @@ static void daemon_fini(struct xd_daemon *d)
 	if (d->base)
 		event_base_free(d->base);
 	xd_config_fini(&d->cfg);
+	xd_hmac_keyed_free(d->peer_mac);
 	explicit_bzero(d->peer_key, sizeof(d->peer_key)); /* the cluster key leaves no copy */
 }
 
