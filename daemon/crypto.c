@@ -102,6 +102,22 @@ int xd_random(void *buf, size_t len)
 	return n == (ssize_t)len ? 0 : -EIO;
 }
 
+int xd_random_pooled(struct xd_daemon *d, void *buf, size_t len)
+{
+	if (len > XD_RANDOM_POOL)
+		return -EIO;
+	if (d->random_left < len) {
+		if (xd_random(d->random_pool, XD_RANDOM_POOL) < 0)
+			return -EIO;
+		d->random_left = XD_RANDOM_POOL;
+	}
+	uint8_t *from = d->random_pool + XD_RANDOM_POOL - d->random_left;
+	memcpy(buf, from, len);
+	explicit_bzero(from, len); /* (given out once, kept nowhere else) */
+	d->random_left -= len;
+	return 0;
+}
+
 int xd_hmac(const uint8_t *key, size_t keylen, const struct xd_mac_part *parts, int nparts,
 	    uint8_t out[XD_MAC_LEN])
 {

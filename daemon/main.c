@@ -482,7 +482,8 @@ static void daemon_fini(struct xd_daemon *d)
 		event_base_free(d->base);
 	xd_config_fini(&d->cfg);
 	xd_hmac_keyed_free(d->peer_mac);
-	explicit_bzero(d->peer_key, sizeof(d->peer_key)); /* the cluster key leaves no copy */
+	explicit_bzero(d->peer_key, sizeof(d->peer_key));	/* the cluster key leaves no copy */
+	explicit_bzero(d->random_pool, sizeof(d->random_pool)); /* (unused tokens, too) */
 }
 
 int main(int argc, char **argv)

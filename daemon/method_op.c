@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include "transport.h"
 
 #define XD_MAX_TIMEOUT_MS 86400000ull /* a day: op and wait timeouts */
@@ -174,7 +173,7 @@ int xd_handle_op_passive(struct xd_call *call)
 	if (!op)
 		return -call->cause_errno;
 	op->end_only = end_only;
-	if (getrandom(op->token, sizeof(op->token), 0) != sizeof(op->token)) {
+	if (xd_random_pooled(call->conn->d, op->token, sizeof(op->token)) < 0) {
 		xd_op_discard(op);
 		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
 	}

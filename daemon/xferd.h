@@ -359,10 +359,11 @@ int xd_page_add(struct xd_page *pg, uint64_t id, json_t *entry);
 int xd_page_finish(struct xd_call *call, struct xd_page *pg, const char *key, int rc);
 
 /* crypto.c: the cluster key, nonces and HMAC-SHA256 (libcrypto) */
-#define XD_KEY_MIN 32	/* bytes of a cluster key, at least */
-#define XD_KEY_MAX 64	/* bytes read from the key file, at most */
-#define XD_NONCE_LEN 16 /* bytes of a handshake nonce */
-#define XD_MAC_LEN 32	/* HMAC-SHA256 */
+#define XD_KEY_MIN 32	    /* bytes of a cluster key, at least */
+#define XD_KEY_MAX 64	    /* bytes read from the key file, at most */
+#define XD_RANDOM_POOL 4096 /* bytes of random taken from the kernel at a time */
+#define XD_NONCE_LEN 16	    /* bytes of a handshake nonce */
+#define XD_MAC_LEN 32	    /* HMAC-SHA256 */
 /* One input of a MAC. */
 struct xd_mac_part {
 	const void *data;
@@ -375,6 +376,13 @@ struct xd_mac_part {
 int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t errlen);
 /* Fills @buf with @len random bytes. Returns 0 or -EIO. */
 int xd_random(void *buf, size_t len);
+struct xd_daemon;
+/*
+ * Fills @buf with @len (<= XD_RANDOM_POOL) random bytes from the daemon's pool, refilled from
+ * getrandom() XD_RANDOM_POOL bytes at a time (a passive operation's token was one system call
+ * per operation); the bytes given out are wiped from the pool. Returns 0 or -EIO.
+ */
+int xd_random_pooled(struct xd_daemon *d, void *buf, size_t len);
 /* HMAC-SHA256 of the @nparts parts, in order, under @key. Returns 0 or -EIO. */
 int xd_hmac(const uint8_t *key, size_t keylen, const struct xd_mac_part *parts, int nparts,
 	    uint8_t out[XD_MAC_LEN]);
@@ -487,8 +495,10 @@ struct xd_daemon {
 	uint64_t epoch;		      /**< start time in us: changes on every restart */
 	uint8_t peer_key[XD_KEY_MAX]; /**< the cluster key; peer_key_len 0: none (insecure) */
 	size_t peer_key_len;
-	void *peer_mac;	   /**< xd_hmac_keyed_new() of peer_key (NULL: none) */
-	uint64_t start_us; /**< monotonic start */
+	void *peer_mac;			     /**< xd_hmac_keyed_new() of peer_key (NULL: none) */
+	uint8_t random_pool[XD_RANDOM_POOL]; /**< xd_random_pooled(): its unused bytes at the end */
+	size_t random_left;		     /**< how many of the pool's last bytes are unused */
+	uint64_t start_us;		     /**< monotonic start */
 	int listen_fd;
 	bool listen_from_systemd;
 	bool systemd;
