@@ -564,6 +564,30 @@ def mode_owner(path, metafile, access="read"):
         time.sleep(60)
 
 
+def shut_both(*socks):
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def relay_pairs(lport, host, port):
+    """Yields (client, server) for each connection to 127.0.0.1:@lport, until 30 s pass without
+    one: the accepted socket and a new one to @host:@port."""
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", int(lport)))
+    lsock.listen(8)
+    lsock.settimeout(30)
+    while True:
+        try:
+            client, _ = lsock.accept()
+        except socket.timeout:
+            return
+        yield client, socket.create_connection((host, int(port)))
+
+
 def pump(src, dst, log, lock):
     try:
         while True:
@@ -575,28 +599,14 @@ def pump(src, dst, log, lock):
             dst.sendall(data)
     except OSError:
         pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    shut_both(src, dst)
 
 
 def mode_relay(lport, host, port, logpath):
-    lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind(("127.0.0.1", int(lport)))
-    lsock.listen(8)
     lock = threading.Lock()
     with open(logpath, "wb") as log:
         threads = []
-        lsock.settimeout(30)
-        while True:
-            try:
-                client, _ = lsock.accept()
-            except socket.timeout:
-                break
-            server = socket.create_connection((host, int(port)))
+        for client, server in relay_pairs(lport, host, port):
             for a, b in ((client, server), (server, client)):
                 t = threading.Thread(target=pump, args=(a, b, log, lock), daemon=True)
                 t.start()
@@ -619,18 +629,10 @@ def pump_frames(src, dst, tamper):
             dst.sendall(HDR.pack(*tamper(fields)) + body)
     except OSError:
         pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    shut_both(src, dst)
 
 
 def mode_wack_relay(lport, host, port):
-    lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind(("127.0.0.1", int(lport)))
-    lsock.listen(8)
     lock = threading.Lock()
     done = []
 
@@ -641,13 +643,7 @@ def mode_wack_relay(lport, host, port):
                 fields[5] += 5
         return fields
 
-    lsock.settimeout(30)
-    while True:
-        try:
-            client, _ = lsock.accept()
-        except socket.timeout:
-            break
-        server = socket.create_connection((host, int(port)))
+    for client, server in relay_pairs(lport, host, port):
         threading.Thread(target=pump, args=(client, server, open(os.devnull, "wb"), lock),
                          daemon=True).start()
         threading.Thread(target=pump_frames, args=(server, client, inflate), daemon=True).start()
