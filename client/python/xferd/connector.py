@@ -115,7 +115,7 @@ def _descriptors(descs):
     return out
 
 
-class Operation:
+class Operation(_window._ClosedOnExit):
     """
     One side of a transfer. ``status`` is an OperationStatus kept current by pushed events;
     ``error`` is the XferError of an ERRORED or CANCELLED end (errno name and the daemon's
@@ -270,16 +270,7 @@ class Operation:
                 )
         self._connector._op_ended(self)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
+    def _on_exit(self):  # (leaving with / async with: _window._ClosedOnExit)
         self.release()
 
 

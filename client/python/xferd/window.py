@@ -50,19 +50,23 @@ def tag_bytes(notify):
 
 
 class _ClosedOnExit:
-    """``with`` and ``async with`` close the object (its ``close()``) on the way out."""
+    """``with`` and ``async with`` end the object on the way out: ``_on_exit()``, its
+    ``close()`` unless a class says otherwise (an Operation's is ``release()``)."""
+
+    def _on_exit(self):
+        self.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        self._on_exit()
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, *exc):
-        self.close()
+        self._on_exit()
 
 
 class Window(_ClosedOnExit):
