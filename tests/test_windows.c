@@ -120,6 +120,35 @@ static struct xfer_client *conn(struct td *d, const char *name)
 	return c;
 }
 
+/* Runs @body with the window's owner and its opener connected to one daemon. */
+static void on_one_node(void (*body)(struct xfer_client *owner, struct xfer_client *opener))
+{
+	struct node a;
+
+	node_start(&a);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
+	body(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&a);
+}
+
+/* Runs @body with the owner on one daemon and the opener on another (cross_node()'s transport). */
+static void on_two_nodes(void (*body)(struct xfer_client *owner, struct xfer_client *opener))
+{
+	cross_node();
+	struct node a, b;
+
+	node_start(&a);
+	node_start(&b);
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	body(owner, opener);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
 static void tbuf_make(struct xfer_client *c, size_t len, struct tbuf *t)
 {
 	CHECK_OK(xfer_buf_alloc(len, &t->buf));
@@ -256,29 +285,12 @@ static void get_put_offsets(struct xfer_client *owner, struct xfer_client *opene
 
 TEST(local_get_put_many_offsets)
 {
-	struct node a;
-
-	node_start(&a);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
-	get_put_offsets(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&a);
+	on_one_node(get_put_offsets);
 }
 
 TEST(cross_get_put_many_offsets)
 {
-	cross_node();
-	struct node a, b;
-
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	get_put_offsets(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+	on_two_nodes(get_put_offsets);
 }
 
 /* 300 tagged puts (and some untagged, and gets) in flight at once: each tag once, in order. */
@@ -442,44 +454,17 @@ static void striped_in_flight(struct xfer_client *owner, struct xfer_client *ope
 
 TEST(cross_striped_in_flight)
 {
-	cross_node();
-	struct node a, b;
-
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	striped_in_flight(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+	on_two_nodes(striped_in_flight);
 }
 
 TEST(local_notify_exactly_once_in_order)
 {
-	struct node a;
-
-	node_start(&a);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
-	notify_in_order(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&a);
+	on_one_node(notify_in_order);
 }
 
 TEST(cross_notify_exactly_once_in_order)
 {
-	cross_node();
-	struct node a, b;
-
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	notify_in_order(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+	on_two_nodes(notify_in_order);
 }
 
 /* Every refusal before any byte moves, and the window's bytes untouched. */
@@ -632,29 +617,12 @@ static void revoke_in_flight(struct xfer_client *owner, struct xfer_client *open
 
 TEST(local_revoke_in_flight)
 {
-	struct node a;
-
-	node_start(&a);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
-	revoke_in_flight(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&a);
+	on_one_node(revoke_in_flight);
 }
 
 TEST(cross_revoke_in_flight)
 {
-	cross_node();
-	struct node a, b;
-
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	revoke_in_flight(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+	on_two_nodes(revoke_in_flight);
 }
 
 /* A child opens @meta on @sock and puts without end until it is killed. */
@@ -996,29 +964,12 @@ static void batch_1000(struct xfer_client *owner, struct xfer_client *opener)
 
 TEST(local_batch_of_1000)
 {
-	struct node a;
-
-	node_start(&a);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
-	batch_1000(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&a);
+	on_one_node(batch_1000);
 }
 
 TEST(cross_batch_of_1000)
 {
-	cross_node();
-	struct node a, b;
-
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	batch_1000(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+	on_two_nodes(batch_1000);
 }
 
 /*
@@ -1081,29 +1032,12 @@ static void large_mixed_in_order(struct xfer_client *owner, struct xfer_client *
 
 TEST(local_large_mixed_in_order)
 {
-	struct node a;
-
-	node_start(&a);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
-	large_mixed_in_order(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&a);
+	on_one_node(large_mixed_in_order);
 }
 
 TEST(cross_large_mixed_in_order)
 {
-	cross_node();
-	struct node a, b;
-
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	large_mixed_in_order(owner, opener);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+	on_two_nodes(large_mixed_in_order);
 }
 
 /*
