@@ -404,63 +404,87 @@ static void check_outside(const struct xfer_desc *descs, size_t n, struct tbuf *
 	}
 }
 
-static void run_multi(enum xfer_kind pkind)
+/*
+ * One transfer from two regions of @rlen bytes per side (the passive side's @pd over a's, the
+ * active side's @ad over b's; region indexes in the .region fields) with byte checks: what
+ * arrived is the source's bytes in descriptor order, and nothing outside the descriptors moved.
+ */
+static void run_layout(enum xfer_kind pkind, size_t rlen, const struct xfer_desc *pdi, size_t np,
+		       const struct xfer_desc *adi, size_t na)
 {
-	enum { RLEN = 8192, TOTAL = 8192 };
 	struct xfer_client *a, *b;
 	struct tbuf pt[2], at[2];
-	struct xfer_desc pd[3], ad[2];
-	char *before[2], want[TOTAL], got[TOTAL];
+	struct xfer_desc pd[8], ad[8];
+	char *before[2], *want, *got;
+	size_t total = 0;
 	uint64_t pop, aop;
 	struct tbuf *dst;
 	char *meta;
 	struct td d;
 
+	CHECK(np <= 8 && na <= 8);
 	CHECK_OK(td_start(&d, NULL));
 	a = conn(&d, "multi-passive");
 	b = conn(&d, "multi-active");
 	for (int i = 0; i < 2; i++) {
-		tbuf_make(a, RLEN, &pt[i]);
-		tbuf_make(b, RLEN, &at[i]);
-		td_fill(pt[i].buf.addr, RLEN, 100 + i);
-		td_fill(at[i].buf.addr, RLEN, 200 + i);
+		tbuf_make(a, rlen, &pt[i]);
+		tbuf_make(b, rlen, &at[i]);
+		td_fill(pt[i].buf.addr, rlen, 100 + i);
+		td_fill(at[i].buf.addr, rlen, 200 + i);
 	}
-	pd[0] = (struct xfer_desc){ pt[0].region, 100, 1000 };
-	pd[1] = (struct xfer_desc){ pt[1].region, 0, 5000 };
-	pd[2] = (struct xfer_desc){ pt[0].region, 3000, 2192 };
-	ad[0] = (struct xfer_desc){ at[0].region, 0, 4096 };
-	ad[1] = (struct xfer_desc){ at[1].region, 512, 4096 };
+	for (size_t i = 0; i < np; i++) {
+		pd[i] = pdi[i];
+		pd[i].region = pt[pdi[i].region].region;
+		total += pd[i].length;
+	}
+	for (size_t i = 0; i < na; i++) {
+		ad[i] = adi[i];
+		ad[i].region = at[adi[i].region].region;
+	}
+	want = malloc(total);
+	got = malloc(total);
+	CHECK(want && got);
 	/* what must arrive: the source side's bytes in descriptor order */
 	if (pkind == XFER_READABLE)
-		gather(pd, 3, pt, 2, want);
+		gather(pd, np, pt, 2, want);
 	else
-		gather(ad, 2, at, 2, want);
+		gather(ad, na, at, 2, want);
 	dst = pkind == XFER_READABLE ? at : pt;
 	for (int i = 0; i < 2; i++) {
-		before[i] = malloc(RLEN);
+		before[i] = malloc(rlen);
 		CHECK(before[i] != NULL);
-		memcpy(before[i], dst[i].buf.addr, RLEN);
+		memcpy(before[i], dst[i].buf.addr, rlen);
 	}
-	pop = passive(a, pkind, pd, 3, NULL, &meta);
-	aop = active(b, pkind, meta, ad, 2);
-	wait_pair(a, pop, b, aop, TOTAL);
+	pop = passive(a, pkind, pd, np, NULL, &meta);
+	aop = active(b, pkind, meta, ad, na);
+	wait_pair(a, pop, b, aop, total);
 	if (pkind == XFER_READABLE) {
-		gather(ad, 2, at, 2, got);
-		check_outside(ad, 2, at, 2, before, RLEN);
+		gather(ad, na, at, 2, got);
+		check_outside(ad, na, at, 2, before, rlen);
 	} else {
-		gather(pd, 3, pt, 2, got);
-		check_outside(pd, 3, pt, 2, before, RLEN);
+		gather(pd, np, pt, 2, got);
+		check_outside(pd, np, pt, 2, before, rlen);
 	}
-	CHECK_MEM_EQ(got, want, TOTAL);
+	CHECK_MEM_EQ(got, want, total);
 	for (int i = 0; i < 2; i++) {
 		free(before[i]);
 		tbuf_free(a, &pt[i]);
 		tbuf_free(b, &at[i]);
 	}
+	free(want);
+	free(got);
 	free(meta);
 	xfer_close(a);
 	xfer_close(b);
 	CHECK_EQ_INT(td_stop(&d), 0);
+}
+
+static void run_multi(enum xfer_kind pkind)
+{
+	const struct xfer_desc pd[] = { { 0, 100, 1000 }, { 1, 0, 5000 }, { 0, 3000, 2192 } };
+	const struct xfer_desc ad[] = { { 0, 0, 4096 }, { 1, 512, 4096 } };
+
+	run_layout(pkind, 8192, pd, 3, ad, 2);
 }
 
 TEST(multi_desc_mismatched_readable_read)
@@ -470,6 +494,74 @@ TEST(multi_desc_mismatched_readable_read)
 TEST(multi_desc_mismatched_writable_write)
 {
 	run_multi(XFER_WRITABLE);
+}
+
+/*
+ * A copy of 8 MiB or more takes the daemon's streaming-store path (local.c XD_COPY_STREAM),
+ * which stores aligned blocks and copies an unaligned head and a short tail apart: pieces at odd
+ * offsets, of odd lengths, one under 256 bytes, boundaries of the two sides not lining up.
+ */
+static void run_multi_large(enum xfer_kind pkind)
+{
+	const struct xfer_desc pd[] = { { 0, 3, 5 * MiB + 1 },
+					{ 1, 9 * MiB + 1, 100 },
+					{ 1, 71, 4 * MiB + 333 },
+					{ 0, 6 * MiB + 5, 1 * MiB + 13 } };
+	const struct xfer_desc ad[] = { { 0, 1, 7 * MiB }, { 1, 129, 3 * MiB + 447 } };
+
+	run_layout(pkind, 12 * MiB, pd, 4, ad, 2);
+}
+
+TEST(multi_desc_large_unaligned_readable_read)
+{
+	run_multi_large(XFER_READABLE);
+}
+TEST(multi_desc_large_unaligned_writable_write)
+{
+	run_multi_large(XFER_WRITABLE);
+}
+
+/*
+ * A large copy between overlapping ranges of one region has memmove's result (streaming stores
+ * are only for ranges apart: a forward block copy would overwrite source bytes not yet read).
+ */
+static void overlap_once(struct xfer_client *c, struct tbuf *t, size_t len, size_t src_off,
+			 size_t dst_off, uint64_t seed)
+{
+	struct xfer_desc pd = { t->region, src_off, len }, ad = { t->region, dst_off, len };
+	size_t rlen = t->buf.length;
+	char *want = malloc(rlen), *meta = NULL;
+	uint64_t pop, aop;
+
+	CHECK(want != NULL);
+	td_fill(t->buf.addr, rlen, seed);
+	memcpy(want, t->buf.addr, rlen);
+	memmove(want + dst_off, want + src_off, len);
+	pop = passive(c, XFER_READABLE, &pd, 1, NULL, &meta);
+	aop = active(c, XFER_READABLE, meta, &ad, 1);
+	wait_pair(c, pop, c, aop, len);
+	CHECK_MEM_EQ(t->buf.addr, want, rlen);
+	CHECK_OK(xfer_release(c, pop));
+	CHECK_OK(xfer_release(c, aop));
+	free(meta);
+	free(want);
+}
+
+TEST(large_copy_between_overlapping_ranges)
+{
+	struct xfer_client *a;
+	struct tbuf t;
+	struct td d;
+
+	CHECK_OK(td_start(&d, NULL));
+	a = conn(&d, "overlap");
+	tbuf_make(a, 25 * MiB, &t);
+	overlap_once(a, &t, 12 * MiB + 3, 0, 4097, 1);		 /* destination after the source */
+	overlap_once(a, &t, 12 * MiB + 3, 4097, 0, 2);		 /* destination before it */
+	overlap_once(a, &t, 12 * MiB + 3, 64, 12 * MiB + 67, 3); /* apart, one region */
+	tbuf_free(a, &t);
+	xfer_close(a);
+	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
 /* ---- refusals: decided before any byte moves; the passive op stays claimable ---- */

@@ -246,7 +246,8 @@ static void huge_punched_after(size_t len, size_t hole)
 
 TEST(huge_punched_after_register_worker_copy)
 {
-	huge_punched_after(8 * MiB, 4 * MiB); /* faults half way */
+	/* faults half way; 8 MiB copies by streaming stores (local.c XD_COPY_STREAM) */
+	huge_punched_after(8 * MiB, 4 * MiB);
 }
 
 TEST(huge_punched_after_register_worker_copy_at_once)
@@ -260,9 +261,8 @@ TEST(huge_punched_after_register_inline_copy)
 }
 
 /* The same with the hugetlb memfd as the reader's destination: the copy faults on a store. */
-TEST(huge_punched_destination)
+static void huge_punched_dest(size_t len)
 {
-	size_t len = 4 * MiB;
 	int hook = pool_grow();
 	struct td d;
 	struct xfer_client *pc, *ac;
@@ -293,6 +293,17 @@ TEST(huge_punched_destination)
 	close(fd);
 	CHECK_EQ_INT(td_stop(&d), 0);
 	pool_shrink(hook);
+}
+
+TEST(huge_punched_destination)
+{
+	huge_punched_dest(4 * MiB);
+}
+
+/* 8 MiB: the daemon's streaming stores (local.c XD_COPY_STREAM) fault, not memmove's. */
+TEST(huge_punched_destination_streaming)
+{
+	huge_punched_dest(8 * MiB);
 }
 
 /*
