@@ -52,6 +52,7 @@ struct opts {
 	int batch;	/* --batch: win: gets/puts per op.batch (one event each); pipe: pairs per
 			  op.batch on each side; 1: one by one */
 	bool batch_end; /* pipe --batch-end: each side's batch ends as one op.batch_done */
+	bool post;	/* win --post: batches posted (XFER_OP_POST), not waited for, even of one */
 	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
 };
 
@@ -789,10 +790,10 @@ static void pipeline_print(const struct opts *o, const char *tag, const char *ki
 
 	if (o->json)
 		printf("{\"%s\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-		       ",\"depth\":%d,\"batch\":%d,\"ops\":%" PRIu64
+		       ",\"depth\":%d,\"batch\":%d,\"post\":%s,\"ops\":%" PRIu64
 		       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,\"us_per_op\":%.2f}\n",
-		       tag, kind, size, depth, o->batch, r->ops, r->gbps, r->us_p50, r->us_p99,
-		       r->us_op);
+		       tag, kind, size, depth, o->batch, o->post ? "true" : "false", r->ops,
+		       r->gbps, r->us_p50, r->us_p99, r->us_op);
 	else
 		printf("%-5s %9s %6d %6d %7" PRIu64 " %9.3f %10.1f %10.1f %9.1f\n", kind,
 		       bench_fmt_size(size, sz, sizeof(sz)), depth, o->batch, r->ops, r->gbps,
@@ -976,13 +977,17 @@ static int win_start_one(struct pipeline *pl, int k)
 	return 0;
 }
 
-/* win --batch: the gets or puts of slots @k0 .. @k0 + @n - 1 in one op.batch, one end event. */
+/*
+ * win --batch: the gets or puts of slots @k0 .. @k0 + @n - 1 in one op.batch, one end event;
+ * with --post not waited for (its event is its answer).
+ */
 static int win_start_batch(struct pipeline *pl, int k0, int n)
 {
 	struct bench *b = pl->b;
 	struct xfer_desc d[MAX_INFLIGHT];
 	struct xfer_batch_op ops[MAX_INFLIGHT];
-	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT };
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT |
+					      (b->o->post ? XFER_OP_POST : 0) };
 	uint64_t id = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -1005,7 +1010,7 @@ static int win_start_batch(struct pipeline *pl, int k0, int n)
 
 static int win_start(struct pipeline *pl, int k0, int n)
 {
-	return n == 1 ? win_start_one(pl, k0) : win_start_batch(pl, k0, n);
+	return n == 1 && !pl->b->o->post ? win_start_one(pl, k0) : win_start_batch(pl, k0, n);
 }
 
 static int run_win(struct bench *b)
@@ -1191,6 +1196,8 @@ static void usage(FILE *f)
 		"                    (default 1: one call each); the depth is rounded up to N\n"
 		"  --batch-end       pipe --batch: each side's batch ends as one event\n"
 		"                    (op.batch_done), not one op.changed per operation\n"
+		"  --post            win: post each batch (of --batch entries, 1 too) without\n"
+		"                    waiting for its reply (XFER_OP_POST): its event answers it\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"
 		"                    in DIR (a file region: the daemon moves it by file I/O)\n"
@@ -1291,6 +1298,9 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'E':
 		o->batch_end = true;
 		break;
+	case 'o':
+		o->post = true;
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -1316,6 +1326,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "depths", required_argument, NULL, 'D' },
 		{ "batch", required_argument, NULL, 'B' },
 		{ "batch-end", no_argument, NULL, 'E' },
+		{ "post", no_argument, NULL, 'o' },
 		{ "pool", required_argument, NULL, 'P' },
 		{ "passive-file", required_argument, NULL, 'F' },
 		{ "active-file", required_argument, NULL, 'G' },

@@ -34,7 +34,13 @@
 
 #define CLIENT_DEFAULT_NAME "xferclient"
 #define CLIENT_ERR_MAX 512
-#define CLIENT_MAX_ID ((int64_t)1 << 53) /* request ids must survive a trip through a double */
+/*
+ * Request ids must survive a trip through a double (< 2^53). A posted op.batch (XFER_OP_POST)
+ * has bit 52 set, the others never: an error reply to such an id is a posted batch's refusal
+ * (no one waits for it), and its id, which is its batch's, never meets a daemon-made one.
+ */
+#define CLIENT_POSTED_ID ((int64_t)1 << 52)
+#define CLIENT_MAX_ID CLIENT_POSTED_ID
 #define CLIENT_SPIN_ENV "XFER_SPIN_US"
 #define CLIENT_SPIN_UNSET UINT_MAX /* neither xfer_set_spin() nor XFER_SPIN_US: spin_for() */
 /*
@@ -70,6 +76,7 @@ struct client_event {
 	struct xfer_op_info info;
 	struct xfer_window_event wev;
 	struct xfer_batch_event bev; /* bev.ends: owned */
+	char *why; /* a posted batch's refusal, for xfer_last_error() in its callback; owned */
 };
 
 struct xfer_client {
@@ -113,8 +120,10 @@ static void copy_str(char *dst, size_t size, const char *src)
 
 static void event_free(struct client_event *ev)
 {
-	if (ev)
+	if (ev) {
 		free((void *)ev->bev.ends);
+		free(ev->why);
+	}
 	free(ev);
 }
 
@@ -286,6 +295,12 @@ static int batch_event_parse(const struct xp_reply *rep, struct xfer_batch_event
 	return 0;
 }
 
+/* A posted batch's refusal (op.batch_done's "message", or an error reply's) for its event. */
+static void batch_event_why(struct client_event *ev, const char *message)
+{
+	ev->why = message && *message ? strdup(message) : NULL;
+}
+
 /* Parses a notification into @ev when its callback is set. Returns 0, or -1 to drop it. */
 static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct client_event *ev)
 {
@@ -298,7 +313,10 @@ static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct
 	}
 	if (strcmp(rep->method, XP_NOTIFY_BATCH_DONE) == 0) {
 		ev->is_batch = true;
-		return c->bcb && batch_event_parse(rep, &ev->bev) == 0 ? 0 : -1;
+		if (!c->bcb || batch_event_parse(rep, &ev->bev) < 0)
+			return -1;
+		batch_event_why(ev, obj_str(rep->params, "message"));
+		return 0;
 	}
 	return -1;
 }
@@ -317,6 +335,24 @@ static void client_queue_event(struct xfer_client *c, const struct xp_reply *rep
 		return;
 	}
 	ev->next = NULL;
+	*c->ev_tail = ev;
+	c->ev_tail = &ev->next;
+}
+
+/*
+ * An error reply to a posted op.batch (XFER_OP_POST; refused as a whole, e.g. by a daemon that
+ * does not know "reply": false): no one waits for it, so it becomes the batch's event, with no
+ * ends and the daemon's message for xfer_last_error().
+ */
+static void client_queue_refused_post(struct xfer_client *c, const struct xp_reply *rep)
+{
+	struct client_event *ev;
+
+	if (!c->bcb || !(ev = calloc(1, sizeof(*ev))))
+		return;
+	ev->is_batch = true;
+	ev->bev.batch = (uint64_t)rep->id;
+	batch_event_why(ev, rep->message);
 	*c->ev_tail = ev;
 	c->ev_tail = &ev->next;
 }
@@ -355,6 +391,8 @@ static int client_deliver(struct xfer_client *c)
 			c->wcb(c, &ev->wev, c->wcb_arg);
 			n++;
 		} else if (ev->is_batch && c->bcb && !c->close_pending) {
+			if (ev->why)
+				copy_str(c->last_error, sizeof(c->last_error), ev->why);
 			c->bcb(c, &ev->bev, c->bcb_arg);
 			n++;
 		} else if (!ev->is_window && !ev->is_batch && c->cb && !c->close_pending) {
@@ -433,10 +471,11 @@ static int client_send_packet(struct xfer_client *c, const char *buf, size_t len
 
 /*
  * Sends request @method with @params (consumed, even on failure; NULL: none) and fd @fd
- * (borrowed; -1: none). Returns 0 and the request's *id, or -errno.
+ * (borrowed; -1: none). Returns 0 and the request's *id (@posted: marked CLIENT_POSTED_ID, for
+ * a request no one will wait for), or -errno.
  */
 static int client_send(struct xfer_client *c, const char *method, json_t *params, int fd,
-		       int64_t *id)
+		       bool posted, int64_t *id)
 {
 	json_t *req;
 	char *buf;
@@ -446,7 +485,7 @@ static int client_send(struct xfer_client *c, const char *method, json_t *params
 		json_decref(params);
 		return client_io_error(c, -ENOTCONN);
 	}
-	*id = c->next_id;
+	*id = posted ? c->next_id | CLIENT_POSTED_ID : c->next_id;
 	c->next_id = c->next_id + 1 < CLIENT_MAX_ID ? c->next_id + 1 : 1;
 	req = xp_build_request(*id, method, params);
 	if (!req) {
@@ -591,6 +630,8 @@ static int client_handle_packet(struct xfer_client *c, int len, int64_t want, js
 			rc = client_reply_error(c, &rep);
 		else if (result)
 			*result = json_incref(rep.result);
+	} else if (rep.id != XP_ID_NONE && (rep.id & CLIENT_POSTED_ID) && !rep.result) {
+		client_queue_refused_post(c, &rep);
 	} else if (rep.id == XP_ID_NONE && !rep.result) {
 		/* A protocol error about no request of ours; the daemon closes next. */
 		copy_str(c->last_error, sizeof(c->last_error), rep.message);
@@ -639,7 +680,7 @@ static int client_request(struct xfer_client *c, const char *method, json_t *par
 
 	if (result)
 		*result = NULL;
-	rc = client_send(c, method, params, fd, &id);
+	rc = client_send(c, method, params, fd, false, &id);
 	if (rc < 0)
 		return rc;
 	c->wait_spin_us = spin_for(c, method);
@@ -1611,7 +1652,8 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 	json_t *arr = json_array();
 	int rc = arr ? 0 : -ENOMEM;
 
-	const unsigned known = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT | XFER_OP_END_ONLY;
+	const unsigned known = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT | XFER_OP_END_ONLY |
+			       XFER_OP_POST;
 
 	if (opts && (opts->flags & ~known)) {
 		client_set_error(c, "unknown batch flags %#x", opts->flags & ~known);
@@ -1639,6 +1681,11 @@ static int batch_params(struct xfer_client *c, const struct xfer_batch_op *ops, 
 		json_decref(*out);
 		*out = NULL;
 	}
+	if (*out && opts && (opts->flags & XFER_OP_POST) &&
+	    json_object_set_new(*out, "reply", json_false())) {
+		json_decref(*out);
+		*out = NULL;
+	}
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -1663,6 +1710,44 @@ static size_t batch_results(struct xfer_client *c, const json_t *result, struct 
 	return i;
 }
 
+/* What XFER_OP_POST asks of a batch: its event is its answer, and no entry needs a reply. */
+static int batch_post_check(struct xfer_client *c, const struct xfer_batch_op *ops, size_t n,
+			    const struct xfer_op_opts *opts)
+{
+	if (!(opts->flags & XFER_OP_BATCH_EVENT)) {
+		client_set_error(
+			c, "XFER_OP_POST needs XFER_OP_BATCH_EVENT (the event is the answer)");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (ops[i].kind == XFER_READABLE || ops[i].kind == XFER_WRITABLE) {
+			client_set_error(c,
+					 "batch entry %zu: a posted batch carries no readable or "
+					 "writable (their metadata comes in a reply)",
+					 i);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Sends posted batch @params (consumed) and returns at once: *batch is the request's id, which
+ * its op.batch_done carries. Returns 0 or -errno.
+ */
+static int batch_post(struct xfer_client *c, json_t *params, struct xfer_batch_op *ops, size_t n,
+		      uint64_t *batch)
+{
+	int64_t id;
+	int rc = client_send(c, "op.batch", params, -1, true, &id);
+
+	for (size_t i = 0; i < n; i++)
+		ops[i].op = 0;
+	if (!rc && batch)
+		*batch = (uint64_t)id;
+	return rc;
+}
+
 XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, size_t n,
 			   const struct xfer_op_opts *opts, size_t *done, uint64_t *batch)
 {
@@ -1677,6 +1762,10 @@ XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, siz
 	if (!ops || n == 0 || n > XP_MAX_BATCH) {
 		client_set_error(c, "a batch has 1 to %d entries", XP_MAX_BATCH);
 		rc = -EINVAL;
+	} else if (opts && (opts->flags & XFER_OP_POST)) {
+		rc = batch_post_check(c, ops, n, opts) ?: batch_params(c, ops, n, opts, &params);
+		if (!rc)
+			return client_finish(c, batch_post(c, params, ops, n, batch));
 	} else {
 		rc = batch_params(c, ops, n, opts, &params);
 	}

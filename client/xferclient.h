@@ -353,6 +353,19 @@ struct xfer_batch_op {
 #define XFER_OP_BATCH_EVENT 0x2u
 
 /*
+ * In xfer_batch()'s @opts, with XFER_OP_BATCH_EVENT and get, put, read and write entries only:
+ * post the batch without waiting for the daemon's answer (xfer_batch() returns once the
+ * request is written; ops[i].op are 0). The batch's event is its only answer: *batch is the id
+ * it carries; it lists every entry, in the order they ended; an entry the daemon refused is an
+ * end with op 0, ERRORED and its errno, and the entries after it ends with op 0, CANCELLED
+ * (xfer_last_error() in the callback names the rule). A batch refused as a whole (e.g. by a
+ * daemon older than this flag) comes as an event with no ends. A client that posts one get or
+ * put per call this way keeps many in flight without a round trip each; take events
+ * (xfer_dispatch()) between posts, or the daemon cuts a client that stopped reading.
+ */
+#define XFER_OP_POST 0x10u
+
+/*
  * Posts @n entries (at most 1024) in one request; @opts (may be NULL) applies to each
  * (deadline, XFER_OP_RELEASE_ON_END, XFER_OP_BATCH_EVENT, and XFER_OP_END_ONLY to the pairing
  * entries). Returns 0 with every ops[i].op

@@ -265,6 +265,8 @@ static void run_handler(struct xd_call *call, enum xp_method m)
 	if (rc < 0) {
 		json_decref(call->result);
 		xd_reply_error(call->conn, call->id, call->code, call->cause_errno, call->message);
+	} else if (call->no_reply) {
+		json_decref(call->result); /* (a posted op.batch: its event is the answer) */
 	} else if (!call->deferred) {
 		xd_reply_result(call->conn, call->id, call->result);
 	}

@@ -206,6 +206,7 @@ struct batch_opts {
 	json_t *release_on_end; /**< (borrowed), or NULL */
 	json_t *end_only;	/**< (borrowed), or NULL: for the pairing entries */
 	struct xd_batch *batch; /**< "event": "batch": the ops' ends go there */
+	bool posted;		/**< "reply": false: no reply, refusals go into the event */
 };
 
 /* @params (a copy the entry owns) gets the batch's options it does not name itself. */
@@ -321,6 +322,13 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 			       "op.writable, op.read and op.write only",
 			       i);
 	}
+	if (bo->posted && (m == XP_M_OP_READABLE || m == XP_M_OP_WRITABLE)) {
+		json_decref(owned);
+		return xd_fail(call, XP_E_FAILED, EINVAL,
+			       "op.batch entry %zu: a batch posted with reply false carries no "
+			       "op.readable or op.writable (their metadata comes in the reply)",
+			       i);
+	}
 	bool pairing = m == XP_M_OP_READABLE || m == XP_M_OP_WRITABLE || m == XP_M_OP_READ ||
 		       m == XP_M_OP_WRITE;
 	if (pairing && bo->end_only && !json_object_get(params, "end_only") &&
@@ -349,11 +357,12 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 static int batch_opts(struct xd_call *call, struct batch_opts *bo, json_t **ops)
 {
 	const char *event = "each";
+	json_t *reply = NULL;
 
 	memset(bo, 0, sizeof(*bo));
-	if (xd_unpack_params(call, "{s:o, s?o, s?o, s?o, s?s}", "ops", ops, "timeout_ms",
+	if (xd_unpack_params(call, "{s:o, s?o, s?o, s?o, s?s, s?o}", "ops", ops, "timeout_ms",
 			     &bo->timeout, "release_on_end", &bo->release_on_end, "end_only",
-			     &bo->end_only, "event", &event))
+			     &bo->end_only, "event", &event, "reply", &reply))
 		return -EINVAL;
 	if (!json_is_array(*ops) || json_array_size(*ops) == 0 ||
 	    json_array_size(*ops) > XP_MAX_BATCH)
@@ -361,15 +370,33 @@ static int batch_opts(struct xd_call *call, struct batch_opts *bo, json_t **ops)
 			       XP_MAX_BATCH);
 	if ((bo->timeout && !json_is_integer(bo->timeout)) ||
 	    (bo->release_on_end && !json_is_boolean(bo->release_on_end)) ||
-	    (bo->end_only && !json_is_boolean(bo->end_only)))
-		return xd_fail(
-			call, XP_E_PARAMS, EINVAL,
-			"timeout_ms must be an integer, release_on_end and end_only booleans");
+	    (bo->end_only && !json_is_boolean(bo->end_only)) || (reply && !json_is_boolean(reply)))
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "timeout_ms must be an integer, release_on_end, end_only and reply "
+			       "booleans");
 	if (strcmp(event, "each") != 0 && strcmp(event, "batch") != 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "event must be \"each\" or \"batch\"");
-	if (strcmp(event, "batch") == 0 && !(bo->batch = xd_batch_create(call)))
+	bo->posted = reply && json_is_false(reply);
+	/* A posted batch's event is its only answer: without one the client would learn nothing. */
+	if (bo->posted && strcmp(event, "batch") != 0)
+		return xd_fail(
+			call, XP_E_FAILED, EINVAL,
+			"reply false needs event \"batch\" (the batch's event is its answer)");
+	if (strcmp(event, "batch") == 0 && !(bo->batch = xd_batch_create(call, bo->posted)))
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 	return 0;
+}
+
+/*
+ * A posted batch's refusal of entry @failed of @n: the refused entry and the ones after it go
+ * into its event, which is then its whole answer (no reply).
+ */
+static void batch_refuse_posted(struct xd_call *call, const struct batch_opts *bo, size_t n,
+				size_t failed)
+{
+	if (xd_batch_refuse(bo->batch, failed, n - failed - 1, call->cause_errno, call->message))
+		xd_log(XD_LOG_ERR, "batch %llu: out of memory recording its refusal",
+		       (unsigned long long)bo->batch->id);
 }
 
 /* The result: {"results", "batch"?} and, when entry @failed (>= 0) was refused, why. */
@@ -392,6 +419,7 @@ static int batch_result(struct xd_call *call, const struct batch_opts *bo, json_
 	}
 	xd_batch_seal(bo->batch);
 	call->result = r;
+	call->no_reply = bo->posted;
 	return r ? 0 : xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 }
 
@@ -410,8 +438,11 @@ int xd_handle_op_batch(struct xd_call *call)
 	}
 	json_array_foreach(ops, i, entry) {
 		/* a refused entry stops it: the ones before it stand, their ids go with the why */
-		if (batch_entry(call, i, entry, results, &bo) < 0)
+		if (batch_entry(call, i, entry, results, &bo) < 0) {
+			if (bo.posted)
+				batch_refuse_posted(call, &bo, json_array_size(ops), i);
 			return batch_result(call, &bo, results, (long)i);
+		}
 	}
 	return batch_result(call, &bo, results, -1);
 }

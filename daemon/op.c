@@ -103,6 +103,7 @@ static void batch_free(struct xd_batch *b)
 {
 	xd_defer_cancel(b->d, &b->push_later);
 	json_decref(b->ends);
+	json_decref(b->refusal);
 	free(b);
 }
 
@@ -110,9 +111,14 @@ static void batch_push_cb(void *arg)
 {
 	struct xd_batch *b = arg;
 	struct xd_conn *c = xd_client_find(b->d, b->client);
-	json_t *msg = xp_build_notification(XP_NOTIFY_BATCH_DONE,
-					    json_pack("{s:I, s:O}", "batch", (json_int_t)b->id,
-						      "ops", b->ends));
+	json_t *params = json_pack("{s:I, s:O}", "batch", (json_int_t)b->id, "ops", b->ends);
+	json_t *msg;
+
+	if (params && b->refusal && json_object_update(params, b->refusal)) {
+		json_decref(params);
+		params = NULL;
+	}
+	msg = xp_build_notification(XP_NOTIFY_BATCH_DONE, params);
 
 	if (c && msg)
 		xd_client_send(c, msg);
@@ -126,7 +132,7 @@ static void batch_maybe_done(struct xd_batch *b)
 		xd_defer(b->d, &b->push_later, batch_push_cb, b);
 }
 
-struct xd_batch *xd_batch_create(struct xd_call *call)
+struct xd_batch *xd_batch_create(struct xd_call *call, bool posted)
 {
 	struct xd_batch *b = calloc(1, sizeof(*b));
 
@@ -135,7 +141,7 @@ struct xd_batch *xd_batch_create(struct xd_call *call)
 		return NULL;
 	}
 	b->d = call->conn->d;
-	b->id = ++b->d->next_batch;
+	b->id = posted ? (uint64_t)call->id : ++b->d->next_batch;
 	b->client = call->conn->id;
 	return b;
 }
@@ -163,6 +169,28 @@ int xd_batch_join(struct xd_batch *b, struct xd_op *op)
 	b->pending++;
 	if (xp_state_terminal(op->state))
 		batch_op_ended(op); /* (it ended while its request ran: a refused local copy) */
+	return 0;
+}
+
+/* One end for an entry that made no op (op 0): @state with @cause_errno. Returns 0 or -ENOMEM. */
+static int batch_add_unmade(struct xd_batch *b, enum xp_state state, int cause_errno)
+{
+	json_t *e = json_pack("{s:i, s:s, s:i, s:s}", "op", 0, "state", xp_state_name(state),
+			      "bytes", 0, "errno", xp_errno_name(cause_errno));
+
+	return e && json_array_append_new(b->ends, e) == 0 ? 0 : -ENOMEM;
+}
+
+int xd_batch_refuse(struct xd_batch *b, size_t failed, size_t skipped, int cause_errno,
+		    const char *message)
+{
+	json_decref(b->refusal);
+	b->refusal = json_pack("{s:I, s:s}", "failed", (json_int_t)failed, "message", message);
+	if (!b->refusal || batch_add_unmade(b, XP_ST_ERRORED, cause_errno))
+		return -ENOMEM;
+	for (size_t i = 0; i < skipped; i++)
+		if (batch_add_unmade(b, XP_ST_CANCELLED, ECANCELED))
+			return -ENOMEM;
 	return 0;
 }
 

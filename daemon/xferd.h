@@ -312,6 +312,7 @@ struct xd_call {
 	json_t *result;	      /**< set by a handler that succeeds */
 	bool deferred;	      /**< the handler will reply later (op.wait, op.cancel) */
 	bool compact;	      /**< op.batch's compact entry: descriptors [region, offset, length] */
+	bool no_reply;	      /**< op.batch "reply": false: a success is not answered */
 	int code;	      /**< a refusal's JSON-RPC error code */
 	int cause_errno;      /**< a refusal's positive errno */
 	char message[256];
@@ -829,11 +830,22 @@ struct xd_batch {
 	uint64_t client; /**< the connection's id: it may close meanwhile */
 	unsigned pending;
 	bool sealed;
-	json_t *ends; /**< [{"op", "state", "bytes", "errno"?}] */
+	json_t *ends;	 /**< [{"op", "state", "bytes", "errno"?}] */
+	json_t *refusal; /**< a posted batch's refused entry: {"failed", "message"}, or NULL */
 	struct xd_deferred push_later;
 };
-/* A batch for @call's client. NULL when out of memory. */
-struct xd_batch *xd_batch_create(struct xd_call *call);
+/*
+ * A batch for @call's client, its id the daemon's next (or, @posted, the request's own id: the
+ * client gets no reply to learn another). NULL when out of memory.
+ */
+struct xd_batch *xd_batch_create(struct xd_call *call, bool posted);
+/*
+ * A posted batch's entry @failed was refused (@cause_errno, @message) and the @skipped after it
+ * never ran: their ends (op 0; ERRORED, then CANCELLED) go into @b's event with the why.
+ * Returns 0 or -ENOMEM.
+ */
+int xd_batch_refuse(struct xd_batch *b, size_t failed, size_t skipped, int cause_errno,
+		    const char *message);
 /* @op (listed by this batch's request) ends into @b. Returns 0 or -ENOMEM. */
 int xd_batch_join(struct xd_batch *b, struct xd_op *op);
 /* No more ops join @b; it is pushed and freed once every one ended. Accepts NULL. */

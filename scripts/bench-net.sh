@@ -273,6 +273,20 @@ if [ "$FILES_ONLY" = 0 ]; then
 		cat "$RUN/win.err" >&2
 		exit 1
 	fi
+	# Posted (XFER_OP_POST: no reply awaited), one call each and in batches of 8, 16 in flight:
+	# what a client that pipelines its calls gets (builds that know the option).
+	if "$BUILD/xferbench_net" --help 2>&1 | grep -q -- --post; then
+		for b in 1 8; do
+			echo "xferd: window gets and puts posted in batches of $b, 16 in flight, at $WIN_SIZES ..."
+			if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" \
+				--active "$(xc_sock 1)" --sizes "$WIN_SIZES" --depths 16 --batch "$b" --post \
+				--seconds "$PIPE_SECS" --json >>"$RUN/xferd.json" 2>"$RUN/win.err"; then
+				echo "bench-net.sh: xferbench_net win --batch $b --post failed:" >&2
+				cat "$RUN/win.err" >&2
+				exit 1
+			fi
+		done
+	fi
 	# The Python package's windows (client/python) on the same daemons right after, same cells.
 	if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
 		echo "xferd: window gets and puts through the Python package ..."
@@ -549,8 +563,9 @@ if pipe:
 if win:
     print()
     print("xferd windows: one-sided gets (node 0 -> 1) and puts (1 -> 0), N in flight, B per"
-          " op.batch (1: one call each), ends from notifications; bytes = payload of completed ops:")
-    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
+          " op.batch (1: one call each), P: posted (XFER_OP_POST, no reply awaited), ends from"
+          " notifications; bytes = payload of completed ops:")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'P':>1} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
           f" {'p50 us':>9} {'p99 us':>9} {'us/op':>6} {'/tag_bw':>8} {'/put_bw':>8}"
           f" {'/UCX msg/s':>10}")
     result["win"] = []
@@ -562,7 +577,7 @@ if win:
         rp = r["gbps"] / pt["GBps"] if pt.get("GBps") else 0
         rm = ops / tg["msg_per_s"] if tg.get("msg_per_s") else 0
         print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r.get('batch', 1):2d}"
-              f" {r['ops']:6d} {r['gbps']:7.3f} {ops:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
+              f" {'y' if r.get('post') else 'n'} {r['ops']:6d} {r['gbps']:7.3f} {ops:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
               f" {r['us_per_op']:6.1f} {rt:8.2f} {rp:8.2f} {rm:10.2f}")
         result["win"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp, "ratio_msg_rate": rm})
     for kind in ("get", "put"):
@@ -573,11 +588,13 @@ if win:
                       and r["depth"] == 16]:
                 v = c["ratio_msg_rate"] if sz == 4096 else c["ratio_tag_bw"]
                 if v:
+                    posted = ", posted" if c.get("post") else ""
                     print(f"target: window {kind} {fmt(sz)}, 16 in flight, batches of"
-                          f" {c.get('batch', 1)}: {v:.2f}x ({what}; target >= {want}x)")
+                          f" {c.get('batch', 1)}{posted}: {v:.2f}x ({what}; target >= {want}x)")
         for sz in sorted({r["size"] for r in win}):
             c = {r["depth"]: r["us_per_op"] for r in win
-                 if r["kind"] == kind and r["size"] == sz and r.get("batch", 1) > 1}
+                 if r["kind"] == kind and r["size"] == sz and r.get("batch", 1) > 1
+                 and not r.get("post")}
             if c:
                 cost = ", ".join(f"{d}: {c[d]:.1f}" for d in sorted(c))
                 print(f"  per-op cost {kind} {fmt(sz)} in batches, us/op by depth: {cost}"
@@ -591,7 +608,7 @@ if pywin:
     result["win_python"] = []
     for r in pywin:
         c = [x for x in win if (x["kind"], x["size"], x["depth"]) == (r["kind"], r["size"], r["depth"])
-             and x.get("batch", 1) == 1]
+             and x.get("batch", 1) == 1 and not x.get("post")]
         rc = r["gbps"] / c[0]["gbps"] if c and c[0]["gbps"] else 0
         print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r['ops']:6d} {r['gbps']:7.3f}"
               f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f} {rc:8.2f}")

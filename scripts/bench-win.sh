@@ -5,6 +5,8 @@
 # ucx_perftest -t tag_bw, in one run on the same two namespaces (scripts/netns.sh), for A/B
 # comparisons of daemon builds (issue 14). Each BUILD directory given runs its own pair of
 # daemons in turn (same client: the first build's xferbench_net), ALT times alternating.
+# BUILD:post runs that build's daemons with the client posting its batches (xferbench_net
+# --post: XFER_OP_POST, no reply awaited; --batch 1 then posts one get or put per call).
 #
 #   scripts/bench-win.sh [--sizes 4K,64K,1M] [--depth 16] [--batch 8] [--seconds 1.5]
 #                        [--rounds N] [--connections N] [--no-ucx] [BUILD...]
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ ${#BUILDS[@]} -gt 0 ] || BUILDS=(build)
-CLIENT=${BUILDS[0]}/xferbench_net
+CLIENT=${BUILDS[0]%:post}/xferbench_net
 
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
@@ -94,10 +96,12 @@ for r in $(seq 1 "$ROUNDS"); do
 		done
 	fi
 	for b in "${BUILDS[@]}"; do
-		BUILD=$b XC_KEEPALIVE_MS=1000 XC_KEEPALIVE_TIMEOUT_MS=5000 \
+		post=()
+		[ "${b%:post}" != "$b" ] && post=(--post)
+		BUILD=${b%:post} XC_KEEPALIVE_MS=1000 XC_KEEPALIVE_TIMEOUT_MS=5000 \
 			XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
 		"$CLIENT" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes "$SIZES" \
-			--depths "$DEPTH" --batch "$BATCH" --seconds "$PIPE_SECS" --json \
+			--depths "$DEPTH" --batch "$BATCH" --seconds "$PIPE_SECS" --json "${post[@]}" \
 			>"$RUN/win.$r.${b//\//_}.json"
 		xc_stop_all >/dev/null
 	done
