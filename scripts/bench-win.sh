@@ -9,10 +9,11 @@
 # --post: XFER_OP_POST, no reply awaited; --batch 1 then posts one get or put per call).
 #
 #   scripts/bench-win.sh [--sizes 4K,64K,1M] [--depth 16] [--batch 8] [--seconds 1.5]
-#                        [--rounds N] [--connections N] [--no-ucx] [BUILD...]
+#                        [--rounds N] [--connections N] [--no-ucx] [--iperf3] [BUILD...]
 #
 # Prints, per size: UCX tag_bw GB/s and msg/s, then each build's get and put GB/s and ops/s with
-# the ratio to UCX. Both count payload bytes only. Run it under the bench lock:
+# the ratio to UCX. Both count payload bytes only. --iperf3: also an iperf3 single stream node 0 ->
+# node 1 per round (2 s), the peer of the large sizes' target. Run it under the bench lock:
 #   flock /tmp/xferd-bench.lock scripts/bench-win.sh build-base build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ PIPE_SECS=1.5
 ROUNDS=1
 CONNS=2
 UCX=1
+IPERF=0
 BUILDS=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--connections) CONNS=$2; shift 2 ;;
 	--no-ucx) UCX=0; shift ;;
+	--iperf3) IPERF=1; shift ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
 		exit 0
@@ -88,8 +91,25 @@ bytes()
 	esac
 }
 
-declare -A UCXR
+# iperf3_gbps: GB/s of one iperf3 stream node 0 -> node 1 for 2 s (1 s omitted).
+iperf3_gbps()
+{
+	local port out
+	port=$(($(xn_port 1) + 2002))
+	[ "$(xn_mode)" = loopback ] && port=$(xn__free_port "$port")
+	xn_spawn 1 "$RUN/iperf3-server.log" timeout 60 iperf3 -s -1 -B "$A1" -p "$port"
+	xn_wait_tcp 0 "$A1" "$port" 10 || true
+	out=$(xn_exec 0 timeout 30 iperf3 -c "$A1" -p "$port" -t 2 -O 1 -J 2>/dev/null) || out='{}'
+	wait "$XN_PID" 2>/dev/null || true
+	xn_forget "$XN_PID"
+	"$XN_PY" -c 'import json,sys
+d = json.load(sys.stdin)
+print("%.3f" % (d.get("end", {}).get("sum_received", {}).get("bits_per_second", 0) / 8e9))' <<<"$out"
+}
+
+declare -A UCXR IPR
 for r in $(seq 1 "$ROUNDS"); do
+	[ "$IPERF" = 1 ] && IPR[$r]=$(iperf3_gbps)
 	if [ "$UCX" = 1 ]; then
 		for s in ${SIZES//,/ }; do
 			UCXR["$r,$s"]=$(ucx_run "$(bytes "$s")")
@@ -111,6 +131,7 @@ echo "bench-win: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), peer_conn
 	"depth $DEPTH, batch $BATCH, $(date -u +%H:%M) UTC"
 printf '%-5s %-6s %-22s %9s %10s %7s\n' round size what GB/s ops/s xUCX
 for r in $(seq 1 "$ROUNDS"); do
+	[ "$IPERF" = 1 ] && printf '%-5s %-6s %-22s %9s\n' "$r" "" "iperf3 1 stream" "${IPR[$r]}"
 	for s in ${SIZES//,/ }; do
 		read -r ugb urate <<<"${UCXR["$r,$s"]:-0 0}"
 		printf '%-5s %-6s %-22s %9s %10s %7s\n' "$r" "$s" "ucx tag_bw" "$ugb" "$urate" ""
