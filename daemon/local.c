@@ -759,15 +759,45 @@ bool xd_copier_busy(const struct xd_copier *cp)
 	return cp && cp->outstanding > 0;
 }
 
+/* A mapping a region left behind, unmapped on a worker (unmap_later()). */
+struct unmap_job {
+	void *addr;
+	size_t len;
+};
+
+static void unmap_work(void *arg)
+{
+	struct unmap_job *job = arg;
+
+	if (munmap(job->addr, job->len) < 0)
+		xd_log(XD_LOG_ERR, "munmap of a region's %zu bytes: %s", job->len, strerror(errno));
+}
+
+static int unmap_later(struct xd_daemon *d, void *addr, size_t len)
+{
+	struct unmap_job *job = malloc(sizeof(*job));
+	int rc;
+
+	if (!job)
+		return -ENOMEM;
+	*job = (struct unmap_job){ addr, len };
+	rc = xd_work_submit(d, unmap_work, free, job);
+	if (rc < 0)
+		free(job);
+	return rc;
+}
+
 static int local_start(struct xd_daemon *d)
 {
 	int rc = bus_guard_init();
 
+	d->unmap_later = unmap_later;
 	return rc ? rc : copier_create(d, d->cfg.copy_threads);
 }
 
 static void local_fini(struct xd_daemon *d)
 {
+	d->unmap_later = NULL;
 	copier_destroy(d->copier);
 }
 

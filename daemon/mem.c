@@ -50,6 +50,10 @@ static ssize_t memfd_recv(const struct xd_region *r, uint64_t off, size_t len, i
 
 static void memfd_release(struct xd_region *r)
 {
+	/* A large mapping goes on a worker: unmapping it can take a large part of a second. */
+	if (r->map && r->map_len > XD_UNMAP_INLINE_MAX && r->d->unmap_later &&
+	    r->d->unmap_later(r->d, r->map, r->map_len) == 0)
+		return;
 	if (r->map && munmap(r->map, r->map_len) < 0)
 		xd_log(XD_LOG_ERR, "munmap of region %llu: %s", (unsigned long long)r->id,
 		       strerror(errno));
@@ -605,6 +609,16 @@ int xd_region_register_transports(struct xd_region *r, char *msg, size_t len)
 		}
 	}
 	return 0;
+}
+
+bool xd_region_register_blocks(const struct xd_region *r)
+{
+	for (int i = 0; r->mem->mapped && r->d->transports[i]; i++) {
+		const struct xd_transport_ops *t = r->d->transports[i];
+		if (t->register_blocks && t->register_blocks(r->d, r->length))
+			return true;
+	}
+	return false;
 }
 
 void xd_region_deregister_transports(struct xd_region *r)

@@ -22,6 +22,13 @@
 #include "transport.h"
 
 #define XD_CQ_ENTRIES 8192
+/*
+ * Regions larger than this register with the devices on a worker (region.c), and drop their
+ * registrations there: ibv_reg_mr pins every page, ~1 ms per MiB on Soft-RoCE under TCG (a
+ * large region held the loop 0.28 s). Small ones stay on the loop: the worker round trip would
+ * cost more than the pinning (the register + deregister fast path).
+ */
+#define XD_RDMA_REG_INLINE_MAX (1ull << 20)
 #define XD_POLL_BATCH 32
 
 static const char *link_layer_name(uint8_t ll)
@@ -303,6 +310,23 @@ static int region_access(const struct xd_rdma_dev *dev)
 	return IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
 }
 
+/* Registrations of a region that went, dropped on a worker (dereg_work()). */
+struct dereg_job {
+	uint64_t region; /**< its id, for the log */
+	int nmrs;
+	struct ibv_mr *mrs[XD_MAX_DEVICES];
+};
+
+static void dereg_mrs(struct ibv_mr **mrs, int n, uint64_t region)
+{
+	for (int i = 0; i < n; i++) {
+		if (mrs[i] && ibv_dereg_mr(mrs[i]))
+			xd_log(XD_LOG_ERR, "ibv_dereg_mr of region %llu failed",
+			       (unsigned long long)region);
+		mrs[i] = NULL;
+	}
+}
+
 int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len)
 {
 	struct xd_rdma *rd = d->rdma;
@@ -314,7 +338,9 @@ int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg,
 		if (!r->mrs[i]) {
 			int err = errno ? errno : ENOMEM;
 			explain_reg_failure(&rd->devs[i], err, msg, len);
-			xd_rdma_deregister_region(r);
+			/* here, not on a worker: this may run on one (region.c) */
+			dereg_mrs(r->mrs, r->nmrs, r->id);
+			r->nmrs = 0;
 			return -err;
 		}
 		r->nmrs = i + 1;
@@ -323,15 +349,47 @@ int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg,
 	return 0;
 }
 
+static void dereg_work(void *arg)
+{
+	struct dereg_job *job = arg;
+
+	dereg_mrs(job->mrs, job->nmrs, job->region);
+}
+
+/*
+ * Unpinning a large registration costs what pinning it did: it goes to a worker with the MRs
+ * (the mapping may go meanwhile: the MRs hold their pages until they are deregistered, and a
+ * region's MRs are reached only through @r, which no longer names them). Returns whether it did.
+ */
+static bool dereg_on_worker(struct xd_region *r)
+{
+	struct dereg_job *job;
+
+	if (!xd_rdma_register_blocks(r->d, r->length) || !(job = calloc(1, sizeof(*job))))
+		return false;
+	job->region = r->id;
+	job->nmrs = r->nmrs;
+	memcpy(job->mrs, r->mrs, sizeof(job->mrs));
+	if (xd_work_submit(r->d, dereg_work, free, job) < 0) {
+		free(job); /* (the workers are stopping: the caller deregisters here) */
+		return false;
+	}
+	memset(r->mrs, 0, sizeof(r->mrs));
+	r->nmrs = 0;
+	return true;
+}
+
 void xd_rdma_deregister_region(struct xd_region *r)
 {
-	for (int i = 0; i < r->nmrs; i++) {
-		if (r->mrs[i] && ibv_dereg_mr(r->mrs[i]))
-			xd_log(XD_LOG_ERR, "ibv_dereg_mr of region %llu failed",
-			       (unsigned long long)r->id);
-		r->mrs[i] = NULL;
-	}
+	if (r->nmrs == 0 || dereg_on_worker(r))
+		return;
+	dereg_mrs(r->mrs, r->nmrs, r->id);
 	r->nmrs = 0;
+}
+
+bool xd_rdma_register_blocks(const struct xd_daemon *d, uint64_t len)
+{
+	return d->rdma && d->rdma->ndevs > 0 && len > XD_RDMA_REG_INLINE_MAX;
 }
 
 uint32_t xd_rdma_lkey(const struct xd_region *r, int dev)

@@ -100,6 +100,8 @@ void xd_rdma_devices_close(struct xd_daemon *d);
 json_t *xd_rdma_devices_json(const struct xd_daemon *d);
 int xd_rdma_register_region(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len);
 void xd_rdma_deregister_region(struct xd_region *r);
+/* Whether registering @len bytes on every device is worth a worker (XD_RDMA_REG_INLINE_MAX). */
+bool xd_rdma_register_blocks(const struct xd_daemon *d, uint64_t len);
 json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r);
 /* Whether this daemon can take and make RDMA connections. */
 bool xd_rdma_available(const struct xd_daemon *d);

@@ -2442,6 +2442,7 @@ const struct xd_transport_ops xd_transport_rdma_ops = {
 	.register_region = xd_rdma_register_region,
 	.deregister_region = xd_rdma_deregister_region,
 	.region_json = xd_rdma_region_json,
+	.register_blocks = xd_rdma_register_blocks,
 	.connect = xd_rdma_connect,
 	.send_ctrl = xd_rdma_send_ctrl,
 	.kick = xd_rdma_kick,

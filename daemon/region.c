@@ -106,16 +106,19 @@ static int charge_region(struct xd_call *call, struct xd_region *r, uint64_t off
 	return 0;
 }
 
-/*
- * Gives back @r's charges: the connection's (@c; NULL: it is gone and its counters with it),
- * and its uid's and the daemon's, for a region that never got registered.
- */
-static void uncharge_region(struct xd_conn *c, struct xd_region *r)
+/* Gives back @r's charge to connection @c (NULL: it is gone and its counters with it). */
+static void uncharge_conn(struct xd_conn *c, struct xd_region *r)
 {
 	if (c) {
 		c->use[XD_RES_REGIONS]--;
 		c->use[XD_RES_BYTES] -= r->charge;
 	}
+}
+
+/* Gives back @r's charges, @c's and its uid's and the daemon's, for a region never mapped. */
+static void uncharge_region(struct xd_conn *c, struct xd_region *r)
+{
+	uncharge_conn(c, r);
 	xd_region_uncharge(r);
 }
 
@@ -142,19 +145,41 @@ static json_t *region_result(struct xd_region *r)
 			 (json_int_t)r->length);
 }
 
-/* A registration whose pages a worker is faulting in; the client's reply waits for it. */
+/*
+ * A registration the client's reply waits for: a worker faults its pages in, and where
+ * registering with the devices would stall the loop (xd_region_register_blocks()), a worker
+ * does that too. The region has no id until then: no request can name it before its MRs exist.
+ */
 struct pending_reg {
 	struct xd_region *r;
 	uint64_t client; /**< the connection's id: it may close meanwhile */
 	int64_t request;
 	uint64_t t0;
+	int err;       /**< of registering with the devices on a worker: 0 or -errno */
+	char msg[256]; /**< its cause */
 };
 
+/*
+ * Undoes a registration that did not happen: @c's charges (NULL: it is gone, and its counters
+ * with it), then @r goes as any region does (unmapped, on a worker if large; uncharged).
+ */
 static void reg_undo(struct xd_conn *c, struct xd_region *r)
 {
-	uncharge_region(c, r);
-	munmap(r->map, r->map_len);
-	free(r);
+	uncharge_conn(c, r);
+	r->refs = 1;
+	xd_region_unref(r);
+}
+
+/* Files @r, registered with the transports, under @c: it gets its id now. */
+static void region_file(struct xd_conn *c, struct xd_region *r, uint64_t t0)
+{
+	struct xd_daemon *d = r->d;
+
+	r->id = ++d->next_region;
+	r->owner = c;
+	r->refs = 1;
+	r->register_us = xd_now_us() - t0;
+	TAILQ_INSERT_TAIL(&d->regions, r, link);
 }
 
 /*
@@ -163,17 +188,61 @@ static void reg_undo(struct xd_conn *c, struct xd_region *r)
  */
 static int region_commit(struct xd_conn *c, struct xd_region *r, uint64_t t0, char *msg, size_t len)
 {
-	struct xd_daemon *d = r->d;
 	int err = xd_region_register_transports(r, msg, len);
 
 	if (err < 0)
 		return err;
-	r->id = ++d->next_region;
-	r->owner = c;
-	r->refs = 1;
-	r->register_us = xd_now_us() - t0;
-	TAILQ_INSERT_TAIL(&d->regions, r, link);
+	region_file(c, r, t0);
 	return 0;
+}
+
+/* On a worker: the devices pin every page of a large range, which takes long (~1 ms/MiB). */
+static void register_devices_work(void *arg)
+{
+	struct pending_reg *pr = arg;
+
+	pr->r->mr_on_worker = true;
+	pr->err = xd_region_register_transports(pr->r, pr->msg, sizeof(pr->msg));
+}
+
+/* Back on the loop once a worker registered @pr's region with the devices (or failed to). */
+static void register_devices_done(void *arg)
+{
+	struct pending_reg *pr = arg;
+	struct xd_region *r = pr->r;
+	struct xd_conn *c = xd_client_find(r->d, pr->client);
+
+	if (!c) { /* the client went away meanwhile: nobody to tell */
+		reg_undo(NULL, r);
+	} else if (pr->err < 0) {
+		xd_client_reply_error(c, pr->request, XP_E_FAILED, -pr->err, pr->msg);
+		reg_undo(c, r);
+	} else {
+		region_file(c, r, pr->t0);
+		xd_client_reply(c, pr->request, region_result(r));
+	}
+	free(pr);
+}
+
+/*
+ * Registers @pr's region, its pages in memory, with the transports: on a worker when that would
+ * stall the loop (register_devices_done() then answers and frees @pr), else at once. Returns 1
+ * when a worker took it, 0 when registered and filed under @c, or -errno with the cause in
+ * pr->msg (the region still the caller's to undo).
+ */
+static int register_devices(struct xd_conn *c, struct pending_reg *pr)
+{
+	int rc;
+
+	if (!xd_region_register_blocks(pr->r))
+		return region_commit(c, pr->r, pr->t0, pr->msg, sizeof(pr->msg));
+	rc = xd_work_submit(c->d, register_devices_work, register_devices_done, pr);
+	if (rc < 0) {
+		snprintf(pr->msg, sizeof(pr->msg), "could not register with the RDMA devices: %s",
+			 rc == -ECANCELED ? "the daemon is stopping" : strerror(-rc));
+		return rc;
+	}
+	return 1;
 }
 
 static void register_populated(void *arg, int err)
@@ -181,24 +250,25 @@ static void register_populated(void *arg, int err)
 	struct pending_reg *pr = arg;
 	struct xd_region *r = pr->r;
 	struct xd_conn *c = xd_client_find(r->d, pr->client);
-	char msg[256];
 
 	if (!c) { /* the client went away meanwhile: nobody to tell */
 		reg_undo(NULL, r);
 	} else if (err) {
 		if (err == EFAULT) /* a hugetlb hole with the pool empty (local.c's guard) */
-			snprintf(msg, sizeof(msg),
+			snprintf(pr->msg, sizeof(pr->msg),
 				 "a page of the memfd vanished while faulting it "
 				 "in (hole punched in it?)");
 		else
-			snprintf(msg, sizeof(msg), "faulting in the memfd's pages failed: %s",
-				 strerror(err));
+			snprintf(pr->msg, sizeof(pr->msg),
+				 "faulting in the memfd's pages failed: %s", strerror(err));
 		xd_client_reply_error(c, pr->request, XP_E_FAILED, err == ENOMEM ? ENOMEM : EFAULT,
-				      msg);
+				      pr->msg);
 		reg_undo(c, r);
-	} else if ((err = region_commit(c, r, pr->t0, msg, sizeof(msg))) < 0) {
-		xd_client_reply_error(c, pr->request, XP_E_FAILED, -err, msg);
+	} else if ((err = register_devices(c, pr)) < 0) {
+		xd_client_reply_error(c, pr->request, XP_E_FAILED, -err, pr->msg);
 		reg_undo(c, r);
+	} else if (err == 1) {
+		return; /* a worker registers it; register_devices_done() answers */
 	} else {
 		xd_client_reply(c, pr->request, region_result(r));
 	}
@@ -214,25 +284,32 @@ struct reg_source {
 
 /*
  * The fast path: a small range whose pages are all in memory already (the client touched
- * them) needs no worker, since populating it would allocate nothing; it is registered and
- * answered at once. Returns 1 when it took the call (answered or failed), 0 to go the slow way.
+ * them) needs no populate worker, since populating it would allocate nothing; it is registered
+ * and answered at once (or, with large MRs to make, by register_devices_done()). Returns 1 when
+ * it took the call (answered, failed or deferred; @pr is taken), 0 to go the slow way.
  */
-static int register_resident(struct xd_call *call, struct xd_region *r,
-			     const struct reg_source *src, uint64_t t0)
+static int register_resident(struct xd_call *call, struct pending_reg *pr,
+			     const struct reg_source *src)
 {
-	char msg[256];
-	int err;
+	struct xd_region *r = pr->r;
+	int rc;
 
 	if (r->map_len > XD_REG_INLINE_MAX ||
 	    !xd_memfd_resident(src->fd, src->st, src->a->offset, src->a->length, r->map,
 			       r->map_len))
 		return 0;
-	if ((err = region_commit(call->conn, r, t0, msg, sizeof(msg))) < 0) {
-		xd_fail(call, XP_E_FAILED, -err, "%s", msg);
-		reg_undo(call->conn, r);
+	rc = register_devices(call->conn, pr);
+	if (rc == 1) {
+		call->deferred = true;
 		return 1;
 	}
-	call->result = region_result(r);
+	if (rc < 0) {
+		xd_fail(call, XP_E_FAILED, -rc, "%s", pr->msg);
+		reg_undo(call->conn, r);
+	} else {
+		call->result = region_result(r);
+	}
+	free(pr);
 	return 1;
 }
 
@@ -316,7 +393,9 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 /*
  * Validates and maps now; pages not in memory yet are faulted in by a worker (a gigabyte of
  * fresh memory takes long enough to stall every other client and peer), and the reply comes
- * after that; a small range already in memory is answered at once (register_resident()).
+ * after that; a small range already in memory is answered at once (register_resident()). A
+ * range large enough that pinning it for the RDMA devices would stall the loop is registered
+ * with them on a worker too (register_devices()), before the reply.
  */
 int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 {
@@ -354,11 +433,11 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
 	if ((rc = map_region(call, r, fd, a->offset)))
 		goto err_uncharge;
 	snprintf(r->name, sizeof(r->name), "%s", a->name);
-	*pr = (struct pending_reg){ r, c->id, call->id, xd_now_us() };
-	if (register_resident(call, r, &(struct reg_source){ fd, &st, a }, pr->t0)) {
-		free(pr);
-		return call->result ? 0 : -call->cause_errno;
-	}
+	*pr = (struct pending_reg){
+		.r = r, .client = c->id, .request = call->id, .t0 = xd_now_us()
+	};
+	if (register_resident(call, pr, &(struct reg_source){ fd, &st, a }))
+		return call->result || call->deferred ? 0 : -call->cause_errno;
 	rc = xd_populate_submit(c->d->copier, r->map, r->map_len, register_populated, pr);
 	if (rc) {
 		munmap(r->map, r->map_len);
@@ -401,19 +480,19 @@ void xd_region_release(struct xd_region *r)
 	 * The connection's charge goes now; its uid's and the daemon's when the mapping does
 	 * (xd_region_unref): an operation may hold the pages after deregistration.
 	 */
-	r->owner->use[XD_RES_REGIONS]--;
-	r->owner->use[XD_RES_BYTES] -= r->charge;
+	uncharge_conn(r->owner, r);
 	r->owner = NULL;
 	xd_region_unref(r);
 }
 
 json_t *xd_region_to_json(const struct xd_region *r)
 {
-	return json_pack("{s:I, s:s, s:s, s:b, s:b, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:o}",
+	return json_pack("{s:I, s:s, s:s, s:b, s:b, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:b, s:o}",
 			 "region", (json_int_t)r->id, "name", r->name, "kind", r->mem->name,
 			 "readable", r->may_read, "writable", r->may_write, "client",
 			 (json_int_t)r->owner->id, "pid", (int)r->pid, "uid", (json_int_t)r->uid,
 			 "length", (json_int_t)r->length, "ops", (json_int_t)r->live_ops,
 			 "register_us", (json_int_t)r->register_us, "rdma_register_us",
-			 (json_int_t)r->rdma_register_us, "devices", xd_region_devices_json(r));
+			 (json_int_t)r->rdma_register_us, "rdma_register_on_worker",
+			 r->mr_on_worker, "devices", xd_region_devices_json(r));
 }

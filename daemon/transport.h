@@ -70,6 +70,11 @@ struct xd_transport_ops {
 	int (*register_region)(struct xd_daemon *d, struct xd_region *r, char *msg, size_t len);
 	void (*deregister_region)(struct xd_region *r);
 	json_t *(*region_json)(const struct xd_daemon *d, const struct xd_region *r);
+	/*
+	 * Whether registering @len bytes takes long enough to stall the event loop (pinning every
+	 * page on every device): region.c then registers on a worker. NULL: never.
+	 */
+	bool (*register_blocks)(const struct xd_daemon *d, uint64_t len);
 
 	/* Network transports. */
 	/* Opens the first connection of set @p towards @ep; HELLO follows. Returns 0 or -errno. */
@@ -517,6 +522,12 @@ int xd_mem_sync(const struct xd_region *r);
 /* mem.c: a region's mapping and registrations, and the references that keep them */
 /* Registers @r with every transport that registers memory. Returns 0 or -errno with @msg. */
 int xd_region_register_transports(struct xd_region *r, char *msg, size_t len);
+/*
+ * Whether registering @r with the transports would stall the loop (a large range with RDMA
+ * devices in use): then xd_region_register_transports() runs on a worker (region.c), and the
+ * registrations are dropped on a worker too when @r goes.
+ */
+bool xd_region_register_blocks(const struct xd_region *r);
 void xd_region_deregister_transports(struct xd_region *r);
 /* [{"device", "lkey", "rkey"}] of every registration of @r, or NULL. */
 json_t *xd_region_devices_json(const struct xd_region *r);

@@ -13,7 +13,8 @@
 #   make bench-rdma MODE=files                 file regions beside memory, 16/64/256 MiB
 #   make test-systemd the same VM with systemd as PID 1: the installed units (tests/systemd/)
 
-RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue $(B)/tests/rdma_files
+RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue $(B)/tests/rdma_files \
+	$(B)/tests/rdma_reg
 # The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
 # for test-rdma is ~15 minutes, build and boot included.
 RDMA_TEST_TIMEOUT ?= 780

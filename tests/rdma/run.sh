@@ -13,6 +13,9 @@
 #     (and each active op seen while it ran) lists transport "rdma"; peers list transport rdma;
 #     the devices count RDMA READ/WRITE bytes, in requests of at most the node's
 #     rdma_request_size (128 KiB on node 0, 16 KiB on node 1); regions list per-device keys
+#   - registrations too large to pin on the event loop are made and dropped on a worker
+#     (tests/rdma/rdma_reg.c): listed as such with their keys, bytes moved through them at
+#     once, deregistered at once, clients dying mid-registration leave no region or charge
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
 #   - file regions through the staging buffers (tests/rdma/rdma_files.c): file -> memory, memory
 #     -> file, file -> file, reads and writes, the file on either side, unaligned, 1 B to 3 MiB +
@@ -54,7 +57,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, multi, files, direct, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, registration, multi, files, direct, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
 # always run).
 set -u
 
@@ -388,6 +391,21 @@ relay() {
 	done <<<"$4"
 	[[ $4 == *"ok - "* || $4 == *"FAIL - "* ]] || fail "$2" "exit $3, no result: $4"
 }
+
+# ---------------------------------------------------------------------------------------------
+# Registrations too large to pin on the event loop are made (and dropped) on a worker, and the
+# reply waits for them (tests/rdma/rdma_reg.c): where each was made, bytes moved at once, a
+# deregistration right after, clients that die mid-registration leave nothing.
+
+if want registration; then
+	if [ -x "$BUILD/tests/rdma_reg" ]; then
+		out=$(timeout -k 2 300 "$BUILD/tests/rdma_reg" "$(node_sock 0)" "$(node_sock 1)" "$TRANSPORT" 2>&1)
+		relay "registration" "rdma_reg" $? "$out"
+		check_baseline "registration"
+	else
+		fail "registration" "$BUILD/tests/rdma_reg is not built (make test-rdma builds it)"
+	fi
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Multi-descriptor operations (xferctl makes one descriptor per operation).
