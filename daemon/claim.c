@@ -129,31 +129,82 @@ static int send_ctrl(struct xd_xfer *x, uint8_t type, json_t *json)
 	return rc;
 }
 
+/* A binary pairing frame about @x (PROTOCOL.md §10.8). Returns 0 or -errno. */
+static int send_bin(struct xd_xfer *x, uint8_t type, const uint8_t *buf, uint32_t len)
+{
+	uint8_t flags = x->active ? XP_PEER_FROM_ACTIVE : 0;
+
+	return xd_peer_send_bin(x->peer, x->via, type, flags, x->id, buf, len);
+}
+
 static json_t *error_json(int err, const char *message)
 {
 	return json_pack("{s:s, s:s}", "errno", xp_errno_name(err), "message", message);
 }
 
+_Static_assert(XD_MAC_LEN == XP_CLAIM_BIN_PROOF_LEN, "a binary CLAIM's proof is an HMAC");
+
 /*
  * The claim's credential: on a keyed daemon a proof of the token bound to both daemons and this
  * transfer (PROTOCOL.md §10.3), so that the token never crosses the wire; else the token.
- * Returns {"proof": HEX} or {"token": HEX} merged into @claim, or -errno.
+ * Fills @out (XD_MAC_LEN bytes of a proof, or XP_ID_BYTES of the token) and *@proof.
+ * Returns 0 or -EIO.
  */
-static int claim_credential(struct xd_xfer *x, json_t *claim)
+static int claim_cred(struct xd_xfer *x, uint8_t out[XD_MAC_LEN], bool *proof)
 {
 	struct xd_daemon *d = x->peer->d;
-	uint8_t proof[XD_MAC_LEN];
-	char hex[2 * XD_MAC_LEN + 1];
 
-	if (!d->peer_key_len) {
-		xp_hex_encode(x->op->token, XP_ID_BYTES, hex);
-		return json_object_set_new(claim, "token", json_string(hex)) ? -ENOMEM : 0;
+	*proof = d->peer_key_len > 0;
+	if (!*proof) {
+		memcpy(out, x->op->token, XP_ID_BYTES);
+		return 0;
 	}
-	if (xd_claim_proof(d, x->owner_node, x->owner_epoch, d->node, d->epoch, x->owner_op, x->id,
-			   x->op->token, proof) < 0)
+	return xd_claim_proof(d, x->owner_node, x->owner_epoch, d->node, d->epoch, x->owner_op,
+			      x->id, x->op->token, out) < 0 ?
+		       -EIO :
+		       0;
+}
+
+/* claim_cred() as {"proof": HEX} or {"token": HEX} merged into @claim. Returns 0 or -errno. */
+static int claim_credential(struct xd_xfer *x, json_t *claim)
+{
+	uint8_t cred[XD_MAC_LEN];
+	char hex[2 * XD_MAC_LEN + 1];
+	bool proof;
+
+	if (claim_cred(x, cred, &proof) < 0)
 		return -EIO;
-	xp_hex_encode(proof, sizeof(proof), hex);
-	return json_object_set_new(claim, "proof", json_string(hex)) ? -ENOMEM : 0;
+	xp_hex_encode(cred, proof ? XD_MAC_LEN : XP_ID_BYTES, hex);
+	return json_object_set_new(claim, proof ? "proof" : "token", json_string(hex)) ? -ENOMEM :
+											 0;
+}
+
+/* Whether @x's claim offers the short end: two-sided, we take it if the owner agrees (§10.3). */
+static bool offers_quick_end(const struct xd_xfer *x)
+{
+	return x->peer->transport->quick_end && !x->one_sided;
+}
+
+/* The binary CLAIM (PROTOCOL.md §10.8) of the JSON one below. Returns 0 or -errno. */
+static int send_claim_bin(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+	struct xp_claim_bin c = {
+		.op = x->owner_op,
+		.epoch = x->owner_epoch,
+		.length = op->length,
+		.kind = (uint8_t)op->kind,
+		.meta_kind = (uint8_t)x->meta_kind,
+		.stage_max = x->stage_local ? (uint32_t)x->peer->d->cfg.rdma_staging_size : 0,
+	};
+	uint8_t buf[XP_CLAIM_BIN_MAX];
+	bool proof;
+
+	if (claim_cred(x, c.cred, &proof) < 0)
+		return -EIO;
+	c.flags = (proof ? XP_CLAIM_BIN_PROOF : 0) | (offers_quick_end(x) ? XP_CLAIM_BIN_QUICK : 0);
+	memcpy(c.node, x->owner_node, XP_ID_BYTES);
+	return send_bin(x, XP_PEER_CLAIM, buf, xp_claim_bin_pack(&c, buf));
 }
 
 /*
@@ -193,15 +244,21 @@ static void send_claim(struct xd_xfer *x)
 		return;
 	}
 
+	if (xd_peer_binary_pairing(x->peer)) {
+		int rc = send_claim_bin(x);
+		if (rc)
+			xfer_fail(x, XP_ST_ERRORED, -rc, "could not send the claim to the owner");
+		else
+			x->claim_sent = true;
+		return;
+	}
 	xp_hex_encode(x->owner_node, XP_ID_BYTES, node);
 	json_t *claim = json_pack("{s:I, s:s, s:s, s:I, s:I, s:s}", "op", (json_int_t)x->owner_op,
 				  "kind", xp_kind_name(op->kind), "node", node, "epoch",
 				  (json_int_t)x->owner_epoch, "length", (json_int_t)op->length,
 				  "metadata_kind", xp_kind_name(x->meta_kind));
 	int rc = claim ? claim_credential(x, claim) : -ENOMEM;
-	/* Two-sided, we take the short end if the owner agrees in its CLAIM_OK (§10.3). */
-	if (rc == 0 && x->peer->transport->quick_end && !x->one_sided &&
-	    json_object_set_new(claim, "quick_end", json_true()))
+	if (rc == 0 && offers_quick_end(x) && json_object_set_new(claim, "quick_end", json_true()))
 		rc = -ENOMEM;
 	/* An owner that stages must not grant chunks larger than our staging buffers (§10.5.1). */
 	if (rc == 0 && x->stage_local &&
@@ -478,6 +535,13 @@ static bool drain(struct xd_op *op)
 
 /* ---- owner side: CLAIM and DONE ---- */
 
+/* A claimer's stage_max (§10.5.1): 0 (none), or a staging size this daemon could have. */
+static bool stage_max_valid(uint64_t smax)
+{
+	return !smax || (smax >= XD_STAGE_SIZE_MIN && smax <= XD_STAGE_SIZE_MAX &&
+			 smax % XD_STAGE_ALIGN == 0);
+}
+
 static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max, bool *quick)
 {
 	const char *token = NULL, *proof = NULL, *kind, *node, *meta_kind;
@@ -489,9 +553,8 @@ static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max, b
 			"token", &token, "proof", &proof, "kind", &kind, "node", &node, "epoch",
 			&epoch, "length", &length, "metadata_kind", &meta_kind, "stage_max", &smax,
 			"quick_end", &quick_end) ||
-	    (smax &&
-	     (smax < XD_STAGE_SIZE_MIN || smax > XD_STAGE_SIZE_MAX || smax % XD_STAGE_ALIGN)) ||
-	    !token == !proof || (token && xp_hex_decode(token, cl->token, XP_ID_BYTES)) ||
+	    smax < 0 || smax > UINT32_MAX || !stage_max_valid((uint64_t)smax) || !token == !proof ||
+	    (token && xp_hex_decode(token, cl->token, XP_ID_BYTES)) ||
 	    (proof && xp_hex_decode(proof, cl->proof, XD_MAC_LEN)) ||
 	    xp_hex_decode(node, cl->node, XP_ID_BYTES) || op < 0 || epoch < 0 || length <= 0)
 		return -EPROTO;
@@ -585,6 +648,16 @@ static void refuse_claim(struct xd_xfer *x, int err, const char *msg)
 	xfer_close(x);
 }
 
+/* The CLAIM_OK of @x is queued: its passive op is in progress, its bytes may go. */
+static void claim_accepted(struct xd_xfer *x, struct xd_op *passive)
+{
+	struct xd_peer *p = x->peer;
+
+	xd_op_set_in_progress(passive, p->transport->name, p->node_hex);
+	if ((x->source && !x->one_sided) || x->stage_local)
+		xd_peer_stream_add(p, x);
+}
+
 /*
  * A claim (CLAIM or WCLAIM) passed every check: the transfer starts, and the claimer hears
  * CLAIM_OK (with keys, one-sided). Returns 0 or -ENOMEM.
@@ -607,6 +680,14 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 	x->via = p->transport->data_via ? p->transport->data_via(p, via) : via;
 	x->stage_max = stage_max;
 	x->quick = quick && p->transport->quick_end && !x->one_sided;
+	/* A binary CLAIM_OK (§10.8) has room for the short end alone: two-sided, memory or file. */
+	if (!x->stage_local && !x->one_sided && xd_peer_binary_pairing(p)) {
+		uint8_t ok[XP_CLAIM_OK_BIN_LEN];
+		xp_peer_bin_put(ok, x->quick ? XP_CLAIM_OK_QUICK : 0, sizeof(ok));
+		send_bin(x, XP_PEER_CLAIM_OK, ok, sizeof(ok));
+		claim_accepted(x, passive);
+		return 0;
+	}
 	err = -ENOMEM;
 	snprintf(msg, sizeof(msg), "out of memory answering a claim");
 	/* A file of ours: no keys now; a window per staged chunk follows (STAGE, §10.5.1). */
@@ -621,21 +702,21 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 		return 0;
 	}
 	send_ctrl(x, XP_PEER_CLAIM_OK, ok);
-	xd_op_set_in_progress(passive, p->transport->name, p->node_hex);
-	if ((x->source && !x->one_sided) || x->stage_local)
-		xd_peer_stream_add(p, x);
+	claim_accepted(x, passive);
 	return 0;
 }
 
-static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
+/*
+ * A CLAIM, decoded into @cl (JSON or binary): the owner looks it up and answers. Returns 0, or
+ * -EPROTO, or -ENOMEM.
+ */
+static int claim_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+			  struct xd_claim *cl, uint32_t stage_max, bool quick)
 {
-	struct xd_claim cl;
 	char msg[XD_CAUSE_MAX];
-	uint32_t stage_max;
-	bool quick;
 	int err;
 
-	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_claim(json, &cl, &stage_max, &quick) < 0)
+	if (!(h->flags & XP_PEER_FROM_ACTIVE))
 		return -EPROTO;
 	/*
 	 * A transfer is named by the claimer's op id, which it never reuses: a second CLAIM for a
@@ -645,13 +726,13 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	if (xfer_find(p, h->xfer, false))
 		return -EPROTO;
 	/* Who claims: the set's node and epoch, which its handshake proved (keyed daemons). */
-	memcpy(cl.claimer, p->node, XP_ID_BYTES);
-	cl.claimer_epoch = p->epoch;
-	cl.xfer = h->xfer;
+	memcpy(cl->claimer, p->node, XP_ID_BYTES);
+	cl->claimer_epoch = p->epoch;
+	cl->xfer = h->xfer;
 	struct xd_op *passive = NULL;
-	err = check_credential(p->d, &cl, msg, sizeof(msg));
+	err = check_credential(p->d, cl, msg, sizeof(msg));
 	if (err == 0)
-		passive = xd_claim_lookup(p->d, &cl, &err, msg, sizeof(msg));
+		passive = xd_claim_lookup(p->d, cl, &err, msg, sizeof(msg));
 	if (!passive) {
 		json_t *e = error_json(-err, msg);
 		int rc = xd_peer_send_ctrl(p, via, XP_PEER_CLAIM_ERR, 0, h->xfer, e);
@@ -659,6 +740,41 @@ static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 		return rc == -ENOMEM ? rc : 0;
 	}
 	return accept_claim(p, via, h->xfer, passive, stage_max, quick);
+}
+
+static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
+{
+	struct xd_claim cl;
+	uint32_t stage_max;
+	bool quick;
+
+	if (parse_claim(json, &cl, &stage_max, &quick) < 0)
+		return -EPROTO;
+	return claim_received(p, via, h, &cl, stage_max, quick);
+}
+
+/* A binary CLAIM (§10.8): what parse_claim() takes from the JSON one, the same rules. */
+static int handle_claim_bin(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+			    const uint8_t *payload, uint32_t len)
+{
+	struct xp_claim_bin c;
+	struct xd_claim cl = { 0 };
+
+	if (xp_claim_bin_unpack(payload, len, &c) < 0 || !stage_max_valid(c.stage_max))
+		return -EPROTO;
+	cl.has_proof = c.flags & XP_CLAIM_BIN_PROOF;
+	if (cl.has_proof)
+		memcpy(cl.proof, c.cred, XD_MAC_LEN);
+	else
+		memcpy(cl.token, c.cred, XP_ID_BYTES);
+	cl.want = c.kind == XP_KIND_READ ? XP_KIND_READABLE : XP_KIND_WRITABLE;
+	cl.method = c.kind == XP_KIND_READ ? "op.read" : "op.write";
+	cl.meta_kind = c.meta_kind;
+	memcpy(cl.node, c.node, XP_ID_BYTES);
+	cl.op = c.op;
+	cl.epoch = c.epoch;
+	cl.length = c.length;
+	return claim_received(p, via, h, &cl, c.stage_max, c.flags & XP_CLAIM_BIN_QUICK);
 }
 
 /* The owner's op.get/op.put side: a window's range, the refusals of window.c. */
@@ -718,6 +834,14 @@ static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 
 static bool wants_sync(const struct xd_xfer *x);
 
+static void send_done_ack(struct xd_xfer *x)
+{
+	if (xd_peer_binary_pairing(x->peer) && !x->one_sided)
+		send_bin(x, XP_PEER_DONE_ACK, NULL, 0);
+	else
+		send_ctrl(x, XP_PEER_DONE_ACK, json_object());
+}
+
 /* The owner's passive op is done: every byte moved, and the active side said DONE. */
 static void complete_passive(struct xd_xfer *x)
 {
@@ -725,7 +849,7 @@ static void complete_passive(struct xd_xfer *x)
 
 	/* (the short end of a read: the reader completed when the last byte arrived) */
 	if (!(x->quick && x->source))
-		send_ctrl(x, XP_PEER_DONE_ACK, json_object());
+		send_done_ack(x);
 	xfer_close(x);
 	if (op)
 		xd_op_complete(op);
@@ -769,19 +893,14 @@ static int parse_rsegs(struct xd_xfer *x, json_t *json)
 
 static void data_received(struct xd_xfer *x);
 
-static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
+/* The owner's CLAIM_OK (JSON or binary): the transfer starts on this side. Returns 0. */
+static int claim_ok_received(struct xd_xfer *x, uint32_t via, bool staged, bool quick)
 {
 	struct xd_op *op = x->op;
 
-	if (!op)
-		return 0;
 	x->via = via;
-	/* An owner whose buffer is a file grants it one staged chunk at a time instead. */
-	x->stage_remote = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
-	if (x->one_sided && !x->stage_remote && parse_rsegs(x, json) < 0)
-		return -EPROTO;
-	x->quick = x->peer->transport->quick_end && !x->one_sided && json &&
-		   json_is_true(json_object_get(json, "quick_end"));
+	x->stage_remote = staged;
+	x->quick = offers_quick_end(x) && quick;
 	x->ok_rx = true;
 	/* (a window's get/put, or an op.read/op.write with nowait, had its reply) */
 	if (op->owner && op->life == XD_OP_CLAIMING)
@@ -795,9 +914,29 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 	return 0;
 }
 
+static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
+{
+	if (!x->op)
+		return 0;
+	/* An owner whose buffer is a file grants it one staged chunk at a time instead. */
+	bool staged = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
+	if (x->one_sided && !staged && parse_rsegs(x, json) < 0)
+		return -EPROTO;
+	return claim_ok_received(x, via, staged,
+				 json && json_is_true(json_object_get(json, "quick_end")));
+}
+
 static void send_done(struct xd_xfer *x)
 {
-	send_ctrl(x, XP_PEER_DONE, json_pack("{s:I}", "bytes", (json_int_t)x->length));
+	uint8_t bytes[XP_DONE_BIN_LEN];
+
+	/* (one-sided, DONE follows RDMA WRITEs on their queue pair: never binary, never TCP) */
+	if (!xd_peer_binary_pairing(x->peer) || x->one_sided) {
+		send_ctrl(x, XP_PEER_DONE, json_pack("{s:I}", "bytes", (json_int_t)x->length));
+		return;
+	}
+	xp_peer_bin_put(bytes, x->length, sizeof(bytes));
+	send_bin(x, XP_PEER_DONE, bytes, sizeof(bytes));
 }
 
 static void data_sent(struct xd_xfer *x)
@@ -902,6 +1041,60 @@ static struct xd_xfer *data_target(struct xd_peer *p, const struct xp_peer_hdr *
 	return x;
 }
 
+/* The active side's DONE: every byte is sent (write) or in place (read). 0 or -EPROTO. */
+static int done_received(struct xd_xfer *x)
+{
+	if (x->active)
+		return -EPROTO;
+	x->done_rx = true;
+	maybe_complete_passive(x);
+	return 0;
+}
+
+/* The owner's DONE_ACK: its passive op is COMPLETE, and so is ours. 0 or -EPROTO. */
+static int done_ack_received(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	if (!x->active)
+		return -EPROTO;
+	xfer_close(x);
+	if (op)
+		xd_op_complete(op);
+	return 0;
+}
+
+/*
+ * A binary pairing frame about transfer @h->xfer (PROTOCOL.md §10.8); its length matches its
+ * type (xp_peer_hdr_valid()). The same rules as ctrl_received()'s for the JSON ones.
+ */
+static int ctrl_bin_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+			     const uint8_t *payload, uint32_t len)
+{
+	if (h->type == XP_PEER_CLAIM)
+		return handle_claim_bin(p, via, h, payload, len);
+	uint64_t ok_flags = h->type == XP_PEER_CLAIM_OK ? xp_peer_bin_field(payload, len) : 0;
+	if (ok_flags & ~(uint64_t)XP_CLAIM_OK_QUICK)
+		return -EPROTO; /* (checked before the lookup: a crossed end does not hide it) */
+	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
+	if (!x)
+		return 0; /* the two ends crossed: it already ended here */
+	if (x->direct || x->one_sided)
+		return -EPROTO; /* no binary frame is about a one-sided transfer */
+	switch (h->type) {
+	case XP_PEER_CLAIM_OK:
+		if (!x->active)
+			return -EPROTO;
+		return x->op ? claim_ok_received(x, via, false, ok_flags & XP_CLAIM_OK_QUICK) : 0;
+	case XP_PEER_DONE:
+		return done_received(x);
+	case XP_PEER_DONE_ACK:
+		return done_ack_received(x);
+	default:
+		return -EPROTO;
+	}
+}
+
 /* A control message about transfer @h->xfer. */
 static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
@@ -923,19 +1116,9 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 			return -EPROTO;
 		return handle_claim_ok(x, via, json);
 	case XP_PEER_DONE:
-		if (x->active)
-			return -EPROTO;
-		x->done_rx = true;
-		maybe_complete_passive(x);
-		return 0;
+		return done_received(x);
 	case XP_PEER_DONE_ACK:
-		if (!x->active)
-			return -EPROTO;
-		struct xd_op *op = x->op;
-		xfer_close(x);
-		if (op)
-			xd_op_complete(op);
-		return 0;
+		return done_ack_received(x);
 	case XP_PEER_CLAIM_ERR:
 	case XP_PEER_CANCEL: {
 		const char *name = NULL, *raw = NULL;
@@ -979,6 +1162,7 @@ static int wframe_received(struct xd_peer *p, uint32_t via, const struct xp_peer
 
 static const struct xd_xfer_events claim_events = {
 	.ctrl = ctrl_received,
+	.ctrl_bin = ctrl_bin_received,
 	.data_target = data_target,
 	.data_sent = data_sent,
 	.data_received = data_received,

@@ -35,11 +35,29 @@ struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const 
 	return f;
 }
 
+struct xd_frame *xd_frame_bin(uint8_t type, uint8_t flags, uint64_t xfer, const uint8_t *buf,
+			      uint32_t len, int *err)
+{
+	struct xp_peer_hdr h = { .type = type, .flags = flags, .length = len, .xfer = xfer };
+	struct xd_frame *f = len <= XP_PEER_MAX_CTRL ? malloc(sizeof(*f) + XP_PEER_HDR_LEN + len) :
+						       NULL;
+
+	*err = len > XP_PEER_MAX_CTRL ? -EMSGSIZE : f ? 0 : -ENOMEM;
+	if (f) {
+		f->len = XP_PEER_HDR_LEN + len;
+		xp_peer_hdr_pack(&h, f->data);
+		if (len)
+			memcpy(f->data + XP_PEER_HDR_LEN, buf, len);
+	}
+	return f;
+}
+
 json_t *xd_hello_json(const struct xd_daemon *d, const uint8_t *nonce)
 {
 	char hex[2 * XD_NONCE_LEN + 1];
-	json_t *o = json_pack("{s:i, s:s, s:I}", "version", XP_PEER_VERSION, "node", d->node_hex,
-			      "epoch", (json_int_t)d->epoch);
+	/* (binary_pairing: older peers ignore a key they do not know, and so send JSON) */
+	json_t *o = json_pack("{s:i, s:s, s:I, s:b}", "version", XP_PEER_VERSION, "node",
+			      d->node_hex, "epoch", (json_int_t)d->epoch, "binary_pairing", 1);
 
 	if (o && nonce) {
 		xp_hex_encode(nonce, XD_NONCE_LEN, hex);
@@ -55,16 +73,18 @@ int xd_hello_parse(json_t *json, struct xd_hello *h)
 {
 	const char *node_hex, *nonce = NULL;
 	json_int_t v, e;
+	int binary = 0;
 
 	if (!json ||
-	    json_unpack(json, "{s:I, s:s, s:I, s?s}", "version", &v, "node", &node_hex, "epoch", &e,
-			"nonce", &nonce) ||
+	    json_unpack(json, "{s:I, s:s, s:I, s?s, s?b}", "version", &v, "node", &node_hex,
+			"epoch", &e, "nonce", &nonce, "binary_pairing", &binary) ||
 	    xp_hex_decode(node_hex, h->node, XP_ID_BYTES) || e < 0 ||
 	    (nonce && xp_hex_decode(nonce, h->nonce, XD_NONCE_LEN)))
 		return -EPROTO;
 	h->epoch = (uint64_t)e;
 	h->version = v;
 	h->has_nonce = nonce != NULL;
+	h->binary_pairing = binary;
 	return 0;
 }
 

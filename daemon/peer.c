@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "transport.h"
+#include "xp_peer.h"
 
 /*
  * The metrics' peer-set counters (xferd.h): a set made to a node whose last set failed is a
@@ -215,6 +216,19 @@ int xd_peer_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t fla
 		      const json_t *json)
 {
 	return p->transport->send_ctrl(p, via, type, flags, xfer, json);
+}
+
+int xd_peer_send_bin(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+		     const uint8_t *buf, uint32_t len)
+{
+	if (!xd_peer_binary_pairing(p))
+		return -EOPNOTSUPP;
+	return p->transport->send_bin(p, via, type, flags | XP_PEER_BINARY, xfer, buf, len);
+}
+
+bool xd_peer_binary_pairing(const struct xd_peer *p)
+{
+	return p->binary_pairing && p->transport->send_bin;
 }
 
 int xd_peer_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,

@@ -255,6 +255,8 @@ static bool pconn_may_queue(const struct xd_pconn *pc, uint8_t type)
  * transfers with the cause; not here, as the caller may be in the middle of a transfer's state
  * change (claim.c) or of this connection's read loop.
  */
+static int pconn_queue_frame(struct xd_pconn *pc, struct xd_frame *f);
+
 static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
 		       const json_t *json)
 {
@@ -265,8 +267,26 @@ static int pconn_queue(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_
 	if (pc->ctrlq_over)
 		return 0;
 	struct xd_frame *f = xd_frame_new(type, flags, xfer, json, &err);
-	if (!f)
-		return err;
+	return f ? pconn_queue_frame(pc, f) : err;
+}
+
+/* pconn_queue() of a binary payload (PROTOCOL.md §10.8). */
+static int pconn_queue_bin(struct xd_pconn *pc, uint8_t type, uint8_t flags, uint64_t xfer,
+			   const uint8_t *buf, uint32_t len)
+{
+	int err;
+
+	if (!pconn_may_queue(pc, type))
+		return -ENOTCONN;
+	if (pc->ctrlq_over)
+		return 0;
+	struct xd_frame *f = xd_frame_bin(type, flags, xfer, buf, len, &err);
+	return f ? pconn_queue_frame(pc, f) : err;
+}
+
+/* Queues frame @f (consumed) behind @pc's control messages, within XD_PEER_CTRLQ_MAX. */
+static int pconn_queue_frame(struct xd_pconn *pc, struct xd_frame *f)
+{
 	if (pc->ctrlq_bytes + sizeof(*f) + f->len > XD_PEER_CTRLQ_MAX) {
 		free(f);
 		pc->ctrlq_over = true;
@@ -591,6 +611,12 @@ static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 {
 	json_t *json = NULL;
 
+	/* Binary pairing frames (§10.8): their lengths were checked with the header. */
+	if (pc->rx.flags & XP_PEER_BINARY)
+		return pconn_ready(pc) ?
+			       pc->d->xfer_events->ctrl_bin(pc->peer, 0, &pc->rx,
+							    (uint8_t *)pc->rx_ctrl, pc->rx.length) :
+			       -EPROTO;
 	/* Window requests and acks carry binary payloads (PROTOCOL.md §10.7). */
 	if (pc->rx.type == XP_PEER_WGET || pc->rx.type == XP_PEER_WACK)
 		return pconn_ready(pc) ?
@@ -1219,6 +1245,9 @@ static int pconn_trusted(struct xd_pconn *pc)
 				attach_accepted(pc, pc->hello.node, pc->hello.epoch);
 	struct xd_pconn *q;
 
+	/* (every connection of a set is to one run of one daemon: they all say the same) */
+	if (rc == 0 && !pc->dead && pc->peer)
+		pc->peer->binary_pairing = pc->hello.binary_pairing;
 	/* One more connection through the handshake may make the first the control lane. */
 	if (rc == 0 && !pc->dead && pc->peer)
 		TAILQ_FOREACH(q, &tcp_set(pc->peer)->conns, link)
@@ -1647,6 +1676,20 @@ static int tcp_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t 
 	return -ENOTCONN;
 }
 
+static int tcp_send_bin(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+			const uint8_t *buf, uint32_t len)
+{
+	struct tcp_set *set = tcp_set(p);
+	struct xd_pconn *pc;
+
+	/* (on the control lane, as tcp_send_ctrl()) */
+	if (set)
+		TAILQ_FOREACH(pc, &set->conns, link)
+			if (pconn_ready(pc))
+				return pconn_queue_bin(pc, type, flags, xfer, buf, len);
+	return -ENOTCONN;
+}
+
 /* A window lane: the connection named *@lane, or (0, or gone) a data connection by @key. */
 static struct xd_pconn *wframe_lane(struct tcp_set *set, uint32_t *lane, uint64_t key)
 {
@@ -1868,6 +1911,7 @@ const struct xd_transport_ops xd_transport_tcp_ops = {
 	.usable = tcp_usable,
 	.connect = tcp_connect,
 	.send_ctrl = tcp_send_ctrl,
+	.send_bin = tcp_send_bin,
 	.send_wframe = tcp_send_wframe,
 	.kick = tcp_kick,
 	.keepalive = tcp_keepalive,

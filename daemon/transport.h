@@ -85,6 +85,12 @@ struct xd_transport_ops {
 	 */
 	int (*send_ctrl)(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags,
 			 uint64_t xfer, const json_t *json);
+	/*
+	 * The same with a binary payload (PROTOCOL.md §10.8: @len bytes of @buf, copied); NULL for
+	 * a transport that sends none. Returns 0 or -errno.
+	 */
+	int (*send_bin)(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+			const uint8_t *buf, uint32_t len);
 	/* @p's send queue (p->sendq) gained bytes: move them while the window has room. */
 	void (*kick)(struct xd_peer *p);
 	/* Keepalive tick: PINGs; fails @p through link events when it fell silent. */
@@ -214,6 +220,10 @@ struct xd_link_events {
 struct xd_xfer_events {
 	/* A control message from @p on connection @via (@json NULL: empty). 0 or -EPROTO. */
 	int (*ctrl)(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json);
+	/* A binary pairing frame (XP_PEER_BINARY, PROTOCOL.md §10.8; its length checked by
+	 * xp_peer_hdr_valid()): @len bytes at @payload. 0 or -EPROTO. */
+	int (*ctrl_bin)(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
+			const uint8_t *payload, uint32_t len);
 	/*
 	 * A DATA frame's header: its transfer with a reference (the payload goes there), or NULL
 	 * to read and drop it; -EPROTO in *err for a frame out of range.
@@ -264,12 +274,16 @@ struct xd_frame {
  */
 struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const json_t *json,
 			      int *err);
+/* The same with the @len bytes of @buf (copied) as its payload. */
+struct xd_frame *xd_frame_bin(uint8_t type, uint8_t flags, uint64_t xfer, const uint8_t *buf,
+			      uint32_t len, int *err);
 /* What a peer's HELLO says. */
 struct xd_hello {
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch;
 	int64_t version;
-	bool has_nonce; /**< it offers authentication (it has the cluster key) */
+	bool has_nonce;	     /**< it offers authentication (it has the cluster key) */
+	bool binary_pairing; /**< it takes the binary pairing frames (PROTOCOL.md §10.8) */
 	uint8_t nonce[XD_NONCE_LEN];
 };
 /* This daemon's HELLO payload, with @nonce (NULL: none, no key), or NULL. */

@@ -1020,7 +1020,8 @@ struct xd_peer {
 	struct xd_xfer_list sendq; /**< transfers with bytes left to move, round-robin */
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
-	unsigned transfers; /**< transfers on this set, for listings */
+	unsigned transfers;  /**< transfers on this set, for listings */
+	bool binary_pairing; /**< its HELLO said it takes binary pairing frames (§10.8) */
 	struct xd_deferred free_later;
 };
 /* Starts the network transports and fills d->endpoints. Returns 0 or -errno. */
@@ -1043,6 +1044,15 @@ struct xd_peer *xd_peer_for_meta(struct xd_call *call, const struct xp_meta *m);
 /* Queues a control message (payload @json borrowed, may be NULL). Returns 0 or -errno. */
 int xd_peer_send_ctrl(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
 		      const json_t *json);
+/*
+ * Queues a binary pairing frame (PROTOCOL.md §10.8: @type with XP_PEER_BINARY added to @flags,
+ * @len bytes of @buf copied). Returns 0 or -errno; -EOPNOTSUPP unless
+ * xd_peer_binary_pairing(@p).
+ */
+int xd_peer_send_bin(struct xd_peer *p, uint32_t via, uint8_t type, uint8_t flags, uint64_t xfer,
+		     const uint8_t *buf, uint32_t len);
+/* Whether @p takes binary pairing frames: its HELLO said so, and its transport sends them. */
+bool xd_peer_binary_pairing(const struct xd_peer *p);
 /* Queues a window frame: the transport's send_wframe (transport.h), -EOPNOTSUPP without. */
 int xd_peer_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, const uint8_t *hdr,
 			uint32_t hdrlen, struct xd_xfer *x, uint64_t off, uint32_t len);

@@ -51,8 +51,28 @@ const char *xp_peer_type_name(int type)
 	return "UNKNOWN";
 }
 
+/* Whether a binary pairing frame (§10.8) has its type's length. */
+static bool bin_len_valid(const struct xp_peer_hdr *h)
+{
+	switch (h->type) {
+	case XP_PEER_CLAIM:
+		return h->length == XP_CLAIM_BIN_FIXED + XP_ID_BYTES ||
+		       h->length == XP_CLAIM_BIN_FIXED + XP_CLAIM_BIN_PROOF_LEN;
+	case XP_PEER_CLAIM_OK:
+		return h->length == XP_CLAIM_OK_BIN_LEN;
+	case XP_PEER_DONE:
+		return h->length == XP_DONE_BIN_LEN;
+	case XP_PEER_DONE_ACK:
+		return h->length == 0;
+	default:
+		return false; /* no other message has a binary layout */
+	}
+}
+
 bool xp_peer_hdr_valid(const struct xp_peer_hdr *h)
 {
+	if (h->flags & XP_PEER_BINARY)
+		return bin_len_valid(h);
 	if (h->type < XP_PEER_HELLO || h->type > XP_PEER_TYPE_MAX)
 		return false;
 	if (h->type == XP_PEER_DATA)
@@ -65,6 +85,58 @@ bool xp_peer_hdr_valid(const struct xp_peer_hdr *h)
 	if (h->type == XP_PEER_WACK)
 		return h->length == 0;
 	return h->length <= XP_PEER_MAX_CTRL;
+}
+
+uint64_t xp_peer_bin_field(const uint8_t *in, uint32_t len)
+{
+	return get_le(in, (int)len);
+}
+
+void xp_peer_bin_put(uint8_t *out, uint64_t v, uint32_t len)
+{
+	put_le(out, v, (int)len);
+}
+
+uint32_t xp_claim_bin_pack(const struct xp_claim_bin *c, uint8_t out[XP_CLAIM_BIN_MAX])
+{
+	uint32_t cred = c->flags & XP_CLAIM_BIN_PROOF ? XP_CLAIM_BIN_PROOF_LEN : XP_ID_BYTES;
+
+	put_le(out, c->op, 8);
+	put_le(out + 8, c->epoch, 8);
+	put_le(out + 16, c->length, 8);
+	put_le(out + 24, c->stage_max, 4);
+	out[28] = c->kind;
+	out[29] = c->meta_kind;
+	out[30] = c->flags;
+	out[31] = 0;
+	memcpy(out + 32, c->node, XP_ID_BYTES);
+	memcpy(out + XP_CLAIM_BIN_FIXED, c->cred, cred);
+	return XP_CLAIM_BIN_FIXED + cred;
+}
+
+int xp_claim_bin_unpack(const uint8_t *in, uint32_t len, struct xp_claim_bin *c)
+{
+	if (len < XP_CLAIM_BIN_FIXED)
+		return -EPROTO;
+	c->op = get_le(in, 8);
+	c->epoch = get_le(in + 8, 8);
+	c->length = get_le(in + 16, 8);
+	c->stage_max = (uint32_t)get_le(in + 24, 4);
+	c->kind = in[28];
+	c->meta_kind = in[29];
+	c->flags = in[30];
+	uint32_t cred = c->flags & XP_CLAIM_BIN_PROOF ? XP_CLAIM_BIN_PROOF_LEN : XP_ID_BYTES;
+	/* (the JSON CLAIM's integers are JSON's: at most INT64_MAX; the same here) */
+	if (len != XP_CLAIM_BIN_FIXED + cred || in[31] != 0 ||
+	    (c->flags & ~(XP_CLAIM_BIN_PROOF | XP_CLAIM_BIN_QUICK)) ||
+	    (c->kind != XP_KIND_READ && c->kind != XP_KIND_WRITE) ||
+	    c->meta_kind >= XP_KIND_COUNT || c->op > INT64_MAX || c->epoch > INT64_MAX ||
+	    c->length > INT64_MAX || c->length == 0)
+		return -EPROTO;
+	memcpy(c->node, in + 32, XP_ID_BYTES);
+	memset(c->cred, 0, sizeof(c->cred));
+	memcpy(c->cred, in + XP_CLAIM_BIN_FIXED, cred);
+	return 0;
 }
 
 void xp_win_prefix_pack(const struct xp_win_prefix *w, uint8_t out[XP_WIN_PREFIX_LEN])

@@ -15,6 +15,7 @@
 #define XP_PEER_MAX_CTRL (64u * 1024)	    /* control payload */
 #define XP_PEER_MAX_DATA (4u * 1024 * 1024) /* DATA payload */
 #define XP_PEER_FROM_ACTIVE 0x01	    /* flags: xfer is in the sender's id space */
+#define XP_PEER_BINARY 0x02		    /* flags: the payload is the binary layout of §10.8 */
 
 #define XP_PEER_TYPES(X) \
 	X(HELLO, 1)      \
@@ -63,6 +64,43 @@ void xp_peer_hdr_unpack(const uint8_t in[XP_PEER_HDR_LEN], struct xp_peer_hdr *h
 const char *xp_peer_type_name(int type);
 /* Whether @h obeys the framing limits: known type, payload within its limit. */
 bool xp_peer_hdr_valid(const struct xp_peer_hdr *h);
+
+/*
+ * The binary pairing frames (PROTOCOL.md §10.8): CLAIM, CLAIM_OK, DONE and DONE_ACK with
+ * XP_PEER_BINARY, sent on TCP to a peer whose HELLO said "binary_pairing". A CLAIM is 48
+ * bytes, then the credential: op u64 | epoch u64 | length u64 | stage_max u32 | kind u8 |
+ * metadata kind u8 | flags u8 | zero u8 | node (16 bytes) | proof (32) or token (16), integers
+ * little-endian, kinds as enum xp_kind. CLAIM_OK is flags u32, DONE bytes u64, DONE_ACK empty.
+ * xp_peer_hdr_valid() checks each length.
+ */
+#define XP_CLAIM_BIN_FIXED 48
+#define XP_CLAIM_BIN_PROOF_LEN 32 /* HMAC-SHA256 */
+#define XP_CLAIM_BIN_MAX (XP_CLAIM_BIN_FIXED + XP_CLAIM_BIN_PROOF_LEN)
+#define XP_CLAIM_BIN_PROOF 0x01u /* the credential is a proof (else the token) */
+#define XP_CLAIM_BIN_QUICK 0x02u /* the claimer offers the short end (§10.3) */
+#define XP_CLAIM_OK_BIN_LEN 4
+#define XP_CLAIM_OK_QUICK 0x01u /* the owner takes the short end */
+#define XP_DONE_BIN_LEN 8
+
+struct xp_claim_bin {
+	uint64_t op, epoch, length;
+	uint32_t stage_max;
+	uint8_t kind, meta_kind, flags;
+	uint8_t node[XP_ID_BYTES];
+	uint8_t cred[XP_CLAIM_BIN_PROOF_LEN]; /**< the proof, or the token in its first 16 bytes */
+};
+
+/* Packs @c into @out. Returns the payload's length (64 or 80 bytes). */
+uint32_t xp_claim_bin_pack(const struct xp_claim_bin *c, uint8_t out[XP_CLAIM_BIN_MAX]);
+/*
+ * Decodes a binary CLAIM of @len bytes. Returns 0, or -EPROTO: a length that does not match the
+ * credential the flags name, unknown flags, a non-zero pad byte, a kind other than read or
+ * write, an unknown metadata kind, op, epoch or length above INT64_MAX, a zero length.
+ */
+int xp_claim_bin_unpack(const uint8_t *in, uint32_t len, struct xp_claim_bin *c);
+/* A binary CLAIM_OK's or DONE's one field: the little-endian integer of @len (4 or 8) bytes. */
+uint64_t xp_peer_bin_field(const uint8_t *in, uint32_t len);
+void xp_peer_bin_put(uint8_t *out, uint64_t v, uint32_t len);
 
 /*
  * The one-sided TCP window frames (PROTOCOL.md §10.7). WPUT and WGET carry, after the 24-byte

@@ -27,6 +27,14 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  malformed window frames (a forged window id
                                                  for an open handle, bad lengths, flags, tags):
                                                  each cuts the set
+  hostile_peer.py binpair HOST PORT KEYFILE META1 META2
+                                                 the binary pairing frames (PROTOCOL.md §10.8)
+                                                 from a member node, on two 64 KiB readables
+                                                 whose bytes are i % 256: a wrong proof and a
+                                                 token in clear refused, a claim from a peer
+                                                 that did not offer them answered in JSON, one
+                                                 from a peer that did in binary, the bytes
+                                                 right; every malformed layout cuts the set
   hostile_peer.py owner SOCKET METAFILE [ACCESS] (helper) a local client owning a window
                                                  (ACCESS: read, the default, or readwrite) of
                                                  64 KiB whose bytes are i % 256; writes its
@@ -59,6 +67,11 @@ WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE, WCLAIM = 13, 14, 15, 16, 17
 CANCEL, WPUT, WGET, WACK = 8, 18, 19, 20
 WNOTIFY = 23
 FROM_ACTIVE = 1
+BINARY = 2  # flags: the binary layout of §10.8 (CLAIM, CLAIM_OK, DONE, DONE_ACK only)
+CLAIM = 2
+BCLAIM = struct.Struct("<QQQIBBBB16s")  # op, epoch, length, stage_max, kind, meta kind, flags,
+# zero, node; then the proof (32 bytes, flags bit 0) or the token (16)
+KIND_READABLE, KIND_READ, KIND_WRITE = 0, 2, 3
 WPRE = struct.Struct("<QQIHH")  # window, handle, length, tag length, flags (XP_WIN_LAST = 1)
 TIMEOUT = 5.0
 
@@ -516,6 +529,128 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     return ok
 
 
+def read_meta(metafile):
+    import base64
+    with open(metafile) as f:
+        m = f.read().strip().split("\n")[0][len("xfer1."):]
+    return json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+
+
+def bin_claim(meta, cred, xfer, flags=1, kind=KIND_READ, meta_kind=KIND_READABLE, pad=0,
+              op=None, length=None, stage_max=0, hdr_flags=FROM_ACTIVE | BINARY):
+    """A binary CLAIM frame (§10.8) of @meta's op; @flags bit 0: @cred is a proof."""
+    body = BCLAIM.pack(meta["op"] if op is None else op, meta["epoch"],
+                       sum(meta["lengths"]) if length is None else length, stage_max, kind,
+                       meta_kind, flags, pad, bytes.fromhex(meta["node"])) + cred
+    return HDR.pack(CLAIM, hdr_flags, 0, len(body), xfer, 0) + body
+
+
+def bin_frame(msg_type, body, xfer, flags=FROM_ACTIVE | BINARY):
+    return HDR.pack(msg_type, flags, 0, len(body), xfer, 0) + body
+
+
+def member_hello(host, port, key, extra):
+    """member() whose HELLO carries @extra keys ({"binary_pairing": True})."""
+    node, epoch, nonce = secrets.token_hex(16), 9, secrets.token_bytes(16)
+    sock = connect(host, port)
+    sock.sendall(frame(HELLO, dict({"version": 1, "node": node, "epoch": epoch,
+                                    "nonce": nonce.hex()}, **extra)))
+    hello = recv_frame(sock)
+    theirs = recv_frame(sock)
+    if hello is None or theirs is None or theirs[0] != AUTH:
+        raise OSError("handshake failed")
+    them = ident(hello[1]["node"], hello[1]["epoch"])
+    mac = auth_mac(key, b"C", ident(node, epoch), them, bytes.fromhex(hello[1]["nonce"]), nonce)
+    sock.sendall(frame(AUTH, {"mac": mac.hex()}))
+    return sock, hello[1], node, epoch
+
+
+def read_pair_bytes(sock, xfer, total):
+    """The DATA of transfer @xfer until @total bytes: whether they are i % 256."""
+    got = bytearray(total)
+    n = 0
+    while n < total:
+        f = expect(sock, DATA)
+        if f is None or f[2] != xfer or f[3] + len(f[4]) > total:
+            return False
+        got[f[3]:f[3] + len(f[4])] = f[4]
+        n += len(f[4])
+    return bytes(got) == bytes(i % 256 for i in range(total))
+
+
+def mode_binpair(host, port, keyfile, meta1file, meta2file):
+    key = read_key(keyfile)
+    m1, m2 = read_meta(meta1file), read_meta(meta2file)
+    if not hello_offers_binary(host, port, key):
+        return False
+    # A peer that did not offer binary frames may still send them; it hears JSON.
+    sock, hello, node, epoch = member(host, port, key)
+    sock.sendall(bin_claim(m1, secrets.token_bytes(32), 201))
+    ok = expect(sock, CLAIM_ERR, "EACCES") is not None  # a wrong proof; the op stays claimable
+    sock.sendall(bin_claim(m1, bytes.fromhex(m1["token"]), 202, flags=0))
+    ok = ok and expect(sock, CLAIM_ERR, "EACCES") is not None  # a keyed owner takes no token
+    proof = claim_proof(key, m1["node"], m1["epoch"], node, epoch, m1["op"], 203,
+                        bytes.fromhex(m1["token"]))
+    sock.sendall(bin_claim(m1, proof, 203, flags=1 | 2))  # with the short end
+    f = expect(sock, CLAIM_OK)
+    ok = ok and f is not None and f[1] & BINARY == 0 and json.loads(f[4]) == {"quick_end": True}
+    ok = ok and read_pair_bytes(sock, 203, sum(m1["lengths"]))
+    sock.sendall(bin_frame(DONE, struct.pack("<Q", sum(m1["lengths"])), 203) + frame(PING))
+    ok = ok and expect(sock, PONG) is not None  # the short end of a read: no DONE_ACK
+    # A peer that offered them hears binary frames: CLAIM_OK, then DONE_ACK.
+    sock, hello, node, epoch = member_hello(host, port, key, {"binary_pairing": True})
+    proof = claim_proof(key, m2["node"], m2["epoch"], node, epoch, m2["op"], 204,
+                        bytes.fromhex(m2["token"]))
+    sock.sendall(bin_claim(m2, proof, 204))
+    f = expect(sock, CLAIM_OK)
+    ok = ok and f is not None and f[1] & BINARY and f[4] == struct.pack("<I", 0)
+    ok = ok and read_pair_bytes(sock, 204, sum(m2["lengths"]))
+    sock.sendall(bin_frame(DONE, struct.pack("<Q", sum(m2["lengths"])), 204))
+    f = expect(sock, DONE_ACK)
+    ok = ok and f is not None and f[1] & BINARY and f[4] == b""
+    if not ok:
+        print("binary pairing frames: the good cases failed", file=sys.stderr)
+        return False
+    # Every malformed layout is a protocol error: the set is cut.
+    good = claim_proof(key, m1["node"], m1["epoch"], node, epoch, m1["op"], 1,
+                       bytes.fromhex(m1["token"]))
+    claim = bin_claim(m1, good, 1)
+    bad = {
+        "short": bin_frame(CLAIM, claim[HDR.size:-1], 1), "proof flag, token length": bin_claim(m1, good[:16], 1),
+        "token flag, proof length": bin_claim(m1, good, 1, flags=0),
+        "pad byte": bin_claim(m1, good, 1, pad=1),
+        "unknown flag": bin_claim(m1, good, 1, flags=1 | 4),
+        "kind readable": bin_claim(m1, good, 1, kind=KIND_READABLE),
+        "kind 9": bin_claim(m1, good, 1, kind=9), "metadata kind 7": bin_claim(m1, good, 1, meta_kind=7),
+        "op 2^63": bin_claim(m1, good, 1, op=2**63), "length 0": bin_claim(m1, good, 1, length=0),
+        "length 2^63": bin_claim(m1, good, 1, length=2**63),
+        "stage_max 5": bin_claim(m1, good, 1, stage_max=5),
+        "not FROM_ACTIVE": bin_claim(m1, good, 1, hdr_flags=BINARY),
+        "PING": bin_frame(PING, b"", 0), "CANCEL": bin_frame(CANCEL, b"{}", 1),
+        "DATA": bin_frame(DATA, b"x", 1), "HELLO": bin_frame(HELLO, b"", 0),
+        "CLAIM_OK flag 2": bin_frame(CLAIM_OK, struct.pack("<I", 2), 77, 0),
+        "CLAIM_OK short": bin_frame(CLAIM_OK, b"\0\0\0", 77, 0),
+        "DONE short": bin_frame(DONE, b"\0" * 4, 77), "DONE_ACK long": bin_frame(DONE_ACK, b"\0", 77, 0),
+    }
+    for name, raw in bad.items():
+        sock, _, _, _ = member(host, port, key)
+        sock.sendall(raw)
+        if not closed_soon(sock):
+            print(f"not cut off after a binary frame: {name}", file=sys.stderr)
+            ok = False
+    return ok
+
+
+def hello_offers_binary(host, port, key):
+    """Whether the daemon's HELLO offers the binary pairing frames."""
+    sock, hello, _, _ = member(host, port, key)
+    sock.close()
+    if hello.get("binary_pairing") is not True:
+        print(f"the daemon's HELLO does not offer binary_pairing: {hello}", file=sys.stderr)
+        return False
+    return True
+
+
 def mode_wframes_cut(host, port, keyfile, metafile):
     import base64
     key = read_key(keyfile)
@@ -703,7 +838,7 @@ def main(argv):
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
              "windows": mode_windows, "owner": mode_owner, "wframes": mode_wframes,
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
-             "wack_opener": mode_wack_opener}
+             "wack_opener": mode_wack_opener, "binpair": mode_binpair}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2
