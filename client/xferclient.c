@@ -1576,32 +1576,12 @@ static const char *pairing_method(enum xfer_kind kind)
 	}
 }
 
-/* A pairing entry: {"method", "params": {descs, metadata (active ones)}}. */
-static json_t *pairing_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+/* A compact entry's descriptors [[region, offset, length], ...], or NULL (the error set). */
+static json_t *compact_descs(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
 {
-	bool active = o->kind == XFER_READ || o->kind == XFER_WRITE;
-	json_t *params, *e;
+	json_t *descs = json_array();
 
-	if (active && !o->metadata) {
-		client_set_error(c, "batch entry %zu: a read or write needs metadata", i);
-		return NULL;
-	}
-	if (!o->descs || o->n == 0 ||
-	    op_params(c, active ? o->metadata : NULL, o->descs, o->n, NULL, &params))
-		return NULL;
-	e = json_pack("{s:s, s:o}", "method", pairing_method(o->kind), "params", params);
-	if (!e)
-		client_set_error(c, "out of memory");
-	return e;
-}
-
-/* One compact entry: ["get" | "put", handle, offset, [[region, offset, length], ...], tag?]. */
-static json_t *window_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
-{
-	json_t *descs = json_array(), *e;
-
-	if (!o->descs || o->n == 0 || o->n > XP_MAX_DESCS || o->handle > INT64_MAX ||
-	    o->offset > INT64_MAX) {
+	if (!o->descs || o->n == 0 || o->n > XP_MAX_DESCS) {
 		client_set_error(c, "batch entry %zu: 1 to %d descriptors, values below 2^63", i,
 				 XP_MAX_DESCS);
 		json_decref(descs);
@@ -1619,6 +1599,46 @@ static json_t *window_batch_entry(struct xfer_client *c, const struct xfer_batch
 			return NULL;
 		}
 	}
+	if (!descs)
+		client_set_error(c, "out of memory");
+	return descs;
+}
+
+/*
+ * A compact pairing entry (PROTOCOL.md §5.2): ["readable" | "writable", descs] or ["read" |
+ * "write", metadata, descs], descs [[region, offset, length], ...]: the daemon reads it in
+ * place, without the objects of the long form (a third of the daemon's work per entry).
+ */
+static json_t *pairing_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+{
+	bool active = o->kind == XFER_READ || o->kind == XFER_WRITE;
+	const char *name = pairing_method(o->kind) + strlen("op.");
+	json_t *descs, *e;
+
+	if (active && !o->metadata) {
+		client_set_error(c, "batch entry %zu: a read or write needs metadata", i);
+		return NULL;
+	}
+	if (!(descs = compact_descs(c, o, i)))
+		return NULL;
+	e = active ? json_pack("[s, s, o]", name, o->metadata, descs) :
+		     json_pack("[s, o]", name, descs);
+	if (!e)
+		client_set_error(c, "batch entry %zu: the metadata is not UTF-8", i);
+	return e;
+}
+
+/* One compact entry: ["get" | "put", handle, offset, [[region, offset, length], ...], tag?]. */
+static json_t *window_batch_entry(struct xfer_client *c, const struct xfer_batch_op *o, size_t i)
+{
+	json_t *descs, *e;
+
+	if (o->handle > INT64_MAX || o->offset > INT64_MAX) {
+		client_set_error(c, "batch entry %zu: handle and offset must be below 2^63", i);
+		return NULL;
+	}
+	if (!(descs = compact_descs(c, o, i)))
+		return NULL;
 	e = json_pack("[s, I, I, o]", o->kind == XFER_GET ? "get" : "put", (json_int_t)o->handle,
 		      (json_int_t)o->offset, descs);
 	if (e && o->tag && json_array_append_new(e, json_string(o->tag))) {

@@ -157,22 +157,13 @@ static json_t *passive_result(struct xd_op *op)
 	return result;
 }
 
-int xd_handle_op_passive(struct xd_call *call)
+static int passive_start(struct xd_call *call, const struct xd_pair_in *in, struct xd_op **out)
 {
-	enum xp_kind kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE;
-	json_int_t timeout = -1;
-	int release_on_end = 0, end_only = 0;
-	json_t *descs;
+	struct xd_op *op = xd_op_new(call, in->kind, in->descs, in->timeout, in->release_on_end);
 
-	if (xd_unpack_params(call, "{s:o, s?I, s?b, s?b}", "descs", &descs, "timeout_ms", &timeout,
-			     "release_on_end", &release_on_end, "end_only", &end_only))
-		return -EINVAL;
-	if (call->conn->d->stopping)
-		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *op = xd_op_new(call, kind, descs, timeout, release_on_end);
 	if (!op)
 		return -call->cause_errno;
-	op->end_only = end_only;
+	op->end_only = in->end_only;
 	if (xd_random_pooled(call->conn->d, op->token, sizeof(op->token)) < 0) {
 		xd_op_discard(op);
 		return xd_fail(call, XP_E_INTERNAL, EIO, "getrandom failed");
@@ -181,7 +172,24 @@ int xd_handle_op_passive(struct xd_call *call)
 	call->result = passive_result(op);
 	if (!call->result) /* nothing was given out: take the op back */
 		xd_op_forget(op);
+	else
+		*out = op;
 	return 0;
+}
+
+int xd_handle_op_passive(struct xd_call *call)
+{
+	struct xd_pair_in in = {
+		.kind = call->method == XP_M_OP_READABLE ? XP_KIND_READABLE : XP_KIND_WRITABLE,
+		.timeout = -1,
+	};
+	struct xd_op *op;
+
+	if (xd_unpack_params(call, "{s:o, s?I, s?b, s?b}", "descs", &in.descs, "timeout_ms",
+			     &in.timeout, "release_on_end", &in.release_on_end, "end_only",
+			     &in.end_only))
+		return -EINVAL;
+	return xd_pair_start(call, &in, &op);
 }
 
 /* A local claim: the same refusals, all decided before any byte moves. */
@@ -219,26 +227,17 @@ int xd_metadata_decode(struct xd_call *call, const char *metadata, struct xp_met
 	return rc ? xd_fail(call, XP_E_FAILED, EBADMSG, "%s", err) : 0;
 }
 
-int xd_handle_op_active(struct xd_call *call)
+static int active_start(struct xd_call *call, const struct xd_pair_in *in, struct xd_op **out)
 {
-	enum xp_kind kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE;
-	const char *metadata;
-	json_int_t timeout = -1;
-	int release_on_end = 0, nowait = 0, end_only = 0;
-	json_t *descs;
+	enum xp_kind kind = in->kind;
+	bool nowait = in->nowait;
 	struct xp_meta m;
+	struct xd_op *active = xd_op_new(call, kind, in->descs, in->timeout, in->release_on_end);
 
-	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b, s?b, s?b}", "metadata", &metadata, "descs",
-			     &descs, "timeout_ms", &timeout, "release_on_end", &release_on_end,
-			     "nowait", &nowait, "end_only", &end_only))
-		return -EINVAL;
-	if (call->conn->d->stopping)
-		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
-	struct xd_op *active = xd_op_new(call, kind, descs, timeout, release_on_end);
 	if (!active)
 		return -call->cause_errno;
-	active->end_only = end_only;
-	int rc = xd_metadata_decode(call, metadata, &m);
+	active->end_only = in->end_only;
+	int rc = xd_metadata_decode(call, in->metadata, &m);
 	if (rc == 0 && m.kind == XP_KIND_WINDOW) {
 		xp_meta_fini(&m);
 		rc = xd_fail(call, XP_E_FAILED, EINVAL,
@@ -251,10 +250,12 @@ int xd_handle_op_active(struct xd_call *call)
 		active->claim_nowait = nowait;
 		rc = xd_remote_claim(call, active, &m); /* without nowait the reply waits */
 		xp_meta_fini(&m);
-		if (rc)
+		if (rc) {
 			xd_op_discard(active);
-		else if (nowait)
+		} else if (nowait) {
 			call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+			*out = active;
+		}
 		return rc;
 	}
 	struct xd_op *passive = rc ? NULL : claim_check(call, &m, active);
@@ -269,7 +270,31 @@ int xd_handle_op_active(struct xd_call *call)
 		xd_op_end(active, XP_ST_ERRORED, -rc, "could not start the copy: %s",
 			  strerror(-rc));
 	call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+	*out = active;
 	return 0;
+}
+
+int xd_pair_start(struct xd_call *call, const struct xd_pair_in *in, struct xd_op **op)
+{
+	*op = NULL;
+	if (call->conn->d->stopping)
+		return xd_fail(call, XP_E_FAILED, ESHUTDOWN, "the daemon is stopping");
+	return xp_kind_passive(in->kind) ? passive_start(call, in, op) : active_start(call, in, op);
+}
+
+int xd_handle_op_active(struct xd_call *call)
+{
+	struct xd_pair_in in = {
+		.kind = call->method == XP_M_OP_READ ? XP_KIND_READ : XP_KIND_WRITE,
+		.timeout = -1,
+	};
+	struct xd_op *op;
+
+	if (xd_unpack_params(call, "{s:s, s:o, s?I, s?b, s?b, s?b}", "metadata", &in.metadata,
+			     "descs", &in.descs, "timeout_ms", &in.timeout, "release_on_end",
+			     &in.release_on_end, "nowait", &in.nowait, "end_only", &in.end_only))
+		return -EINVAL;
+	return xd_pair_start(call, &in, &op);
 }
 
 static int unpack_op(struct xd_call *call, struct xd_op **op)

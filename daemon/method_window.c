@@ -243,6 +243,33 @@ static int compact_entry(json_t *entry, const struct batch_opts *bo, struct wreq
 	return 0;
 }
 
+/*
+ * A compact pairing entry ["readable" | "writable", descs] or ["read" | "write", metadata,
+ * descs], descs [[region, offset, length], ...], into @in with the batch's @bo options: read in
+ * place, as a get's or put's. Returns 0, or -EINVAL when it is not one.
+ */
+static int compact_pair_entry(json_t *entry, const struct batch_opts *bo, struct xd_pair_in *in)
+{
+	const char *name = json_string_value(json_array_get(entry, 0));
+	int k = name ? xp_kind_from_name(name) : -EINVAL;
+	bool active = k == XP_KIND_READ || k == XP_KIND_WRITE;
+
+	if (!active && k != XP_KIND_READABLE && k != XP_KIND_WRITABLE)
+		return -EINVAL;
+	if (json_array_size(entry) != (active ? 3u : 2u))
+		return -EINVAL;
+	in->kind = (enum xp_kind)k;
+	in->metadata = active ? json_string_value(json_array_get(entry, 1)) : NULL;
+	in->descs = json_array_get(entry, active ? 2 : 1);
+	if ((active && !in->metadata) || !json_is_array(in->descs))
+		return -EINVAL;
+	in->timeout = bo->timeout ? json_integer_value(bo->timeout) : -1;
+	in->release_on_end = bo->release_on_end && json_is_true(bo->release_on_end);
+	in->end_only = bo->end_only && json_is_true(bo->end_only);
+	in->nowait = active; /* (as batch_run() asks of the long form) */
+	return 0;
+}
+
 /* The new op of a successful (pairing) entry, to join the batch's one event; or NULL. */
 static struct xd_op *batch_op(struct xd_call *call, const struct batch_opts *bo, json_t *result)
 {
@@ -283,6 +310,27 @@ static int batch_compact(struct xd_call *call, size_t i, const struct wreq_in *r
 	return batch_entry_end(call, i, &sub, rc, op, results, bo);
 }
 
+/* Runs compact pairing entry @i (@in) as its own request. */
+static int batch_compact_pair(struct xd_call *call, size_t i, const struct xd_pair_in *in,
+			      json_t *results, const struct batch_opts *bo)
+{
+	static const enum xp_method methods[] = {
+		[XP_KIND_READABLE] = XP_M_OP_READABLE,
+		[XP_KIND_WRITABLE] = XP_M_OP_WRITABLE,
+		[XP_KIND_READ] = XP_M_OP_READ,
+		[XP_KIND_WRITE] = XP_M_OP_WRITE,
+	};
+	struct xd_call sub = { .conn = call->conn,
+			       .id = call->id,
+			       .method = methods[in->kind],
+			       .code = XP_E_FAILED,
+			       .compact = true };
+	struct xd_op *op = NULL;
+	int rc = xd_pair_start(&sub, in, &op);
+
+	return batch_entry_end(call, i, &sub, rc, op, results, bo);
+}
+
 /* Runs entry @i of a batch as its own request; its result or error goes into @results. */
 static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *results,
 		       const struct batch_opts *bo)
@@ -292,10 +340,13 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	json_t *params = NULL, *owned = NULL;
 	json_error_t jerr;
 	struct wreq_in rq = { 0 };
+	struct xd_pair_in pin;
 	int rc;
 
 	if (json_is_array(entry) && compact_entry(entry, bo, &rq) == 0)
 		return batch_compact(call, i, &rq, results, bo);
+	if (json_is_array(entry) && compact_pair_entry(entry, bo, &pin) == 0)
+		return batch_compact_pair(call, i, &pin, results, bo);
 	if (json_is_array(entry))
 		params = NULL;
 	else if (json_unpack_ex(entry, &jerr, JSON_STRICT, "{s:s, s:o}", "method", &name, "params",
@@ -310,9 +361,10 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	}
 	if (!params)
 		return xd_fail(call, XP_E_PARAMS, EINVAL,
-			       "op.batch entry %zu must be {\"method\", \"params\": {...}} or "
+			       "op.batch entry %zu must be {\"method\", \"params\": {...}}, "
 			       "[\"get\" | \"put\", window, offset, [[region, offset, length], "
-			       "...], tag?]",
+			       "...], tag?], [\"readable\" | \"writable\", descs] or "
+			       "[\"read\" | \"write\", metadata, descs]",
 			       i);
 	int m = batch_method(name);
 	if (m < 0) {

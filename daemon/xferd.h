@@ -930,6 +930,20 @@ json_t *xd_op_to_json(const struct xd_op *op);
 /* method_op.c: the op.* and list.ops methods */
 int xd_handle_op_passive(struct xd_call *call);
 int xd_handle_op_active(struct xd_call *call);
+/* What a pairing request asks: op.readable/writable/read/write's params, or op.batch's. */
+struct xd_pair_in {
+	enum xp_kind kind;    /**< XP_KIND_READABLE, _WRITABLE, _READ or _WRITE */
+	const char *metadata; /**< active kinds (borrowed) */
+	json_t *descs;	    /**< (borrowed) objects, or [region, offset, length] (call->compact) */
+	json_int_t timeout; /**< -1: none asked */
+	int release_on_end, nowait, end_only;
+};
+/*
+ * Starts the pairing @in asks for, as op.readable/writable/read/write would (call->result set).
+ * Returns 0 with the new op in *@op (NULL when the reply waits for the owner, or the op was
+ * taken back), or -errno with @call failed.
+ */
+int xd_pair_start(struct xd_call *call, const struct xd_pair_in *in, struct xd_op **op);
 int xd_handle_op_status(struct xd_call *call);
 int xd_handle_op_wait(struct xd_call *call);
 int xd_handle_op_cancel(struct xd_call *call);

@@ -309,7 +309,7 @@ TEST(cross_batch_stops_at_the_op_limit)
 static void batch_raw(struct xfer_client *c, const char *ops_json, size_t nresults,
 		      const char *want)
 {
-	char params[1024], *text = NULL;
+	char params[4096], *text = NULL;
 
 	snprintf(params, sizeof(params), "{\"ops\": %s, \"release_on_end\": true}", ops_json);
 	CHECK_OK(xfer_call(c, "op.batch", params, &text));
@@ -374,5 +374,88 @@ TEST(local_compact_entries_checked)
 	CHECK_OK(xfer_window_close(r.active, handle));
 	CHECK_OK(xfer_window_close(r.owner, window));
 	free(meta);
+	rig_stop(&r);
+}
+
+/* The first "metadata" of op.batch @ops_json's result (the caller frees it). */
+static char *batch_meta(struct xfer_client *c, const char *ops_json)
+{
+	char params[1024], *text = NULL;
+
+	snprintf(params, sizeof(params), "{\"ops\": %s}", ops_json);
+	CHECK_OK(xfer_call(c, "op.batch", params, &text));
+	json_t *res = json_loads(text, 0, NULL);
+	const char *m = json_string_value(
+		json_object_get(json_array_get(json_object_get(res, "results"), 0), "metadata"));
+	CHECK(m != NULL);
+	char *meta = strdup(m);
+	json_decref(res);
+	free(text);
+	return meta;
+}
+
+/*
+ * Compact pairing entries (PROTOCOL.md §5.2): ["readable" | "writable", descs] and ["read" |
+ * "write", metadata, descs], descs [[region, offset, length], ...], read in place; the long form
+ * still works beside them. A bad one stops the batch at its entry with the rule it broke; the
+ * entries before it stand, bytes land.
+ */
+TEST(local_compact_pairing_entries_checked)
+{
+	struct rig r;
+	char ops[2048], *meta, *meta2;
+	unsigned long long o = 0, a = 0;
+
+	rig_start(&r, false, NULL);
+	o = r.oregion;
+	a = r.aregion;
+	td_fill(r.obuf.addr, 2 * BLOCK, 21);
+	snprintf(ops, sizeof(ops), "[[\"readable\", [[%llu, 0, 4096], [%llu, 4096, 4096]]]]", o, o);
+	meta = batch_meta(r.owner, ops);
+	snprintf(ops, sizeof(ops),
+		 "[{\"method\": \"op.readable\", \"params\": {\"descs\": [{\"region\": %llu, "
+		 "\"offset\": %lu, \"length\": 8192}]}}]",
+		 o, BLOCK);
+	meta2 = batch_meta(r.owner, ops);
+	/* one compact read (its descriptors split differently), one long-form read */
+	snprintf(ops, sizeof(ops),
+		 "[[\"read\", \"%s\", [[%llu, 0, 8192]]], {\"method\": \"op.read\", \"params\": "
+		 "{\"metadata\": \"%s\", \"descs\": [{\"region\": %llu, \"offset\": %lu, "
+		 "\"length\": 8192}]}}]",
+		 meta, a, meta2, a, BLOCK);
+	batch_raw(r.active, ops, 2, NULL);
+	for (int i = 0; i < 1000 && (memcmp(r.abuf.addr, r.obuf.addr, 8192) ||
+				     memcmp((uint8_t *)r.abuf.addr + BLOCK,
+					    (uint8_t *)r.obuf.addr + BLOCK, 8192));
+	     i++)
+		usleep(10 * 1000); /* (released on their ends: no op to wait for) */
+	CHECK_MEM_EQ(r.abuf.addr, r.obuf.addr, 8192);
+	CHECK_MEM_EQ((uint8_t *)r.abuf.addr + BLOCK, (uint8_t *)r.obuf.addr + BLOCK, 8192);
+	free(meta2);
+	free(meta);
+	/* each bad entry (@ for the region) comes after a good one, which stands */
+	static const char *const bad[][2] = {
+		{ "[\"readable\", [{\"region\": @, \"offset\": 0, \"length\": 4096}]]",
+		  "invalid descriptor" },
+		{ "[\"readable\", [[@, 0, -1]]]", "length > 0" },
+		{ "[\"readable\", [[@, 0]]]", "invalid descriptor" },
+		{ "[\"writable\", [[@, 0, 4096, 1]]]", "invalid descriptor" },
+		{ "[\"writable\", [[@, 0, 4096]], 1]", "entry 1 must be {\"method\"" },
+		{ "[\"readable\", []]", "descs must be an array of 1 to" },
+		{ "[\"read\", 5, [[@, 0, 4096]]]", "entry 1 must be {\"method\"" },
+		{ "[\"read\", \"xfer1.e30\", [[@, 0, 4096]]]", "metadata" },
+		{ "[\"write\", [[@, 0, 4096]]]", "entry 1 must be {\"method\"" },
+		{ "[\"copy\", [[@, 0, 4096]]]", "entry 1 must be {\"method\"" },
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		char entry[256], *at;
+		snprintf(entry, sizeof(entry), "%s", bad[k][0]);
+		if ((at = strchr(entry, '@')))
+			snprintf(at, sizeof(entry) - (size_t)(at - entry), "%llu%s", o,
+				 strchr(bad[k][0], '@') + 1);
+		snprintf(ops, sizeof(ops), "[[\"writable\", [[%llu, 0, 4096]]], %s]", o, entry);
+		batch_raw(r.owner, ops, 1, "op.batch entry 1");
+		batch_raw(r.owner, ops, 1, bad[k][1]);
+	}
 	rig_stop(&r);
 }
