@@ -16,8 +16,9 @@
 struct xd_frame *xd_frame_new(uint8_t type, uint8_t flags, uint64_t xfer, const json_t *json,
 			      int *err)
 {
-	char *text = json ? json_dumps(json, JSON_COMPACT) : NULL;
-	size_t len = text ? strlen(text) : 0;
+	size_t len = 0;
+	char *text = json ? xp_json_dumps(json, XP_PEER_MAX_CTRL, &len) : NULL;
+
 	struct xp_peer_hdr h = {
 		.type = type, .flags = flags, .length = (uint32_t)len, .xfer = xfer
 	};

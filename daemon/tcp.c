@@ -624,7 +624,7 @@ static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 							  (uint8_t *)pc->rx_ctrl, pc->rx.length) :
 			       -EPROTO;
 	if (pc->rx.length) {
-		json = json_loadb(pc->rx_ctrl, pc->rx.length, JSON_REJECT_DUPLICATES, NULL);
+		json = xp_json_loadb(pc->rx_ctrl, pc->rx.length, JSON_REJECT_DUPLICATES, NULL);
 		if (!json_is_object(json)) {
 			json_decref(json);
 			return -EPROTO;

@@ -74,7 +74,7 @@ int xp_request_parse(const void *buf, size_t len, struct xp_request *req, char *
 
 	memset(req, 0, sizeof(*req));
 	req->id = XP_ID_NONE;
-	req->root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	req->root = xp_json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!req->root) {
 		snprintf(err, errlen, "packet is not valid JSON: %s at byte %d", jerr.text,
 			 jerr.position);
@@ -112,7 +112,7 @@ int xp_reply_parse(const void *buf, size_t len, struct xp_reply *rep)
 {
 	memset(rep, 0, sizeof(*rep));
 	rep->id = XP_ID_NONE;
-	rep->root = json_loadb(buf, len, 0, NULL);
+	rep->root = xp_json_loadb(buf, len, 0, NULL);
 	if (!json_is_object(rep->root))
 		return -EBADMSG;
 	json_t *id = json_object_get(rep->root, "id");
@@ -172,11 +172,11 @@ json_t *xp_build_error(int64_t id, int code, int err, const char *message)
 
 int xp_dump(const json_t *msg, char **out)
 {
-	char *s = json_dumps(msg, JSON_COMPACT);
+	size_t len;
+	char *s = xp_json_dumps(msg, XP_MAX_MSG, &len);
 
 	if (!s)
 		return -ENOMEM;
-	size_t len = strlen(s);
 	if (len > XP_MAX_MSG) {
 		free(s);
 		return -EMSGSIZE;

@@ -60,6 +60,18 @@ json_t *xp_build_error(int64_t id, int code, int err, const char *message);
 int xp_dump(const json_t *msg, char **out);
 
 /*
+ * xp_jfast.c: json_loadb() and json_dumps(JSON_COMPACT) with a fast path for compact texts of
+ * objects, arrays, integers and printable-ASCII strings; anything else is jansson's, so that
+ * the result (and any error, in @error) is always what jansson's would be.
+ */
+json_t *xp_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *error);
+/*
+ * The compact text of @v (borrowed) in a malloc'd string, its length in *@len, or NULL. @max
+ * bounds the fast path only: a longer text comes from jansson, whole.
+ */
+char *xp_json_dumps(const json_t *v, size_t max, size_t *len);
+
+/*
  * Reads a non-negative integer member @key of @obj into *out. Returns 0, -ENOENT when it is
  * absent, or -EINVAL when it has the wrong type or is negative (*out unchanged then).
  */

@@ -1328,3 +1328,125 @@ TEST(spec_limits_match_header)
 	CHECK_EQ_INT(XP_MAX_FDS, 1);
 	free(spec);
 }
+
+/* ---- xp_jfast.c: the fast path reads and writes what jansson does ---- */
+
+/* jansson's compact text of @v, or "(null)". */
+static char *jansson_text(const json_t *v)
+{
+	return v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("(null)");
+}
+
+/* xp_json_loadb() and json_loadb() agree on @len bytes of @text under @flags: both refuse it,
+ * or both give values that jansson writes the same (key order included); and xp_json_dumps()
+ * writes that value as jansson does. */
+static void jfast_agree(const char *text, size_t len, size_t flags)
+{
+	json_error_t e1, e2;
+	json_t *fast = xp_json_loadb(text, len, flags, &e1);
+	json_t *slow = json_loadb(text, len, flags, &e2);
+	char *a = jansson_text(fast), *b = jansson_text(slow);
+
+	if (strcmp(a, b) != 0 || (!fast && strcmp(e1.text, e2.text) != 0))
+		harness_fail(__FILE__, __LINE__, "%.*s (flags %zu): fast %s, jansson %s", (int)len,
+			     text, flags, a, b);
+	if (fast) {
+		size_t n;
+		char *d = xp_json_dumps(fast, XP_MAX_MSG, &n);
+		if (!d || strlen(d) != n || strcmp(d, a) != 0)
+			harness_fail(__FILE__, __LINE__, "dump of %s: %s", a, d ? d : "NULL");
+		free(d);
+	}
+	free(a);
+	free(b);
+	json_decref(fast);
+	json_decref(slow);
+}
+
+static const char *const jfast_texts[] = {
+	"{}",
+	"[]",
+	" { } ",
+	"{\"a\":1}",
+	"{\"a\": 1, \"b\": [1, -2, 0, -0, true, false, null]}",
+	"{\"a\":1,\"a\":2}",
+	"[1.5]",
+	"[1e3]",
+	"[01]",
+	"[-]",
+	"[123456789012345678]",
+	"[1234567890123456789]",
+	"[-9223372036854775808]",
+	"[9223372036854775807]",
+	"{\"s\":\"xfer1.eyJ2IjoxLCJraW5kIjoicmVhZGFibGUi_-\"}",
+	"[\"a\\\"b\"]",
+	"[\"\\u00e9\"]",
+	"[\"\xc3\xa9\"]",
+	"[\"\x7f\"]",
+	"[\"tab\there\"]",
+	"{\"\":\"\"}",
+	"[truex]",
+	"[nul]",
+	"[1,]",
+	"[,1]",
+	"{\"a\":}",
+	"{\"a\" 1}",
+	"{1:2}",
+	"[1] x",
+	"1",
+	"\"s\"",
+	"true",
+	"",
+	"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]"
+	"]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+	"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"op.batch\",\"params\":{\"ops\":[[\"read\","
+	"\"xfer1.abc\",[[1,0,65536]]]],\"event\":\"batch\",\"end_only\":true}}",
+	"\t\r\n[ 1 ,\n2 ]\n",
+};
+
+/*
+ * Every text above, each byte of each replaced 6 ways or dropped, under both flags jansson is
+ * called with here: the two readers agree, and the fast writer writes what jansson writes.
+ */
+TEST(json_fast_path_matches_jansson)
+{
+	static const char subst[] = { '"', '\\', ',', '0', '\x01', '\x80' };
+	static const size_t flags[] = { 0, JSON_REJECT_DUPLICATES };
+
+	for (size_t t = 0; t < sizeof(jfast_texts) / sizeof(jfast_texts[0]); t++) {
+		const char *text = jfast_texts[t];
+		size_t len = strlen(text);
+		char *m = malloc(len + 1);
+		CHECK(m != NULL);
+		for (size_t f = 0; f < 2; f++) {
+			jfast_agree(text, len, flags[f]);
+			for (size_t i = 0; i < len; i++) {
+				for (size_t k = 0; k < sizeof(subst); k++) {
+					memcpy(m, text, len);
+					m[i] = subst[k];
+					jfast_agree(m, len, flags[f]);
+				}
+				memcpy(m, text, i);
+				memcpy(m + i, text + i + 1, len - i - 1);
+				jfast_agree(m, len - 1, flags[f]);
+			}
+		}
+		free(m);
+	}
+}
+
+/* Values the fast writer leaves to jansson (reals, escapes, non-ASCII) come out as jansson's. */
+TEST(json_fast_dump_defers_what_it_does_not_take)
+{
+	json_t *v = json_pack("{s:f, s:s, s:s, s:[I, I]}", "r", 1.5, "e", "a\"b\\c\n", "u",
+			      "\xc3\xa9", "i", (json_int_t)INT64_MIN, (json_int_t)INT64_MAX);
+	size_t n;
+	char *fast = xp_json_dumps(v, XP_MAX_MSG, &n), *slow = json_dumps(v, JSON_COMPACT);
+
+	CHECK(fast && slow);
+	CHECK_STR_EQ(fast, slow);
+	CHECK_EQ_INT(n, strlen(slow));
+	free(fast);
+	free(slow);
+	json_decref(v);
+}
