@@ -310,6 +310,10 @@ static int batch_compact(struct xd_call *call, size_t i, const struct wreq_in *r
 	return batch_entry_end(call, i, &sub, rc, op, results, bo);
 }
 
+#define XD_POSTED_PASSIVE_MSG                                                            \
+	"op.batch entry %zu: a batch posted with reply false carries no op.readable or " \
+	"op.writable (their metadata comes in the reply)"
+
 /* Runs compact pairing entry @i (@in) as its own request. */
 static int batch_compact_pair(struct xd_call *call, size_t i, const struct xd_pair_in *in,
 			      json_t *results, const struct batch_opts *bo)
@@ -326,6 +330,9 @@ static int batch_compact_pair(struct xd_call *call, size_t i, const struct xd_pa
 			       .code = XP_E_FAILED,
 			       .compact = true };
 	struct xd_op *op = NULL;
+
+	if (bo->posted && xp_kind_passive(in->kind))
+		return xd_fail(call, XP_E_FAILED, EINVAL, XD_POSTED_PASSIVE_MSG, i);
 	int rc = xd_pair_start(&sub, in, &op);
 
 	return batch_entry_end(call, i, &sub, rc, op, results, bo);
@@ -376,10 +383,7 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	}
 	if (bo->posted && (m == XP_M_OP_READABLE || m == XP_M_OP_WRITABLE)) {
 		json_decref(owned);
-		return xd_fail(call, XP_E_FAILED, EINVAL,
-			       "op.batch entry %zu: a batch posted with reply false carries no "
-			       "op.readable or op.writable (their metadata comes in the reply)",
-			       i);
+		return xd_fail(call, XP_E_FAILED, EINVAL, XD_POSTED_PASSIVE_MSG, i);
 	}
 	bool pairing = m == XP_M_OP_READABLE || m == XP_M_OP_WRITABLE || m == XP_M_OP_READ ||
 		       m == XP_M_OP_WRITE;

@@ -298,6 +298,8 @@ static int raw_recv(int sock, struct xp_reply *rep)
  * posted batch is never answered: the stats request sent right after it gets the next reply,
  * and the batch's event carries the request's own id.
  */
+static void posted_passive_refused(int sock, const char *posted);
+
 TEST(local_posted_batch_rules_in_the_daemon)
 {
 	struct td d;
@@ -314,12 +316,27 @@ TEST(local_posted_batch_rules_in_the_daemon)
 	CHECK(!rep.result && rep.id == 5);
 	CHECK(strstr(rep.message, "reply false needs event \"batch\"") != NULL);
 	xp_reply_fini(&rep);
-	static const char posted[] =
+	/* the long and the compact form of a readable entry alike */
+	static const char *const posted[] = {
 		"{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"op.batch\",\"params\":{\"ops\":"
 		"[{\"method\":\"op.readable\",\"params\":{\"descs\":[{\"region\":1,\"offset\":0,"
-		"\"length\":1}]}},[\"get\",1,0,[[1,0,1]]]],\"event\":\"batch\",\"reply\":false}}";
+		"\"length\":1}]}},[\"get\",1,0,[[1,0,1]]]],\"event\":\"batch\",\"reply\":false}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"op.batch\",\"params\":{\"ops\":"
+		"[[\"readable\",[[1,0,1]]],[\"get\",1,0,[[1,0,1]]]],\"event\":\"batch\",\"reply\":false}}",
+	};
+	for (size_t k = 0; k < 2; k++)
+		posted_passive_refused(sock, posted[k]);
+	close(sock);
+	CHECK_EQ_INT(td_stop(&d), 0);
+}
+
+/* Posted batch @posted (id 6, a readable entry first, then a get) is refused in its event. */
+static void posted_passive_refused(int sock, const char *posted)
+{
 	static const char stats[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"stats\"}";
-	CHECK_OK(send_waiting(sock, posted, sizeof(posted) - 1));
+	struct xp_reply rep;
+
+	CHECK_OK(send_waiting(sock, posted, strlen(posted)));
 	CHECK_OK(send_waiting(sock, stats, sizeof(stats) - 1));
 	bool answered = false, event = false;
 	while (!answered || !event) {
@@ -343,8 +360,6 @@ TEST(local_posted_batch_rules_in_the_daemon)
 		}
 		xp_reply_fini(&rep);
 	}
-	close(sock);
-	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
 /*
