@@ -4,7 +4,7 @@
 # bench-win.sh: a short round of TCP window gets and puts (xferbench_net win) beside
 # ucx_perftest -t tag_bw, in one run on the same two namespaces (scripts/netns.sh), for A/B
 # comparisons of daemon builds (issue 14). Each BUILD directory given runs its own pair of
-# daemons in turn (same client: the first build's xferbench_net), ALT times alternating.
+# daemons in turn (same client: the first BUILD:post's xferbench_net, else the first build's).
 # BUILD:post runs that build's daemons with the client posting its batches (xferbench_net
 # --post: XFER_OP_POST, no reply awaited; --batch 1 then posts one get or put per call).
 #
@@ -50,6 +50,9 @@ while [ $# -gt 0 ]; do
 done
 [ ${#BUILDS[@]} -gt 0 ] || BUILDS=(build)
 CLIENT=${BUILDS[0]%:post}/xferbench_net
+for b in "${BUILDS[@]}"; do # (a BUILD:post's client knows --post: it runs every build's cells)
+	[ "${b%:post}" != "$b" ] && CLIENT=${b%:post}/xferbench_net && break
+done
 
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
@@ -91,21 +94,22 @@ bytes()
 	esac
 }
 
-# iperf3_gbps: GB/s of one iperf3 stream node 0 -> node 1 for 2 s (1 s omitted).
+# iperf3_gbps: GB/s of one iperf3 stream node 0 -> node 1 for 2 s (1 s omitted), to the server
+# started below (a one-off server would take xn_wait_tcp's probe for its client).
 iperf3_gbps()
 {
-	local port out
-	port=$(($(xn_port 1) + 2002))
-	[ "$(xn_mode)" = loopback ] && port=$(xn__free_port "$port")
-	xn_spawn 1 "$RUN/iperf3-server.log" timeout 60 iperf3 -s -1 -B "$A1" -p "$port"
-	xn_wait_tcp 0 "$A1" "$port" 10 || true
-	out=$(xn_exec 0 timeout 30 iperf3 -c "$A1" -p "$port" -t 2 -O 1 -J 2>/dev/null) || out='{}'
-	wait "$XN_PID" 2>/dev/null || true
-	xn_forget "$XN_PID"
+	local out
+	out=$(xn_exec 0 timeout 30 iperf3 -c "$A1" -p "$IPORT" -t 2 -O 1 -J 2>/dev/null) || out='{}'
 	"$XN_PY" -c 'import json,sys
 d = json.load(sys.stdin)
 print("%.3f" % (d.get("end", {}).get("sum_received", {}).get("bits_per_second", 0) / 8e9))' <<<"$out"
 }
+if [ "$IPERF" = 1 ]; then
+	IPORT=$(($(xn_port 1) + 2002))
+	[ "$(xn_mode)" = loopback ] && IPORT=$(xn__free_port "$IPORT")
+	xn_spawn 1 "$RUN/iperf3-server.log" iperf3 -s -B "$A1" -p "$IPORT"
+	xn_wait_tcp 0 "$A1" "$IPORT" 10 || IPERF=0
+fi
 
 declare -A UCXR IPR
 for r in $(seq 1 "$ROUNDS"); do
