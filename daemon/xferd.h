@@ -516,6 +516,12 @@ struct xd_daemon {
 	struct event *sig_ev[3];
 	TAILQ_HEAD(, xd_conn) conns;
 	TAILQ_HEAD(, xd_region) regions;
+	/*
+	 * Regions alive (listed or still held) whose bytes are reached by file I/O only: while
+	 * there are none, tcp.c may read small frames ahead into a buffer (no DATA frame can be
+	 * for a file then).
+	 */
+	unsigned unmapped_regions;
 	TAILQ_HEAD(, xd_op) ops;
 	uint64_t next_client, next_region, next_op, next_batch;
 	struct xd_copier *copier;

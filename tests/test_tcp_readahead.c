@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The TCP read path reads small frames ahead into a per-connection buffer while no file region
+ * is alive (tcp.c, ra_allowed()): a DATA frame for a file must reach the file lane straight
+ * from the socket. Here a stream of small window puts (4 KiB, posted in batches of 8) shares
+ * the peer connections with a pairing whose target is a file registered mid-stream, and goes
+ * on after the file region is gone again: every put's bytes and every byte of the file are
+ * compared, no set fails.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon_util.h"
+#include "harness.h"
+#include "xferclient.h"
+
+#define BLOCK 4096ul
+#define NBLOCKS 256 /* window blocks: each round's puts go to blocks of their own */
+#define PER_ROUND 64
+#define BATCH 8
+#define FILE_LEN (4ul << 20)
+#define WAIT_MS 60000
+
+struct rig {
+	struct td a, b;
+	struct td_key key;
+	struct xfer_client *owner, *opener;
+	struct xfer_buf wbuf, pbuf, src;
+	uint64_t wregion, pregion, sregion, window, handle;
+	int events, complete, next_block;
+};
+
+static void node_start(struct rig *r, struct td *d)
+{
+	char cfg[300];
+
+	snprintf(cfg, sizeof(cfg), "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\"}",
+		 r->key.path);
+	CHECK_OK(td_start(d, cfg));
+}
+
+static void batch_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
+{
+	struct rig *r = arg;
+
+	(void)c;
+	r->events++;
+	for (size_t i = 0; i < ev->n; i++)
+		r->complete += ev->ends[i].state == XFER_COMPLETE;
+}
+
+/* Posts PER_ROUND puts of the opener's blocks into the next window blocks, BATCH per request. */
+static void post_round(struct rig *r)
+{
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT |
+					      XFER_OP_POST };
+
+	for (int k = 0; k < PER_ROUND; k += BATCH) {
+		struct xfer_desc d[BATCH];
+		struct xfer_batch_op ops[BATCH];
+		for (int i = 0; i < BATCH; i++) {
+			uint64_t b = (uint64_t)r->next_block++;
+			d[i] = (struct xfer_desc){ r->pregion, b * BLOCK, BLOCK };
+			ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+							 .handle = r->handle,
+							 .offset = b * BLOCK,
+							 .descs = &d[i],
+							 .n = 1 };
+		}
+		CHECK_OK(xfer_batch(r->opener, ops, BATCH, &opts, NULL, NULL));
+	}
+}
+
+/* Takes the opener's events until every batch posted so far ended. */
+static void wait_puts(struct rig *r)
+{
+	long long until = td_now_ms() + WAIT_MS;
+
+	while (r->events < r->next_block / BATCH) {
+		CHECK(td_now_ms() < until);
+		CHECK(xfer_dispatch(r->opener) >= 0);
+		usleep(1000);
+	}
+	CHECK_EQ_INT(r->complete, r->next_block);
+	CHECK_MEM_EQ(r->wbuf.addr, r->pbuf.addr, (size_t)r->next_block * BLOCK);
+}
+
+static void rig_start(struct rig *r)
+{
+	char *meta = NULL;
+
+	memset(r, 0, sizeof(*r));
+	CHECK_OK(td_key_make(&r->key));
+	node_start(r, &r->a);
+	node_start(r, &r->b);
+	CHECK_OK(xfer_connect(r->a.sock, "owner", &r->owner));
+	CHECK_OK(xfer_connect(r->b.sock, "opener", &r->opener));
+	CHECK_OK(xfer_buf_alloc(NBLOCKS * BLOCK, &r->wbuf));
+	CHECK_OK(xfer_buf_alloc(NBLOCKS * BLOCK, &r->pbuf));
+	CHECK_OK(xfer_buf_alloc(FILE_LEN, &r->src));
+	td_fill(r->pbuf.addr, NBLOCKS * BLOCK, 31);
+	td_fill(r->src.addr, FILE_LEN, 32);
+	CHECK_OK(xfer_region_register(r->owner, r->wbuf.fd, 0, 0, "window", &r->wregion));
+	CHECK_OK(xfer_region_register(r->opener, r->pbuf.fd, 0, 0, "puts", &r->pregion));
+	CHECK_OK(xfer_region_register(r->opener, r->src.fd, 0, 0, "src", &r->sregion));
+	CHECK_OK(xfer_window_create(r->owner, r->wregion, 0, 0, XFER_ACCESS_WRITE, 0, &r->window,
+				    &meta));
+	CHECK_OK(xfer_window_open(r->opener, meta, &r->handle, NULL, NULL));
+	free(meta);
+	xfer_set_batch_cb(r->opener, batch_cb, r);
+}
+
+static void rig_stop(struct rig *r)
+{
+	xfer_set_batch_cb(r->opener, NULL, NULL);
+	CHECK_OK(xfer_window_close(r->opener, r->handle));
+	CHECK_OK(xfer_window_close(r->owner, r->window));
+	xfer_close(r->opener);
+	xfer_close(r->owner);
+	xfer_buf_free(&r->src);
+	xfer_buf_free(&r->pbuf);
+	xfer_buf_free(&r->wbuf);
+	CHECK_EQ_INT(td_stop(&r->b), 0);
+	CHECK_EQ_INT(td_stop(&r->a), 0);
+	td_key_remove(&r->key);
+}
+
+/*
+ * Round 1: puts alone (read ahead). Round 2: the owner registers a file and makes it writable,
+ * the opener writes 4 MiB into it between two rounds of puts, so the file's DATA frames follow
+ * small frames on the same connections. Round 3: the file region deregistered, puts alone again.
+ */
+TEST(cross_small_puts_beside_a_file_write)
+{
+	struct rig r;
+	char path[128];
+	uint64_t fregion, wop, aop;
+	char *meta = NULL;
+	struct xfer_op_info info;
+
+	rig_start(&r);
+	post_round(&r);
+	wait_puts(&r);
+
+	snprintf(path, sizeof(path), "/tmp/xferd-readahead-XXXXXX");
+	int fd = mkostemp(path, O_CLOEXEC);
+	CHECK(fd >= 0);
+	unlink(path); /* (the fd is all the test needs) */
+	CHECK_OK(ftruncate(fd, FILE_LEN) < 0 ? -errno : 0);
+	CHECK_OK(xfer_region_register_file(r.owner, fd, 0, FILE_LEN, 0, "file", &fregion));
+	struct xfer_desc fd_desc = { fregion, 0, FILE_LEN }, sd = { r.sregion, 0, FILE_LEN };
+	CHECK_OK(xfer_writable(r.owner, &fd_desc, 1, NULL, &wop, &meta));
+	post_round(&r);
+	CHECK_OK(xfer_write(r.opener, meta, &sd, 1, NULL, &aop));
+	post_round(&r);
+	CHECK_OK(xfer_wait(r.opener, aop, WAIT_MS, &info));
+	CHECK_EQ_INT(info.state, XFER_COMPLETE);
+	CHECK_OK(xfer_wait(r.owner, wop, WAIT_MS, &info));
+	CHECK_EQ_INT(info.state, XFER_COMPLETE);
+	wait_puts(&r);
+	char *back = malloc(FILE_LEN);
+	CHECK(back != NULL);
+	CHECK_EQ_INT(pread(fd, back, FILE_LEN, 0), (long long)FILE_LEN);
+	CHECK_MEM_EQ(back, r.src.addr, FILE_LEN);
+	free(back);
+	free(meta);
+	CHECK_OK(xfer_release(r.opener, aop));
+	CHECK_OK(xfer_release(r.owner, wop));
+	CHECK_OK(xfer_region_deregister(r.owner, fregion, 0));
+	close(fd);
+
+	post_round(&r);
+	wait_puts(&r);
+	rig_stop(&r);
+}
