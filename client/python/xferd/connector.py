@@ -23,6 +23,7 @@ from ._clib import XferError, lib
 from . import window as _window
 from .files import File
 from .memory import Descriptor, Pool
+from ._waiter import Waiter
 
 
 class OperationStatus(enum.IntEnum):
@@ -185,12 +186,17 @@ class Operation(_window._ClosedOnExit):
         futures, self._futures = self._futures, []
         self._connector._waiting -= len(futures)
         running = asyncio._get_running_loop()  # None outside a loop, unlike get_running_loop()
+        direct = self._connector._resume_here
         for fut in futures:
             loop = fut.get_loop()
             if loop.is_closed():
                 continue
             if running is loop:
-                if not fut.done():
+                if fut.done():
+                    continue
+                if direct is not None:  # inside the reader callback: resumed after dispatch
+                    direct.append(fut)
+                else:
                     fut.set_result(None)
             else:
                 loop.call_soon_threadsafe(lambda f=fut: f.done() or f.set_result(None))
@@ -217,7 +223,7 @@ class Operation(_window._ClosedOnExit):
             self._connector.dispatch()
         if self._status not in _TERMINAL:
             self._connector._attach_loop()
-            fut = asyncio.get_running_loop().create_future()
+            fut = Waiter(asyncio.get_running_loop())
             self._futures.append(fut)
             self._connector._waiting += 1
             if timeout is None:
@@ -354,6 +360,7 @@ class Connector:
         self._waiting = 0  # futures of this connector's operations not yet woken
         self._reading = False  # the fd is on self._loop
         self._in_dispatch = False
+        self._resume_here = None  # in _on_readable: the Waiters its dispatch() ended
         self._windows = {}  # window id -> Window this connector owns
         self._handles = {}  # handle id -> RemoteWindow this connector opened
         self._error_lost = None
@@ -561,10 +568,22 @@ class Connector:
         # Only a wakeup that nobody waited for takes the fd off the loop: one that ended a wait
         # leaves it on for the next (add_reader/remove_reader per operation cost more).
         idle = not self._needs_reader()
-        self.dispatch()
+        ended = self._resume_here = []
+        try:
+            self.dispatch()
+        finally:
+            self._resume_here = None
+            self._resume_tasks(ended)  # also when dispatch() raised: they were taken off ops
         if idle and self._reading and not self._needs_reader():
             self._loop.remove_reader(self.fd)
             self._reading = False
+
+    def _resume_tasks(self, waiters):
+        """Resumes the tasks waiting on @waiters now, in this reader callback (no task runs
+        here and the library is not inside xfer_dispatch()): not a turn of the loop later (see
+        _waiter.py). A task that raises keeps its exception; it does not reach this callback."""
+        for w in waiters:
+            w.end_here()
 
     # -- memory --
 
