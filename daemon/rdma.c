@@ -29,6 +29,8 @@
  * cost more than the pinning (the register + deregister fast path).
  */
 #define XD_RDMA_REG_INLINE_MAX (1ull << 20)
+/* A staging pool that could not be made is not tried again for this long (each try pins it). */
+#define XD_STAGE_RETRY_US 1000000
 #define XD_POLL_BATCH 32
 
 static const char *link_layer_name(uint8_t ll)
@@ -416,35 +418,63 @@ json_t *xd_rdma_region_json(const struct xd_daemon *d, const struct xd_region *r
 
 /* ---- staging buffers (file regions) ---- */
 
-/* Maps and registers @dev's pool: rdma_staging_buffers x rdma_staging_size. */
-static int staging_make(struct xd_rdma_dev *dev, char *msg, size_t len)
+/*
+ * A device's staging pool being made on a worker: ibv_reg_mr of fresh anonymous memory faults in
+ * and pins every page (16 x 4 MiB: 1.4-2.0 s in the Soft-RoCE VM, ~60 ms natively), which the
+ * loop must not wait for (DESIGN §7). Chunks wait for it as for a buffer (-EAGAIN).
+ */
+struct staging_job {
+	struct xd_rdma_dev *dev;
+	size_t bytes;
+	int access;
+	void *mem;		/**< the worker's: the pool's mapping, or MAP_FAILED */
+	struct ibv_mr *mr;	/**< its registration, or NULL */
+	int err;		/**< 0 or a positive errno */
+	char msg[XD_CAUSE_MAX]; /**< the cause of a failure */
+};
+
+/* Maps and registers the pool (on a worker, or on the loop once the workers are stopping). */
+static void staging_make_work(void *arg)
+{
+	struct staging_job *job = arg;
+
+	job->mem =
+		mmap(NULL, job->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (job->mem == MAP_FAILED) {
+		job->err = ENOMEM;
+		snprintf(job->msg, sizeof(job->msg),
+			 "no memory for %zu bytes of staging buffers on %s", job->bytes,
+			 job->dev->name);
+		return;
+	}
+	job->mr = ibv_reg_mr(job->dev->pd, job->mem, job->bytes, job->access);
+	if (!job->mr) {
+		job->err = errno ? errno : ENOMEM;
+		explain_reg_failure(job->dev, job->err, job->msg, sizeof(job->msg));
+		munmap(job->mem, job->bytes);
+		job->mem = MAP_FAILED;
+	}
+}
+
+/* Makes the pool of @job usable (every buffer free). Returns 0 or -ENOMEM (nothing kept). */
+static int staging_install(struct xd_rdma_dev *dev, struct staging_job *job)
 {
 	struct xd_rdma_staging *st = &dev->staging;
 	const struct xd_config *cfg = &dev->rdma->d->cfg;
-	size_t bytes = (size_t)cfg->rdma_staging_buffers * cfg->rdma_staging_size;
-	void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-	if (mem == MAP_FAILED) {
-		snprintf(msg, len, "no memory for %zu bytes of staging buffers on %s", bytes,
-			 dev->name);
+	st->free = calloc(cfg->rdma_staging_buffers, sizeof(*st->free));
+	if (!st->free) {
+		snprintf(job->msg, sizeof(job->msg), "out of memory for the staging pool's list");
 		return -ENOMEM;
 	}
-	st->region.base = mem;
+	st->mr = job->mr;
+	st->region.base = job->mem;
 	st->nbufs = cfg->rdma_staging_buffers;
 	st->size = cfg->rdma_staging_size;
-	st->free = calloc(st->nbufs, sizeof(*st->free));
-	st->mr = st->free ? ibv_reg_mr(dev->pd, mem, bytes, region_access(dev)) : NULL;
-	if (!st->mr) {
-		int err = st->free ? (errno ? errno : ENOMEM) : ENOMEM;
-		explain_reg_failure(dev, err, msg, len);
-		st->nfree = st->nbufs; /* (nothing taken: no complaint at the free) */
-		staging_free(dev);
-		return -err;
-	}
 	st->region.d = dev->rdma->d;
 	st->region.mem = &xd_mem_staging;
 	st->region.fd = -1;
-	st->region.length = bytes;
+	st->region.length = job->bytes;
 	st->region.may_read = st->region.may_write = true;
 	snprintf(st->region.name, sizeof(st->region.name), "staging");
 	for (uint32_t i = 0; i < st->nbufs; i++)
@@ -455,15 +485,75 @@ static int staging_make(struct xd_rdma_dev *dev, char *msg, size_t len)
 	return 0;
 }
 
+/* Back on the loop: the pool is made (or failed: the cause kept for XD_STAGE_RETRY_US). */
+static void staging_made(void *arg)
+{
+	struct staging_job *job = arg;
+	struct xd_rdma_dev *dev = job->dev;
+	struct xd_rdma_staging *st = &dev->staging;
+	static const struct timeval now = { 0, 0 };
+	int err = job->err ? -job->err : staging_install(dev, job);
+
+	st->making = false;
+	if (err < 0) {
+		if (job->mr && ibv_dereg_mr(job->mr))
+			xd_log(XD_LOG_ERR, "%s: ibv_dereg_mr of the staging buffers failed",
+			       dev->name);
+		if (job->mem != MAP_FAILED)
+			munmap(job->mem, job->bytes);
+		st->make_err = -err;
+		st->failed_us = xd_now_us();
+		snprintf(st->make_msg, sizeof(st->make_msg), "%s", job->msg);
+		xd_log(XD_LOG_ERR, "%s: %s", dev->name, job->msg);
+	}
+	free(job);
+	/* Every chunk that waited goes on: with a buffer now, or failing with the cause. */
+	if (st->waiting && dev->rdma->stage_kick_ev)
+		evtimer_add(dev->rdma->stage_kick_ev, &now);
+}
+
+/* Starts making @dev's pool: rdma_staging_buffers x rdma_staging_size. Returns 0 or -errno. */
+static int staging_start(struct xd_rdma_dev *dev)
+{
+	const struct xd_config *cfg = &dev->rdma->d->cfg;
+	struct staging_job *job = calloc(1, sizeof(*job));
+
+	if (!job)
+		return -ENOMEM;
+	job->dev = dev;
+	job->bytes = (size_t)cfg->rdma_staging_buffers * cfg->rdma_staging_size;
+	job->access = region_access(dev);
+	job->mem = MAP_FAILED;
+	dev->staging.making = true;
+	if (xd_work_submit(dev->rdma->d, staging_make_work, staging_made, job) < 0) {
+		staging_make_work(job); /* (the workers are stopping: here, as before) */
+		staging_made(job);
+	}
+	return 0;
+}
+
 int xd_rdma_stage_get(struct xd_rdma_dev *dev, uint32_t *buf, char *msg, size_t len)
 {
 	struct xd_rdma_staging *st = &dev->staging;
 
-	if (!st->mr) {
-		int err = staging_make(dev, msg, len);
-		if (err)
-			return err;
+	if (!st->mr && st->make_err && xd_now_us() - st->failed_us < XD_STAGE_RETRY_US) {
+		snprintf(msg, len, "%s", st->make_msg);
+		return -st->make_err;
 	}
+	if (!st->mr && !st->making) {
+		st->make_err = 0;
+		int err = staging_start(dev);
+		if (err < 0) {
+			snprintf(msg, len, "out of memory starting the staging pool");
+			return err;
+		}
+	}
+	if (!st->mr && st->making) {
+		st->waiting = true;
+		return -EAGAIN;
+	}
+	if (!st->mr) /* (made at once, and failed: the workers are stopping) */
+		return xd_rdma_stage_get(dev, buf, msg, len);
 	if (st->nfree == 0) {
 		st->waits++;
 		st->waiting = true;
@@ -495,7 +585,8 @@ static json_t *staging_json(const struct xd_rdma_dev *dev)
 	const struct xd_rdma_staging *st = &dev->staging;
 	const struct xd_config *cfg = &dev->rdma->d->cfg;
 
-	return json_pack("{s:b, s:I, s:I, s:I, s:I}", "registered", st->mr != NULL, "buffers",
+	return json_pack("{s:b, s:b, s:I, s:I, s:I, s:I}", "registered", st->mr != NULL,
+			 "registering", st->making, "buffers",
 			 (json_int_t)cfg->rdma_staging_buffers, "size",
 			 (json_int_t)cfg->rdma_staging_size, "in_use",
 			 (json_int_t)(st->nbufs - st->nfree), "waits", (json_int_t)st->waits);

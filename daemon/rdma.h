@@ -35,6 +35,10 @@ struct xd_rdma_staging {
 	uint32_t nfree;
 	uint64_t waits; /**< times a chunk found every buffer taken */
 	bool waiting;	/**< a chunk waits for a buffer: kick the device's connections on a put */
+	bool making;	/**< a worker maps and registers the pool (first use) */
+	int make_err;	/**< that failed (a positive errno): refused until XD_STAGE_RETRY_US */
+	uint64_t failed_us;
+	char make_msg[XD_CAUSE_MAX]; /**< why */
 };
 
 struct xd_rdma_dev {

@@ -17,6 +17,8 @@
 #     (tests/rdma/rdma_reg.c): listed as such with their keys, bytes moved through them at
 #     once, deregistered at once, clients dying mid-registration leave no region or charge
 #   - multi-descriptor ops with mismatched boundaries (tests/rdma/rdma_sg.c)
+#   - a staging pool that cannot be made (64 GiB configured): the file read that waited for it
+#     ends with the cause, the daemon serves on (the pool is made on a worker, not the loop)
 #   - file regions through the staging buffers (tests/rdma/rdma_files.c): file -> memory, memory
 #     -> file, file -> file, reads and writes, the file on either side, unaligned, 1 B to 3 MiB +
 #     5 and one XFER_RDMA_FILES_BIG (default 256 MiB) file -> file read; truncated source: EIO;
@@ -57,7 +59,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, registration, multi, files, direct, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, registration, multi, files, staging, direct, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
 # always run).
 set -u
 
@@ -865,6 +867,44 @@ if want failures; then
 			fi
 		done
 	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# A staging pool that cannot be made (node 1 restarted with 1024 buffers of 64 MiB: 64 GiB, more
+# than the guest has) is made on a worker, and its failure ends the transfer that waited for it
+# ERRORED with the cause; the daemon goes on serving. Node 1 is then restarted as it was.
+
+if [ "$TRANSPORT" = rdma ] && want staging; then
+	name="staging pool that cannot be made: the file read ends with the cause, the daemon lives"
+	stop 1
+	write_config 1
+	sed -i 's/"rdma_staging_buffers": [0-9]*/"rdma_staging_buffers": 1024/; s/"rdma_staging_size": [0-9]*/"rdma_staging_size": 67108864/' "$D/n1.json"
+	if node_start 1; then
+		src=$(mkdata size.1048576 1048576)
+		rm -f "$DATA/sf.meta"
+		bg "$DATA/sf.p.out" "$DATA/sf.p.err" 1 readable --meta-file "$DATA/sf.meta" "$src"
+		pp=$BG
+		for ((i = 0; i < 600; i++)); do
+			[ -s "$DATA/sf.meta" ] && break
+			sleep 0.1
+		done
+		bg "$DATA/sf.a.out" "$DATA/sf.a.err" 0 read @"$DATA/sf.meta" "$DATA/sf.copy"
+		arc=0
+		wait_bg "$BG" || arc=$?
+		kill9 "$pp"
+		why=$(lastline "$DATA/sf.a.err")
+		if [ "$arc" != 0 ] && [[ $why == *"staging buffers"* ]] && [ ! -e "$DATA/sf.copy" ] &&
+			ctl 1 status >/dev/null 2>&1; then
+			ok "$name ($why)"
+		else
+			fail "$name" "read exit $arc: $why; node 1 log: $(logtail 1)"
+		fi
+	else
+		fail "$name" "node 1 did not start with the large pool configured"
+	fi
+	stop 1
+	write_config 1
+	node_start 1 || abort_setup "node 1 did not restart"
 fi
 
 # ---------------------------------------------------------------------------------------------
