@@ -119,6 +119,9 @@ static int flush_queue(struct xd_conn *c)
 		event_del(c->wev);
 	else
 		event_add(c->wev, NULL);
+	/* conn_write_cb tells window.c: never from here, whose caller may be window.c sending. */
+	if (c->notes_waiting && c->queued <= XD_NOTIFY_LOW)
+		event_active(c->wev, EV_WRITE, 0);
 	return 0;
 }
 
@@ -161,6 +164,8 @@ int xd_conn_send(struct xd_conn *c, const json_t *msg)
 	STAILQ_INSERT_TAIL(&c->outq, it, link);
 	c->queued++;
 	c->queued_bytes += it->len;
+	if (c->queued > c->queued_max)
+		c->queued_max = c->queued;
 	int rc = flush_queue(c);
 	if (rc < 0)
 		conn_close_later(c, "send failed (client gone)");
@@ -171,8 +176,14 @@ static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_conn *c = arg;
 
-	if (flush_queue(c) < 0)
+	if (flush_queue(c) < 0) {
 		xd_conn_close(c, "send failed");
+		return;
+	}
+	if (c->notes_waiting && c->queued <= XD_NOTIFY_LOW) {
+		c->notes_waiting = false;
+		xd_windows_conn_drained(c);
+	}
 }
 
 /* A packet that breaks the framing rules: one error, then the connection is closed. */
@@ -343,12 +354,21 @@ static void client_send(struct xd_conn *c, const json_t *msg)
 	xd_conn_send(c, msg); /* a failure closes the connection: nothing for the sender to do */
 }
 
+/* Hysteresis: once at XD_NOTIFY_HIGH, notifications wait till the queue is at XD_NOTIFY_LOW. */
+static bool client_notes_wait(struct xd_conn *c)
+{
+	if (c->queued >= XD_NOTIFY_HIGH)
+		c->notes_waiting = true;
+	return c->notes_waiting;
+}
+
 static const struct xd_client_ops ctl_client_ops = {
 	.send = client_send,
 	.reply = xd_reply_result,
 	.reply_error = xd_reply_error,
 	.find = xd_conn_find,
 	.publish = xd_events_publish,
+	.notes_wait = client_notes_wait,
 };
 
 int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch)

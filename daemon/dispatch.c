@@ -95,12 +95,13 @@ static int handle_hello(struct xd_call *call)
 
 static json_t *client_to_json(const struct xd_conn *c, uint64_t now)
 {
-	return json_pack("{s:I, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "client",
+	return json_pack("{s:I, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "client",
 			 (json_int_t)c->id, "name", c->name, "pid", (int)c->pid, "uid",
 			 (json_int_t)c->uid, "gid", (json_int_t)c->gid, "regions",
 			 (json_int_t)c->use[XD_RES_REGIONS], "bytes",
 			 (json_int_t)c->use[XD_RES_BYTES], "ops", (json_int_t)c->use[XD_RES_OPS],
-			 "age_ms", (json_int_t)((now - c->created_us) / 1000));
+			 "age_ms", (json_int_t)((now - c->created_us) / 1000), "queued",
+			 (json_int_t)c->queued, "queued_max", (json_int_t)c->queued_max);
 }
 
 static json_t *client_entry(const void *c, void *now)

@@ -474,10 +474,32 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 			  (unsigned long long)op->id, cause);
 }
 
+static bool apply_pending_end(struct xd_op *op);
+
+/* Records the end xd_op_end() was asked for, to be applied now or once drained. */
+static void op_record_end(struct xd_op *op, enum xp_state state, int err, const char *fmt,
+			  va_list ap)
+{
+	op->end_state = state;
+	op->cause_errno = err;
+	vsnprintf(op->cause, sizeof(op->cause), fmt, ap);
+}
+
 void xd_op_end(struct xd_op *op, enum xp_state state, int err, const char *fmt, ...)
 {
 	va_list ap;
 
+	if (op->held_slot) {
+		/* Its notification still waits: the op ends now (deadline, cancel), not then. */
+		*op->held_slot = NULL;
+		op->held_slot = NULL;
+		va_start(ap, fmt);
+		op_record_end(op, state, err, fmt, ap);
+		va_end(ap);
+		if (apply_pending_end(op))
+			forget_soon(op); /* (released: callers up the stack may hold it) */
+		return;
+	}
 	if (xp_state_terminal(op->state) || xd_op_ending(op))
 		return;
 	op->end_state = state;
@@ -551,6 +573,13 @@ void xd_op_drained(struct xd_op *op)
 		op_free(op);
 }
 
+void xd_op_unhold(struct xd_op *op)
+{
+	op->held_slot = NULL;
+	if (xd_op_ending(op) && apply_pending_end(op))
+		forget_soon(op);
+}
+
 /* The local transport's report on the copy of @arg (the active op), on the loop thread. */
 static void local_copy_done(void *arg, int err, uint64_t bytes, const char *why)
 {
@@ -569,7 +598,14 @@ static void local_copy_done(void *arg, int err, uint64_t bytes, const char *why)
 		count_bytes(active, bytes);
 		if (passive)
 			op_finish(passive, XP_ST_COMPLETE, 0, "");
-		op_finish(active, XP_ST_COMPLETE, 0, "");
+		if (active->held_slot) { /* (window.c: its notification waits, so does its end) */
+			active->end_state = XP_ST_COMPLETE;
+			active->cause_errno = 0;
+			active->cause[0] = '\0';
+			op_enter(active, XD_OP_ENDING);
+		} else if (!xp_state_terminal(active->state)) {
+			op_finish(active, XP_ST_COMPLETE, 0, "");
+		}
 	} else {
 		for (int i = 0; i < 2; i++)
 			if (sides[i] && xd_op_ending(sides[i]))

@@ -35,6 +35,9 @@ struct xd_wnote {
 	bool queued, done, visible;
 	enum xp_kind kind;
 	uint64_t offset, bytes;
+	uint32_t lane; /**< a TCP put's: the connection its last WPUT came on, and that WPUT's */
+	uint64_t seq;  /**< count there (0: none); no WACK covers it while the note waits */
+	struct xd_op *held_op; /**< a local opener's op, whose end waits for this note */
 	char tag[XP_MAX_TAG + 1];
 };
 
@@ -267,22 +270,67 @@ static void push_notified(struct xd_window *w, const struct xd_wnote *n)
 	w->d->stats.window_notified++;
 }
 
+/* Whether the owner's client of @w is behind: its notifications wait (PROTOCOL.md §10.9). */
+static bool owner_behind(struct xd_window *w)
+{
+	const struct xd_client_ops *ops = w->d->clients;
+
+	return w->owner && ops && ops->notes_wait && ops->notes_wait(w->owner);
+}
+
+static void ack_cb(void *arg);
+
+/* @n is sent or dropped: the local op that waited for it ends. */
+static void note_release(struct xd_wnote *n)
+{
+	struct xd_op *op = n->held_op;
+
+	n->held_op = NULL;
+	if (op)
+		xd_op_unhold(op);
+}
+
 /*
  * Delivers @o's notifications whose ops have ended, in the order the ops came, stopping at the
  * first still in flight: a later put's tag never overtakes an earlier one's. An op that did not
  * complete delivers nothing (its bytes are not all there), and does not hold the others up.
+ * While the owner's client is behind, the ended ones wait here, and so do the WACKs of the
+ * puts they name (ack_count()): the opener's credit of unacknowledged puts bounds them.
  */
 static void deliver(struct xd_wopener *o)
 {
+	struct xd_window *w = o->w;
 	struct xd_wnote *n;
+	bool acks = false;
 
 	while ((n = TAILQ_FIRST(&o->notes)) && n->done) {
+		bool tell = n->visible && w->owner && !w->closing;
+		if (tell && owner_behind(w))
+			break;
 		TAILQ_REMOVE(&o->notes, n, link);
 		o->nnotes--;
-		if (n->visible && o->w->owner && !o->w->closing)
-			push_notified(o->w, n);
+		if (tell)
+			push_notified(w, n);
+		acks |= n->seq != 0;
+		note_release(n);
 		free(n);
 	}
+	if (acks && o->peer && !o->gone)
+		xd_defer(w->d, &o->ack_later, ack_cb, o);
+}
+
+/* The ended notifications of @o that wait for the owner's client (listings). */
+static unsigned notes_waiting(const struct xd_wopener *o)
+{
+	const struct xd_wnote *n;
+	unsigned count = 0;
+
+	TAILQ_FOREACH(n, &o->notes, link) {
+		if (!n->done)
+			break;
+		count++;
+	}
+	return count;
 }
 
 /* ---- the owner's side: lifetime ---- */
@@ -313,6 +361,7 @@ static void opener_free(struct xd_wopener *o)
 	opener_key_close(o);
 	while ((n = TAILQ_FIRST(&o->notes))) {
 		TAILQ_REMOVE(&o->notes, n, link);
+		note_release(n);
 		free(n);
 	}
 	TAILQ_REMOVE(&o->w->openers, o, link);
@@ -392,6 +441,11 @@ static void window_op_ended(struct xd_op *op)
 			o->gets++, w->gets++;
 		else
 			o->puts++, w->puts++;
+	}
+	/* A local opener's op ends once its notification went: it cannot outrun the owner. */
+	if (n->queued && n->visible && op->pair && !op->pair->held_slot) {
+		n->held_op = op->pair;
+		op->pair->held_slot = &n->held_op;
 	}
 	if (n->queued)
 		deliver(o);
@@ -1012,8 +1066,13 @@ struct xd_op *xd_window_claim(struct xd_daemon *d, struct xd_peer *p, const stru
 	if (check_access(w->access, wc->kind, wc->window, err, msg, msglen) ||
 	    check_range(w->length, wc, wc->window, err, msg, msglen))
 		return NULL;
-	if (o->inflight >= XD_WINDOW_MAX_INFLIGHT || o->nnotes >= XD_WINDOW_MAX_INFLIGHT)
+	if (o->inflight >= XD_WINDOW_MAX_INFLIGHT)
 		REFUSE(EDQUOT, "%d gets and puts of this opener are in flight on window %llu",
+		       XD_WINDOW_MAX_INFLIGHT, (unsigned long long)wc->window);
+	if (o->nnotes >= XD_WINDOW_MAX_INFLIGHT) /* (a local opener: nothing else slows it) */
+		REFUSE(EDQUOT,
+		       "%d notifications of this opener wait for the owner's client of window "
+		       "%llu, which reads slower than they come (PROTOCOL.md §10.9): try again",
 		       XD_WINDOW_MAX_INFLIGHT, (unsigned long long)wc->window);
 	/* The owner's side of each is charged to the window owner's uid and the daemon. */
 	int rc = xd_charge(d, NULL, w->uid, XD_RES_OPS, 1, quota, sizeof(quota));
@@ -1109,6 +1168,23 @@ static void fast_refuse(struct xd_wopener *o, uint32_t *lane, uint64_t op, int e
 	json_decref(e);
 }
 
+/*
+ * How many of @o's WPUTs on connection @l a WACK may count: all taken, up to the first whose
+ * notification waits for the owner's client (deliver()). Those wait at the head of @o's notes.
+ */
+static uint64_t ack_count(const struct xd_wopener *o, const struct xd_wlane *l)
+{
+	const struct xd_wnote *n;
+
+	TAILQ_FOREACH(n, &o->notes, link) {
+		if (!n->done)
+			break;
+		if (n->seq && n->lane == l->id)
+			return n->seq - 1;
+	}
+	return l->frames;
+}
+
 /* One WACK per connection whose count of @o's WPUTs went up, on that connection. */
 static void ack_cb(void *arg)
 {
@@ -1117,16 +1193,15 @@ static void ack_cb(void *arg)
 
 	for (int i = 0; i < XD_WLANES && !o->gone && o->peer; i++) {
 		struct xd_wlane *l = &o->lanes[i];
-		struct xp_peer_hdr h = { .type = XP_PEER_WACK,
-					 .xfer = o->handle,
-					 .offset = l->frames };
+		uint64_t count = l->id && l->acked != l->frames ? ack_count(o, l) : l->acked;
+		struct xp_peer_hdr h = { .type = XP_PEER_WACK, .xfer = o->handle, .offset = count };
 		uint32_t lane = l->id;
-		if (!l->id || l->acked == l->frames)
+		if (count <= l->acked)
 			continue;
 		xp_peer_hdr_pack(&h, hdr);
 		if (xd_peer_send_wframe(o->peer, &lane, o->handle, hdr, sizeof(hdr), NULL, 0, 0) ==
 		    0)
-			l->acked = l->frames;
+			l->acked = count;
 	}
 }
 
@@ -1165,8 +1240,11 @@ static void fast_end(struct xd_wopener *o, struct xd_xfer *x, bool visible)
 			o->puts++, w->puts++;
 	}
 	if (n) {
+		struct xd_wlane *l = x->source ? NULL : wlane_find(o->lanes, x->wlane);
 		n->done = true;
 		n->visible = visible;
+		n->lane = l ? l->id : 0;
+		n->seq = l ? l->frames : 0; /* (frame_taken() counted it) */
 		deliver(o);
 	}
 	if (o->gone || w->closing)
@@ -1789,6 +1867,36 @@ static int handle_wclose(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_
 }
 
 /*
+ * Keeps a keyed opener's notification @n (copied) till the owner's client catches up. A keyed
+ * opener's requests need nothing of the owner, so nothing slows it: past XD_WINDOW_MAX_INFLIGHT
+ * waiting, it is revoked (its notifications so far still reach the owner), never the owner cut.
+ */
+static void note_wait(struct xd_wopener *o, const struct xd_wnote *n)
+{
+	struct xd_wnote *kept = o->nnotes < XD_WINDOW_MAX_INFLIGHT ? malloc(sizeof(*kept)) : NULL;
+	char cause[XD_CAUSE_MAX];
+
+	if (!kept) {
+		snprintf(cause, sizeof(cause),
+			 "%u notifications of this opener wait for the window owner's client, "
+			 "which does not read them (PROTOCOL.md §10.9)",
+			 o->nnotes);
+		xd_log(XD_LOG_WARN, "window %llu: opener %s/%llu revoked: %s",
+		       (unsigned long long)o->w->id, o->node_hex, (unsigned long long)o->handle,
+		       cause);
+		tell_opener(o, EDQUOT, cause);
+		o->releasing = o->grant != NULL; /* its key goes once it let go */
+		o->release_since_us = xd_now_us();
+		opener_close(o, XP_ST_ERRORED, EDQUOT, cause);
+		return;
+	}
+	*kept = *n;
+	kept->done = kept->visible = kept->queued = true;
+	TAILQ_INSERT_TAIL(&o->notes, kept, link);
+	o->nnotes++;
+}
+
+/*
  * The owner: WNOTIFY {window, kind, offset, bytes, tag} from a keyed opener, after the bytes
  * of its get or put on the same queue pair: told to the owner's client as window.notified.
  * A notification its key could not have earned (access, range) is a protocol error.
@@ -1818,7 +1926,9 @@ static int handle_wnotify(struct xd_peer *p, const struct xp_peer_hdr *hdr, json
 		return -EPROTO;
 	struct xd_wnote n = { .o = o, .kind = wc.kind, .offset = wc.offset, .bytes = wc.length };
 	snprintf(n.tag, sizeof(n.tag), "%s", tag);
-	if (w->owner)
+	if (w->owner && (owner_behind(w) || !TAILQ_EMPTY(&o->notes)))
+		note_wait(o, &n);
+	else if (w->owner)
 		push_notified(w, &n);
 	w->d->stats.window_ops++;
 	if (wc.kind == XP_KIND_GET)
@@ -1942,6 +2052,33 @@ void xd_windows_conn_closed(struct xd_conn *c)
 	}
 }
 
+/*
+ * Each opener's waiting notifications go, in order, until the queue is full again; the opener
+ * that filled it goes last next time, so that a flooding opener does not starve the others.
+ */
+static void window_drained(struct xd_window *w)
+{
+	struct xd_wopener *o, *tmp;
+
+	TAILQ_FOREACH_SAFE(o, &w->openers, link, tmp) {
+		deliver(o);
+		if (owner_behind(w)) {
+			TAILQ_REMOVE(&w->openers, o, link);
+			TAILQ_INSERT_TAIL(&w->openers, o, link);
+			return;
+		}
+	}
+}
+
+void xd_windows_conn_drained(struct xd_conn *c)
+{
+	struct xd_window *w;
+
+	TAILQ_FOREACH(w, &c->d->windows, link)
+		if (w->owner == c)
+			window_drained(w);
+}
+
 void xd_windows_region_gone(struct xd_region *r)
 {
 	struct xd_window *w;
@@ -1975,12 +2112,13 @@ static json_t *openers_json(const struct xd_window *w)
 	TAILQ_FOREACH(o, &w->openers, link) {
 		if (!arr || o->gone)
 			continue;
-		if (json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:I}", "peer",
+		if (json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "peer",
 							 o->local ? "local" : o->node_hex, "handle",
 							 (json_int_t)o->handle, "inflight",
 							 (json_int_t)o->inflight, "gets",
 							 (json_int_t)o->gets, "puts",
-							 (json_int_t)o->puts))) {
+							 (json_int_t)o->puts, "waiting",
+							 (json_int_t)notes_waiting(o)))) {
 			json_decref(arr);
 			arr = NULL;
 		}

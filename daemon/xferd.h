@@ -36,6 +36,15 @@
 #define XD_MAX_QUEUED 4096		/* packets queued to one client before it is dropped */
 #define XD_MAX_QUEUED_BYTES (16u << 20) /* ... or bytes of them */
 /*
+ * Window notifications (PROTOCOL.md §10.9): once a window owner's client has XD_NOTIFY_HIGH
+ * packets queued, window.notified waits at the daemon (and a TCP opener's WACKs with it), till
+ * the queue falls to XD_NOTIFY_LOW. A slow owner slows its openers; it is never cut for them.
+ */
+#define XD_NOTIFY_HIGH 1024
+#define XD_NOTIFY_LOW 256
+_Static_assert(XD_NOTIFY_LOW < XD_NOTIFY_HIGH && XD_NOTIFY_HIGH * 4 <= XD_MAX_QUEUED,
+	       "notifications leave room under the client's bound for replies and events");
+/*
  * events.subscribe: at most this many subscribed connections of users other than root (root's
  * are bounded by the clients limits only), and an event is dropped (and counted) rather than
  * queued to a subscriber that has this many packets queued already, so that a watcher that
@@ -610,6 +619,8 @@ struct xd_conn {
 	TAILQ_HEAD(, xd_waiter) waiters;
 	bool subscribed;	 /**< events.subscribe: gets others' op.changed too */
 	uint64_t events_dropped; /**< of those, not sent: it was XD_EVENTS_MAX_QUEUED behind */
+	unsigned queued_max;	 /**< the most packets ever queued to it (list.clients) */
+	bool notes_waiting;	 /**< window notifications wait for its queue to drain */
 };
 /*
  * How the layers below control reach a client: xd_ctl_start() fills d->clients. A notification
@@ -630,6 +641,12 @@ struct xd_client_ops {
 	 * subscribed to events (events.subscribe) that may see it, @owner excepted.
 	 */
 	void (*publish)(struct xd_daemon *d, const struct xd_conn *owner, const json_t *msg);
+	/*
+	 * Whether window notifications to @c must wait: it has XD_NOTIFY_HIGH packets queued.
+	 * When it says so, ctl.c calls xd_windows_conn_drained(@c) once the queue falls to
+	 * XD_NOTIFY_LOW.
+	 */
+	bool (*notes_wait)(struct xd_conn *c);
 };
 static inline void xd_client_send(struct xd_conn *c, const json_t *msg)
 {
@@ -808,6 +825,13 @@ struct xd_op {
 	bool internal;
 	void (*on_end)(struct xd_op *op); /**< internal: called once, when it ended */
 	void *on_end_arg;
+	/*
+	 * A local opener's op.get/op.put whose copy is done but whose notification waits for the
+	 * owner's client (PROTOCOL.md §10.9): window.c keeps the op in *@held_slot and ends it
+	 * through xd_op_drained() once the notification went; an earlier end (deadline, cancel,
+	 * its client gone) clears *@held_slot first. NULL: not held.
+	 */
+	struct xd_op **held_slot;
 	struct xd_wreq *wreq;	/**< opener's get/put over the network: owned, freed with the op */
 	struct xd_batch *batch; /**< op.batch with one event: its end goes there, not op.changed */
 	struct xd_deferred forget_later; /**< an op whose id was never given, or released */
@@ -889,6 +913,8 @@ int xd_op_start_local(struct xd_op *active, struct xd_op *passive);
  * applies the end that xd_op_end() left pending, and frees the op if its owner released it.
  */
 void xd_op_drained(struct xd_op *op);
+/* @op (borrowed) no longer waits for a notification: its end, if pending, is applied. */
+void xd_op_unhold(struct xd_op *op);
 /* A claim of a passive operation, from a local op.read/op.write or a peer's CLAIM. */
 struct xd_claim {
 	enum xp_kind want;  /**< the passive kind the claimer needs */
@@ -1173,6 +1199,8 @@ void xd_windows_peer_lost(struct xd_peer *p, int err, const char *cause);
 void xd_windows_count(const struct xd_daemon *d, uint64_t *windows, uint64_t *handles);
 /* A connection closes: its windows are revoked, its handles closed. */
 void xd_windows_conn_closed(struct xd_conn *c);
+/* @c's queue fell to XD_NOTIFY_LOW: the notifications waiting for it go (ctl.c calls this). */
+void xd_windows_conn_drained(struct xd_conn *c);
 /* Region @r is deregistered with force: the windows over it are revoked. */
 void xd_windows_region_gone(struct xd_region *r);
 /* list.windows: one page of @call's client's windows and handles. */

@@ -138,7 +138,8 @@ fi
 if $PY tests/hostile_peer.py wframes 127.0.0.1 "$PA" "$D/key" "$D/rw.meta" "$(pid_of A)" &&
 	kill -0 "$(pid_of A)" 2>/dev/null; then
 	ok "window frames: out-of-range puts and gets refused before a byte lands, unopened handles\
- dropped, a get flood and a notify flood bounded, puts after revocation dropped"
+ dropped, a get flood bounded, a notify flood ignoring its credit bounded (refused EDQUOT) with\
+ the owner kept"
 else
 	fail "one-sided window frames from a hostile member" "$(tail -n 3 "$D/A.log")"
 fi
