@@ -43,6 +43,7 @@ struct node {
 static char keyfile[64];
 static const char *want_transport; /* set by the cross-node cases: what their ops must use */
 static int nodes_used;		   /* external nodes handed out in this test */
+static const char *owner_sock;	   /* the owner's daemon in on_one_node()/on_two_nodes() */
 
 /* The @i-th socket of XFER_WINDOWS_NODES into @out, or false when there are fewer. */
 static bool external_node(int i, char *out, size_t len)
@@ -126,6 +127,7 @@ static void on_one_node(void (*body)(struct xfer_client *owner, struct xfer_clie
 	struct node a;
 
 	node_start(&a);
+	owner_sock = a.d.sock;
 	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&a.d, "opener");
 	body(owner, opener);
 	xfer_close(opener);
@@ -141,6 +143,7 @@ static void on_two_nodes(void (*body)(struct xfer_client *owner, struct xfer_cli
 
 	node_start(&a);
 	node_start(&b);
+	owner_sock = a.d.sock;
 	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
 	body(owner, opener);
 	xfer_close(opener);
@@ -1038,6 +1041,118 @@ TEST(local_large_mixed_in_order)
 TEST(cross_large_mixed_in_order)
 {
 	on_two_nodes(large_mixed_in_order);
+}
+
+/* The tags a slow owner took, checked in order as they come ("f0000", "f0001", ...). */
+struct flood_seen {
+	int next, wrong;
+};
+
+static void flood_cb(struct xfer_client *c, const struct xfer_window_event *ev, void *arg)
+{
+	struct flood_seen *s = arg;
+	char want[16];
+
+	if (ev->type != XFER_WINDOW_NOTIFIED)
+		return;
+	snprintf(want, sizeof(want), "f%04d", s->next++);
+	s->wrong += strcmp(ev->tag, want) != 0;
+}
+
+/*
+ * Field @key of the client named "owner" (@method list.clients) or of the first window's first
+ * opener (list.windows), asked by a client of its own: the owner's would drain its queue.
+ */
+static long long listed(const char *method, const char *key)
+{
+	struct xfer_client *c = NULL;
+	char *text = NULL;
+	long long v = -1;
+	size_t i;
+	json_t *row;
+
+	CHECK_OK(xfer_connect(owner_sock, "census", &c));
+	CHECK_OK(xfer_call(c, method, NULL, &text));
+	json_t *root = json_loads(text, 0, NULL);
+	free(text);
+	if (strcmp(method, "list.clients") == 0) {
+		json_array_foreach(json_object_get(root, "clients"), i, row)
+			if (strcmp(json_string_value(json_object_get(row, "name")), "owner") == 0)
+				v = json_integer_value(json_object_get(row, key));
+	} else {
+		json_t *w = json_array_get(json_object_get(root, "windows"), 0);
+		v = json_integer_value(
+			json_object_get(json_array_get(json_object_get(w, "openers"), 0), key));
+	}
+	json_decref(root);
+	xfer_close(c);
+	return v;
+}
+
+/*
+ * An opener floods tagged puts at an owner that reads nothing until some wait at its daemon
+ * (PROTOCOL.md §10.9), then drains: the owner stays connected, takes every tag once and in
+ * order, its queue stayed near XD_NOTIFY_HIGH, every put completes, every byte is there. Over
+ * TCP and locally the puts stall with the owner; over RDMA (make test-rdma) they do not, their
+ * WNOTIFYs wait at the owner.
+ */
+static void slow_owner(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 3000, PER = 1000 };
+	static struct xfer_batch_op ops[N];
+	static struct xfer_desc d[N];
+	static char tags[N][16];
+	struct flood_seen seen = { 0, 0 };
+	struct tbuf lbuf;
+	struct win w;
+	size_t done = 0;
+
+	xfer_set_window_cb(owner, flood_cb, &seen);
+	win_make(owner, opener, N, XFER_ACCESS_WRITE, &w);
+	tbuf_make(opener, N, &lbuf);
+	fill(lbuf.buf.addr, N, 31);
+	for (int i = 0; i < N; i++) {
+		snprintf(tags[i], sizeof(tags[i]), "f%04d", i);
+		d[i] = (struct xfer_desc){ lbuf.region, (uint64_t)i, 1 };
+		ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+						 .handle = w.handle,
+						 .offset = (uint64_t)i,
+						 .descs = &d[i],
+						 .n = 1,
+						 .tag = tags[i] };
+	}
+	for (int i = 0; i < N; i += PER) {
+		CHECK_OK(xfer_batch(opener, ops + i, PER, NULL, &done, NULL));
+		CHECK_EQ_INT(done, PER);
+	}
+	long long until = td_now_ms() + WAIT_MS;
+	while (listed("list.windows", "waiting") <= 0) { /* the owner reads nothing till then */
+		CHECK(td_now_ms() < until);
+		usleep(10000);
+	}
+	WAIT_EVENTS(owner, seen.next >= N);
+	CHECK_EQ_INT(seen.next, N);
+	CHECK_EQ_INT(seen.wrong, 0);
+	for (int i = 0; i < N; i++)
+		wait_complete(opener, ops[i].op);
+	CHECK_MEM_EQ(w.obuf.buf.addr, lbuf.buf.addr, N);
+	long long most = listed("list.clients", "queued_max");
+	CHECK(most >= 1024 && most <= 1024 + 64);
+	CHECK_OK(xfer_window_close(owner, w.window));
+	xfer_set_window_cb(owner, NULL, NULL);
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_slow_owner_flood)
+{
+	on_one_node(slow_owner);
+}
+
+TEST(cross_slow_owner_flood)
+{
+	on_two_nodes(slow_owner);
 }
 
 /*
