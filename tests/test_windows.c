@@ -1156,6 +1156,95 @@ TEST(cross_slow_owner_flood)
 }
 
 /*
+ * Tagged puts into a window over a file go as claims (PROTOCOL.md §10.9): nothing slows their
+ * opener, so once XD_WINDOW_MAX_INFLIGHT notifications wait for an owner that reads nothing,
+ * its daemon refuses further puts (EDQUOT, naming the rule) instead of queueing without bound or
+ * cutting the owner. The owner, still connected, then takes the tag of every put that
+ * completed, once and in order, and each of those bytes is in the file.
+ */
+TEST(cross_file_window_slow_owner_refuses)
+{
+	enum { PER = 1000, MAX_PUTS = 8000, LEN = 8192 };
+	static struct xfer_batch_op ops[PER];
+	static struct xfer_desc d[PER];
+	static char tags[MAX_PUTS][16];
+	struct flood_seen seen = { 0, 0 };
+	char path[] = "/tmp/xferd-wflood-XXXXXX";
+	struct node a, b;
+	struct tbuf lbuf;
+	uint64_t region, window, handle;
+	char *meta = NULL;
+	int sent = 0, completed = 0, refused = 0;
+	size_t done = 0;
+
+	cross_node();
+	if (want_transport && strcmp(want_transport, "tcp") != 0)
+		harness_skip("file regions move over tcp only");
+	node_start(&a);
+	node_start(&b);
+	owner_sock = a.d.sock;
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	int fd = mkstemp(path);
+	CHECK(fd >= 0 && ftruncate(fd, LEN) == 0);
+	CHECK_OK(xfer_region_register_file(owner, fd, 0, 0, 0, "wflood", &region));
+	CHECK_OK(xfer_window_create(owner, region, 0, 0, XFER_ACCESS_WRITE, 0, &window, &meta));
+	CHECK_OK(xfer_window_open(opener, meta, &handle, NULL, NULL));
+	xfer_set_window_cb(owner, flood_cb, &seen);
+	tbuf_make(opener, LEN, &lbuf);
+	fill(lbuf.buf.addr, LEN, 41);
+	/* The owner reads nothing: its queue fills, then notifications wait, then puts are refused. */
+	while (refused == 0 && sent < MAX_PUTS) {
+		for (int i = 0; i < PER; i++, sent++) {
+			uint64_t at = (uint64_t)sent % LEN;
+			snprintf(tags[sent], sizeof(tags[sent]), "f%04d", sent);
+			d[i] = (struct xfer_desc){ lbuf.region, at, 1 };
+			ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+							 .handle = handle,
+							 .offset = at,
+							 .descs = &d[i],
+							 .n = 1,
+							 .tag = tags[sent] };
+		}
+		CHECK_OK(xfer_batch(opener, ops, PER, NULL, &done, NULL));
+		CHECK_EQ_INT(done, PER);
+		for (int i = 0; i < PER; i++) {
+			struct xfer_op_info info;
+			wait_ended(opener, ops[i].op, &info);
+			if (info.state == XFER_COMPLETE) {
+				CHECK_EQ_INT(refused,
+					     0); /* in order: none completes after a refusal */
+				completed++;
+			} else {
+				CHECK_EQ_INT(info.error, -EDQUOT);
+				CHECK(strstr(info.cause, "10.9") != NULL);
+				refused++;
+			}
+			CHECK_OK(xfer_release(opener,
+					      ops[i].op)); /* (a client holds 4096 at most) */
+		}
+	}
+	CHECK(refused > 0);
+	CHECK(listed("list.clients", "queued_max") >= 1024); /* still connected, and was behind */
+	WAIT_EVENTS(owner, seen.next >= completed);
+	CHECK_EQ_INT(seen.next, completed);
+	CHECK_EQ_INT(seen.wrong, 0);
+	uint8_t *back = malloc(LEN);
+	CHECK(back && pread(fd, back, LEN, 0) == LEN);
+	CHECK_MEM_EQ(back, lbuf.buf.addr, completed < LEN ? (size_t)completed : LEN);
+	free(back);
+	xfer_set_window_cb(owner, NULL, NULL);
+	CHECK_OK(xfer_window_close(owner, window));
+	free(meta);
+	xfer_buf_free(&lbuf.buf);
+	close(fd);
+	unlink(path);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
+/*
  * A window over a file region: its owner's daemon tells the opener so at the open, and gets and
  * puts go as claims (one-sided frames read and write mappings only), byte-exact both ways.
  */
