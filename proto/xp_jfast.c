@@ -87,6 +87,18 @@ static json_t *in_literal(struct jf_in *s, const char *word, json_t *value)
 
 static json_t *in_value(struct jf_in *s);
 
+/*
+ * After a member or an element: 1 at a ',' (another follows), 0 at @close (the container
+ * ends), -1 at anything else (jansson decides). Consumes what it saw.
+ */
+static int in_after_item(struct jf_in *s, char close)
+{
+	in_ws(s);
+	if (!in_peek(s, ',') && !in_peek(s, close))
+		return -1;
+	return *s->p++ == ',';
+}
+
 /* The members after '{'. NULL: jansson decides (a duplicate key under JSON_REJECT_DUPLICATES
  * among the reasons: jansson refuses it with its own message). */
 static json_t *in_object(struct jf_in *s)
@@ -117,16 +129,11 @@ static json_t *in_object(struct jf_in *s)
 		}
 		if (!v || json_object_setn_new_nocheck(o, key, n, v)) /* (consumes v) */
 			break;
-		in_ws(s);
-		if (in_peek(s, ',')) {
-			s->p++;
-			continue;
-		}
-		if (in_peek(s, '}')) {
-			s->p++;
+		int next = in_after_item(s, '}');
+		if (next == 0)
 			return o;
-		}
-		break;
+		if (next < 0)
+			break;
 	}
 	json_decref(o);
 	return NULL;
@@ -147,16 +154,11 @@ static json_t *in_array(struct jf_in *s)
 		json_t *v = in_value(s);
 		if (!v || json_array_append_new(a, v))
 			break;
-		in_ws(s);
-		if (in_peek(s, ',')) {
-			s->p++;
-			continue;
-		}
-		if (in_peek(s, ']')) {
-			s->p++;
+		int next = in_after_item(s, ']');
+		if (next == 0)
 			return a;
-		}
-		break;
+		if (next < 0)
+			break;
 	}
 	json_decref(a);
 	return NULL;
