@@ -1155,6 +1155,42 @@ TEST(cross_slow_owner_flood)
 	on_two_nodes(slow_owner);
 }
 
+/* A window over a @len-byte temporary file of the owner's, opened by the opener. */
+struct fwin {
+	char path[32];
+	int fd;
+	uint64_t region, window, handle;
+	char *meta;
+};
+
+static void fwin_open(struct xfer_client *owner, struct xfer_client *opener, size_t len,
+		      enum xfer_access access, struct fwin *f)
+{
+	snprintf(f->path, sizeof(f->path), "/tmp/xferd-wfile-XXXXXX");
+	f->meta = NULL;
+	f->fd = mkstemp(f->path);
+	CHECK(f->fd >= 0 && ftruncate(f->fd, (off_t)len) == 0);
+	CHECK_OK(xfer_region_register_file(owner, f->fd, 0, 0, 0, "wfile", &f->region));
+	CHECK_OK(xfer_window_create(owner, f->region, 0, 0, access, 0, &f->window, &f->meta));
+	CHECK_OK(xfer_window_open(opener, f->meta, &f->handle, NULL, NULL));
+}
+
+static void fwin_close(struct xfer_client *owner, struct fwin *f)
+{
+	CHECK_OK(xfer_window_close(owner, f->window));
+	free(f->meta);
+	close(f->fd);
+	unlink(f->path);
+}
+
+/* File regions move over TCP only: skips the test elsewhere. */
+static void file_windows_need_tcp(void)
+{
+	cross_node();
+	if (want_transport && strcmp(want_transport, "tcp") != 0)
+		harness_skip("file regions move over tcp only (RDMA staging is not written yet)");
+}
+
 /*
  * Tagged puts into a window over a file go as claims (PROTOCOL.md §10.9): nothing slows their
  * opener, so once XD_WINDOW_MAX_INFLIGHT notifications wait for an owner that reads nothing,
@@ -1162,33 +1198,19 @@ TEST(cross_slow_owner_flood)
  * cutting the owner. The owner, still connected, then takes the tag of every put that
  * completed, once and in order, and each of those bytes is in the file.
  */
-TEST(cross_file_window_slow_owner_refuses)
+static void file_window_slow_owner(struct xfer_client *owner, struct xfer_client *opener)
 {
 	enum { PER = 1000, MAX_PUTS = 8000, LEN = 8192 };
 	static struct xfer_batch_op ops[PER];
 	static struct xfer_desc d[PER];
 	static char tags[MAX_PUTS][16];
 	struct flood_seen seen = { 0, 0 };
-	char path[] = "/tmp/xferd-wflood-XXXXXX";
-	struct node a, b;
+	struct fwin f;
 	struct tbuf lbuf;
-	uint64_t region, window, handle;
-	char *meta = NULL;
 	int sent = 0, completed = 0, refused = 0;
 	size_t done = 0;
 
-	cross_node();
-	if (want_transport && strcmp(want_transport, "tcp") != 0)
-		harness_skip("file regions move over tcp only");
-	node_start(&a);
-	node_start(&b);
-	owner_sock = a.d.sock;
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	int fd = mkstemp(path);
-	CHECK(fd >= 0 && ftruncate(fd, LEN) == 0);
-	CHECK_OK(xfer_region_register_file(owner, fd, 0, 0, 0, "wflood", &region));
-	CHECK_OK(xfer_window_create(owner, region, 0, 0, XFER_ACCESS_WRITE, 0, &window, &meta));
-	CHECK_OK(xfer_window_open(opener, meta, &handle, NULL, NULL));
+	fwin_open(owner, opener, LEN, XFER_ACCESS_WRITE, &f);
 	xfer_set_window_cb(owner, flood_cb, &seen);
 	tbuf_make(opener, LEN, &lbuf);
 	fill(lbuf.buf.addr, LEN, 41);
@@ -1199,7 +1221,7 @@ TEST(cross_file_window_slow_owner_refuses)
 			snprintf(tags[sent], sizeof(tags[sent]), "f%04d", sent);
 			d[i] = (struct xfer_desc){ lbuf.region, at, 1 };
 			ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
-							 .handle = handle,
+							 .handle = f.handle,
 							 .offset = at,
 							 .descs = &d[i],
 							 .n = 1,
@@ -1211,16 +1233,16 @@ TEST(cross_file_window_slow_owner_refuses)
 			struct xfer_op_info info;
 			wait_ended(opener, ops[i].op, &info);
 			if (info.state == XFER_COMPLETE) {
-				CHECK_EQ_INT(refused,
-					     0); /* in order: none completes after a refusal */
+				/* in order: none completes after a refusal */
+				CHECK_EQ_INT(refused, 0);
 				completed++;
 			} else {
 				CHECK_EQ_INT(info.error, -EDQUOT);
 				CHECK(strstr(info.cause, "10.9") != NULL);
 				refused++;
 			}
-			CHECK_OK(xfer_release(opener,
-					      ops[i].op)); /* (a client holds 4096 at most) */
+			/* (a client holds 4096 operations at most) */
+			CHECK_OK(xfer_release(opener, ops[i].op));
 		}
 	}
 	CHECK(refused > 0);
@@ -1229,66 +1251,51 @@ TEST(cross_file_window_slow_owner_refuses)
 	CHECK_EQ_INT(seen.next, completed);
 	CHECK_EQ_INT(seen.wrong, 0);
 	uint8_t *back = malloc(LEN);
-	CHECK(back && pread(fd, back, LEN, 0) == LEN);
+	CHECK(back && pread(f.fd, back, LEN, 0) == LEN);
 	CHECK_MEM_EQ(back, lbuf.buf.addr, completed < LEN ? (size_t)completed : LEN);
 	free(back);
 	xfer_set_window_cb(owner, NULL, NULL);
-	CHECK_OK(xfer_window_close(owner, window));
-	free(meta);
+	fwin_close(owner, &f);
 	xfer_buf_free(&lbuf.buf);
-	close(fd);
-	unlink(path);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+}
+
+TEST(cross_file_window_slow_owner_refuses)
+{
+	file_windows_need_tcp();
+	on_two_nodes(file_window_slow_owner);
 }
 
 /*
  * A window over a file region: its owner's daemon tells the opener so at the open, and gets and
  * puts go as claims (one-sided frames read and write mappings only), byte-exact both ways.
  */
-TEST(cross_window_over_a_file)
+static void file_window_get_put(struct xfer_client *owner, struct xfer_client *opener)
 {
-	cross_node();
-	struct node a, b;
-	char path[] = "/tmp/xferd-wfile-XXXXXX";
 	const size_t len = 256 * KiB;
+	struct fwin f;
 	struct tbuf lbuf;
-	uint64_t region, window, handle, op;
-	char *meta = NULL;
+	uint64_t op;
 
-	if (want_transport && strcmp(want_transport, "tcp") != 0)
-		harness_skip("file regions move over tcp only (RDMA staging is not written yet)");
-	node_start(&a);
-	node_start(&b);
-	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	CHECK(ftruncate(fd, (off_t)len) == 0);
-	CHECK_OK(xfer_region_register_file(owner, fd, 0, 0, 0, "wfile", &region));
-	CHECK_OK(xfer_window_create(owner, region, 0, 0, XFER_ACCESS_READWRITE, 0, &window, &meta));
-	CHECK_OK(xfer_window_open(opener, meta, &handle, NULL, NULL));
+	fwin_open(owner, opener, len, XFER_ACCESS_READWRITE, &f);
 	tbuf_make(opener, len, &lbuf);
 	fill(lbuf.buf.addr, len, 21);
 	struct xfer_desc d = { lbuf.region, 0, 100 * KiB + 1 };
-	CHECK_OK(xfer_put(opener, handle, 4097, &d, 1, NULL, NULL, &op));
+	CHECK_OK(xfer_put(opener, f.handle, 4097, &d, 1, NULL, NULL, &op));
 	wait_complete(opener, op);
 	uint8_t *back = malloc(len);
-	CHECK(back && pread(fd, back, 100 * KiB + 1, 4097) == (ssize_t)(100 * KiB + 1));
+	CHECK(back && pread(f.fd, back, 100 * KiB + 1, 4097) == (ssize_t)(100 * KiB + 1));
 	CHECK_MEM_EQ(back, lbuf.buf.addr, 100 * KiB + 1);
 	memset(lbuf.buf.addr, 0, len);
-	CHECK_OK(xfer_get(opener, handle, 4097, &d, 1, NULL, NULL, &op));
+	CHECK_OK(xfer_get(opener, f.handle, 4097, &d, 1, NULL, NULL, &op));
 	wait_complete(opener, op);
 	CHECK_MEM_EQ(lbuf.buf.addr, back, 100 * KiB + 1);
 	free(back);
-	CHECK_OK(xfer_window_close(owner, window));
-	free(meta);
+	fwin_close(owner, &f);
 	xfer_buf_free(&lbuf.buf);
-	close(fd);
-	unlink(path);
-	xfer_close(opener);
-	xfer_close(owner);
-	node_stop(&b);
-	node_stop(&a);
+}
+
+TEST(cross_window_over_a_file)
+{
+	file_windows_need_tcp();
+	on_two_nodes(file_window_get_put);
 }
