@@ -24,7 +24,7 @@ RXE_MTU ?= 1500
 
 rdma-build: $(BINS) $(RDMA_BINS) $(B)/tests/test_windows
 
-$(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c client/xferclient.h $(B)/$(LIBNAME)
+$(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c tests/rdma/rdma_fill.h client/xferclient.h $(B)/$(LIBNAME)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CCLD    $@")
 	$(Q)$(CC) $(FINAL_CFLAGS) $(FINAL_LDFLAGS) -o $@ $< -L$(B) -lxferclient $(RPATH) $(RDMA_LIBS)

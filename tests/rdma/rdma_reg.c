@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rdma_fill.h"
 #include "xferclient.h"
 
 #define WAIT_MS 180000
@@ -46,18 +47,6 @@ static void fail(const char *name, const char *why)
 {
 	printf("FAIL - %s (%s)\n", name, why);
 	failures++;
-}
-
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-	uint32_t x = seed | 1;
-
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		p[i] = (uint8_t)x;
-	}
 }
 
 /* The object text of region @id in @c's list.regions, or NULL (free() it). */
@@ -85,7 +74,7 @@ static int register_checked(struct xfer_client *c, struct xfer_buf *b, size_t le
 	snprintf(name, sizeof(name), "%zu-byte %s region registers %s, device keys listed", len,
 		 touch ? "resident" : "fresh", want_worker ? "on a worker" : "on the loop");
 	if (rc == 0 && touch)
-		fill(b->addr, len, (uint32_t)len);
+		rdma_fill(b->addr, len, (uint32_t)len);
 	if (rc == 0)
 		rc = xfer_region_register(c, b->fd, 0, 0, "rdma_reg", region);
 	if (rc < 0) {
@@ -124,7 +113,7 @@ static void move_bytes(struct xfer_client *o, uint64_t src, struct xfer_buf *sb,
 	char *meta = NULL, why[400];
 	int rc;
 
-	fill(sb->addr, BIG, 77);
+	rdma_fill(sb->addr, BIG, 77);
 	memset(db->addr, 0, BIG);
 	rc = xfer_readable(o, &sd, 1, &opts, &pop, &meta);
 	if (rc < 0) {

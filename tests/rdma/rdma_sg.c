@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdma_fill.h"
 #include "xferclient.h"
 
 #define GAP 0xa5
@@ -35,18 +36,6 @@ struct side {
 
 static const char *want_transport = "rdma";
 static int failures;
-
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-	uint32_t x = seed | 1;
-
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		p[i] = (uint8_t)x;
-	}
-}
 
 /* The bytes of @d (n descriptors over @s's regions) as one stream, into @out. */
 static void gather(const struct side *s, const struct xfer_desc *d, size_t n, uint8_t *out)
@@ -161,7 +150,7 @@ static void run_case(const char *name, struct side *p, struct side *a, int read,
 		goto out;
 	}
 	for (int r = 0; r < 2; r++) {
-		fill(src->buf[r].addr, src->buf[r].length, (uint32_t)(total + 77 * r));
+		rdma_fill(src->buf[r].addr, src->buf[r].length, (uint32_t)(total + 77 * r));
 		memset(dst->buf[r].addr, GAP, dst->buf[r].length);
 	}
 	rc = read ? xfer_readable(p->c, pd, np, &opts, &pop, &meta) :
