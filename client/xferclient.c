@@ -1357,6 +1357,63 @@ XFER_EXPORT int xfer_dispatch(struct xfer_client *c)
 	return rc < 0 ? rc : n;
 }
 
+static bool event_is_end(const struct client_event *ev)
+{
+	return !ev->is_window && !ev->is_batch && xp_state_terminal((enum xp_state)ev->info.state);
+}
+
+/*
+ * Reads waiting packets without blocking until one queues an operation's end. Returns 1 and
+ * *at (the link that points to that end, the last event queued), 0 when the socket is empty
+ * first, or -errno.
+ */
+static int client_drain_to_end(struct xfer_client *c, struct client_event ***at)
+{
+	bool done = false;
+	int rc;
+
+	for (;;) {
+		struct client_event **tail = c->ev_tail;
+
+		rc = client_recv(c, true);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc < 0)
+			return rc;
+		client_handle_packet(c, rc, XP_ID_NONE, NULL, &done);
+		if (*tail && event_is_end(*tail)) {
+			*at = tail;
+			return 1;
+		}
+	}
+}
+
+XFER_EXPORT int xfer_dispatch_end(struct xfer_client *c, struct xfer_op_info *end)
+{
+	struct client_event **at, *ev = NULL;
+	int rc;
+
+	if (!c || !end)
+		return -EINVAL;
+	/* Nested in a callback the outer delivery keeps the order; without one no end is queued. */
+	if (c->delivering || !c->cb) {
+		rc = xfer_dispatch(c);
+		return rc < 0 ? rc : 0;
+	}
+	rc = client_drain_to_end(c, &at);
+	if (rc == 1) {
+		ev = *at; /* the last event: unlinked, it goes to the caller after the ones before */
+		*at = NULL;
+		c->ev_tail = at;
+	}
+	client_deliver(c); /* may free @c when the callback closed it */
+	if (ev) {
+		*end = ev->info;
+		event_free(ev);
+	}
+	return rc;
+}
+
 /* Parses @params_json into an object. Returns 0 and *out (NULL for NULL), or -EINVAL. */
 static int call_params(struct xfer_client *c, const char *params_json, json_t **out)
 {

@@ -272,6 +272,19 @@ XFER_EXPORT int xfer_get_fd(const struct xfer_client *c);
 XFER_EXPORT int xfer_dispatch(struct xfer_client *c);
 
 /*
+ * As xfer_dispatch(), but stops at the first operation's end (op.changed with COMPLETE,
+ * CANCELLED or ERRORED) and hands it to the caller in *@end instead of the event callback:
+ * events received before it are delivered to the callbacks first, packets after it stay in the
+ * socket (which stays readable) for the next call. For an event loop that resumes whoever
+ * waits for that end at once: no callback trampoline for it, and no further read before it.
+ * Returns 1 (*@end holds the end; if a callback closed @c meanwhile, @c is gone), 0 (no end
+ * was waiting; everything was delivered), or -errno (-EINVAL: @c or @end NULL). Without an
+ * event callback set (ends are then dropped) or called from inside a callback, it does what
+ * xfer_dispatch() does and returns 0.
+ */
+XFER_EXPORT int xfer_dispatch_end(struct xfer_client *c, struct xfer_op_info *end);
+
+/*
  * Sends any method with @params_json (NULL: no params) and waits for its reply. Returns 0 and
  * *result_json (the result object as compact JSON; free() it), or -errno. For tools such as
  * xferctl that show listings; applications use the typed calls above.

@@ -1171,6 +1171,81 @@ TEST(event_callback_via_get_fd_and_dispatch)
 	duo_stop(&d, a, &pb, b, &ab);
 }
 
+/* Counts every operation event a callback sees, and the ends among them. */
+struct event_count {
+	int seen, ends;
+};
+
+static void count_event(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct event_count *n = arg;
+
+	n->seen++;
+	if (info->state == XFER_COMPLETE || info->state == XFER_CANCELLED ||
+	    info->state == XFER_ERRORED)
+		n->ends++;
+}
+
+/* Reads @len bytes of readable @meta on @b and waits for the read's end. */
+static void read_all(struct xfer_client *b, const char *meta, const struct xfer_desc *ad)
+{
+	struct xfer_op_info info;
+
+	wait_end(b, active(b, XFER_READABLE, meta, ad, 1), &info);
+	check_info("reader", &info, XFER_COMPLETE, 0);
+}
+
+/*
+ * xfer_dispatch_end() hands the waiting ends over one per call, in order, each after the
+ * events before it went to the callback, which never sees an end it returned; 0 once none is
+ * left; without a callback it only drains (as xfer_dispatch()).
+ */
+TEST(dispatch_end_returns_ends_one_at_a_time)
+{
+	struct event_count n = { 0 };
+	struct xfer_client *a, *b;
+	struct xfer_op_info end;
+	struct xfer_desc pd[2], ad[2];
+	struct tbuf pb, ab;
+	uint64_t op[2];
+	char *meta[2];
+	struct td d;
+
+	duo_start(&d, &a, "ends", &b, "reader", 128 * KiB, &pb, &ab);
+	xfer_set_event_cb(a, count_event, &n);
+	td_fill(pb.buf.addr, 128 * KiB, 13);
+	for (int i = 0; i < 2; i++) {
+		pd[i] = (struct xfer_desc){ pb.region, i * 64 * KiB, 64 * KiB };
+		ad[i] = (struct xfer_desc){ ab.region, i * 64 * KiB, 64 * KiB };
+		op[i] = passive(a, XFER_READABLE, &pd[i], 1, NULL, &meta[i]);
+	}
+	CHECK_EQ_INT(xfer_dispatch_end(a, &end), 0); /* nothing claimed yet */
+	for (int i = 0; i < 2; i++)
+		read_all(b, meta[i], &ad[i]); /* the owner's ends are pushed before the reader's */
+	CHECK_MEM_EQ(ab.buf.addr, pb.buf.addr, 128 * KiB);
+	for (int i = 0; i < 2; i++) {
+		memset(&end, 0, sizeof(end));
+		CHECK_EQ_INT(xfer_dispatch_end(a, &end), 1);
+		CHECK_EQ_INT(end.op, op[i]);
+		check_info("owner", &end, XFER_COMPLETE, 0);
+		CHECK_EQ_INT(end.bytes, 64 * KiB);
+		CHECK_EQ_INT(n.seen, i + 1); /* its IN_PROGRESS went to the callback first */
+		CHECK_EQ_INT(n.ends, 0);
+	}
+	CHECK_EQ_INT(xfer_dispatch_end(a, &end), 0);
+	CHECK_EQ_INT(xfer_dispatch_end(NULL, &end), -EINVAL);
+	CHECK_EQ_INT(xfer_dispatch_end(a, NULL), -EINVAL);
+	xfer_set_event_cb(a, NULL, NULL);
+	free(meta[0]);
+	op[0] = passive(a, XFER_READABLE, &pd[0], 1, NULL, &meta[0]);
+	read_all(b, meta[0], &ad[0]);
+	CHECK_EQ_INT(xfer_dispatch_end(a, &end), 0);
+	CHECK_EQ_INT(n.seen, 2);
+	for (int i = 0; i < 2; i++)
+		free(meta[i]);
+	duo_stop(&d, a, &pb, b, &ab);
+}
+
 /* ---- release on end ---- */
 
 static bool ended(enum xfer_state st)

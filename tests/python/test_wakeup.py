@@ -112,3 +112,71 @@ def test_an_exception_of_a_resumed_task_stays_in_that_task(pair):
         assert (dst == 5).all()
 
     asyncio.run(main())
+
+
+def end_callers(connector):
+    """Records, per event the connector applies, its state and who handed it over: "callback"
+    (libxferclient's event callback, through ctypes) or "reader" (xfer_dispatch_end in the
+    reader callback or an await's first look). Returns that list."""
+    seen, apply = [], connector._on_event
+
+    def on_event(info):
+        caller = sys._getframe(1).f_code.co_name
+        seen.append((int(info.state), "callback" if caller == "on_event" else "reader"))
+        apply(info)
+
+    connector._on_event = on_event
+    return seen
+
+
+def test_an_awaited_end_is_taken_without_the_event_callback(pair):
+    """The reader takes an end with xfer_dispatch_end() and applies it itself: no ctypes
+    callback for it (the library's callback still carries the events before an end)."""
+    a, b = pair
+    src, dst = xferd.empty(1 << 20), xferd.empty(1 << 20)
+    src[:] = 3
+    seen = end_callers(a)
+
+    async def owner(r):
+        status = await r.wait_for_completion(20)
+        return status, resumed_in_reader_callback()
+
+    async def main():
+        r = await a.create_readable(Descriptor(src))
+        (status, direct), _ = await asyncio.gather(owner(r), claim_later(b, r, dst))
+        assert status == OperationStatus.COMPLETE and direct
+        assert (dst == 3).all()
+
+    asyncio.run(main())
+    assert (OperationStatus.COMPLETE, "reader") in seen, seen
+    assert (OperationStatus.COMPLETE, "callback") not in seen, seen
+
+
+def test_ends_that_arrive_together_resume_every_waiter(pair):
+    """Eight ends queued in the owner's socket at once (the claims ran without yielding to the
+    loop): the reader takes one per call, leaving the rest readable; every waiter resumes
+    COMPLETE, and nothing is left unread afterwards."""
+    a, b = pair
+    n = 8
+    src, dst = xferd.empty(n * 4096), xferd.empty(n * 4096)
+    src[:] = np.arange(src.size, dtype=np.uint32).view(np.uint8)[: src.size]
+    seen = end_callers(a)
+
+    async def owner(r):
+        return await r.wait_for_completion(20), resumed_in_reader_callback()
+
+    async def claim_all(ops):
+        await asyncio.sleep(0.05)  # every owner waits before the first end is pushed
+        for i, r in enumerate(ops):  # blocking: the owner's reader cannot run in between
+            b.read(r.metadata(), Descriptor(dst[i * 4096:(i + 1) * 4096])).wait(20)
+
+    async def main():
+        ops = [await a.create_readable(Descriptor(src[i * 4096:(i + 1) * 4096])) for i in range(n)]
+        got = await asyncio.gather(*(owner(r) for r in ops), claim_all(ops))
+        assert got[:n] == [(OperationStatus.COMPLETE, True)] * n
+        assert np.array_equal(dst, src)
+        assert a.dispatch() == 0
+
+    asyncio.run(main())
+    ends = [who for state, who in seen if state == OperationStatus.COMPLETE]
+    assert ends == ["reader"] * n, seen

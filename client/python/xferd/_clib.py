@@ -174,6 +174,7 @@ def _prototypes(lib):
         "xfer_set_event_cb": (None, [P, EVENT_CB, P]),
         "xfer_get_fd": (I, [P]),
         "xfer_dispatch": (I, [P]),
+        "xfer_dispatch_end": (I, [P, INFOP]),
         "xfer_call": (I, [P, S, S, ctypes.POINTER(P)]),
     }
     for name, (res, args) in table.items():

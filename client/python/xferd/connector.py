@@ -25,6 +25,8 @@ from .files import File
 from .memory import Descriptor, Pool
 from ._waiter import Waiter
 
+_dispatch_end = lib.xfer_dispatch_end
+
 
 class OperationStatus(enum.IntEnum):
     """nixl_connect's OperationStatus; the values of enum xfer_state."""
@@ -185,8 +187,9 @@ class Operation(_window._ClosedOnExit):
     def _wake(self):
         futures, self._futures = self._futures, []
         self._connector._waiting -= len(futures)
-        running = asyncio._get_running_loop()  # None outside a loop, unlike get_running_loop()
         direct = self._connector._resume_here
+        # In the reader callback the running loop is the one it is on (no getpid() to ask).
+        running = self._connector._loop if direct is not None else asyncio._get_running_loop()
         for fut in futures:
             loop = fut.get_loop()
             if loop.is_closed():
@@ -219,11 +222,12 @@ class Operation(_window._ClosedOnExit):
         """
         if self._status not in _TERMINAL:
             # Its end may already be waiting on the socket: taken now, it costs no turn of the
-            # loop (one non-blocking read; never a poll loop).
-            self._connector.dispatch()
+            # loop (non-blocking reads up to it; never a poll loop).
+            self._connector._take_ends(self)
         if self._status not in _TERMINAL:
-            self._connector._attach_loop()
-            fut = Waiter(asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            self._connector._attach_loop(loop)
+            fut = Waiter(loop)
             self._futures.append(fut)
             self._connector._waiting += 1
             if timeout is None:
@@ -364,6 +368,8 @@ class Connector:
         self._windows = {}  # window id -> Window this connector owns
         self._handles = {}  # handle id -> RemoteWindow this connector opened
         self._error_lost = None
+        self._end = _clib.XferOpInfo()  # xfer_dispatch_end()'s out-parameter, reused
+        self._end_ref = ctypes.byref(self._end)
         rc = lib.xfer_connect(
             socket.encode() if socket else None,
             (name or "xferd-python").encode(),
@@ -516,6 +522,34 @@ class Connector:
             raise e
         return n
 
+    def _dispatch_end(self):
+        """dispatch() up to the first operation end, which it applies here (xfer_dispatch_end:
+        no callback trampoline for it, and no read that only finds the socket empty before its
+        waiter resumes). What arrived after it stays in the socket, readable, for the next call
+        or the loop's next turn. Returns True when it took an end."""
+        with self._lock:
+            if self._closed or self._in_dispatch:
+                return False
+            self._in_dispatch = True
+            try:
+                n = _dispatch_end(self._c, self._end_ref)
+                if n == 1:
+                    self._on_event(self._end)
+            finally:
+                self._in_dispatch = False
+        if n < 0:
+            self._lost(n)
+        elif self._error_lost is not None:
+            e, self._error_lost = self._error_lost, None
+            raise e
+        return n == 1
+
+    def _take_ends(self, op):
+        """Takes waiting events up to @op's end (others' ends met on the way are applied too),
+        or until none is left."""
+        while self._dispatch_end() and op._status not in _TERMINAL:
+            pass
+
     def _refresh(self):
         """Takes waiting events unless the loop does it anyway (or we are inside delivery)."""
         if not self._reading and not self._closed and not self._in_dispatch:
@@ -541,16 +575,17 @@ class Connector:
     # IN_PROGRESS while the loop waits for the active side cost a wakeup per transfer).
     _MANY_OPS = 512
 
-    def _use_loop(self):
-        """Remembers the running loop (the async calls run on it)."""
-        loop = asyncio.get_running_loop()
+    def _use_loop(self, loop=None):
+        """Remembers the running loop (the async calls run on it; @loop: it, already asked)."""
+        loop = loop or asyncio.get_running_loop()
         if self._loop is not loop and not self._closed:
             self._detach_loop()
             self._loop = loop
 
-    def _attach_loop(self):
-        """Puts the fd on the running loop (someone waits for an event)."""
-        self._use_loop()
+    def _attach_loop(self, loop=None):
+        """Puts the fd on the running loop (@loop: it, already asked): someone waits for an
+        event."""
+        self._use_loop(loop)
         if not self._reading and not self._closed:
             self._loop.add_reader(self.fd, self._on_readable)
             self._reading = True
@@ -570,7 +605,7 @@ class Connector:
         idle = not self._needs_reader()
         ended = self._resume_here = []
         try:
-            self.dispatch()
+            self._dispatch_end()
         finally:
             self._resume_here = None
             self._resume_tasks(ended)  # also when dispatch() raised: they were taken off ops
