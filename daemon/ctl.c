@@ -20,6 +20,8 @@ struct xd_outq_item {
 	char data[];
 };
 
+static int flush_queue(struct xd_conn *c);
+
 /* Binds @path, replacing a stale socket file but never a live daemon's. */
 static int bind_socket(const char *path, unsigned mode)
 {
@@ -80,6 +82,7 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 	xd_log(XD_LOG_INFO, "client %llu (%s, pid %d, uid %u) closed: %s",
 	       (unsigned long long)c->id, c->name, (int)c->pid, (unsigned)c->uid, why);
 	event_del(c->rev);
+	flush_queue(c); /* what is queued (an error naming why it closes) still goes, if it can */
 	event_del(c->wev);
 	xd_windows_conn_closed(c); /* (first: a window's ops end with its cause) */
 	xd_ops_conn_closed(c);
@@ -99,21 +102,54 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 	xd_defer(c->d, &c->free_later, conn_free, c);
 }
 
-/* Sends queued packets until the socket is full. Returns 0 or -errno (not -EAGAIN). */
-static int flush_queue(struct xd_conn *c)
-{
-	struct xd_outq_item *it;
+#define CTL_SEND_BATCH 64 /* packets given to one sendmmsg */
 
-	while ((it = STAILQ_FIRST(&c->outq))) {
-		int rc = xp_packet_send(c->fd, it->data, it->len, NULL, 0);
-		if (rc == -EAGAIN)
+/*
+ * Sends up to CTL_SEND_BATCH queued packets in one sendmmsg: the replies and events a loop turn
+ * queued for @c (a batch's reply, the op.batch_done of every posted op that ended) cost one
+ * system call, not one each. Returns packets sent, or -errno (-EAGAIN: the socket is full).
+ */
+static int send_queued(struct xd_conn *c)
+{
+	struct mmsghdr mm[CTL_SEND_BATCH];
+	struct iovec iov[CTL_SEND_BATCH];
+	struct xd_outq_item *it;
+	unsigned n = 0;
+
+	STAILQ_FOREACH(it, &c->outq, link) {
+		if (n == CTL_SEND_BATCH)
 			break;
-		if (rc < 0)
-			return rc;
+		iov[n] = (struct iovec){ it->data, it->len };
+		mm[n] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[n], .msg_iovlen = 1 } };
+		n++;
+	}
+	int sent;
+	do {
+		sent = sendmmsg(c->fd, mm, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	} while (sent < 0 && errno == EINTR);
+	if (sent < 0)
+		return -errno;
+	for (int i = 0; i < sent; i++) {
+		it = STAILQ_FIRST(&c->outq);
+		if (mm[i].msg_len != it->len)
+			return -EMSGSIZE; /* (a SEQPACKET packet goes whole or not at all) */
 		STAILQ_REMOVE_HEAD(&c->outq, link);
 		c->queued--;
 		c->queued_bytes -= it->len;
 		free(it);
+	}
+	return sent;
+}
+
+/* Sends queued packets until the socket is full. Returns 0 or -errno (not -EAGAIN). */
+static int flush_queue(struct xd_conn *c)
+{
+	while (!STAILQ_EMPTY(&c->outq)) {
+		int rc = send_queued(c);
+		if (rc == -EAGAIN)
+			break;
+		if (rc < 0)
+			return rc;
 	}
 	if (STAILQ_EMPTY(&c->outq))
 		event_del(c->wev);
@@ -166,10 +202,15 @@ int xd_conn_send(struct xd_conn *c, const json_t *msg)
 	c->queued_bytes += it->len;
 	if (c->queued > c->queued_max)
 		c->queued_max = c->queued;
-	int rc = flush_queue(c);
-	if (rc < 0)
-		conn_close_later(c, "send failed (client gone)");
-	return rc;
+	/*
+	 * Sent at the end of this loop turn (conn_write_cb, made active behind the callbacks
+	 * already due), not now: what the turn queues for @c leaves in one sendmmsg, and the
+	 * frames a request queued for a peer (tcp.c writes those the same way) leave first.
+	 * A packet behind others waits for them: flush_queue() or epoll's writable brings it.
+	 */
+	if (c->queued == 1)
+		event_active(c->wev, EV_WRITE, 0);
+	return 0;
 }
 
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
