@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libxferclient writes a batch of gets and puts as text, without jansson (xferclient.c,
+ * batch_text()). Against a fake daemon that answers hello and hands each later request back to
+ * the test, every such request must be the very bytes jansson's compact dump of the long way's
+ * object gives: one descriptor or several, tags, every option, values up to 2^63 - 1, posted and
+ * waited for. Batches the text cannot carry (a tag to escape, a pairing) still go the long way.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "xfer_proto.h"
+#include "xferclient.h"
+#include "xp_fdmsg.h"
+#include "xp_json.h"
+
+/* A fake daemon in a child process: the test's client talks to it over a SEQPACKET socket. */
+struct fake {
+	char path[108];
+	pid_t pid;
+	int seen; /* the test's end of a SEQPACKET pair: each request after hello comes back on it */
+	struct xfer_client *c;
+};
+
+/* Answers request @id with an empty result, or with one op per entry for an op.batch. */
+static void fake_reply(int sock, json_t *req)
+{
+	json_t *id = json_object_get(req, "id");
+	json_t *ops = json_object_get(json_object_get(req, "params"), "ops");
+	json_t *result = json_object();
+
+	if (!json_is_integer(id) || (json_integer_value(id) & ((json_int_t)1 << 52)))
+		return; /* posted: no reply */
+	if (strcmp(json_string_value(json_object_get(req, "method")), "hello") == 0) {
+		json_object_set_new(result, "client", json_integer(1));
+		json_object_set_new(result, "version", json_integer(XP_PROTO_VERSION));
+	} else if (ops) {
+		json_t *results = json_array();
+		for (size_t i = 0; i < json_array_size(ops); i++)
+			json_array_append_new(results, json_pack("{s:I}", "op", (json_int_t)i + 1));
+		json_object_set_new(result, "results", results);
+		json_object_set_new(result, "batch", json_integer(7));
+	}
+	json_t *msg = xp_build_result(json_integer_value(id), result);
+	char *text;
+	int len = xp_dump(msg, &text);
+	if (len > 0) {
+		xp_packet_send(sock, text, (size_t)len, NULL, 0);
+		free(text);
+	}
+	json_decref(msg);
+}
+
+/* The child: one client, every packet after hello copied to @seen, each answered. */
+static void fake_serve(int lfd, int seen)
+{
+	static char buf[XP_MAX_MSG];
+	int sock = accept(lfd, NULL, NULL);
+	bool hello = true;
+
+	while (sock >= 0) {
+		ssize_t n = recv(sock, buf, sizeof(buf), 0);
+		if (n <= 0)
+			break;
+		json_t *req = json_loadb(buf, (size_t)n, 0, NULL);
+		if (!hello && send(seen, buf, (size_t)n, 0) != n)
+			break;
+		hello = false;
+		if (req)
+			fake_reply(sock, req);
+		json_decref(req);
+	}
+	_exit(0);
+}
+
+static void fake_start(struct fake *f)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int pair[2];
+	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(f->path, sizeof(f->path), "/tmp/xferd-batchtext.%d.sock", (int)getpid());
+	strcpy(sa.sun_path, f->path);
+	unlink(f->path);
+	CHECK(lfd >= 0);
+	CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0);
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+	f->pid = fork();
+	CHECK(f->pid >= 0);
+	if (f->pid == 0) {
+		close(pair[0]);
+		fake_serve(lfd, pair[1]);
+	}
+	close(lfd);
+	close(pair[1]);
+	f->seen = pair[0];
+	CHECK_OK(xfer_connect(f->path, "batch-text", &f->c));
+}
+
+static void fake_stop(struct fake *f)
+{
+	xfer_close(f->c);
+	close(f->seen);
+	kill(f->pid, SIGTERM);
+	waitpid(f->pid, NULL, 0);
+	unlink(f->path);
+}
+
+/* The next request the fake daemon got, as its bytes (NUL-terminated; free() it). */
+static char *fake_next(struct fake *f)
+{
+	char *buf = malloc(XP_MAX_MSG + 1);
+	struct pollfd p = { f->seen, POLLIN, 0 };
+
+	CHECK(buf && poll(&p, 1, 10000) == 1);
+	ssize_t n = recv(f->seen, buf, XP_MAX_MSG, 0);
+	CHECK(n > 0);
+	buf[n] = '\0';
+	return buf;
+}
+
+/* What the long way sends for @ops (batch_params() and xp_build_request()), dumped by jansson. */
+static char *long_way(int64_t id, const struct xfer_batch_op *ops, size_t n,
+		      const struct xfer_op_opts *o)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *descs = json_array();
+		for (size_t k = 0; k < ops[i].n; k++)
+			json_array_append_new(descs, json_pack("[I, I, I]",
+							       (json_int_t)ops[i].descs[k].region,
+							       (json_int_t)ops[i].descs[k].offset,
+							       (json_int_t)ops[i].descs[k].length));
+		json_t *e = json_pack("[s, I, I, o]", ops[i].kind == XFER_GET ? "get" : "put",
+				      (json_int_t)ops[i].handle, (json_int_t)ops[i].offset, descs);
+		if (ops[i].tag)
+			json_array_append_new(e, json_string(ops[i].tag));
+		json_array_append_new(arr, e);
+	}
+	json_t *params = json_pack("{s:o, s:b, s:s}", "ops", arr, "release_on_end",
+				   (o->flags & XFER_OP_RELEASE_ON_END) != 0, "event",
+				   (o->flags & XFER_OP_BATCH_EVENT) ? "batch" : "each");
+	if (o->timeout_ms)
+		json_object_set_new(params, "timeout_ms", json_integer(o->timeout_ms));
+	if (o->flags & XFER_OP_END_ONLY)
+		json_object_set_new(params, "end_only", json_true());
+	if (o->flags & XFER_OP_POST)
+		json_object_set_new(params, "reply", json_false());
+	json_t *req = xp_build_request(id, "op.batch", params);
+	char *text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	return text;
+}
+
+/* Sends @ops with @opts through xfer_batch() and checks the bytes the fake daemon got. */
+static void check_batch(struct fake *f, struct xfer_batch_op *ops, size_t n,
+			const struct xfer_op_opts *opts)
+{
+	uint64_t batch = 0;
+
+	CHECK_OK(xfer_batch(f->c, ops, n, opts, NULL, &batch));
+	char *got = fake_next(f);
+	json_t *req = json_loads(got, 0, NULL);
+	CHECK(req != NULL);
+	int64_t id = json_integer_value(json_object_get(req, "id"));
+	json_decref(req);
+	char *want = long_way(id, ops, n, opts);
+	CHECK_STR_EQ(got, want);
+	if (opts->flags & XFER_OP_POST)
+		CHECK(batch == (uint64_t)id);
+	else
+		CHECK(batch == 7 && ops[n - 1].op == n);
+	free(got);
+	free(want);
+}
+
+TEST(batch_text_is_what_jansson_writes)
+{
+	struct fake f;
+	struct xfer_desc one = { 3, 4096, 4096 };
+	struct xfer_desc many[3] = { { 1, 0, 1 },
+				     { INT64_MAX, INT64_MAX, INT64_MAX },
+				     { 9, 0, 0 } };
+	struct xfer_batch_op ops[4] = {
+		{ .kind = XFER_GET, .handle = 5, .offset = 0, .descs = &one, .n = 1 },
+		{ .kind = XFER_PUT, .handle = INT64_MAX, .offset = 123, .descs = many, .n = 3 },
+		{ .kind = XFER_PUT, .handle = 1, .offset = 1, .descs = &one, .n = 1, .tag = "" },
+		{ .kind = XFER_PUT,
+		  .handle = 2,
+		  .offset = 0,
+		  .descs = &one,
+		  .n = 1,
+		  .tag = "layer 7/k-v {blocks: [1, 2]} ~!@#$%^&*()_+" },
+	};
+	const uint32_t flag_sets[] = {
+		0,
+		XFER_OP_RELEASE_ON_END,
+		XFER_OP_BATCH_EVENT,
+		XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT | XFER_OP_END_ONLY,
+		XFER_OP_BATCH_EVENT | XFER_OP_POST,
+		XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT | XFER_OP_END_ONLY | XFER_OP_POST,
+	};
+
+	fake_start(&f);
+	for (size_t s = 0; s < sizeof(flag_sets) / sizeof(flag_sets[0]); s++) {
+		for (int t = 0; t < 2; t++) {
+			struct xfer_op_opts o = { .timeout_ms = t ? 4000000000u : 0,
+						  .flags = flag_sets[s] };
+			for (size_t n = 1; n <= 4; n++)
+				check_batch(&f, ops, n, &o);
+			check_batch(&f, ops + 3, 1, &o);
+		}
+	}
+	fake_stop(&f);
+}
+
+/* A tag with a quote, a backslash or bytes beyond ASCII is escaped by jansson: the long way. */
+TEST(batch_tags_to_escape_go_the_long_way)
+{
+	struct fake f;
+	struct xfer_desc one = { 3, 0, 64 };
+	const char *tags[] = { "a\"b", "c\\d", "tab\there", "caf\xc3\xa9", "\x7f" };
+	struct xfer_op_opts o = { .flags = XFER_OP_BATCH_EVENT | XFER_OP_POST };
+
+	fake_start(&f);
+	for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++) {
+		struct xfer_batch_op op = { .kind = XFER_PUT,
+					    .handle = 4,
+					    .offset = 8,
+					    .descs = &one,
+					    .n = 1,
+					    .tag = tags[i] };
+		check_batch(&f, &op, 1, &o);
+	}
+	fake_stop(&f);
+}
+
+/* What the long way refuses is refused the same: no request leaves. */
+TEST(batch_text_refuses_what_the_long_way_refuses)
+{
+	struct fake f;
+	struct xfer_desc big = { (uint64_t)INT64_MAX + 1, 0, 1 };
+	struct xfer_batch_op op = { .kind = XFER_GET, .handle = 1, .descs = &big, .n = 1 };
+	struct xfer_op_opts post = { .flags = XFER_OP_BATCH_EVENT | XFER_OP_POST };
+	struct xfer_op_opts odd = { .flags = 0x80000000u };
+	struct pollfd p;
+
+	fake_start(&f);
+	CHECK_ERR(xfer_batch(f.c, &op, 1, &post, NULL, NULL), -EINVAL);
+	CHECK(strstr(xfer_last_error(f.c), "below 2^63") != NULL);
+	big.region = 1;
+	op.n = 0;
+	CHECK_ERR(xfer_batch(f.c, &op, 1, &post, NULL, NULL), -EINVAL);
+	CHECK(strstr(xfer_last_error(f.c), "1 to 1024 descriptors") != NULL);
+	op.n = 1;
+	CHECK_ERR(xfer_batch(f.c, &op, 1, &odd, NULL, NULL), -EINVAL);
+	CHECK(strstr(xfer_last_error(f.c), "unknown batch flags") != NULL);
+	p = (struct pollfd){ f.seen, POLLIN, 0 };
+	CHECK(poll(&p, 1, 200) == 0); /* (nothing was sent) */
+	fake_stop(&f);
+}
