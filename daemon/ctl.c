@@ -172,31 +172,22 @@ static void conn_close_later(struct xd_conn *c, const char *why)
 	event_active(c->rev, EV_READ, 0);
 }
 
-int xd_conn_send(struct xd_conn *c, const json_t *msg)
+int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len)
 {
-	char *text;
-
 	if (c->closing || c->close_reason)
 		return -ENOTCONN;
-	int len = xp_dump(msg, &text);
-	if (len < 0)
-		return len;
 	/* Bounded in packets and in bytes: a reply can be 64 KiB, and 4096 of them 256 MiB. */
-	if (c->queued >= XD_MAX_QUEUED || c->queued_bytes + (size_t)len > XD_MAX_QUEUED_BYTES) {
-		free(text);
+	if (c->queued >= XD_MAX_QUEUED || c->queued_bytes + len > XD_MAX_QUEUED_BYTES) {
 		conn_close_later(c, c->queued >= XD_MAX_QUEUED ?
 					    "client stopped reading (4096 packets queued)" :
 					    "client stopped reading (16 MiB of replies queued)");
 		return -ENOBUFS;
 	}
-	struct xd_outq_item *it = malloc(sizeof(*it) + (size_t)len);
-	if (!it) {
-		free(text);
+	struct xd_outq_item *it = malloc(sizeof(*it) + len);
+	if (!it)
 		return -ENOMEM;
-	}
-	it->len = (size_t)len;
-	memcpy(it->data, text, (size_t)len);
-	free(text);
+	it->len = len;
+	memcpy(it->data, text, len);
 	STAILQ_INSERT_TAIL(&c->outq, it, link);
 	c->queued++;
 	c->queued_bytes += it->len;
@@ -211,6 +202,20 @@ int xd_conn_send(struct xd_conn *c, const json_t *msg)
 	if (c->queued == 1)
 		event_active(c->wev, EV_WRITE, 0);
 	return 0;
+}
+
+int xd_conn_send(struct xd_conn *c, const json_t *msg)
+{
+	char *text;
+
+	if (c->closing || c->close_reason)
+		return -ENOTCONN;
+	int len = xp_dump(msg, &text);
+	if (len < 0)
+		return len;
+	int rc = xd_conn_send_text(c, text, (size_t)len);
+	free(text);
+	return rc;
 }
 
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
@@ -395,6 +400,11 @@ static void client_send(struct xd_conn *c, const json_t *msg)
 	xd_conn_send(c, msg); /* a failure closes the connection: nothing for the sender to do */
 }
 
+static void client_send_text(struct xd_conn *c, const char *text, size_t len)
+{
+	xd_conn_send_text(c, text, len); /* (as client_send()) */
+}
+
 /* Hysteresis: once at XD_NOTIFY_HIGH, notifications wait till the queue is at XD_NOTIFY_LOW. */
 static bool client_notes_wait(struct xd_conn *c)
 {
@@ -405,6 +415,7 @@ static bool client_notes_wait(struct xd_conn *c)
 
 static const struct xd_client_ops ctl_client_ops = {
 	.send = client_send,
+	.send_text = client_send_text,
 	.reply = xd_reply_result,
 	.reply_error = xd_reply_error,
 	.find = xd_conn_find,

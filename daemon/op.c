@@ -102,16 +102,40 @@ static void notify(struct xd_op *op, bool to_owner)
 static void batch_free(struct xd_batch *b)
 {
 	xd_defer_cancel(b->d, &b->push_later);
-	json_decref(b->ends);
+	free(b->ends);
 	json_decref(b->refusal);
 	free(b);
 }
 
-static void batch_push_cb(void *arg)
+/* @b's ends as the array op.batch_done lists, or NULL when out of memory. */
+static json_t *batch_ends_json(const struct xd_batch *b)
 {
-	struct xd_batch *b = arg;
-	struct xd_conn *c = xd_client_find(b->d, b->client);
-	json_t *params = json_pack("{s:I, s:O}", "batch", (json_int_t)b->id, "ops", b->ends);
+	json_t *arr = json_array();
+
+	for (size_t i = 0; arr && i < b->nends; i++) {
+		const struct xp_batch_end *e = &b->ends[i];
+		json_t *o = json_pack("{s:I, s:s, s:I}", "op", (json_int_t)e->op, "state",
+				      xp_state_name((enum xp_state)e->state), "bytes",
+				      (json_int_t)e->bytes);
+		if (o && e->err &&
+		    json_object_set_new(o, "errno", json_string(xp_errno_name(e->err)))) {
+			json_decref(o);
+			o = NULL;
+		}
+		if (!o || json_array_append_new(arr, o)) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	}
+	return arr;
+}
+
+/* @b's event through jansson: a refused batch's (its message quotes client text), or a long one. */
+static void batch_push_json(struct xd_batch *b, struct xd_conn *c)
+{
+	json_t *ends = batch_ends_json(b);
+	json_t *params = ends ? json_pack("{s:I, s:o}", "batch", (json_int_t)b->id, "ops", ends) :
+				NULL;
 	json_t *msg;
 
 	if (params && b->refusal && json_object_update(params, b->refusal)) {
@@ -119,10 +143,36 @@ static void batch_push_cb(void *arg)
 		params = NULL;
 	}
 	msg = xp_build_notification(XP_NOTIFY_BATCH_DONE, params);
-
-	if (c && msg)
+	if (msg)
 		xd_client_send(c, msg);
 	json_decref(msg);
+}
+
+#define BATCH_END_TEXT_MAX 128 /* bytes of one end's text, at most (20-digit values, errno) */
+
+/*
+ * Pushes @b's op.batch_done and frees @b. The event of a batch without a refusal is written as
+ * text (xp_batch_done_text()): no jansson object per end, the daemon's largest cost per posted
+ * operation after the kernel's.
+ */
+static void batch_push_cb(void *arg)
+{
+	struct xd_batch *b = arg;
+	struct xd_conn *c = xd_client_find(b->d, b->client);
+	size_t cap = BATCH_END_TEXT_MAX * (b->nends + 1);
+	int len = -EMSGSIZE;
+	char *text;
+
+	if (cap > XP_MAX_MSG)
+		cap = XP_MAX_MSG;
+	if (c && !b->refusal && (text = malloc(cap))) {
+		len = xp_batch_done_text(text, cap, b->id, b->ends, b->nends);
+		if (len > 0)
+			xd_client_send_text(c, text, (size_t)len);
+		free(text);
+	}
+	if (c && len < 0)
+		batch_push_json(b, c);
 	batch_free(b);
 }
 
@@ -136,26 +186,38 @@ struct xd_batch *xd_batch_create(struct xd_call *call, bool posted)
 {
 	struct xd_batch *b = calloc(1, sizeof(*b));
 
-	if (!b || !(b->ends = json_array())) {
-		free(b);
+	if (!b)
 		return NULL;
-	}
 	b->d = call->conn->d;
 	b->id = posted ? (uint64_t)call->id : ++b->d->next_batch;
 	b->client = call->conn->id;
 	return b;
 }
 
+/* Appends an end to @b's list (one per entry of its request). Returns 0 or -ENOMEM. */
+static int batch_add_end(struct xd_batch *b, uint64_t op, enum xp_state state, uint64_t bytes,
+			 int cause_errno)
+{
+	if (b->nends == b->ends_cap) {
+		size_t cap = b->ends_cap ? 2 * b->ends_cap : 8;
+		struct xp_batch_end *ends = realloc(b->ends, cap * sizeof(*ends));
+		if (!ends)
+			return -ENOMEM;
+		b->ends = ends;
+		b->ends_cap = cap;
+	}
+	b->ends[b->nends++] = (struct xp_batch_end){
+		.op = op, .bytes = bytes, .state = (int32_t)state, .err = cause_errno
+	};
+	return 0;
+}
+
 /* Records @op's end in its batch (a compact entry: the cause is op.status's, while listed). */
 static void batch_op_ended(struct xd_op *op)
 {
 	struct xd_batch *b = op->batch;
-	json_t *e = json_pack("{s:I, s:s, s:I}", "op", (json_int_t)op->id, "state",
-			      xp_state_name(op->state), "bytes", (json_int_t)op_bytes(op));
 
-	if (e && op->cause_errno)
-		json_object_set_new(e, "errno", json_string(xp_errno_name(op->cause_errno)));
-	if (!e || json_array_append_new(b->ends, e))
+	if (batch_add_end(b, op->id, op->state, op_bytes(op), op->cause_errno) < 0)
 		xd_log(XD_LOG_ERR, "batch %llu: out of memory recording op %llu",
 		       (unsigned long long)b->id, (unsigned long long)op->id);
 	op->batch = NULL;
@@ -175,10 +237,7 @@ int xd_batch_join(struct xd_batch *b, struct xd_op *op)
 /* One end for an entry that made no op (op 0): @state with @cause_errno. Returns 0 or -ENOMEM. */
 static int batch_add_unmade(struct xd_batch *b, enum xp_state state, int cause_errno)
 {
-	json_t *e = json_pack("{s:i, s:s, s:i, s:s}", "op", 0, "state", xp_state_name(state),
-			      "bytes", 0, "errno", xp_errno_name(cause_errno));
-
-	return e && json_array_append_new(b->ends, e) == 0 ? 0 : -ENOMEM;
+	return batch_add_end(b, 0, state, 0, cause_errno ?: EIO); /* (it always names one) */
 }
 
 int xd_batch_refuse(struct xd_batch *b, size_t failed, size_t skipped, int cause_errno,

@@ -630,6 +630,8 @@ struct xd_conn {
 struct xd_client_ops {
 	/* Queues @msg (borrowed) to @c; on overflow the connection is closed. */
 	void (*send)(struct xd_conn *c, const json_t *msg);
+	/* Queues the @len bytes of JSON text at @text (borrowed) to @c, as send() does. */
+	void (*send_text)(struct xd_conn *c, const char *text, size_t len);
 	/* Replies to request @id with @result (consumed). */
 	void (*reply)(struct xd_conn *c, int64_t id, json_t *result);
 	/* Replies to request @id with an error; @err is a positive errno. */
@@ -651,6 +653,10 @@ struct xd_client_ops {
 static inline void xd_client_send(struct xd_conn *c, const json_t *msg)
 {
 	c->d->clients->send(c, msg);
+}
+static inline void xd_client_send_text(struct xd_conn *c, const char *text, size_t len)
+{
+	c->d->clients->send_text(c, text, len);
 }
 static inline void xd_client_reply(struct xd_conn *c, int64_t id, json_t *result)
 {
@@ -674,6 +680,8 @@ int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch);
 void xd_ctl_stop_listening(struct xd_daemon *d);
 /* Queues @msg (borrowed) to @c. Returns 0 or -errno; on overflow the connection is closed. */
 int xd_conn_send(struct xd_conn *c, const json_t *msg);
+/* Queues @len bytes of JSON text at @text (borrowed) to @c, as xd_conn_send(). */
+int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len);
 /* Sends a reply to @id on @c: the result @result (consumed). */
 void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result);
 /* Sends an error reply. @cause_errno is a positive errno. */
@@ -873,7 +881,8 @@ struct xd_batch {
 	uint64_t client; /**< the connection's id: it may close meanwhile */
 	unsigned pending;
 	bool sealed;
-	json_t *ends;	 /**< [{"op", "state", "bytes", "errno"?}] */
+	struct xp_batch_end *ends; /**< what op.batch_done lists, in the order they ended */
+	size_t nends, ends_cap;
 	json_t *refusal; /**< a posted batch's refused entry: {"failed", "message"}, or NULL */
 	struct xd_deferred push_later;
 };

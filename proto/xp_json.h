@@ -59,6 +59,23 @@ json_t *xp_build_error(int64_t id, int code, int err, const char *message);
  */
 int xp_dump(const json_t *msg, char **out);
 
+/* One end in op.batch_done (PROTOCOL.md §5.2): {"op", "state", "bytes", "errno"?}. */
+struct xp_batch_end {
+	uint64_t op;	/* 0: an entry that made no op */
+	uint64_t bytes; /* moved */
+	int32_t state;	/* enum xp_state */
+	int32_t err;	/* positive errno, 0: none (no "errno" member) */
+};
+
+/*
+ * Writes the notification op.batch_done {"batch": @batch, "ops": [@ends...]} into @buf of @cap
+ * bytes: the very bytes xp_dump() gives for the same object, with no jansson object made (a
+ * daemon sends one per batch, one per operation when each is posted alone). Values must be below
+ * 2^63. Returns the length, or -EMSGSIZE when it does not fit in @cap.
+ */
+int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
+		       size_t n);
+
 /*
  * xp_jfast.c: json_loadb() and json_dumps(JSON_COMPACT) with a fast path for compact texts of
  * objects, arrays, integers and printable-ASCII strings; anything else is jansson's, so that

@@ -1450,3 +1450,61 @@ TEST(json_fast_dump_defers_what_it_does_not_take)
 	free(slow);
 	json_decref(v);
 }
+
+/* What op.batch_done was before xp_batch_done_text(): built with jansson, dumped by xp_dump(). */
+static int batch_done_long_way(uint64_t batch, const struct xp_batch_end *ends, size_t n,
+			       char **text)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_pack("{s:I, s:s, s:I}", "op", (json_int_t)ends[i].op, "state",
+				      xp_state_name((enum xp_state)ends[i].state), "bytes",
+				      (json_int_t)ends[i].bytes);
+		if (ends[i].err)
+			json_object_set_new(e, "errno", json_string(xp_errno_name(ends[i].err)));
+		json_array_append_new(arr, e);
+	}
+	json_t *msg = xp_build_notification(XP_NOTIFY_BATCH_DONE,
+					    json_pack("{s:I, s:o}", "batch", (json_int_t)batch,
+						      "ops", arr));
+	int len = xp_dump(msg, text);
+	json_decref(msg);
+	return len;
+}
+
+/* op.batch_done written as text is byte for byte what jansson wrote; too long is EMSGSIZE. */
+TEST(batch_done_text_is_what_jansson_writes)
+{
+	static const int errs[] = { 0, EINVAL, ECANCELED, ETIMEDOUT, EFAULT, EDQUOT, 0, 0 };
+	static char buf[XP_MAX_MSG];
+	struct xp_batch_end ends[600];
+	uint64_t seed = 88172645463325252ull;
+
+	for (int round = 0; round < 200; round++) {
+		size_t n = round < 10 ? (size_t)round : 1 + (size_t)(seed % 600);
+		for (size_t i = 0; i < n; i++) {
+			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+			ends[i] = (struct xp_batch_end){
+				.op = i % 3 ? seed >> (seed % 64) >> 1 : 0,
+				.bytes = i % 5 ? (seed >> 1) % 5000 : (uint64_t)INT64_MAX,
+				.state = (int32_t)(seed % XP_ST_COUNT),
+				.err = errs[(seed >> 8) % 8],
+			};
+		}
+		uint64_t batch = round % 2 ? (uint64_t)round : ((uint64_t)1 << 52) + seed % 1000;
+		char *want;
+		int wlen = batch_done_long_way(batch, ends, n, &want);
+		int len = xp_batch_done_text(buf, sizeof(buf), batch, ends, n);
+		if (wlen == -EMSGSIZE) {
+			CHECK_EQ_INT(len, -EMSGSIZE);
+			continue;
+		}
+		CHECK(wlen > 0);
+		CHECK_EQ_INT(len, wlen);
+		CHECK_MEM_EQ(buf, want, (size_t)wlen);
+		/* one byte short of room: EMSGSIZE, never a cut text */
+		CHECK_EQ_INT(xp_batch_done_text(buf, (size_t)wlen - 1, batch, ends, n), -EMSGSIZE);
+		free(want);
+	}
+}
