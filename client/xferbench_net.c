@@ -52,7 +52,8 @@ struct opts {
 	int batch;	/* --batch: win: gets/puts per op.batch (one event each); pipe: pairs per
 			  op.batch on each side; 1: one by one */
 	bool batch_end; /* pipe --batch-end: each side's batch ends as one op.batch_done */
-	bool post;	/* win --post: batches posted (XFER_OP_POST), not waited for, even of one */
+	bool post;	/* win --post: batches posted (XFER_OP_POST), not waited for, even of one;
+			 * pipe --batch-end --post: the active side's batches */
 	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
 };
 
@@ -920,7 +921,16 @@ static int pipe_start_batch(struct pipeline *pl, int k0, int n)
 						  .n = 1,
 						  .metadata = pops[i].made_metadata };
 	}
-	int aerr = pmade ? xfer_batch(b->ac, aops, pmade, &opts, &amade, &abatch) : 0;
+	/*
+	 * With --post the active batch is not waited for: its op.batch_done answers it (and
+	 * names a refused entry), so the client is not woken for a reply it does not need.
+	 */
+	struct xfer_op_opts aopts = opts;
+	if (b->o->post && b->o->batch_end)
+		aopts.flags |= XFER_OP_POST;
+	int aerr = pmade ? xfer_batch(b->ac, aops, pmade, &aopts, &amade, &abatch) : 0;
+	if (!aerr && (aopts.flags & XFER_OP_POST))
+		amade = pmade; /* (posted: all of them go on, their ends come in the event) */
 	if (aerr)
 		bench_fail(b->ac, "xfer_batch (active)", aerr);
 	for (int i = 0; i < n; i++) {
@@ -1197,7 +1207,9 @@ static void usage(FILE *f)
 		"  --batch-end       pipe --batch: each side's batch ends as one event\n"
 		"                    (op.batch_done), not one op.changed per operation\n"
 		"  --post            win: post each batch (of --batch entries, 1 too) without\n"
-		"                    waiting for its reply (XFER_OP_POST): its event answers it\n"
+		"                    waiting for its reply (XFER_OP_POST): its event answers it;\n"
+		"                    pipe --batch-end: post the active side's batches so\n"
+		"                    (the passive side's reply carries the metadata)\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"
 		"                    in DIR (a file region: the daemon moves it by file I/O)\n"

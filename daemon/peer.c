@@ -414,6 +414,15 @@ void xd_peers_fini(struct xd_daemon *d)
 	xd_defer_flush(d);
 }
 
+void xd_peers_flush_ctrl(struct xd_daemon *d)
+{
+	struct xd_peer *p;
+
+	TAILQ_FOREACH(p, &d->peers, link)
+		if (p->transport->flush_ctrl)
+			p->transport->flush_ctrl(p);
+}
+
 bool xd_peers_pending_output(struct xd_daemon *d)
 {
 	struct xd_peer *p;

@@ -91,6 +91,7 @@ struct xd_pconn {
 	bool rx_wdata;
 	uint8_t *ra;		 /**< XD_TCP_RA bytes read ahead, made at the first small read */
 	uint32_t ra_off, ra_len; /**< ra[ra_off, ra_len) not consumed yet */
+	bool rx_drained; /**< a read of this wakeup came back short: the socket had no more */
 	/* send state: control frames first, then one DATA frame at a time */
 	STAILQ_HEAD(, xd_frame) ctrlq;
 	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
@@ -618,6 +619,29 @@ static int pconn_flush(struct xd_pconn *pc)
 	return 0;
 }
 
+/*
+ * Writes @pc's queued control frames now, not at the end of this loop turn, unless a frame is
+ * under way (never cut into) or the socket is full. A failure is left to the write callback
+ * (pconn_update_write() keeps it due): the caller may be in the middle of a request.
+ */
+static void pconn_flush_ctrl(struct xd_pconn *pc)
+{
+	if (pc->dead || !pc->connected || pc->tx_wait || pc->ctrlq_over || pc->lane_tx ||
+	    pc->wait_tx || pc->tx_xfer || pc->tx_wf)
+		return;
+	while (!STAILQ_EMPTY(&pc->ctrlq)) {
+		ssize_t w = pconn_write_ctrl(pc);
+		if (w <= 0) {
+			pc->tx_wait = w == 0; /* the socket is full: epoll says when it is not */
+			break;
+		}
+		pc->last_tx_us = xd_now_us();
+		if (pc->peer)
+			pc->peer->bytes_sent += (uint64_t)w;
+	}
+	pconn_update_write(pc);
+}
+
 /* A complete control frame arrived. Returns 0 or -errno (a protocol error). */
 static int pconn_dispatch_ctrl(struct xd_pconn *pc)
 {
@@ -738,14 +762,23 @@ static bool ra_allowed(struct xd_pconn *pc, size_t want)
 static ssize_t pconn_readv(struct xd_pconn *pc, const struct iovec *iov, int n)
 {
 	size_t want = 0;
+	ssize_t r;
 
 	if (pc->ra_len > pc->ra_off)
 		return (ssize_t)ra_take(pc, iov, n);
+	if (pc->rx_drained) {
+		errno = EAGAIN; /* (the read that would say so costs a system call a wakeup) */
+		return -1;
+	}
 	for (int i = 0; i < n; i++)
 		want += iov[i].iov_len;
-	if (!ra_allowed(pc, want))
-		return readv(pc->fd, iov, n);
-	ssize_t r = read(pc->fd, pc->ra, XD_TCP_RA);
+	if (!ra_allowed(pc, want)) {
+		r = readv(pc->fd, iov, n);
+		pc->rx_drained = r >= 0 && (size_t)r < want;
+		return r;
+	}
+	r = read(pc->fd, pc->ra, XD_TCP_RA);
+	pc->rx_drained = r >= 0 && r < (ssize_t)XD_TCP_RA;
 	if (r <= 0)
 		return r;
 	pc->ra_off = 0;
@@ -1165,13 +1198,19 @@ static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint6
 	return false;
 }
 
-/* Reads and handles frames until the socket is drained, it fails, or the budget is spent. */
+/*
+ * Reads and handles frames until the socket is drained, it fails, or the budget is spent.
+ * Drained is also a read that came back short (rx_drained): the socket had nothing more at that
+ * moment, and a read to hear EAGAIN would cost one more system call at each wakeup. What
+ * arrives later makes the socket readable again (the event is level-triggered).
+ */
 static void pconn_read_some(struct xd_pconn *pc)
 {
 	uint64_t budget = XD_PEER_READ_BUDGET;
 
 	if (pc->lane_rx || pc->wait_rx)
 		return; /* (an EV_READ activated before the lane took the socket) */
+	pc->rx_drained = false;
 
 	while (!pc->dead) {
 		ssize_t r = pconn_read_step(pc);
@@ -1813,6 +1852,17 @@ static int tcp_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, cons
 	return 0;
 }
 
+static void tcp_flush_ctrl(struct xd_peer *p)
+{
+	struct tcp_set *set = tcp_set(p);
+	struct xd_pconn *pc;
+
+	if (set)
+		TAILQ_FOREACH(pc, &set->conns, link)
+			if (pconn_ready(pc) && !STAILQ_EMPTY(&pc->ctrlq))
+				pconn_flush_ctrl(pc);
+}
+
 static void tcp_kick(struct xd_peer *p)
 {
 	struct tcp_set *set = tcp_set(p);
@@ -1992,6 +2042,7 @@ const struct xd_transport_ops xd_transport_tcp_ops = {
 	.send_bin = tcp_send_bin,
 	.send_wframe = tcp_send_wframe,
 	.kick = tcp_kick,
+	.flush_ctrl = tcp_flush_ctrl,
 	.keepalive = tcp_keepalive,
 	.close = tcp_close,
 	.nconns = tcp_nconns,

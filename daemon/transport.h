@@ -93,6 +93,12 @@ struct xd_transport_ops {
 			const uint8_t *buf, uint32_t len);
 	/* @p's send queue (p->sendq) gained bytes: move them while the window has room. */
 	void (*kick)(struct xd_peer *p);
+	/*
+	 * Writes @p's queued control messages now rather than at the end of the loop turn, where
+	 * the socket takes them and nothing else is under way on it; NULL: the transport sends
+	 * them at once anyway. Failures are left to the transport's own callbacks.
+	 */
+	void (*flush_ctrl)(struct xd_peer *p);
 	/* Keepalive tick: PINGs; fails @p through link events when it fell silent. */
 	void (*keepalive)(struct xd_peer *p);
 	/* Tears down every connection of @p (the set failed); p->tstate is freed. */

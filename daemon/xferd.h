@@ -1081,6 +1081,11 @@ struct xd_peer {
 };
 /* Starts the network transports and fills d->endpoints. Returns 0 or -errno. */
 int xd_peers_start(struct xd_daemon *d);
+/*
+ * Writes the control messages queued for every peer now, where their sockets take them, rather
+ * than at the end of the loop turn (a batch's CLAIMs before its reply to the client).
+ */
+void xd_peers_flush_ctrl(struct xd_daemon *d);
 /* Whether a control message (a CANCEL at shutdown, say) still waits to be sent. */
 bool xd_peers_pending_output(struct xd_daemon *d);
 /* Fails every peer set (shutdown); the transports stay until xd_peers_fini(). */

@@ -11,7 +11,9 @@
 # then for every BUILD (default: build) starts its xferd on both nodes and runs
 # `xferbench_net pipe` (readable on node 0, read on node 1, then writable / write) at SIZE with
 # DEPTH pairs in flight, one call each, in groups of 8 (--batch 8), and in groups of 8 whose
-# ends come as one op.batch_done per side (--batch 8 --batch-end). Each row gives GB/s (every
+# ends come as one op.batch_done per side (--batch 8 --batch-end), and the same with the
+# active side's batches posted (--post: no reply waited for, its op.batch_done answers it; a
+# build whose xferbench_net cannot has no such row). Each row gives GB/s (every
 # slot's bytes are checked by the program), per-pair latency p50/p99, the ratio to UCX of the
 # same round, and the CPU each process spent per pair (utime + stime of both daemons from
 # /proc, of the client from time(1)). Defaults: 3 rounds, 2 s per cell, 64K, depth 8.
@@ -123,6 +125,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		# (a build from before --batch-end has only the two rows above)
 		if "$b/xferbench_net" --help 2>&1 | grep -q -- --batch-end; then
 			cell "$b" "$u" --batch 8 --batch-end
+		fi
+		if "$b/xferbench_net" --help 2>&1 | grep -q -- 'pipe --batch-end: post'; then
+			cell "$b" "$u" --batch 8 --batch-end --post
 		fi
 	done
 done

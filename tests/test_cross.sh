@@ -265,6 +265,15 @@ if want multi; then
 			fail "pipelined pairings in batches with one end event (--batch-end)" \
 				"$(echo "$out" | grep -v '^#' | tail -n 3 | tr '\n' ' ')"
 		fi
+		# ... and the active side's batches posted: no reply, the op.batch_done answers.
+		if out=$(timeout -k 2 120 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" \
+			--active "$(xc_sock 1)" --sizes 5,4K,1M --depths 8 --batch 4 --batch-end \
+			--post --seconds 0.05 2>&1); then
+			ok "pipelined pairings in batches of 4, the active batches posted (--post)"
+		else
+			fail "pipelined pairings with the active batches posted (--post)" \
+				"$(echo "$out" | grep -v '^#' | tail -n 3 | tr '\n' ' ')"
+		fi
 		check_baseline "pipelined pairings"
 		# The serving workload in both models (xferbench_serve): KV blocks of many
 		# requests as pairings, then as tagged puts into a window opened once; stamps of
