@@ -185,6 +185,21 @@ static bool offers_quick_end(const struct xd_xfer *x)
 	return x->peer->transport->quick_end && !x->one_sided;
 }
 
+/*
+ * Whether a read's first DATA stands for its CLAIM_OK (PROTOCOL.md §10.8, "read_ok_in_data"):
+ * binary frames, two-sided, the data flowing from the owner, the short end, and the peer's
+ * HELLO said so. The owner then sends no CLAIM_OK, and its reader is spared a wakeup for it.
+ * @x is the owner's transfer (the source, the short end taken) or the reader's, about to send
+ * its binary CLAIM (offering the short end, which an owner that says read_ok_in_data always
+ * takes); the reader keeps the answer in x->ok_in_data (a WCLAIM asks none of this).
+ */
+static bool read_ok_in_data(const struct xd_xfer *x)
+{
+	if (!x->peer->read_ok_in_data || !xd_peer_binary_pairing(x->peer) || x->one_sided)
+		return false;
+	return x->active ? !x->source && offers_quick_end(x) : x->source && x->quick;
+}
+
 /* The binary CLAIM (PROTOCOL.md §10.8) of the JSON one below. Returns 0 or -errno. */
 static int send_claim_bin(struct xd_xfer *x)
 {
@@ -245,6 +260,7 @@ static void send_claim(struct xd_xfer *x)
 	}
 
 	if (xd_peer_binary_pairing(x->peer)) {
+		x->ok_in_data = read_ok_in_data(x);
 		int rc = send_claim_bin(x);
 		if (rc)
 			xfer_fail(x, XP_ST_ERRORED, -rc, "could not send the claim to the owner");
@@ -663,7 +679,7 @@ static void claim_accepted(struct xd_xfer *x, struct xd_op *passive)
  * CLAIM_OK (with keys, one-sided). Returns 0 or -ENOMEM.
  */
 static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_op *passive,
-			uint32_t stage_max, bool quick)
+			uint32_t stage_max, bool quick, bool bin_claim)
 {
 	char msg[XD_CAUSE_MAX];
 	int err;
@@ -684,7 +700,9 @@ static int accept_claim(struct xd_peer *p, uint32_t via, uint64_t id, struct xd_
 	if (!x->stage_local && !x->one_sided && xd_peer_binary_pairing(p)) {
 		uint8_t ok[XP_CLAIM_OK_BIN_LEN];
 		xp_peer_bin_put(ok, x->quick ? XP_CLAIM_OK_QUICK : 0, sizeof(ok));
-		send_bin(x, XP_PEER_CLAIM_OK, ok, sizeof(ok));
+		/* (a JSON CLAIM, sent before the HELLO came, waits for its CLAIM_OK) */
+		if (!bin_claim || !read_ok_in_data(x)) /* (else the first DATA says it) */
+			send_bin(x, XP_PEER_CLAIM_OK, ok, sizeof(ok));
 		claim_accepted(x, passive);
 		return 0;
 	}
@@ -739,7 +757,7 @@ static int claim_received(struct xd_peer *p, uint32_t via, const struct xp_peer_
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	return accept_claim(p, via, h->xfer, passive, stage_max, quick);
+	return accept_claim(p, via, h->xfer, passive, stage_max, quick, h->flags & XP_PEER_BINARY);
 }
 
 static int handle_claim(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
@@ -829,7 +847,7 @@ static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 		json_decref(e);
 		return rc == -ENOMEM ? rc : 0;
 	}
-	return accept_claim(p, via, h->xfer, passive, 0, false);
+	return accept_claim(p, via, h->xfer, passive, 0, false, false);
 }
 
 static bool wants_sync(const struct xd_xfer *x);
@@ -918,6 +936,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 {
 	if (!x->op)
 		return 0;
+	if (x->ok_in_data)
+		return -EPROTO; /* (its DATA answers: the owner said so in its HELLO) */
 	/* An owner whose buffer is a file grants it one staged chunk at a time instead. */
 	bool staged = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
 	if (x->one_sided && !staged && parse_rsegs(x, json) < 0)
@@ -1037,6 +1057,8 @@ static struct xd_xfer *data_target(struct xd_peer *p, const struct xp_peer_hdr *
 		*err = -EPROTO;
 		return NULL;
 	}
+	if (x->ok_in_data && !x->ok_rx)
+		claim_ok_received(x, x->via, false, true); /* (the first DATA is the CLAIM_OK) */
 	xd_xfer_ref(x);
 	return x;
 }
@@ -1083,8 +1105,8 @@ static int ctrl_bin_received(struct xd_peer *p, uint32_t via, const struct xp_pe
 		return -EPROTO; /* no binary frame is about a one-sided transfer */
 	switch (h->type) {
 	case XP_PEER_CLAIM_OK:
-		if (!x->active)
-			return -EPROTO;
+		if (!x->active || x->ok_in_data)
+			return -EPROTO; /* (a read's DATA answers when the owner said so) */
 		return x->op ? claim_ok_received(x, via, false, ok_flags & XP_CLAIM_OK_QUICK) : 0;
 	case XP_PEER_DONE:
 		return done_received(x);

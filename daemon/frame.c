@@ -56,9 +56,13 @@ struct xd_frame *xd_frame_bin(uint8_t type, uint8_t flags, uint64_t xfer, const 
 json_t *xd_hello_json(const struct xd_daemon *d, const uint8_t *nonce)
 {
 	char hex[2 * XD_NONCE_LEN + 1];
-	/* (binary_pairing: older peers ignore a key they do not know, and so send JSON) */
-	json_t *o = json_pack("{s:i, s:s, s:I, s:b}", "version", XP_PEER_VERSION, "node",
-			      d->node_hex, "epoch", (json_int_t)d->epoch, "binary_pairing", 1);
+	/*
+	 * (binary_pairing, read_ok_in_data: older peers ignore keys they do not know, and so send
+	 * JSON and every CLAIM_OK)
+	 */
+	json_t *o = json_pack("{s:i, s:s, s:I, s:b, s:b}", "version", XP_PEER_VERSION, "node",
+			      d->node_hex, "epoch", (json_int_t)d->epoch, "binary_pairing", 1,
+			      "read_ok_in_data", 1);
 
 	if (o && nonce) {
 		xp_hex_encode(nonce, XD_NONCE_LEN, hex);
@@ -74,11 +78,12 @@ int xd_hello_parse(json_t *json, struct xd_hello *h)
 {
 	const char *node_hex, *nonce = NULL;
 	json_int_t v, e;
-	int binary = 0;
+	int binary = 0, read_ok_in_data = 0;
 
 	if (!json ||
-	    json_unpack(json, "{s:I, s:s, s:I, s?s, s?b}", "version", &v, "node", &node_hex,
-			"epoch", &e, "nonce", &nonce, "binary_pairing", &binary) ||
+	    json_unpack(json, "{s:I, s:s, s:I, s?s, s?b, s?b}", "version", &v, "node", &node_hex,
+			"epoch", &e, "nonce", &nonce, "binary_pairing", &binary, "read_ok_in_data",
+			&read_ok_in_data) ||
 	    xp_hex_decode(node_hex, h->node, XP_ID_BYTES) || e < 0 ||
 	    (nonce && xp_hex_decode(nonce, h->nonce, XD_NONCE_LEN)))
 		return -EPROTO;
@@ -86,6 +91,7 @@ int xd_hello_parse(json_t *json, struct xd_hello *h)
 	h->version = v;
 	h->has_nonce = nonce != NULL;
 	h->binary_pairing = binary;
+	h->read_ok_in_data = read_ok_in_data;
 	return 0;
 }
 

@@ -1362,8 +1362,10 @@ static int pconn_trusted(struct xd_pconn *pc)
 	struct xd_pconn *q;
 
 	/* (every connection of a set is to one run of one daemon: they all say the same) */
-	if (rc == 0 && !pc->dead && pc->peer)
+	if (rc == 0 && !pc->dead && pc->peer) {
 		pc->peer->binary_pairing = pc->hello.binary_pairing;
+		pc->peer->read_ok_in_data = pc->hello.read_ok_in_data;
+	}
 	/* One more connection through the handshake may make the first the control lane. */
 	if (rc == 0 && !pc->dead && pc->peer)
 		TAILQ_FOREACH(q, &tcp_set(pc->peer)->conns, link)

@@ -288,8 +288,9 @@ struct xd_hello {
 	uint8_t node[XP_ID_BYTES];
 	uint64_t epoch;
 	int64_t version;
-	bool has_nonce;	     /**< it offers authentication (it has the cluster key) */
-	bool binary_pairing; /**< it takes the binary pairing frames (PROTOCOL.md §10.8) */
+	bool has_nonce;	      /**< it offers authentication (it has the cluster key) */
+	bool binary_pairing;  /**< it takes the binary pairing frames (PROTOCOL.md §10.8) */
+	bool read_ok_in_data; /**< a read's first DATA may stand for its CLAIM_OK (§10.8) */
 	uint8_t nonce[XD_NONCE_LEN];
 };
 /* This daemon's HELLO payload, with @nonce (NULL: none, no key), or NULL. */
@@ -385,6 +386,7 @@ struct xd_xfer {
 	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
 	bool claim_sent, done_rx;
 	bool ok_rx; /**< active: CLAIM_OK arrived (DATA may come before it, on another connection) */
+	bool ok_in_data; /**< active: its CLAIM asked for the first DATA as its CLAIM_OK (§10.8) */
 	/*
 	 * The short end (PROTOCOL.md §10.3), agreed in CLAIM and CLAIM_OK on two-sided transports:
 	 * the side that receives the bytes completes once they all arrived and sends the one last

@@ -1075,8 +1075,9 @@ struct xd_peer {
 	struct xd_xfer_list sendq; /**< transfers with bytes left to move, round-robin */
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
-	unsigned transfers;  /**< transfers on this set, for listings */
-	bool binary_pairing; /**< its HELLO said it takes binary pairing frames (§10.8) */
+	unsigned transfers;   /**< transfers on this set, for listings */
+	bool binary_pairing;  /**< its HELLO said it takes binary pairing frames (§10.8) */
+	bool read_ok_in_data; /**< its HELLO said a read's first DATA may be its CLAIM_OK */
 	struct xd_deferred free_later;
 };
 /* Starts the network transports and fills d->endpoints. Returns 0 or -errno. */

@@ -27,14 +27,17 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  malformed window frames (a forged window id
                                                  for an open handle, bad lengths, flags, tags):
                                                  each cuts the set
-  hostile_peer.py binpair HOST PORT KEYFILE META1 META2
+  hostile_peer.py binpair HOST PORT KEYFILE META1 META2 META3
                                                  the binary pairing frames (PROTOCOL.md §10.8)
-                                                 from a member node, on two 64 KiB readables
+                                                 from a member node, on three 64 KiB readables
                                                  whose bytes are i % 256: a wrong proof and a
                                                  token in clear refused, a claim from a peer
                                                  that did not offer them answered in JSON, one
-                                                 from a peer that did in binary, the bytes
-                                                 right; every malformed layout cuts the set
+                                                 from a peer that did in binary, one from a
+                                                 peer that offered read_ok_in_data with the
+                                                 short end by DATA alone (no CLAIM_OK), the
+                                                 bytes right; every malformed layout cuts the
+                                                 set
   hostile_peer.py owner SOCKET METAFILE [ACCESS] (helper) a local client owning a window
                                                  (ACCESS: read, the default, or readwrite) of
                                                  64 KiB whose bytes are i % 256; writes its
@@ -567,6 +570,17 @@ def member_hello(host, port, key, extra):
     return sock, hello[1], node, epoch
 
 
+def read_pair_rest(sock, xfer, got, n):
+    """The rest of transfer @xfer's DATA into @got from @n bytes: whether it came."""
+    while n < len(got):
+        f = expect(sock, DATA)
+        if f is None or f[2] != xfer or f[3] + len(f[4]) > len(got):
+            return False
+        got[f[3]:f[3] + len(f[4])] = f[4]
+        n += len(f[4])
+    return True
+
+
 def read_pair_bytes(sock, xfer, total):
     """The DATA of transfer @xfer until @total bytes: whether they are i % 256."""
     got = bytearray(total)
@@ -580,9 +594,9 @@ def read_pair_bytes(sock, xfer, total):
     return bytes(got) == bytes(i % 256 for i in range(total))
 
 
-def mode_binpair(host, port, keyfile, meta1file, meta2file):
+def mode_binpair(host, port, keyfile, meta1file, meta2file, meta3file):
     key = read_key(keyfile)
-    m1, m2 = read_meta(meta1file), read_meta(meta2file)
+    m1, m2, m3 = read_meta(meta1file), read_meta(meta2file), read_meta(meta3file)
     if not hello_offers_binary(host, port, key):
         return False
     # A peer that did not offer binary frames may still send them; it hears JSON.
@@ -610,6 +624,28 @@ def mode_binpair(host, port, keyfile, meta1file, meta2file):
     sock.sendall(bin_frame(DONE, struct.pack("<Q", sum(m2["lengths"])), 204))
     f = expect(sock, DONE_ACK)
     ok = ok and f is not None and f[1] & BINARY and f[4] == b""
+    # A peer that offered read_ok_in_data too: a read with the short end is answered by its
+    # DATA alone (the first frame about it is DATA, no CLAIM_OK), and ends with its DONE.
+    sock, hello, node, epoch = member_hello(host, port, key, {"binary_pairing": True,
+                                                              "read_ok_in_data": True})
+    ok = ok and hello.get("read_ok_in_data") is True
+    proof = claim_proof(key, m3["node"], m3["epoch"], node, epoch, m3["op"], 205,
+                        bytes.fromhex(m3["token"]))
+    sock.sendall(bin_claim(m3, proof, 205, flags=1 | 2))
+    f = recv_any(sock)
+    while f is not None and f[0] == PING:
+        sock.sendall(frame(PONG))
+        f = recv_any(sock)
+    ok = ok and f is not None and f[0] == DATA and f[2] == 205 and f[3] == 0
+    total = sum(m3["lengths"])
+    got = bytearray(total)
+    if f is not None and f[0] == DATA and f[3] + len(f[4]) <= total:
+        got[f[3]:f[3] + len(f[4])] = f[4]
+        n = len(f[4])
+        ok = ok and (n == total or read_pair_rest(sock, 205, got, n))
+        ok = ok and bytes(got) == bytes(i % 256 for i in range(total))
+    sock.sendall(bin_frame(DONE, struct.pack("<Q", total), 205) + frame(PING))
+    ok = ok and expect(sock, PONG) is not None  # no CLAIM_OK, no DONE_ACK came in between
     if not ok:
         print("binary pairing frames: the good cases failed", file=sys.stderr)
         return False

@@ -146,21 +146,22 @@ fi
 kill "$OWNER" 2>/dev/null
 wait "$OWNER" 2>/dev/null
 
-# --- the binary pairing frames (PROTOCOL.md §10.8) from a hostile member: two readables of
+# --- the binary pairing frames (PROTOCOL.md §10.8) from a hostile member: three readables of
 # 64 KiB whose bytes are i % 256
 $PY -c 'import sys; sys.stdout.buffer.write(bytes(i % 256 for i in range(65536)))' >"$D/bp.src"
 BP=()
-for i in 1 2; do
+for i in 1 2 3; do
 	"$BUILD/xferctl" --socket "$D/A.sock" readable --meta-file "$D/bp$i.meta" "$D/bp.src" \
 		>/dev/null 2>&1 &
 	BP+=($!)
 done
-for i in 1 2; do
+for i in 1 2 3; do
 	for _ in $(seq 100); do [ -s "$D/bp$i.meta" ] && break; sleep 0.05; done
 done
-if $PY tests/hostile_peer.py binpair 127.0.0.1 "$PA" "$D/key" "$D/bp1.meta" "$D/bp2.meta" &&
-	kill -0 "$(pid_of A)" 2>/dev/null && wait "${BP[0]}" && wait "${BP[1]}"; then
-	ok "binary pairing frames: refusals answered, JSON to a peer that did not offer them, binary to one that did, bytes right; every malformed layout cuts the set"
+if $PY tests/hostile_peer.py binpair 127.0.0.1 "$PA" "$D/key" "$D/bp1.meta" "$D/bp2.meta" \
+	"$D/bp3.meta" && kill -0 "$(pid_of A)" 2>/dev/null && wait "${BP[0]}" && wait "${BP[1]}" &&
+	wait "${BP[2]}"; then
+	ok "binary pairing frames: refusals answered, JSON to a peer that did not offer them, binary to one that did, a read answered by its DATA alone to one that offered read_ok_in_data, bytes right; every malformed layout cuts the set"
 else
 	fail "binary pairing frames from a hostile member" "$(tail -n 3 "$D/A.log")"
 fi
