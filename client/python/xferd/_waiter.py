@@ -33,7 +33,9 @@ class Waiter:
         if self._state == _PENDING:
             self._asyncio_future_blocking = True
             yield self  # the task calls add_done_callback(its wakeup)
-        return self.result()
+        if self._state != _DONE:
+            self.result()  # raises
+        return None
 
     __iter__ = __await__
 

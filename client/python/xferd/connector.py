@@ -40,6 +40,7 @@ class OperationStatus(enum.IntEnum):
 
 
 _TERMINAL = (OperationStatus.COMPLETE, OperationStatus.CANCELLED, OperationStatus.ERRORED)
+_COMPLETE = OperationStatus.COMPLETE  # (a module global: looked up faster than the enum's)
 
 
 class _Event:
@@ -155,17 +156,17 @@ class Operation(_window._ClosedOnExit):
     def _apply(self, info):
         """One op.changed: @info is the library's struct xfer_op_info or an _Event (the same
         fields). Runs for every event of every operation: kept short."""
-        if self._status >= OperationStatus.COMPLETE:
+        if self._status >= _COMPLETE:
             return
         state = self._status = _STATES[info.state]
         self.bytes = info.bytes
         if not self.transport and info.transport:
             self.transport = info.transport.decode("ascii", "replace")
             self.peer = info.peer.decode("ascii", "replace")
-        if state < OperationStatus.COMPLETE:
+        if state < _COMPLETE:
             return
-        if state == OperationStatus.COMPLETE:
-            if self._lands_here():
+        if state is _COMPLETE:
+            if self._LANDS_HERE:
                 for d in self.descriptors:
                     d._stage_out()
         else:
@@ -174,15 +175,16 @@ class Operation(_window._ClosedOnExit):
                 info.error or errno.EIO, cause or "operation %d ended %s" % (self.id, state.name),
                 op=self.id,
             )
-        self._connector._op_ended(self)
+        ops = self._connector._ops
+        if ops.get(self.id) is self:
+            del ops[self.id]
         if self._futures:
             self._wake()
 
     def _end_locally(self, state, err, message):
         self._apply(_Event.local(self, state, err, message))
 
-    def _lands_here(self):
-        return False
+    _LANDS_HERE = False  # the bytes land in this side's descriptors (staged copies go out)
 
     def _wake(self):
         futures, self._futures = self._futures, []
@@ -192,16 +194,14 @@ class Operation(_window._ClosedOnExit):
         running = self._connector._loop if direct is not None else asyncio._get_running_loop()
         for fut in futures:
             loop = fut.get_loop()
-            if loop.is_closed():
-                continue
-            if running is loop:
+            if running is loop:  # (a running loop is not closed)
                 if fut.done():
                     continue
                 if direct is not None:  # inside the reader callback: resumed after dispatch
                     direct.append(fut)
                 else:
                     fut.set_result(None)
-            else:
+            elif not loop.is_closed():
                 loop.call_soon_threadsafe(lambda f=fut: f.done() or f.set_result(None))
 
     # -- waiting --
@@ -210,7 +210,7 @@ class Operation(_window._ClosedOnExit):
         return self.status in _TERMINAL
 
     def _result(self):
-        if self._status == OperationStatus.COMPLETE:
+        if self._status is _COMPLETE:
             return self._status
         raise self.error
 
@@ -301,15 +301,13 @@ class ReadableOperation(PassiveOperation):
 class WritableOperation(PassiveOperation):
     kind = "writable"
 
-    def _lands_here(self):
-        return True
+    _LANDS_HERE = True
 
 
 class ReadOperation(Operation):
     kind = "read"
 
-    def _lands_here(self):
-        return True
+    _LANDS_HERE = True
 
 
 class WriteOperation(Operation):
@@ -328,8 +326,7 @@ class GetOperation(Operation):
         super().__init__(connector, op_id, descs, status)
         self.window = window
 
-    def _lands_here(self):
-        return True
+    _LANDS_HERE = True
 
 
 class PutOperation(Operation):
@@ -672,13 +669,16 @@ class Connector:
         for active in (False, True)
         for end_only in (False, True)
     }
+    _OPTS_REFS = {k: ctypes.byref(v) for k, v in _OPTS.items()}  # (byref made once)
 
     def _opts(self, timeout, active, end_only):
+        """A pointer to the struct xfer_op_opts of an operation (for the C call)."""
         if type(end_only) is not bool:
             raise XferError(errno.EINVAL, "end_only must be True or False, not %r" % (end_only,))
         if timeout is None:
-            return self._OPTS[active, end_only]  # read-only for the library: shared
-        return _clib.XferOpOpts(max(1, int(timeout * 1000)), _clib.op_flags(active, end_only))
+            return self._OPTS_REFS[active, end_only]  # read-only for the library: shared
+        return ctypes.byref(
+            _clib.XferOpOpts(max(1, int(timeout * 1000)), _clib.op_flags(active, end_only)))
 
     def _create(self, fn, args, op_id):
         """Runs creating call @fn(c, *@args), which fills @op_id. Returns the id and the events
@@ -717,7 +717,7 @@ class Connector:
                 d._stage_in()
         meta = ctypes.c_void_p()
         op_id = ctypes.c_uint64()
-        args = (self._c_descs(descs), len(descs), ctypes.byref(self._opts(timeout, False, end_only)),
+        args = (self._c_descs(descs), len(descs), self._opts(timeout, False, end_only),
                 ctypes.byref(op_id), ctypes.byref(meta))
         i, early = self._create(fn, args, op_id)
         return self._adopt(cls(self, i, descs, _clib.take_string(meta.value)), early)
@@ -733,7 +733,7 @@ class Connector:
         status = OperationStatus.IN_PROGRESS if local else OperationStatus.INITIALIZED
         op_id = ctypes.c_uint64()
         args = (metadata.encode(), self._c_descs(descs), len(descs),
-                ctypes.byref(self._opts(timeout, True, end_only)), ctypes.byref(op_id))
+                self._opts(timeout, True, end_only), ctypes.byref(op_id))
         i, early = self._create(fn, args, op_id)
         return self._adopt(cls(self, i, descs, status), early)
 
