@@ -6,6 +6,7 @@
  * the bytes, only whether it is one-sided (the active side reads or writes the owner's memory
  * with keys the owner grants per operation).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,29 @@ static bool op_mapped(const struct xd_op *op)
 		if (!op->segs[i].region->mem->mapped)
 			return false;
 	return true;
+}
+
+/*
+ * A transfer that receives bytes into a file region here is counted on its peer from its
+ * making, before the CLAIM or CLAIM_OK that lets the peer send its DATA, until xfer_close(),
+ * after which data_target() finds it no more: the peer's connections read without read-ahead
+ * meanwhile (tcp.c, ra_allowed()).
+ */
+static void file_rx_count(struct xd_xfer *x, const struct xd_op *op)
+{
+	if (x->source || op_mapped(op))
+		return;
+	x->file_rx = true;
+	x->peer->file_receivers++;
+}
+
+static void file_rx_uncount(struct xd_xfer *x)
+{
+	if (!x->file_rx)
+		return;
+	assert(x->peer->file_receivers > 0);
+	x->file_rx = false;
+	x->peer->file_receivers--;
 }
 
 static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, struct xd_op *op)
@@ -52,6 +76,7 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	op->xfer = x;
 	TAILQ_INSERT_TAIL(&p->d->xfers, x, link);
 	p->transfers++;
+	file_rx_count(x, op);
 	return x;
 }
 
@@ -82,6 +107,7 @@ static void xfer_close(struct xd_xfer *x)
 	xd_peer_stream_remove(x->peer, x);
 	TAILQ_REMOVE(&x->peer->d->xfers, x, link);
 	x->peer->transfers--;
+	file_rx_uncount(x);
 	direct_quiet(x);
 	xd_xfer_unref(x);
 }

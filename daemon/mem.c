@@ -668,8 +668,6 @@ void xd_region_unref(struct xd_region *r)
 	if (!r || --r->refs > 0)
 		return;
 	xd_region_deregister_transports(r); /* before the unmap: registrations pin these pages */
-	if (!r->mem->mapped)
-		r->d->unmapped_regions--;
 	r->mem->release(r);
 	xd_region_uncharge(r);
 	free(r);

@@ -10,6 +10,7 @@
  * next claim makes a new set. Sets are freed at the next loop turn (defer.c), never inside
  * their own callbacks.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ static void peer_free(void *arg)
 {
 	struct xd_peer *p = arg;
 
+	assert(p->file_receivers == 0); /* (every transfer of the set was closed first) */
 	xd_event_free(p->keepalive);
 	xd_event_free(p->connect_timer);
 	free(p);
@@ -435,6 +437,15 @@ bool xd_peers_pending_output(struct xd_daemon *d)
 
 /* ---- listing ---- */
 
+/* Adds @p's read counts to its entry @o (tcp.c's read-ahead, for operators). 0 or -1. */
+static int peer_reads_json(const struct xd_peer *p, json_t *o)
+{
+	return json_object_set_new(o, "socket_reads", json_integer((json_int_t)p->socket_reads)) ||
+	       json_object_set_new(o, "read_ahead_fills",
+				   json_integer((json_int_t)p->read_ahead_fills)) ||
+	       json_object_set_new(o, "file_receivers", json_integer(p->file_receivers));
+}
+
 static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 {
 	static const char *const states[] = { "connecting", "connected", "failed" };
@@ -460,7 +471,12 @@ json_t *xd_peers_json(struct xd_daemon *d)
 	struct xd_peer *p;
 
 	TAILQ_FOREACH(p, &d->peers, link) {
-		if (!arr || json_array_append_new(arr, peer_to_json(p, now))) {
+		json_t *o = arr ? peer_to_json(p, now) : NULL;
+		if (o && peer_reads_json(p, o)) {
+			json_decref(o);
+			o = NULL;
+		}
+		if (!arr || json_array_append_new(arr, o)) {
 			json_decref(arr);
 			return NULL;
 		}

@@ -378,7 +378,6 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 	r->pid = c->pid;
 	r->uid = c->uid;
 	r->mem = direct ? &xd_mem_file_direct : &xd_mem_file;
-	c->d->unmapped_regions++; /* (until xd_region_unref() frees it) */
 	r->file_off = a->offset;
 	r->length = a->length;
 	r->sync = a->sync;

@@ -742,16 +742,28 @@ static size_t ra_take(struct xd_pconn *pc, const struct iovec *iov, int n)
 }
 
 /*
- * Whether a read of @want bytes may fill the read-ahead buffer first: a small one, and only
- * while no file region is alive. A DATA frame for a file is read from the socket by the file
- * lane's worker, so none of its bytes may sit in the buffer; and an honest peer sends one only
- * after this daemon made the transfer, which holds its file region (read ahead before that,
- * the buffer cannot hold any: pconn_read_unmapped() refuses a DATA frame that says otherwise).
+ * Whether a read of @want bytes may fill the read-ahead buffer first: a small one, on a
+ * connection whose peer is known (its HELLO came) and has no transfer that may receive DATA
+ * into a file region here (p->file_receivers). A DATA frame for a file is read from the socket
+ * by the file lane's worker, so none of its bytes may sit in the buffer; and an honest peer
+ * sends one only after this daemon made the transfer (claim.c counts it then, before the CLAIM
+ * or CLAIM_OK that tells the peer), so what was read ahead before cannot be its DATA, and none
+ * is read ahead after. pconn_read_unmapped() refuses a DATA frame that says otherwise. DATA
+ * of a set may come on any of its connections (chunks go round-robin): the count is the set's.
  */
 static bool ra_allowed(struct xd_pconn *pc, size_t want)
 {
-	return want <= XD_TCP_RA_SMALL && pc->d->unmapped_regions == 0 &&
+	return want <= XD_TCP_RA_SMALL && pc->peer && pc->peer->file_receivers == 0 &&
 	       (pc->ra || (pc->ra = malloc(XD_TCP_RA)));
+}
+
+/* Counts a read(2)/readv(2) of @pc's socket on its peer (list.peers), once the peer is known. */
+static void pconn_count_read(struct xd_pconn *pc, bool fill)
+{
+	if (!pc->peer)
+		return;
+	pc->peer->socket_reads++;
+	pc->peer->read_ahead_fills += fill;
 }
 
 /*
@@ -772,7 +784,9 @@ static ssize_t pconn_readv(struct xd_pconn *pc, const struct iovec *iov, int n)
 	}
 	for (int i = 0; i < n; i++)
 		want += iov[i].iov_len;
-	if (!ra_allowed(pc, want)) {
+	bool fill = ra_allowed(pc, want);
+	pconn_count_read(pc, fill);
+	if (!fill) {
 		r = readv(pc->fd, iov, n);
 		pc->rx_drained = r >= 0 && (size_t)r < want;
 		return r;
@@ -795,7 +809,8 @@ static ssize_t pconn_read_unmapped(struct xd_pconn *pc, uint32_t left)
 	struct xd_tcp *t = pc->d->tcp;
 
 	if (pc->ra_len > pc->ra_off) {
-		/* (its bytes were sent before the transfer was made: see ra_allowed()) */
+		/* (its bytes were sent before the transfer was made, or before its peer's HELLO
+		 * was read: see ra_allowed()) */
 		errno = EPROTO;
 		return -1;
 	}

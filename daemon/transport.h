@@ -387,6 +387,7 @@ struct xd_xfer {
 	bool claim_sent, done_rx;
 	bool ok_rx; /**< active: CLAIM_OK arrived (DATA may come before it, on another connection) */
 	bool ok_in_data; /**< active: its CLAIM asked for the first DATA as its CLAIM_OK (§10.8) */
+	bool file_rx;	 /**< counted in its peer's file_receivers (claim.c) */
 	/*
 	 * The short end (PROTOCOL.md §10.3), agreed in CLAIM and CLAIM_OK on two-sided transports:
 	 * the side that receives the bytes completes once they all arrived and sends the one last

@@ -525,12 +525,6 @@ struct xd_daemon {
 	struct event *sig_ev[3];
 	TAILQ_HEAD(, xd_conn) conns;
 	TAILQ_HEAD(, xd_region) regions;
-	/*
-	 * Regions alive (listed or still held) whose bytes are reached by file I/O only: while
-	 * there are none, tcp.c may read small frames ahead into a buffer (no DATA frame can be
-	 * for a file then).
-	 */
-	unsigned unmapped_regions;
 	TAILQ_HEAD(, xd_op) ops;
 	uint64_t next_client, next_region, next_op, next_batch;
 	struct xd_copier *copier;
@@ -1075,9 +1069,17 @@ struct xd_peer {
 	struct xd_xfer_list sendq; /**< transfers with bytes left to move, round-robin */
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
-	unsigned transfers;   /**< transfers on this set, for listings */
-	bool binary_pairing;  /**< its HELLO said it takes binary pairing frames (§10.8) */
-	bool read_ok_in_data; /**< its HELLO said a read's first DATA may be its CLAIM_OK */
+	unsigned transfers; /**< transfers on this set, for listings */
+	/*
+	 * Transfers on this set that may still receive DATA into a file region here: counted
+	 * from the transfer's making (before the peer can learn of it) to its close (claim.c).
+	 * While any is, tcp.c reads this set's sockets without read-ahead (ra_allowed()).
+	 */
+	unsigned file_receivers;
+	uint64_t socket_reads;	   /**< tcp.c: read(2)/readv(2) of the set's sockets */
+	uint64_t read_ahead_fills; /**< tcp.c: of those, reads into the read-ahead buffer */
+	bool binary_pairing;	   /**< its HELLO said it takes binary pairing frames (§10.8) */
+	bool read_ok_in_data;	   /**< its HELLO said a read's first DATA may be its CLAIM_OK */
 	struct xd_deferred free_later;
 };
 /* Starts the network transports and fills d->endpoints. Returns 0 or -errno. */

@@ -5,7 +5,9 @@
  * from the socket. Here a stream of small window puts (4 KiB, posted in batches of 8) shares
  * the peer connections with a pairing whose target is a file registered mid-stream, and goes
  * on after the file region is gone again: every put's bytes and every byte of the file are
- * compared, no set fails.
+ * compared, no set fails. Read-ahead is kept per peer set: a file region that no transfer of
+ * a peer receives into (an idle one, another client's) leaves it on, as list.peers's
+ * read_ahead_fills shows.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "daemon_util.h"
 #include "harness.h"
@@ -175,5 +179,73 @@ TEST(cross_small_puts_beside_a_file_write)
 
 	post_round(&r);
 	wait_puts(&r);
+	rig_stop(&r);
+}
+
+/* The one peer set in @c's daemon's list.peers: its @key (read_ahead_fills, ...). */
+static long long peer_count(struct xfer_client *c, const char *key)
+{
+	char *res = NULL;
+
+	CHECK_OK(xfer_call(c, "list.peers", NULL, &res));
+	json_t *root = json_loads(res, 0, NULL);
+	free(res);
+	json_t *peers = json_object_get(root, "peers");
+	CHECK_EQ_INT(json_array_size(peers), 1);
+	json_t *v = json_object_get(json_array_get(peers, 0), key);
+	CHECK(json_is_integer(v));
+	long long n = json_integer_value(v);
+	json_decref(root);
+	return n;
+}
+
+/* Registers a file of @len bytes (unlinked) on @c's daemon as @c's region. Returns its fd. */
+static int idle_file_region(struct xfer_client *c, size_t len, uint64_t *region)
+{
+	char path[] = "/tmp/xferd-readahead-idle-XXXXXX";
+	int fd = mkostemp(path, O_CLOEXEC);
+
+	CHECK(fd >= 0);
+	unlink(path);
+	CHECK_OK(ftruncate(fd, (off_t)len) < 0 ? -errno : 0);
+	CHECK_OK(xfer_region_register_file(c, fd, 0, len, 0, "idle", region));
+	return fd;
+}
+
+/*
+ * Another client on each daemon keeps a file region registered that no transfer uses: the
+ * puts' peer sets have no transfer receiving into a file, so both daemons still read their
+ * small frames ahead (the owner the WPUTs, the opener the WACKs and replies): each round of
+ * puts fills the read-ahead buffer at least once on both sides, with and without the files.
+ */
+TEST(cross_idle_file_region_keeps_read_ahead)
+{
+	struct rig r;
+	struct xfer_client *ka, *kb;
+	uint64_t fa, fb;
+
+	rig_start(&r);
+	post_round(&r);
+	wait_puts(&r);
+	long long owner0 = peer_count(r.owner, "read_ahead_fills");
+	long long opener0 = peer_count(r.opener, "read_ahead_fills");
+	CHECK(owner0 > 0 && opener0 > 0);
+
+	CHECK_OK(xfer_connect(r.a.sock, "keeper", &ka));
+	CHECK_OK(xfer_connect(r.b.sock, "keeper", &kb));
+	int fda = idle_file_region(ka, FILE_LEN, &fa);
+	int fdb = idle_file_region(kb, FILE_LEN, &fb);
+	post_round(&r);
+	wait_puts(&r);
+	CHECK(peer_count(r.owner, "read_ahead_fills") > owner0);
+	CHECK(peer_count(r.opener, "read_ahead_fills") > opener0);
+	CHECK_EQ_INT(peer_count(r.owner, "file_receivers"), 0);
+	CHECK_EQ_INT(peer_count(r.opener, "file_receivers"), 0);
+	CHECK(peer_count(r.owner, "socket_reads") >= peer_count(r.owner, "read_ahead_fills"));
+
+	xfer_close(ka);
+	xfer_close(kb);
+	close(fda);
+	close(fdb);
 	rig_stop(&r);
 }
