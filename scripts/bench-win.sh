@@ -9,11 +9,15 @@
 # --post: XFER_OP_POST, no reply awaited; --batch 1 then posts one get or put per call).
 #
 #   scripts/bench-win.sh [--sizes 4K,64K,1M] [--depth 16] [--batch 8] [--seconds 1.5]
-#                        [--rounds N] [--connections N] [--no-ucx] [--iperf3] [BUILD...]
+#                        [--rounds N] [--connections N] [--no-ucx] [--iperf3] [--idle-file]
+#                        [BUILD...]
 #
 # Prints, per size: UCX tag_bw GB/s and msg/s, then each build's get and put GB/s and ops/s with
 # the ratio to UCX. Both count payload bytes only. --iperf3: also an iperf3 single stream node 0 ->
-# node 1 per round (2 s), the peer of the large sizes' target. Run it under the bench lock:
+# node 1 per round (2 s), the peer of the large sizes' target. --idle-file: while each build
+# runs, a 1 MiB file is registered on both daemons as a readable nobody claims (xferctl
+# readable, the first build's), a file region no transfer uses (before per-peer read-ahead,
+# it turned tcp.c's read-ahead off daemon-wide). Run it under the bench lock:
 #   flock /tmp/xferd-bench.lock scripts/bench-win.sh build-base build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +30,7 @@ ROUNDS=1
 CONNS=2
 UCX=1
 IPERF=0
+IDLE=0
 BUILDS=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -37,6 +42,7 @@ while [ $# -gt 0 ]; do
 	--connections) CONNS=$2; shift 2 ;;
 	--no-ucx) UCX=0; shift ;;
 	--iperf3) IPERF=1; shift ;;
+	--idle-file) IDLE=1; shift ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
 		exit 0
@@ -111,6 +117,30 @@ if [ "$IPERF" = 1 ]; then
 	xn_wait_tcp 0 "$A1" "$IPORT" 10 || IPERF=0
 fi
 
+# idle_files_start TAG: on each daemon a readable over a 1 MiB file that nobody claims.
+IDLE_PIDS=()
+idle_files_start()
+{
+	local n meta
+	[ "$IDLE" = 1 ] || return 0
+	[ -f "$RUN/idle.file" ] || head -c $((1 << 20)) /dev/zero >"$RUN/idle.file"
+	for n in 0 1; do
+		meta="$RUN/idle.$1.$n.meta"
+		"$(dirname "$CLIENT")/xferctl" --socket "$(xc_sock "$n")" --timeout 600000 readable \
+			--meta-file "$meta" "$RUN/idle.file" >/dev/null 2>&1 &
+		IDLE_PIDS+=($!)
+		for _ in $(seq 200); do [ -s "$meta" ] && break; sleep 0.05; done
+		[ -s "$meta" ] || { echo "bench-win.sh: no idle file region on node $n" >&2; exit 1; }
+	done
+}
+idle_files_stop()
+{
+	[ ${#IDLE_PIDS[@]} -gt 0 ] || return 0
+	kill "${IDLE_PIDS[@]}" 2>/dev/null || true
+	wait "${IDLE_PIDS[@]}" 2>/dev/null || true
+	IDLE_PIDS=()
+}
+
 declare -A UCXR IPR
 for r in $(seq 1 "$ROUNDS"); do
 	[ "$IPERF" = 1 ] && IPR[$r]=$(iperf3_gbps)
@@ -124,15 +154,18 @@ for r in $(seq 1 "$ROUNDS"); do
 		[ "${b%:post}" != "$b" ] && post=(--post)
 		BUILD=${b%:post} XC_KEEPALIVE_MS=1000 XC_KEEPALIVE_TIMEOUT_MS=5000 \
 			XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
+		idle_files_start "$r.${b//\//_}"
 		"$CLIENT" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes "$SIZES" \
 			--depths "$DEPTH" --batch "$BATCH" --seconds "$PIPE_SECS" --json "${post[@]}" \
 			>"$RUN/win.$r.${b//\//_}.json"
+		idle_files_stop
 		xc_stop_all >/dev/null
 	done
 done
 
 echo "bench-win: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), peer_connections $CONNS," \
-	"depth $DEPTH, batch $BATCH, $(date -u +%H:%M) UTC"
+	"depth $DEPTH, batch $BATCH$([ "$IDLE" = 1 ] && echo ", an idle file region on each daemon")," \
+	"$(date -u +%H:%M) UTC"
 printf '%-5s %-6s %-22s %9s %10s %7s\n' round size what GB/s ops/s xUCX
 for r in $(seq 1 "$ROUNDS"); do
 	[ "$IPERF" = 1 ] && printf '%-5s %-6s %-22s %9s\n' "$r" "" "iperf3 1 stream" "${IPR[$r]}"

@@ -38,6 +38,14 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  short end by DATA alone (no CLAIM_OK), the
                                                  bytes right; every malformed layout cuts the
                                                  set
+  hostile_peer.py earlyfile HOST PORT KEYFILE META PID
+                                                 a member node claiming writable META (a file
+                                                 on daemon PID) and sending DATA for it at
+                                                 once, before CLAIM_OK: all of it waits in the
+                                                 daemon's socket (PID stopped meanwhile), so
+                                                 the DATA is read ahead with the CLAIM and
+                                                 must be refused (the set cut), never spliced
+                                                 into the file from the read-ahead buffer
   hostile_peer.py owner SOCKET METAFILE [ACCESS] (helper) a local client owning a window
                                                  (ACCESS: read, the default, or readwrite) of
                                                  64 KiB whose bytes are i % 256; writes its
@@ -74,7 +82,7 @@ BINARY = 2  # flags: the binary layout of §10.8 (CLAIM, CLAIM_OK, DONE, DONE_AC
 CLAIM = 2
 BCLAIM = struct.Struct("<QQQIBBBB16s")  # op, epoch, length, stage_max, kind, meta kind, flags,
 # zero, node; then the proof (32 bytes, flags bit 0) or the token (16)
-KIND_READABLE, KIND_READ, KIND_WRITE = 0, 2, 3
+KIND_READABLE, KIND_WRITABLE, KIND_READ, KIND_WRITE = 0, 1, 2, 3
 WPRE = struct.Struct("<QQIHH")  # window, handle, length, tag length, flags (XP_WIN_LAST = 1)
 TIMEOUT = 5.0
 
@@ -711,6 +719,58 @@ def mode_wframes_cut(host, port, keyfile, metafile):
     return ok
 
 
+def rx_queue_of(lport, rport):
+    """Bytes waiting in the receive queue of the 127.0.0.1 socket LPORT <- RPORT, or -1."""
+    want = f"0100007F:{lport:04X} 0100007F:{rport:04X}"
+    with open("/proc/net/tcp") as f:
+        for line in f:
+            fields = line.split()
+            if " ".join(fields[1:3]) == want:
+                return int(fields[4].split(":")[1], 16)
+    return -1
+
+
+def mode_earlyfile(host, port, keyfile, metafile, pid):
+    import signal
+    key = read_key(keyfile)
+    m = read_meta(metafile)
+    sock, _, node, epoch = member(host, port, key)
+    xfer = 301
+    proof = claim_proof(key, m["node"], m["epoch"], node, epoch, m["op"], xfer,
+                        bytes.fromhex(m["token"]))
+    payload = bytes(i % 251 for i in range(16384))
+    raw = (bin_claim(m, proof, xfer, kind=KIND_WRITE, meta_kind=KIND_WRITABLE) +
+           HDR.pack(DATA, FROM_ACTIVE, 0, len(payload), xfer, 0) + payload)
+    sock.sendall(frame(PING))
+    if expect(sock, PONG) is None:  # (the daemon has read our AUTH and all before it)
+        print("no PONG after the handshake", file=sys.stderr)
+        return False
+    os.kill(int(pid), signal.SIGSTOP)
+    try:
+        sock.sendall(raw)
+        # Wait (not for a time: for the state) until every byte is in the daemon's socket.
+        lport = sock.getsockname()[1]
+        for _ in range(1000):
+            if rx_queue_of(int(port), lport) >= len(raw):
+                break
+            threading.Event().wait(0.01)
+        else:
+            print("the bytes never all reached the daemon's socket", file=sys.stderr)
+            return False
+    finally:
+        os.kill(int(pid), signal.SIGCONT)
+    sock.settimeout(20)
+    try:
+        while sock.recv(65536):  # (a CLAIM_OK may come first) until the daemon cuts the set
+            pass
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        print("the set was not cut after early file DATA", file=sys.stderr)
+        return False
+    return True
+
+
 def mode_owner(path, metafile, access="read"):
     import array
     import fcntl
@@ -876,7 +936,8 @@ def main(argv):
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
              "windows": mode_windows, "owner": mode_owner, "wframes": mode_wframes,
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
-             "wack_opener": mode_wack_opener, "binpair": mode_binpair}
+             "wack_opener": mode_wack_opener, "binpair": mode_binpair,
+             "earlyfile": mode_earlyfile}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

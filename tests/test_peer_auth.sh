@@ -168,6 +168,24 @@ fi
 kill "${BP[@]}" 2>/dev/null
 wait "${BP[@]}" 2>/dev/null
 
+# --- file DATA sent with its CLAIM, before CLAIM_OK, by a hostile member: read ahead together
+# with the CLAIM (the file is no other transfer's), it must be refused, never spliced into
+# the file from the read-ahead buffer (tcp.c, ra_allowed())
+"$BUILD/xferctl" --socket "$D/A.sock" writable --meta-file "$D/ef.meta" 65536 "$D/ef.out" \
+	>/dev/null 2>&1 &
+EF=$!
+for _ in $(seq 100); do [ -s "$D/ef.meta" ] && break; sleep 0.05; done
+EPROTO_DATA="protocol error on a connection (message type DATA)"
+N0=$(grep -c "$EPROTO_DATA" "$D/A.log")
+if $PY tests/hostile_peer.py earlyfile 127.0.0.1 "$PA" "$D/key" "$D/ef.meta" "$(pid_of A)" &&
+	kill -0 "$(pid_of A)" 2>/dev/null && [ "$(grep -c "$EPROTO_DATA" "$D/A.log")" -gt "$N0" ]; then
+	ok "file DATA sent with its CLAIM (read ahead with it) is refused: the set cut, the daemon serving"
+else
+	fail "file DATA sent with its CLAIM is refused" "$(tail -n 3 "$D/A.log")"
+fi
+kill "$EF" 2>/dev/null
+wait "$EF" 2>/dev/null
+
 # --- someone posing as B
 # A's one peer set so far is B's.
 read -r NODE_B EPOCH_B < <("$BUILD/xferctl" --socket "$D/A.sock" --json peers |

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,4 +249,135 @@ TEST(cross_idle_file_region_keeps_read_ahead)
 	close(fda);
 	close(fdb);
 	rig_stop(&r);
+}
+
+#define PAIR_LEN (64ul << 10)
+
+/* The opener reads @len bytes of a readable over the owner's window buffer into its file. */
+struct file_read {
+	struct rig r;
+	uint64_t region; /* the opener's file region */
+	int fd;
+};
+
+static void file_read_start(struct file_read *f)
+{
+	rig_start(&f->r);
+	f->fd = idle_file_region(f->r.opener, PAIR_LEN, &f->region);
+}
+
+/* A readable of the owner's buffer's first PAIR_LEN bytes: its metadata (free() it). */
+static char *owner_readable(struct rig *r)
+{
+	struct xfer_desc d = { r->wregion, 0, PAIR_LEN };
+	uint64_t op;
+	char *meta = NULL;
+
+	CHECK_OK(xfer_readable(r->owner, &d, 1, NULL, &op, &meta));
+	return meta;
+}
+
+/* The read into the opener's file, made at once (the owner may be stopped). Its op id. */
+static uint64_t read_into_file(struct file_read *f, const char *meta, uint32_t timeout_ms)
+{
+	struct xfer_desc d = { f->region, 0, PAIR_LEN };
+	struct xfer_op_opts opts = { .timeout_ms = timeout_ms, .flags = XFER_OP_NOWAIT };
+	uint64_t op;
+
+	CHECK_OK(xfer_read(f->r.opener, meta, &d, 1, &opts, &op));
+	return op;
+}
+
+/* Waits (by state, up to WAIT_MS) until the opener's set counts @want file receivers. */
+static void wait_file_receivers(struct rig *r, long long want)
+{
+	long long until = td_now_ms() + WAIT_MS;
+
+	while (peer_count(r->opener, "file_receivers") != want) {
+		CHECK(td_now_ms() < until);
+		usleep(2000);
+	}
+}
+
+/*
+ * A transfer that receives into a file is counted on its peer set from its making (the owner
+ * stopped: no CLAIM_OK yet) until it can take no more DATA; read-ahead stays off meanwhile
+ * meanwhile. Completion, cancel and deadline each bring the
+ * count back to 0 (never below: the daemon asserts it).
+ */
+TEST(cross_file_receiver_counted_until_its_end)
+{
+	struct file_read f;
+	struct xfer_op_info info;
+
+	file_read_start(&f);
+	char *meta = owner_readable(&f.r);
+	uint64_t op = read_into_file(&f, meta, 0);
+	CHECK_OK(xfer_wait(f.r.opener, op, WAIT_MS, &info));
+	CHECK_EQ_INT(info.state, XFER_COMPLETE);
+	char back[PAIR_LEN];
+	CHECK_EQ_INT(pread(f.fd, back, PAIR_LEN, 0), (long long)PAIR_LEN);
+	CHECK_MEM_EQ(back, f.r.wbuf.addr, PAIR_LEN);
+	CHECK_EQ_INT(peer_count(f.r.opener, "file_receivers"), 0);
+	free(meta);
+
+	/* cancelled by the opener while the owner is stopped */
+	meta = owner_readable(&f.r);
+	CHECK_OK(td_signal(&f.r.a, SIGSTOP));
+	op = read_into_file(&f, meta, 0);
+	CHECK_EQ_INT(peer_count(f.r.opener, "file_receivers"), 1);
+	CHECK_OK(xfer_cancel(f.r.opener, op));
+	CHECK_OK(td_signal(&f.r.a, SIGCONT));
+	wait_file_receivers(&f.r, 0);
+	free(meta);
+
+	/* its deadline passes while the owner is stopped */
+	meta = owner_readable(&f.r);
+	CHECK_OK(td_signal(&f.r.a, SIGSTOP));
+	op = read_into_file(&f, meta, 200);
+	CHECK_EQ_INT(peer_count(f.r.opener, "file_receivers"), 1);
+	CHECK_OK(xfer_wait(f.r.opener, op, WAIT_MS, &info));
+	CHECK(info.state == XFER_ERRORED || info.state == XFER_CANCELLED);
+	CHECK_OK(td_signal(&f.r.a, SIGCONT));
+	wait_file_receivers(&f.r, 0);
+	free(meta);
+	long long fills = peer_count(f.r.opener, "read_ahead_fills");
+
+	/* and read-ahead is back for the set: a round of puts fills its buffer again */
+	post_round(&f.r);
+	wait_puts(&f.r);
+	CHECK(peer_count(f.r.opener, "read_ahead_fills") > fills);
+	close(f.fd);
+	rig_stop(&f.r);
+}
+
+/*
+ * The owner's daemon dies while the opener's read into a file waits for its CLAIM_OK: the set
+ * fails with the transfer counted; the opener's daemon closes it (the count back to 0, which
+ * it asserts when the set is freed) and stops cleanly.
+ */
+TEST(cross_file_receiver_uncounted_on_peer_loss)
+{
+	struct file_read f;
+	struct xfer_op_info info;
+
+	file_read_start(&f);
+	char *meta = owner_readable(&f.r);
+	CHECK_OK(td_signal(&f.r.a, SIGSTOP));
+	uint64_t op = read_into_file(&f, meta, 0);
+	CHECK_EQ_INT(peer_count(f.r.opener, "file_receivers"), 1);
+	CHECK_OK(td_signal(&f.r.a, SIGKILL));
+	CHECK_EQ_INT(td_wait_exit(&f.r.a), 128 + SIGKILL);
+	CHECK_OK(xfer_wait(f.r.opener, op, WAIT_MS, &info));
+	CHECK_EQ_INT(info.state, XFER_ERRORED);
+	free(meta);
+	xfer_set_batch_cb(f.r.opener, NULL, NULL);
+	xfer_close(f.r.opener);
+	xfer_close(f.r.owner);
+	close(f.fd);
+	xfer_buf_free(&f.r.src);
+	xfer_buf_free(&f.r.pbuf);
+	xfer_buf_free(&f.r.wbuf);
+	CHECK_EQ_INT(td_stop(&f.r.b), 0);
+	td_key_remove(&f.r.key);
 }
