@@ -13,11 +13,15 @@
 #                        [BUILD...]
 #
 # Prints, per size: UCX tag_bw GB/s and msg/s, then each build's get and put GB/s and ops/s with
-# the ratio to UCX. Both count payload bytes only. --iperf3: also an iperf3 single stream node 0 ->
-# node 1 per round (2 s), the peer of the large sizes' target. --idle-file: while each build
-# runs, a 1 MiB file is registered on both daemons as a readable nobody claims (xferctl
-# readable, the first build's), a file region no transfer uses (before per-peer read-ahead,
-# it turned tcp.c's read-ahead off daemon-wide). Run it under the bench lock:
+# the ratio to UCX (and the client's p50/p99 per op), and per build each daemon's read system
+# calls per op of the whole run (/proc/PID/io syscr: read(2), readv(2) of any fd) and those of
+# its peer set's sockets (list.peers socket_reads, read_ahead_fills; "-" from a daemon without
+# them). Both rates count payload bytes only. --iperf3: also an
+# iperf3 single stream node 0 -> node 1 per round (2 s), the peer of the large sizes' target.
+# --idle-file: while each build runs, a 1 MiB file is registered on both daemons as a readable
+# nobody claims (xferctl readable, the client's build), a file region no transfer uses (before
+# per-peer read-ahead, it turned tcp.c's read-ahead off daemon-wide). Run it under the bench
+# lock:
 #   flock /tmp/xferd-bench.lock scripts/bench-win.sh build-base build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -158,6 +162,12 @@ for r in $(seq 1 "$ROUNDS"); do
 		"$CLIENT" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" --sizes "$SIZES" \
 			--depths "$DEPTH" --batch "$BATCH" --seconds "$PIPE_SECS" --json "${post[@]}" \
 			>"$RUN/win.$r.${b//\//_}.json"
+		for n in 0 1; do # (the peer sets' read counts, where the daemon has them)
+			"$(dirname "$CLIENT")/xferctl" --socket "$(xc_sock "$n")" --json peers \
+				>"$RUN/peers.$r.${b//\//_}.$n.json" 2>/dev/null || true
+			awk '/^syscr/ { print $2 }' "/proc/$(xc_pid "$n")/io" \
+				>"$RUN/syscr.$r.${b//\//_}.$n" 2>/dev/null || true
+		done
 		idle_files_stop
 		xc_stop_all >/dev/null
 	done
@@ -183,9 +193,30 @@ for line in open(path):
         continue
     ops = d["gbps"] * 1e9 / d["size"]
     ratio = d["gbps"] / float(ugb) if float(ugb) else 0
-    print("%-5s %-6s %-22s %9.3f %10.0f %7.2f" % (r, s, b[-14:] + " " + d["kind"], d["gbps"],
-                                                  ops, ratio))
+    print("%-5s %-6s %-22s %9.3f %10.0f %7.2f  p50 %.0f p99 %.0f us" % (
+        r, s, b[-14:] + " " + d["kind"], d["gbps"], ops, ratio, d["us_p50"], d["us_p99"]))
 EOF
 		done
+	done
+	for b in "${BUILDS[@]}"; do
+		"$XN_PY" - "$RUN/win.$r.${b//\//_}.json" "$RUN/peers.$r.${b//\//_}".{0,1}.json \
+			"$RUN/syscr.$r.${b//\//_}".{0,1} "$b" "$r" <<'EOF'
+import json, sys
+win, p0, p1, s0, s1, b, r = sys.argv[1:]
+ops = sum(json.loads(line).get("ops", 0) for line in open(win)) or 1
+out = []
+for name, path, spath in (("owner", p0, s0), ("opener", p1, s1)):
+    try:
+        syscr = "%.2f" % (int(open(spath).read()) / ops)
+    except (OSError, ValueError):
+        syscr = "-"
+    try:
+        p = json.load(open(path))["peers"][0]
+        peer = "%.2f (%.2f fills)" % (p["socket_reads"] / ops, p["read_ahead_fills"] / ops)
+    except (OSError, ValueError, KeyError, IndexError):
+        peer = "-"
+    out.append("%s %s, peer sockets %s" % (name, syscr, peer))
+print("%-5s %-6s %-22s %s" % (r, "", b[-14:] + " reads/op", "; ".join(out)))
+EOF
 	done
 done
