@@ -375,9 +375,13 @@ static void direct_finish(struct xd_xfer *x)
 
 	if (!op || xd_op_ending(op) || xd_xfer_bytes(x) < x->length || x->requests_out > 0)
 		return;
-	xd_window_direct_ended(x->peer->d, x->handle, op->id, true);
+	struct xd_daemon *d = x->peer->d;
+	uint64_t handle = x->handle;
+
+	xd_window_direct_ended(d, handle, op->id, true);
 	xfer_close(x);
-	xd_op_complete(op);
+	if (!xd_window_direct_hold(d, handle, op))
+		xd_op_complete(op);
 }
 
 int xd_remote_window_op(struct xd_call *call, struct xd_op *op, const struct xd_wtarget *t)
@@ -1151,7 +1155,8 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 	if (h->type == XP_PEER_WCLAIM)
 		return handle_wclaim(p, via, h, json);
 	if (h->type == XP_PEER_WOPEN || h->type == XP_PEER_WOPEN_OK ||
-	    h->type == XP_PEER_WOPEN_ERR || h->type == XP_PEER_WCLOSE || h->type == XP_PEER_WNOTIFY)
+	    h->type == XP_PEER_WOPEN_ERR || h->type == XP_PEER_WCLOSE ||
+	    h->type == XP_PEER_WNOTIFY || h->type == XP_PEER_WNOTIFY_ACK)
 		return xd_window_ctrl(p, via, h, json);
 	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)

@@ -872,6 +872,23 @@ void xd_op_complete(struct xd_op *op)
 	op_finish(op, XP_ST_COMPLETE, 0, "");
 }
 
+void xd_op_complete_held(struct xd_op *op, struct xd_op **slot)
+{
+	if (xd_op_ending(op)) { /* (an end was asked meanwhile: as xd_op_complete()) */
+		xd_op_complete(op);
+		return;
+	}
+	op->bytes = op->length;
+	count_bytes(op, op->length);
+	/* As a local opener's copy that is done (local_copy_done()): ends COMPLETE on unhold. */
+	op->end_state = XP_ST_COMPLETE;
+	op->cause_errno = 0;
+	op->cause[0] = '\0';
+	*slot = op;
+	op->held_slot = slot;
+	op_enter(op, XD_OP_ENDING);
+}
+
 static void pair_local(struct xd_op *active, struct xd_op *passive)
 {
 	const char *name = xd_transport_local(active->d)->name;

@@ -38,6 +38,7 @@ struct xd_wnote {
 	uint32_t lane; /**< a TCP put's: the connection its last WPUT came on, and that WPUT's */
 	uint64_t seq;  /**< count there (0: none); no WACK covers it while the note waits */
 	struct xd_op *held_op; /**< a local opener's op, whose end waits for this note */
+	bool wnotify;	       /**< a keyed opener's WNOTIFY: its WNOTIFY_ACK counts it once gone */
 	char tag[XP_MAX_TAG + 1];
 };
 
@@ -81,6 +82,14 @@ struct xd_wopener {
 	const struct xd_transport_ops *gt;
 	bool releasing;
 	uint64_t release_since_us;
+	/*
+	 * Its credit of WNOTIFYs (PROTOCOL.md §10.9; 0: an opener that did not ask, bounded by
+	 * XD_WINDOW_MAX_INFLIGHT waiting), and how many it sent have left this daemon's hands
+	 * (pushed to the owner's client, or dropped) and been acknowledged (WNOTIFY_ACK).
+	 */
+	uint32_t credit;
+	uint64_t notes_taken, notes_acked;
+	struct xd_deferred credit_later;
 };
 
 struct xd_window {
@@ -149,7 +158,13 @@ struct xd_whandle {
 	struct xd_peer *key_peer;
 	unsigned key_users;
 	bool release_wait;
-	TAILQ_HEAD(, xd_hnote) notes; /**< keyed, tagged ops in the order they started */
+	TAILQ_HEAD(xd_hnotes, xd_hnote) notes; /**< keyed, tagged ops in the order they started */
+	/*
+	 * The owner's credit of WNOTIFYs (WOPEN_OK "notify_credit"; 0: an older owner, no credit)
+	 * and the WNOTIFYs sent and acknowledged (WNOTIFY_ACK): at most @credit unacknowledged.
+	 */
+	uint32_t credit;
+	uint64_t notes_sent, notes_acked;
 };
 
 /* A keyed, tagged get or put at the opener: its WNOTIFY waits for those started before it. */
@@ -159,6 +174,7 @@ struct xd_hnote {
 	bool done, complete;
 	enum xp_kind kind;
 	uint64_t offset, bytes;
+	struct xd_op *held_op; /**< its op, COMPLETE once this WNOTIFY went (credit) */
 	char tag[XP_MAX_TAG + 1];
 };
 
@@ -279,6 +295,9 @@ static bool owner_behind(struct xd_window *w)
 }
 
 static void ack_cb(void *arg);
+static void note_taken(struct xd_wopener *o);
+static bool notes_due(const struct xd_wopener *o);
+static void reap_soon(struct xd_window *w);
 
 /* @n is sent or dropped: the local op that waited for it ends. */
 static void note_release(struct xd_wnote *n)
@@ -312,11 +331,15 @@ static void deliver(struct xd_wopener *o)
 		if (tell)
 			push_notified(w, n);
 		acks |= n->seq != 0;
+		if (n->wnotify)
+			note_taken(o);
 		note_release(n);
 		free(n);
 	}
 	if (acks && o->peer && !o->gone)
 		xd_defer(w->d, &o->ack_later, ack_cb, o);
+	if (o->gone && !notes_due(o))
+		reap_soon(w); /* (its last notifications went) */
 }
 
 /* The ended notifications of @o that wait for the owner's client (listings). */
@@ -358,6 +381,7 @@ static void opener_free(struct xd_wopener *o)
 
 	fast_detach_all(o);
 	xd_defer_cancel(o->w->d, &o->ack_later);
+	xd_defer_cancel(o->w->d, &o->credit_later);
 	opener_key_close(o);
 	while ((n = TAILQ_FIRST(&o->notes))) {
 		TAILQ_REMOVE(&o->notes, n, link);
@@ -381,7 +405,21 @@ static void window_free(struct xd_window *w)
 	free(w);
 }
 
-/* Frees gone openers whose ops have ended; ends a closed window once nothing is in flight. */
+/*
+ * Whether gone opener @o still has notifications of ended ops for the owner's client, which
+ * is behind (§10.9: what came before an opener went still reaches the owner).
+ */
+static bool notes_due(const struct xd_wopener *o)
+{
+	const struct xd_wnote *n = TAILQ_FIRST(&o->notes);
+
+	return n && n->done && n->visible && o->w->owner && !o->w->closing;
+}
+
+/*
+ * Frees gone openers whose ops have ended and whose notifications went; ends a closed window
+ * once nothing is in flight.
+ */
 static void window_reap_cb(void *arg)
 {
 	struct xd_window *w = arg;
@@ -390,7 +428,7 @@ static void window_reap_cb(void *arg)
 	bool keys_out = false;
 
 	TAILQ_FOREACH_SAFE(o, &w->openers, link, tmp) {
-		if (o->gone && o->inflight == 0 && !o->grant)
+		if (o->gone && o->inflight == 0 && !o->grant && !notes_due(o))
 			opener_free(o);
 		else if (o->grant)
 			keys_out = true;
@@ -466,6 +504,9 @@ static void handle_free(struct xd_whandle *h)
 
 	while ((n = TAILQ_FIRST(&h->notes))) {
 		TAILQ_REMOVE(&h->notes, n, link);
+		if (n->held_op) /* (its client ended it before: this is for the daemon's end) */
+			xd_op_end(n->held_op, XP_ST_ERRORED, ECONNRESET,
+				  "its window handle is gone before its notification went");
 		free(n);
 	}
 	if (h->conn)
@@ -666,8 +707,9 @@ static void send_open(struct xd_whandle *h)
 	int rc = 0;
 
 	xp_hex_encode(h->node, XP_ID_BYTES, node);
-	json_t *j = json_pack("{s:I, s:s, s:I}", "window", (json_int_t)h->window, "node", node,
-			      "epoch", (json_int_t)h->epoch);
+	/* notify_credit: it takes WNOTIFY_ACK (PROTOCOL.md §10.9); older owners ignore it */
+	json_t *j = json_pack("{s:I, s:s, s:I, s:b}", "window", (json_int_t)h->window, "node", node,
+			      "epoch", (json_int_t)h->epoch, "notify_credit", 1);
 	if (d->peer_key_len) {
 		rc = xd_claim_proof(d, h->node, h->epoch, d->node, d->epoch, h->window, h->id,
 				    h->token, proof);
@@ -992,26 +1034,67 @@ static void send_notify(struct xd_whandle *h, const struct xd_hnote *n)
 	json_decref(j);
 }
 
+/*
+ * Sends @h's notifications whose ops have ended, in the order the ops started (a later tag
+ * never overtakes an earlier one), while the owner's credit lasts; an op held for its
+ * notification ends COMPLETE once it went.
+ */
+static void send_notes(struct xd_whandle *h)
+{
+	struct xd_hnote *n;
+
+	while ((n = TAILQ_FIRST(&h->notes)) && n->done) {
+		if (n->complete && h->credit && h->notes_sent - h->notes_acked >= h->credit)
+			return; /* spent: the owner's client is behind (WNOTIFY_ACK resumes) */
+		TAILQ_REMOVE(&h->notes, n, link);
+		if (n->complete) {
+			send_notify(h, n);
+			h->notes_sent++;
+		}
+		struct xd_op *held = n->held_op;
+		n->held_op = NULL;
+		free(n);
+		if (held)
+			xd_op_unhold(held);
+	}
+}
+
+/*
+ * The note of @h's op @op, or NULL. Searched from the newest: the ops still moving are at the
+ * tail, behind the ended ones held for credit at the head, which may be many.
+ */
+static struct xd_hnote *note_of(struct xd_whandle *h, uint64_t op)
+{
+	struct xd_hnote *n;
+
+	TAILQ_FOREACH_REVERSE(n, &h->notes, xd_hnotes, link)
+	if (n->op == op)
+		return n;
+	return NULL;
+}
+
 void xd_window_direct_ended(struct xd_daemon *d, uint64_t handle, uint64_t op, bool complete)
 {
 	struct xd_whandle *h = handle_find(d, handle);
-	struct xd_hnote *n;
+	struct xd_hnote *n = h ? note_of(h, op) : NULL;
 
-	if (!h)
-		return;
-	TAILQ_FOREACH(n, &h->notes, link)
-		if (n->op == op && !n->done) {
-			n->done = true;
-			n->complete = complete;
-			break;
-		}
-	/* In the order they started: a later tag never overtakes an earlier one. */
-	while ((n = TAILQ_FIRST(&h->notes)) && n->done) {
-		TAILQ_REMOVE(&h->notes, n, link);
-		if (n->complete)
-			send_notify(h, n);
-		free(n);
+	if (n && !n->done) {
+		n->done = true;
+		n->complete = complete;
 	}
+	if (h)
+		send_notes(h);
+}
+
+bool xd_window_direct_hold(struct xd_daemon *d, uint64_t handle, struct xd_op *op)
+{
+	struct xd_whandle *h = handle_find(d, handle);
+	struct xd_hnote *n = h && h->credit ? note_of(h, op->id) : NULL;
+
+	if (!n) /* (sent already, or an older owner: it completes at once, as before) */
+		return false;
+	xd_op_complete_held(op, &n->held_op);
+	return true;
 }
 
 void xd_window_key_quiet(struct xd_daemon *d, uint64_t handle)
@@ -1203,6 +1286,20 @@ static void ack_cb(void *arg)
 		    0)
 			l->acked = count;
 	}
+}
+
+/* WNOTIFY_ACK: how many of @o's WNOTIFYs have left this daemon's hands, in one message a turn. */
+static void credit_cb(void *arg)
+{
+	struct xd_wopener *o = arg;
+	json_t *j;
+
+	if (o->gone || !o->peer || o->notes_taken == o->notes_acked)
+		return;
+	j = json_pack("{s:I}", "count", (json_int_t)o->notes_taken);
+	if (j && xd_peer_send_ctrl(o->peer, 0, XP_PEER_WNOTIFY_ACK, 0, o->handle, j) == 0)
+		o->notes_acked = o->notes_taken;
+	json_decref(j);
 }
 
 /*
@@ -1718,7 +1815,19 @@ static int grant_key(struct xd_wopener *o, uint32_t via, json_t *ok, char *msg, 
 	return 0;
 }
 
-/* The owner: WOPEN {window, node, epoch, proof | token}. */
+/*
+ * A keyed opener that asked for it gets a credit of WNOTIFYs (PROTOCOL.md §10.9), in the
+ * WOPEN_OK @ok as "notify_credit": its tagged gets and puts then wait for the owner's client
+ * instead of filling this daemon. Returns 0 or -ENOMEM.
+ */
+static int grant_credit(struct xd_wopener *o, json_t *ok)
+{
+	o->credit = XD_NOTIFY_CREDIT;
+	return json_object_set_new(ok, "notify_credit", json_integer(XD_NOTIFY_CREDIT)) ? -ENOMEM :
+											  0;
+}
+
+/* The owner: WOPEN {window, node, epoch, proof | token, notify_credit?}. */
 static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h, json_t *json)
 {
 	struct xd_daemon *d = p->d;
@@ -1726,11 +1835,12 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	json_int_t window, epoch;
 	uint8_t nodeb[XP_ID_BYTES], tok[XP_ID_BYTES], mac[XD_MAC_LEN];
 	char msg[XD_CAUSE_MAX];
-	int err;
+	int err, wants_credit = 0;
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || !json ||
-	    json_unpack(json, "{s:I, s:s, s:I, s?s, s?s}", "window", &window, "node", &node,
-			"epoch", &epoch, "token", &token, "proof", &proof) ||
+	    json_unpack(json, "{s:I, s:s, s:I, s?s, s?s, s?b}", "window", &window, "node", &node,
+			"epoch", &epoch, "token", &token, "proof", &proof, "notify_credit",
+			&wants_credit) ||
 	    !token == !proof || window < 0 || epoch < 0 ||
 	    xp_hex_decode(node, nodeb, XP_ID_BYTES) ||
 	    (token && xp_hex_decode(token, tok, XP_ID_BYTES)) ||
@@ -1769,6 +1879,12 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 		w->nopeners--;
 		opener_free(o);
 		return send_open_err(p, via, h->xfer, -err, ok ? msg : "out of memory");
+	}
+	if (o->grant && wants_credit && grant_credit(o, ok)) {
+		json_decref(ok);
+		w->nopeners--;
+		opener_free(o);
+		return send_open_err(p, via, h->xfer, ENOMEM, "out of memory");
 	}
 	int rc = xd_peer_send_ctrl(p, key_via, XP_PEER_WOPEN_OK, 0, h->xfer, ok);
 	json_decref(ok);
@@ -1811,12 +1927,16 @@ static int handle_open_answer(struct xd_peer *p, uint32_t via, const struct xp_p
 		return h ? -EPROTO : 0; /* (unknown: the two ends crossed) */
 	if (hdr->type == XP_PEER_WOPEN_OK) {
 		int file = 0, pieces = 0;
-		if (json && json_unpack(json, "{s?b, s?b}", "file", &file, "pieces", &pieces))
+		json_int_t credit = 0;
+		if (json && json_unpack(json, "{s?b, s?b, s?I}", "file", &file, "pieces", &pieces,
+					"notify_credit", &credit))
 			return -EPROTO;
 		h->file = file;
 		h->pieces = pieces;
-		if (take_key(h, via, json) < 0)
+		if (take_key(h, via, json) < 0 || credit < 0 || credit > XD_WINDOW_MAX_INFLIGHT ||
+		    (credit && !h->keyed))
 			return -EPROTO;
+		h->credit = (uint32_t)credit;
 		h->state = WH_OPEN;
 		if (h->conn) {
 			xd_client_reply(h->conn, h->reply_id, open_result(h));
@@ -1867,20 +1987,23 @@ static int handle_wclose(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_
 }
 
 /*
- * Keeps a keyed opener's notification @n (copied) till the owner's client catches up. A keyed
- * opener's requests need nothing of the owner, so nothing slows it: past XD_WINDOW_MAX_INFLIGHT
- * waiting, it is revoked (its notifications so far still reach the owner), never the owner cut.
+ * Keeps a keyed opener's notification @n (copied) till the owner's client catches up. An opener
+ * with credit waits for WNOTIFY_ACKs before it sends more than its credit; one without (an
+ * older daemon) is not slowed by anything. Either is revoked past what it may have waiting (its
+ * credit, or XD_WINDOW_MAX_INFLIGHT), its notifications so far still reaching the owner: a
+ * flooding opener ends, never the owner's client.
  */
 static void note_wait(struct xd_wopener *o, const struct xd_wnote *n)
 {
-	struct xd_wnote *kept = o->nnotes < XD_WINDOW_MAX_INFLIGHT ? malloc(sizeof(*kept)) : NULL;
+	unsigned most = o->credit ? o->credit : XD_WINDOW_MAX_INFLIGHT;
+	struct xd_wnote *kept = o->nnotes < most ? malloc(sizeof(*kept)) : NULL;
 	char cause[XD_CAUSE_MAX];
 
 	if (!kept) {
 		snprintf(cause, sizeof(cause),
 			 "%u notifications of this opener wait for the window owner's client, "
-			 "which does not read them (PROTOCOL.md §10.9)",
-			 o->nnotes);
+			 "which does not read them%s (PROTOCOL.md §10.9)",
+			 o->nnotes, o->credit ? ", and it sent past its credit" : "");
 		xd_log(XD_LOG_WARN, "window %llu: opener %s/%llu revoked: %s",
 		       (unsigned long long)o->w->id, o->node_hex, (unsigned long long)o->handle,
 		       cause);
@@ -1891,7 +2014,7 @@ static void note_wait(struct xd_wopener *o, const struct xd_wnote *n)
 		return;
 	}
 	*kept = *n;
-	kept->done = kept->visible = kept->queued = true;
+	kept->done = kept->visible = kept->queued = kept->wnotify = true;
 	TAILQ_INSERT_TAIL(&o->notes, kept, link);
 	o->nnotes++;
 }
@@ -1926,15 +2049,53 @@ static int handle_wnotify(struct xd_peer *p, const struct xp_peer_hdr *hdr, json
 		return -EPROTO;
 	struct xd_wnote n = { .o = o, .kind = wc.kind, .offset = wc.offset, .bytes = wc.length };
 	snprintf(n.tag, sizeof(n.tag), "%s", tag);
-	if (w->owner && (owner_behind(w) || !TAILQ_EMPTY(&o->notes)))
+	if (w->owner && (owner_behind(w) || !TAILQ_EMPTY(&o->notes))) {
 		note_wait(o, &n);
-	else if (w->owner)
+	} else {
 		push_notified(w, &n);
+		note_taken(o);
+	}
 	w->d->stats.window_ops++;
 	if (wc.kind == XP_KIND_GET)
 		o->gets++, w->gets++;
 	else
 		o->puts++, w->puts++;
+	return 0;
+}
+
+/* One more WNOTIFY of @o left this daemon's hands: acknowledged at the end of the loop turn. */
+static void note_taken(struct xd_wopener *o)
+{
+	o->notes_taken++;
+	if (o->credit && o->peer && !o->gone)
+		xd_defer(o->w->d, &o->credit_later, credit_cb, o);
+}
+
+/*
+ * The opener: WNOTIFY_ACK {count}, the owner's cumulative count of this handle's WNOTIFYs it
+ * has handed on: credit back. A count going back or past what was sent is a protocol error.
+ */
+static int handle_notify_ack(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_t *json)
+{
+	json_int_t count;
+
+	if ((hdr->flags & XP_PEER_FROM_ACTIVE) || !json ||
+	    json_unpack(json, "{s:I}", "count", &count))
+		return -EPROTO;
+	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
+	if (!h)
+		return 0; /* (closed or revoked here: the two ends crossed) */
+	if (!h->credit || count < (json_int_t)h->notes_acked || (uint64_t)count > h->notes_sent) {
+		xd_log(XD_LOG_WARN,
+		       "window handle %llu: WNOTIFY_ACK count %lld, but %llu sent and %llu acked "
+		       "(credit %u): protocol error",
+		       (unsigned long long)h->id, (long long)count,
+		       (unsigned long long)h->notes_sent, (unsigned long long)h->notes_acked,
+		       h->credit);
+		return -EPROTO;
+	}
+	h->notes_acked = (uint64_t)count;
+	send_notes(h);
 	return 0;
 }
 
@@ -1948,6 +2109,8 @@ int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 		return handle_open_answer(p, via, h, json);
 	case XP_PEER_WNOTIFY:
 		return handle_wnotify(p, h, json);
+	case XP_PEER_WNOTIFY_ACK:
+		return handle_notify_ack(p, h, json);
 	case XP_PEER_WCLOSE:
 		return handle_wclose(p, h, json);
 	default:
@@ -2126,17 +2289,29 @@ static json_t *openers_json(const struct xd_window *w)
 	return arr;
 }
 
+/* The notifications of every opener of @w, gone ones too, waiting for the owner's client. */
+static unsigned window_waiting(const struct xd_window *w)
+{
+	const struct xd_wopener *o;
+	unsigned count = 0;
+
+	TAILQ_FOREACH(o, &w->openers, link)
+		count += notes_waiting(o);
+	return count;
+}
+
 static json_t *window_json(const struct xd_window *w, uint64_t now)
 {
 	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, "
-			 "s:I}",
+			 "s:I, s:I}",
 			 "window", (json_int_t)w->id, "role", "owner", "client",
 			 (json_int_t)w->client_id, "region", (json_int_t)w->region->id, "offset",
 			 (json_int_t)w->offset, "length", (json_int_t)w->length, "access",
 			 xp_access_name(w->access), "openers_mode", w->many ? "many" : "one",
 			 "state", w->closing ? "closing" : "open", "openers", openers_json(w),
 			 "inflight", (json_int_t)w->inflight, "gets", (json_int_t)w->gets, "puts",
-			 (json_int_t)w->puts, "notified", (json_int_t)w->notified, "age_ms",
+			 (json_int_t)w->puts, "notified", (json_int_t)w->notified, "waiting",
+			 (json_int_t)window_waiting(w), "age_ms",
 			 (json_int_t)((now - w->created_us) / 1000));
 }
 

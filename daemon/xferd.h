@@ -939,6 +939,12 @@ struct xd_op *xd_claim_lookup(struct xd_daemon *d, const struct xd_claim *cl, in
 void xd_op_set_in_progress(struct xd_op *op, const char *transport, const char *peer);
 /* Every byte arrived and both sides agree: @op is COMPLETE. */
 void xd_op_complete(struct xd_op *op);
+/*
+ * Every byte of an opener's keyed get/put @op arrived but its notification waits for credit
+ * (PROTOCOL.md §10.9): @op stays IN_PROGRESS, kept in *@slot, and ends COMPLETE on
+ * xd_op_unhold(); an earlier end (deadline, cancel) clears *@slot first.
+ */
+void xd_op_complete_held(struct xd_op *op, struct xd_op **slot);
 /* Lists an internal op (no client), holds its regions, starts its deadline: OPEN. */
 void xd_op_start_internal(struct xd_op *op);
 /* Lists @op under @call's client, holds its regions, starts its deadline. */
@@ -1141,6 +1147,13 @@ json_t *xd_peers_json(struct xd_daemon *d);
 #define XD_WSTRIPE XD_TCP_CHUNK
 #define XD_WSTRIPE_LANES 4	    /* connections the pieces of one put go on, at most */
 #define XD_WINDOW_MAX_INFLIGHT 4096 /* an opener's gets/puts not yet ended, at the owner */
+/*
+ * A keyed RDMA opener's credit of notifications (PROTOCOL.md §10.9): WNOTIFYs it may have sent
+ * that the owner has not yet handed to its client (WNOTIFY_ACK). Its tagged gets and puts
+ * complete once their WNOTIFY went, so a slow owner slows them instead of revoking the opener.
+ */
+#define XD_NOTIFY_CREDIT 1024
+_Static_assert(XD_NOTIFY_CREDIT <= XD_WINDOW_MAX_INFLIGHT, "credit within the owner's bound");
 /* What window.c asks of a transfer's claim (op.get/op.put), so that it sits below claim.c. */
 struct xd_wclaim {
 	enum xp_kind kind; /**< XP_KIND_GET or XP_KIND_PUT */
@@ -1203,6 +1216,12 @@ bool xd_window_frames_ok(struct xd_daemon *d, uint64_t handle);
  */
 int xd_window_direct_start(struct xd_daemon *d, const struct xd_op *op);
 void xd_window_direct_ended(struct xd_daemon *d, uint64_t handle, uint64_t op, bool complete);
+/*
+ * Keyed get/put @op moved every byte, but its WNOTIFY waits (for credit, or for an earlier tag):
+ * with an owner that grants credit, @op is held IN_PROGRESS (xd_op_complete_held()) till it
+ * went, and true is returned; false: complete it now.
+ */
+bool xd_window_direct_hold(struct xd_daemon *d, uint64_t handle, struct xd_op *op);
 /* A keyed get or put of handle @handle has no request left on the owner's memory. */
 void xd_window_key_quiet(struct xd_daemon *d, uint64_t handle);
 /* Keepalive tick of set @p: an opener that keeps a revoked window's key too long fails it. */

@@ -40,13 +40,14 @@
 	X(WACK, 20)      \
 	X(STAGE, 21)     \
 	X(STAGED, 22)    \
-	X(WNOTIFY, 23)
+	X(WNOTIFY, 23)   \
+	X(WNOTIFY_ACK, 24)
 
 enum xp_peer_type {
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM
-		XP_PEER_TYPE_MAX = 23
+		XP_PEER_TYPE_MAX = 24
 };
 
 struct xp_peer_hdr {

@@ -76,7 +76,7 @@ HELLO, PING, PONG, AUTH = 1, 9, 10, 12
 CLAIM_OK, CLAIM_ERR, DATA, DONE, DONE_ACK = 3, 4, 5, 6, 7
 WOPEN, WOPEN_OK, WOPEN_ERR, WCLOSE, WCLAIM = 13, 14, 15, 16, 17
 CANCEL, WPUT, WGET, WACK = 8, 18, 19, 20
-WNOTIFY = 23
+WNOTIFY, WNOTIFY_ACK = 23, 24
 FROM_ACTIVE = 1
 BINARY = 2  # flags: the binary layout of §10.8 (CLAIM, CLAIM_OK, DONE, DONE_ACK only)
 CLAIM = 2
@@ -314,7 +314,8 @@ def mode_windows(host, port, keyfile, metafile):
     note = {"window": win, "kind": "get", "offset": 0, "bytes": 16, "tag": "t"}
     sock.sendall(frame(WOPEN_OK, {}, 0, 999) + frame(WCLOSE, {"errno": "EIO", "message": "x"}, 0, 998)
                  + frame(WCLOSE, {"window": win}, FROM_ACTIVE, 997)
-                 + frame(WNOTIFY, note, FROM_ACTIVE, 996) + frame(PING))
+                 + frame(WNOTIFY, note, FROM_ACTIVE, 996)
+                 + frame(WNOTIFY_ACK, {"count": 5}, 0, 995) + frame(PING))
     ok = ok and expect(sock, PONG) is not None
     # the opener lets go: a get on the handle is refused afterwards
     sock.sendall(frame(WCLOSE, {"window": win}, FROM_ACTIVE, 7))
@@ -333,7 +334,10 @@ def mode_windows(host, port, keyfile, metafile):
                 frame(WCLAIM, dict(wc, kind="read"), FROM_ACTIVE, 1),
                 frame(WCLOSE, {"window": "x"}, FROM_ACTIVE, 1),
                 frame(WNOTIFY, note, 0, 1),
-                frame(WNOTIFY, dict(note, tag="x" * 257), FROM_ACTIVE, 1)):
+                frame(WNOTIFY, dict(note, tag="x" * 257), FROM_ACTIVE, 1),
+                # a credit acknowledgement comes from an owner, with a count (§10.9)
+                frame(WNOTIFY_ACK, {"count": 1}, FROM_ACTIVE, 1),
+                frame(WNOTIFY_ACK, {}, 0, 1)):
         sock, _, _, _ = member(host, port, key)
         sock.sendall(bad)
         if not closed_soon(sock):

@@ -1155,6 +1155,107 @@ TEST(cross_slow_owner_flood)
 	on_two_nodes(slow_owner);
 }
 
+/* Posts tagged 1-byte puts @from..@to-1 (tag "f%04d", window offset i % @len) in one batch. */
+static void post_flood(struct xfer_client *opener, const struct win *w, const struct tbuf *lbuf,
+		       size_t len, int from, int to, struct xfer_batch_op *ops)
+{
+	static struct xfer_desc d[1000];
+	static char tags[1000][16];
+	size_t done = 0;
+
+	CHECK(to - from <= 1000);
+	for (int i = from; i < to; i++) {
+		uint64_t at = (uint64_t)i % len;
+		snprintf(tags[i - from], sizeof(tags[0]), "f%04d", i);
+		d[i - from] = (struct xfer_desc){ lbuf->region, at, 1 };
+		ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+						 .handle = w->handle,
+						 .offset = at,
+						 .descs = &d[i - from],
+						 .n = 1,
+						 .tag = tags[i - from] };
+	}
+	CHECK_OK(xfer_batch(opener, ops + from, (size_t)(to - from), NULL, &done, NULL));
+	CHECK_EQ_INT(done, to - from);
+}
+
+/*
+ * More tagged puts at an owner that reads nothing than any opener may have waiting at the
+ * owner's daemon (PROTOCOL.md §10.9: 1024 queued to the owner's client plus 4096 waiting;
+ * 1024 waiting for a keyed RDMA opener, by its credit): the opener is slowed to the owner's
+ * pace, never revoked. The opener keeps 3000 puts out and waits for the oldest; only when that
+ * wait stalls and notifications wait at the owner's daemon (it is behind) does the owner read.
+ * Every put ends COMPLETE, the owner takes every tag once and in order, its queue stayed near
+ * XD_NOTIFY_HIGH, and the window holds the bytes. Over TCP a put waits for its WACK, locally
+ * for its notification, over RDMA for the owner's WNOTIFY_ACK credit (make test-rdma); before
+ * that credit existed the RDMA opener was revoked EDQUOT past 5120.
+ */
+static void slow_owner_past_bound(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 6000, PER = 500, OUT = 3000, LEN = 4096 };
+	static struct xfer_batch_op ops[N];
+	struct flood_seen seen = { 0, 0 };
+	struct tbuf lbuf;
+	struct win w;
+	int posted = 0, ended = 0, stalls = 0, reads = 0;
+	long long until = td_now_ms() + 4 * WAIT_MS;
+
+	xfer_set_window_cb(owner, flood_cb, &seen);
+	win_make(owner, opener, LEN, XFER_ACCESS_WRITE, &w);
+	tbuf_make(opener, LEN, &lbuf);
+	fill(lbuf.buf.addr, LEN, 53);
+	while (ended < N) {
+		CHECK(td_now_ms() < until);
+		for (; posted < N && posted + PER - ended <= OUT; posted += PER)
+			post_flood(opener, &w, &lbuf, LEN, posted, posted + PER, ops);
+		struct xfer_op_info info;
+		int rc = xfer_wait(opener, ops[ended].op, 100, &info);
+		if (rc == -ETIMEDOUT) { /* held: the owner reads once it is behind (never before) */
+			stalls++;
+			if (listed("list.windows", "waiting") > 0) {
+				CHECK(xfer_dispatch(owner) >= 0);
+				reads++;
+			}
+			continue;
+		}
+		CHECK_OK(rc);
+		if (info.state != XFER_COMPLETE)
+			harness_fail(__FILE__, __LINE__, "put %d (op %llu) ended %s: %s", ended,
+				     (unsigned long long)ops[ended].op, xfer_state_name(info.state),
+				     info.cause);
+		CHECK_OK(xfer_release(opener,
+				      ops[ended].op)); /* (a client holds 4096 ops at most) */
+		ended++;
+	}
+	CHECK(stalls > 0 &&
+	      reads > 0); /* slowed: N puts cannot all end while the owner reads nothing */
+	harness_note("%d puts, the opener held %d times, the owner read %d times", N, stalls,
+		     reads);
+	WAIT_EVENTS(owner, seen.next >= N);
+	CHECK_EQ_INT(seen.next, N);
+	CHECK_EQ_INT(seen.wrong, 0);
+	CHECK_MEM_EQ(w.obuf.buf.addr, lbuf.buf.addr, LEN);
+	long long most = listed("list.clients", "queued_max");
+	CHECK(most >= 1024 && most <= 1024 + 64);
+	CHECK_OK(xfer_window_close(owner, w.window));
+	xfer_set_window_cb(owner, NULL, NULL);
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_slow_owner_past_bound)
+{
+	if (external()) /* (the same local path as in make test: the VM's time goes to RDMA) */
+		harness_skip("local openers are covered by make test");
+	on_one_node(slow_owner_past_bound);
+}
+
+TEST(cross_slow_owner_past_bound)
+{
+	on_two_nodes(slow_owner_past_bound);
+}
+
 /* A window over a @len-byte temporary file of the owner's, opened by the opener. */
 struct fwin {
 	char path[32];

@@ -7,7 +7,9 @@
  * an opener (WOPEN with a proof, a get by WCLAIM) holding a revoked window's rkey is refused
  * once it let go, and cut off when it does not; and that the key an opener gets at open
  * (WOPEN_OK) reads the window, is refused outside it and for a write of a read-only window,
- * and dies with the revocation.
+ * and dies with the revocation; and (§10.9) that an opener flooding WNOTIFYs past its credit,
+ * or past 4096 without one, is revoked EDQUOT while the owner's client, which reads nothing
+ * meanwhile, stays connected and then gets every notification that came before, in order.
  *
  *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR [KEY_FILE]]
  * With KEY_FILE (the owner's cluster key, hex) the rogue proves the key as a daemon does
@@ -1900,6 +1902,7 @@ struct wprobe {
 	bool keyed;
 	uint64_t kaddr, klen;
 	uint32_t krkey;
+	uint32_t credit; /* WOPEN_OK's notify_credit (§10.9), when the WOPEN asked for it */
 };
 
 /* The key WOPEN_OK carries: {"addr", "len", "rkey"} (absent on a device without windows). */
@@ -1914,6 +1917,7 @@ static void parse_open_key(struct wprobe *w, json_t *ok)
 		w->klen = (uint64_t)len;
 		w->krkey = (uint32_t)rkey;
 	}
+	w->credit = (uint32_t)json_integer_value(json_object_get(ok, "notify_credit"));
 }
 
 static void wprobe_close(struct ctx *t, struct wprobe *w)
@@ -1929,8 +1933,11 @@ static void wprobe_close(struct ctx *t, struct wprobe *w)
 	memset(w, 0, sizeof(*w));
 }
 
-/* WOPEN as handle @handle, then WCLAIM of a get of the whole window; the grant in w->r. */
-static int wprobe_open(struct ctx *t, struct wprobe *w, char *why, size_t len)
+/*
+ * A read-only window over the middle slice, and its WOPEN (as handle 1, with a proof; asking
+ * for a credit of notifications if @credit) answered by WOPEN_OK: its key and credit in @w.
+ */
+static int wprobe_wopen(struct ctx *t, struct wprobe *w, bool credit, char *why, size_t len)
 {
 	char node[2 * XP_ID_BYTES + 1], phex[65], err[256];
 	uint8_t proof[32];
@@ -1958,19 +1965,34 @@ static int wprobe_open(struct ctx *t, struct wprobe *w, char *why, size_t len)
 	xp_hex_encode(proof, sizeof(proof), phex);
 	j = json_pack("{s:I, s:s, s:I, s:s}", "window", (json_int_t)w->m.op, "node", node, "epoch",
 		      (json_int_t)w->m.epoch, "proof", phex);
+	if (j && credit)
+		json_object_set_new(j, "notify_credit", json_true());
 	rc = send_msg(&w->r, XP_PEER_WOPEN, XP_PEER_FROM_ACTIVE, 1, j);
 	json_decref(j);
 	if (!rc)
 		rc = wait_msg(&w->r, XP_PEER_WOPEN_OK, &ok);
 	parse_open_key(w, ok);
 	json_decref(ok);
-	ok = NULL;
+	if (rc)
+		snprintf(why, len, "open: %s", w->r.why);
+	return rc ? -1 : 0;
+}
+
+/* WOPEN as handle 1, then WCLAIM of a get of the whole window; the grant in w->r. */
+static int wprobe_open(struct ctx *t, struct wprobe *w, char *why, size_t len)
+{
+	char node[2 * XP_ID_BYTES + 1];
+	json_t *j, *ok = NULL;
+	int rc;
+
+	if (wprobe_wopen(t, w, false, why, len))
+		return -1;
+	xp_hex_encode(w->m.node, XP_ID_BYTES, node);
 	w->r.xfer = ++t->xfer_seq;
 	j = json_pack("{s:I, s:I, s:s, s:I, s:I, s:s, s:I}", "window", (json_int_t)w->m.op,
 		      "handle", (json_int_t)1, "kind", "get", "offset", (json_int_t)0, "length",
 		      (json_int_t)SLICE, "node", node, "epoch", (json_int_t)w->m.epoch);
-	if (!rc)
-		rc = send_msg(&w->r, XP_PEER_WCLAIM, XP_PEER_FROM_ACTIVE, w->r.xfer, j);
+	rc = send_msg(&w->r, XP_PEER_WCLAIM, XP_PEER_FROM_ACTIVE, w->r.xfer, j);
 	json_decref(j);
 	if (!rc)
 		rc = wait_msg(&w->r, XP_PEER_CLAIM_OK, &ok);
@@ -2152,6 +2174,145 @@ static void test_window_unreleased(struct ctx *t)
 		ok("%s: the owner dropped the connection (and the window with its queue pair) "
 		   "%llu ms after revoking",
 		   g, (unsigned long long)(now_ms() - t0));
+	wprobe_close(t, &w);
+}
+
+/* ---- notifications (PROTOCOL.md §10.9): an opener that ignores its credit ---- */
+
+/* The tags the owner's client took ("n00000", "n00001", ...), checked in order as they come. */
+struct nseen {
+	int next, wrong;
+};
+
+static void nseen_cb(struct xfer_client *c, const struct xfer_window_event *ev, void *arg)
+{
+	struct nseen *s = arg;
+	char want[16];
+
+	(void)c;
+	if (ev->type != XFER_WINDOW_NOTIFIED)
+		return;
+	snprintf(want, sizeof(want), "n%05d", s->next++);
+	s->wrong += strcmp(ev->tag, want) != 0;
+}
+
+/*
+ * WNOTIFYs as fast as the owner's receive credits allow, never waiting for a WNOTIFY_ACK, until
+ * the owner's WCLOSE (into *@close) or @cap sent. Returns how many were sent.
+ */
+static int notify_flood(struct wprobe *w, int cap, json_t **close)
+{
+	uint64_t deadline = now_ms() + FLOOD_MS;
+	char tag[16];
+	int sent = 0;
+
+	w->r.xfer = 1; /* (the owner's WCLOSE names the handle) */
+	while (!*close && !w->r.disconnected && !w->r.qp_error && sent < cap &&
+	       now_ms() < deadline) {
+		for (int more = 1; more && sent < cap;) {
+			snprintf(tag, sizeof(tag), "n%05d", sent);
+			json_t *j = json_pack("{s:I, s:s, s:I, s:I, s:s}", "window",
+					      (json_int_t)w->m.op, "kind", "get", "offset",
+					      (json_int_t)0, "bytes", (json_int_t)1, "tag", tag);
+			more = send_msg(&w->r, XP_PEER_WNOTIFY, XP_PEER_FROM_ACTIVE, 1, j) == 0;
+			sent += more;
+			json_decref(j);
+		}
+		int rc = pump(&w->r, 200);
+		if (rc < 0 && rc != -ETIMEDOUT)
+			break;
+		take_msg(&w->r, XP_PEER_WCLOSE, close);
+	}
+	return sent;
+}
+
+/*
+ * The owner's client reads until the owner's daemon holds no notification for it and it took
+ * every one the daemon sent (list.windows "waiting" 0, "notified" = what it saw).
+ */
+static int owner_takes_all(struct ctx *t, struct wprobe *w, struct nseen *seen, long long *told,
+			   char *why, size_t len)
+{
+	uint64_t deadline = now_ms() + FLOOD_MS;
+
+	for (;;) {
+		json_t *j = owner_call(t, "list.windows", why, len), *row;
+		long long waiting = -1;
+		size_t i;
+		if (!j)
+			return -1;
+		json_array_foreach(json_object_get(j, "windows"), i, row) {
+			if ((uint64_t)json_integer_value(json_object_get(row, "window")) !=
+			    w->window)
+				continue;
+			waiting = json_integer_value(json_object_get(row, "waiting"));
+			*told = json_integer_value(json_object_get(row, "notified"));
+		}
+		json_decref(j);
+		if (xfer_dispatch(t->c) < 0)
+			return snprintf(why, len, "the owner's client was cut"), -1;
+		if (waiting == 0 && seen->next == *told)
+			return 0;
+		if (now_ms() > deadline)
+			return snprintf(why, len, "%lld notifications still wait, %d of %lld taken",
+					waiting, seen->next, *told),
+			       -1;
+		usleep(10000);
+	}
+}
+
+/*
+ * n: an opener that floods WNOTIFYs at an owner whose client reads nothing, past what it may
+ * have waiting there (§10.9: the credit of WOPEN_OK when it asked for one, else 4096), is
+ * revoked (WCLOSE EDQUOT naming the rule), never the owner's client: that stays connected and
+ * then takes every notification the owner accepted before the revocation, once and in order.
+ */
+static void test_notify_flood(struct ctx *t, bool credit)
+{
+	const char *name =
+		credit ? "n. an opener that sends WNOTIFYs past its credit is revoked "
+			 "EDQUOT, the owner's client kept" :
+			 "n. an opener without credit (an older daemon) flooding WNOTIFYs "
+			 "is revoked EDQUOT past 4096 waiting, the owner's client kept";
+	struct nseen seen = { 0, 0 };
+	struct wprobe w;
+	json_t *close = NULL;
+	long long told = -1;
+	char why[512];
+
+	xfer_dispatch(t->c); /* (the owner's client starts with nothing unread) */
+	int rc = wprobe_wopen(t, &w, credit, why, sizeof(why));
+	if (rc || !w.keyed || w.credit != (credit ? 1024u : 0u)) {
+		if (rc)
+			fail(name, "%s", why);
+		else if (!w.keyed)
+			fail(name, "no key in WOPEN_OK");
+		else
+			fail(name, "WOPEN_OK granted a credit of %u", w.credit);
+		wprobe_close(t, &w);
+		return;
+	}
+	xfer_set_window_cb(t->c, nseen_cb, &seen);
+	int sent = notify_flood(&w, 12000, &close);
+	const char *err = json_string_value(json_object_get(close, "errno"));
+	const char *msg = json_string_value(json_object_get(close, "message"));
+	int most = credit ? 4096 : 12000; /* (a credit's revocation comes long before 4096) */
+	if (!close || !err || strcmp(err, "EDQUOT") != 0 || !msg || !strstr(msg, "10.9"))
+		fail(name, "after %d WNOTIFYs: %s %s: %s", sent, close ? "WCLOSE" : "no WCLOSE",
+		     err ?: "", msg ?: w.r.why);
+	else if (rogue_let_go(&w))
+		fail(name, "let go: %s", w.r.why);
+	else if (owner_takes_all(t, &w, &seen, &told, why, sizeof(why)))
+		fail(name, "%s", why);
+	else if (seen.wrong || told < 1024 + (credit ? 1024 : 4096) || told >= most || told >= sent)
+		fail(name, "%d WNOTIFYs sent, the owner's client took %lld (%d out of order)", sent,
+		     told, seen.wrong);
+	else
+		ok("%s: revoked after %d WNOTIFYs (\"%s\"); the owner's client then took %lld, in "
+		   "order",
+		   name, sent, msg, told);
+	json_decref(close);
+	xfer_set_window_cb(t->c, NULL, NULL);
 	wprobe_close(t, &w);
 }
 
@@ -2822,6 +2983,8 @@ int main(int argc, char **argv)
 			key_probe_refused(&t, "i. WRITE with a read-only window's opener key", true,
 					  0, PROBE_LEN, false);
 			test_window_unreleased(&t);
+			test_notify_flood(&t, true);
+			test_notify_flood(&t, false);
 		}
 		health_rdma(&t);
 		health_local(&t);

@@ -36,9 +36,12 @@
 #     key it proves like a daemon, and then: CLAIM_OK's rkeys are memory windows
 #     that reach only the claimed range, in its direction, through the claimer's queue pair,
 #     while the transfer lasts; the region MR's own rkey reaches nothing; a window's opener
-#     holding a revoked window's rkey fails once it let go, and is cut off if it does not
+#     holding a revoked window's rkey fails once it let go, and is cut off if it does not; an
+#     opener flooding WNOTIFYs at an owner client that reads nothing, past its credit (or past
+#     4096 without one) is revoked EDQUOT, the owner's client kept and given every earlier one
 #   - windows: tests/test_windows.c on these two nodes (gets/puts, notify, revocation, kills,
-#     batches), every cross-node get and put over this transport
+#     batches; 6000 tagged puts at an owner that reads nothing slow the keyed opener by its
+#     notification credit, PROTOCOL.md §10.9), every cross-node get and put over this transport
 #   - concurrency: 8 readable/read pairs each direction plus 4 writable/write pairs each
 #     direction, all at once
 #   - refusals before any byte moves: EINVAL (pairing), EMSGSIZE, EALREADY (second claim while
