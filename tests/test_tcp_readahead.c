@@ -134,6 +134,34 @@ static void rig_stop(struct rig *r)
 	td_key_remove(&r->key);
 }
 
+/* The one peer set in @c's daemon's list.peers: its @key (read_ahead_fills, ...). */
+static long long peer_count(struct xfer_client *c, const char *key)
+{
+	char *res = NULL;
+
+	CHECK_OK(xfer_call(c, "list.peers", NULL, &res));
+	json_t *root = json_loads(res, 0, NULL);
+	free(res);
+	json_t *peers = json_object_get(root, "peers");
+	CHECK_EQ_INT(json_array_size(peers), 1);
+	json_t *v = json_object_get(json_array_get(peers, 0), key);
+	CHECK(json_is_integer(v));
+	long long n = json_integer_value(v);
+	json_decref(root);
+	return n;
+}
+
+/* Waits (by state, up to WAIT_MS) until @c's daemon's one set counts @want file receivers. */
+static void wait_file_receivers(struct xfer_client *c, long long want)
+{
+	long long until = td_now_ms() + WAIT_MS;
+
+	while (peer_count(c, "file_receivers") != want) {
+		CHECK(td_now_ms() < until);
+		usleep(2000);
+	}
+}
+
 /*
  * Round 1: puts alone (read ahead). Round 2: the owner registers a file and makes it writable,
  * the opener writes 4 MiB into it between two rounds of puts, so the file's DATA frames follow
@@ -166,6 +194,8 @@ TEST(cross_small_puts_beside_a_file_write)
 	CHECK_EQ_INT(info.state, XFER_COMPLETE);
 	CHECK_OK(xfer_wait(r.owner, wop, WAIT_MS, &info));
 	CHECK_EQ_INT(info.state, XFER_COMPLETE);
+	wait_file_receivers(r.owner, 0); /* (the owner's side of the write into its file) */
+	CHECK_EQ_INT(peer_count(r.opener, "file_receivers"), 0);
 	wait_puts(&r);
 	char *back = malloc(FILE_LEN);
 	CHECK(back != NULL);
@@ -181,23 +211,6 @@ TEST(cross_small_puts_beside_a_file_write)
 	post_round(&r);
 	wait_puts(&r);
 	rig_stop(&r);
-}
-
-/* The one peer set in @c's daemon's list.peers: its @key (read_ahead_fills, ...). */
-static long long peer_count(struct xfer_client *c, const char *key)
-{
-	char *res = NULL;
-
-	CHECK_OK(xfer_call(c, "list.peers", NULL, &res));
-	json_t *root = json_loads(res, 0, NULL);
-	free(res);
-	json_t *peers = json_object_get(root, "peers");
-	CHECK_EQ_INT(json_array_size(peers), 1);
-	json_t *v = json_object_get(json_array_get(peers, 0), key);
-	CHECK(json_is_integer(v));
-	long long n = json_integer_value(v);
-	json_decref(root);
-	return n;
 }
 
 /* Registers a file of @len bytes (unlinked) on @c's daemon as @c's region. Returns its fd. */
@@ -288,17 +301,6 @@ static uint64_t read_into_file(struct file_read *f, const char *meta, uint32_t t
 	return op;
 }
 
-/* Waits (by state, up to WAIT_MS) until the opener's set counts @want file receivers. */
-static void wait_file_receivers(struct rig *r, long long want)
-{
-	long long until = td_now_ms() + WAIT_MS;
-
-	while (peer_count(r->opener, "file_receivers") != want) {
-		CHECK(td_now_ms() < until);
-		usleep(2000);
-	}
-}
-
 /*
  * A transfer that receives into a file is counted on its peer set from its making (the owner
  * stopped: no CLAIM_OK yet) until it can take no more DATA; read-ahead stays off meanwhile
@@ -328,7 +330,7 @@ TEST(cross_file_receiver_counted_until_its_end)
 	CHECK_EQ_INT(peer_count(f.r.opener, "file_receivers"), 1);
 	CHECK_OK(xfer_cancel(f.r.opener, op));
 	CHECK_OK(td_signal(&f.r.a, SIGCONT));
-	wait_file_receivers(&f.r, 0);
+	wait_file_receivers(f.r.opener, 0);
 	free(meta);
 
 	/* its deadline passes while the owner is stopped */
@@ -339,7 +341,7 @@ TEST(cross_file_receiver_counted_until_its_end)
 	CHECK_OK(xfer_wait(f.r.opener, op, WAIT_MS, &info));
 	CHECK(info.state == XFER_ERRORED || info.state == XFER_CANCELLED);
 	CHECK_OK(td_signal(&f.r.a, SIGCONT));
-	wait_file_receivers(&f.r, 0);
+	wait_file_receivers(f.r.opener, 0);
 	free(meta);
 	long long fills = peer_count(f.r.opener, "read_ahead_fills");
 
