@@ -319,6 +319,7 @@ int xd_waiter_add(struct xd_call *call, struct xd_op *op, int64_t timeout_ms)
 		struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 		w->timeout_ms = (uint64_t)timeout_ms;
 		w->timer = evtimer_new(op->d->base, waiter_timeout_cb, w);
+		event_base_update_cache_time(op->d->base); /* (from now: see arm_deadline()) */
 		if (!w->timer || evtimer_add(w->timer, &tv) < 0) {
 			xd_event_free(w->timer);
 			free(w);
@@ -715,11 +716,23 @@ struct xd_op *xd_op_create(struct xd_daemon *d, enum xp_kind kind)
 	return op;
 }
 
+/*
+ * Starts @op's deadline: timeout_ms from now. libevent counts a timeout from the time it cached
+ * at the loop turn's start, which on a busy host can be milliseconds ago (the deadline would
+ * fire that much early): refresh the cache first.
+ */
+static void arm_deadline(struct xd_op *op)
+{
+	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
+
+	event_base_update_cache_time(op->d->base);
+	evtimer_add(op->deadline, &tv);
+}
+
 /* Lists @op under @call's client as @state, in @life (which holds its regions). */
 static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state,
 		     enum xd_op_life life)
 {
-	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
 	char msg[200];
 
 	if (!op->id)
@@ -738,21 +751,19 @@ static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state
 		xd_log(XD_LOG_ERR, "op %llu not counted: %s", (unsigned long long)op->id, msg);
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
 	op_enter(op, life);
-	evtimer_add(op->deadline, &tv);
+	arm_deadline(op);
 	notify(op, false); /* the owner gets the reply; subscribers see the new operation */
 }
 
 void xd_op_start_internal(struct xd_op *op)
 {
-	struct timeval tv = { op->timeout_ms / 1000, (op->timeout_ms % 1000) * 1000 };
-
 	op->internal = true;
 	op->id = ++op->d->next_op;
 	op->state = XP_ST_INITIALIZED;
 	op->created_us = xd_now_us();
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
 	op_enter(op, XD_OP_OPEN);
-	evtimer_add(op->deadline, &tv);
+	arm_deadline(op);
 }
 
 void xd_op_start(struct xd_call *call, struct xd_op *op, enum xp_state state)
