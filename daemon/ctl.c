@@ -172,6 +172,12 @@ static void conn_close_later(struct xd_conn *c, const char *why)
 	event_active(c->rev, EV_READ, 0);
 }
 
+void xd_conn_flush(struct xd_conn *c)
+{
+	if (!c->closing && !c->close_reason && flush_queue(c) < 0)
+		conn_close_later(c, "send failed (client gone)");
+}
+
 int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len)
 {
 	if (c->closing || c->close_reason)

@@ -94,6 +94,7 @@ static int release_after_reply(struct xd_call *call, struct xd_region *r)
 	if (!result)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory building the reply");
 	xd_reply_result(call->conn, call->id, result);
+	xd_conn_flush(call->conn); /* (replies leave at the end of the turn: this one first) */
 	call->deferred = true;
 	xd_region_release(r);
 	return 0;

@@ -676,6 +676,11 @@ void xd_ctl_stop_listening(struct xd_daemon *d);
 int xd_conn_send(struct xd_conn *c, const json_t *msg);
 /* Queues @len bytes of JSON text at @text (borrowed) to @c, as xd_conn_send(). */
 int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len);
+/*
+ * Sends what is queued for @c now rather than at the end of the loop turn: for a reply the
+ * client should not wait for while the handler works on (region.deregister's unmap).
+ */
+void xd_conn_flush(struct xd_conn *c);
 /* Sends a reply to @id on @c: the result @result (consumed). */
 void xd_reply_result(struct xd_conn *c, int64_t id, json_t *result);
 /* Sends an error reply. @cause_errno is a positive errno. */
