@@ -2052,8 +2052,9 @@ static int handle_wnotify(struct xd_peer *p, const struct xp_peer_hdr *hdr, json
 	if (w->owner && (owner_behind(w) || !TAILQ_EMPTY(&o->notes))) {
 		note_wait(o, &n);
 	} else {
-		push_notified(w, &n);
-		note_taken(o);
+		if (w->owner)
+			push_notified(w, &n);
+		note_taken(o); /* (no owner to tell: dropped, which gives its credit back too) */
 	}
 	w->d->stats.window_ops++;
 	if (wc.kind == XP_KIND_GET)
