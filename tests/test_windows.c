@@ -1089,12 +1089,36 @@ static long long listed(const char *method, const char *key)
 	return v;
 }
 
+/* A slow owner catches up: @owner takes all @n tags of the flood once and in order (@seen). */
+static void owner_took_tags(struct xfer_client *owner, struct flood_seen *seen, int n)
+{
+	WAIT_EVENTS(owner, seen->next >= n);
+	CHECK_EQ_INT(seen->next, n);
+	CHECK_EQ_INT(seen->wrong, 0);
+}
+
+/*
+ * The end of a slow-owner flood: @w's first @len bytes are the opener's @lbuf, the owner's queue
+ * stayed near XD_NOTIFY_HIGH (1024); then the window, its metadata and both buffers go.
+ */
+static void slow_owner_done(struct xfer_client *owner, struct win *w, struct tbuf *lbuf, size_t len)
+{
+	CHECK_MEM_EQ(w->obuf.buf.addr, lbuf->buf.addr, len);
+	long long most = listed("list.clients", "queued_max");
+	CHECK(most >= 1024 && most <= 1024 + 64);
+	CHECK_OK(xfer_window_close(owner, w->window));
+	xfer_set_window_cb(owner, NULL, NULL);
+	free(w->meta);
+	xfer_buf_free(&w->obuf.buf);
+	xfer_buf_free(&lbuf->buf);
+}
+
 /*
  * An opener floods tagged puts at an owner that reads nothing until some wait at its daemon
  * (PROTOCOL.md §10.9), then drains: the owner stays connected, takes every tag once and in
- * order, its queue stayed near XD_NOTIFY_HIGH, every put completes, every byte is there. Over
- * TCP and locally the puts stall with the owner; over RDMA (make test-rdma) they do not, their
- * WNOTIFYs wait at the owner.
+ * order, its queue stayed near XD_NOTIFY_HIGH, every put completes, every byte is there. The
+ * puts stall with the owner: over TCP by WACKs, locally by their notifications, over RDMA (make
+ * test-rdma) by the owner's WNOTIFY_ACK credit.
  */
 static void slow_owner(struct xfer_client *owner, struct xfer_client *opener)
 {
@@ -1130,19 +1154,10 @@ static void slow_owner(struct xfer_client *owner, struct xfer_client *opener)
 		CHECK(td_now_ms() < until);
 		usleep(10000);
 	}
-	WAIT_EVENTS(owner, seen.next >= N);
-	CHECK_EQ_INT(seen.next, N);
-	CHECK_EQ_INT(seen.wrong, 0);
+	owner_took_tags(owner, &seen, N);
 	for (int i = 0; i < N; i++)
 		wait_complete(opener, ops[i].op);
-	CHECK_MEM_EQ(w.obuf.buf.addr, lbuf.buf.addr, N);
-	long long most = listed("list.clients", "queued_max");
-	CHECK(most >= 1024 && most <= 1024 + 64);
-	CHECK_OK(xfer_window_close(owner, w.window));
-	xfer_set_window_cb(owner, NULL, NULL);
-	free(w.meta);
-	xfer_buf_free(&w.obuf.buf);
-	xfer_buf_free(&lbuf.buf);
+	slow_owner_done(owner, &w, &lbuf, N);
 }
 
 TEST(local_slow_owner_flood)
@@ -1231,17 +1246,8 @@ static void slow_owner_past_bound(struct xfer_client *owner, struct xfer_client 
 	      reads > 0); /* slowed: N puts cannot all end while the owner reads nothing */
 	harness_note("%d puts, the opener held %d times, the owner read %d times", N, stalls,
 		     reads);
-	WAIT_EVENTS(owner, seen.next >= N);
-	CHECK_EQ_INT(seen.next, N);
-	CHECK_EQ_INT(seen.wrong, 0);
-	CHECK_MEM_EQ(w.obuf.buf.addr, lbuf.buf.addr, LEN);
-	long long most = listed("list.clients", "queued_max");
-	CHECK(most >= 1024 && most <= 1024 + 64);
-	CHECK_OK(xfer_window_close(owner, w.window));
-	xfer_set_window_cb(owner, NULL, NULL);
-	free(w.meta);
-	xfer_buf_free(&w.obuf.buf);
-	xfer_buf_free(&lbuf.buf);
+	owner_took_tags(owner, &seen, N);
+	slow_owner_done(owner, &w, &lbuf, LEN);
 }
 
 TEST(local_slow_owner_past_bound)
