@@ -1341,33 +1341,6 @@ XFER_EXPORT int xfer_release(struct xfer_client *c, uint64_t op)
 /* ------------------------------------------------------------------------------------------ */
 /* Event loop integration and raw calls */
 
-/* Reads every waiting packet without blocking. Returns 0 or -errno. */
-static int client_drain(struct xfer_client *c)
-{
-	bool done = false;
-	int rc;
-
-	for (;;) {
-		rc = client_recv(c, true);
-		if (rc == -EAGAIN)
-			return 0;
-		if (rc < 0)
-			return rc;
-		client_handle_packet(c, rc, XP_ID_NONE, NULL, &done);
-	}
-}
-
-XFER_EXPORT int xfer_dispatch(struct xfer_client *c)
-{
-	int rc, n;
-
-	if (!c)
-		return -EINVAL;
-	rc = client_drain(c);
-	n = client_deliver(c); /* may free @c when the callback closed it */
-	return rc < 0 ? rc : n;
-}
-
 static bool event_is_end(const struct client_event *ev)
 {
 	return !ev->is_window && !ev->is_batch && xp_state_terminal((enum xp_state)ev->info.state);
@@ -1397,6 +1370,28 @@ static int client_drain_to_end(struct xfer_client *c, struct client_event ***at)
 			return 1;
 		}
 	}
+}
+
+/* Reads every waiting packet without blocking (an end queued stays queued). 0 or -errno. */
+static int client_drain(struct xfer_client *c)
+{
+	struct client_event **at;
+	int rc;
+
+	while ((rc = client_drain_to_end(c, &at)) == 1)
+		;
+	return rc;
+}
+
+XFER_EXPORT int xfer_dispatch(struct xfer_client *c)
+{
+	int rc, n;
+
+	if (!c)
+		return -EINVAL;
+	rc = client_drain(c);
+	n = client_deliver(c); /* may free @c when the callback closed it */
+	return rc < 0 ? rc : n;
 }
 
 XFER_EXPORT int xfer_dispatch_end(struct xfer_client *c, struct xfer_op_info *end)

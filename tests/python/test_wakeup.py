@@ -28,6 +28,12 @@ def resumed_in_reader_callback():
     return False
 
 
+async def wait_where(r):
+    """Awaits @r's end: its status, and whether the await resumed inside the reader callback."""
+    status = await r.wait_for_completion(20)
+    return status, resumed_in_reader_callback()
+
+
 async def claim_later(b, r, dst, delay=0.05):
     """Reads readable @r into @dst after @delay s: the owner's waits begin before the end."""
     await asyncio.sleep(delay)
@@ -40,13 +46,9 @@ def test_end_resumes_the_waiting_task_in_the_reader_callback(pair):
     src, dst = xferd.empty(1 << 20), xferd.empty(1 << 20)
     src[:] = np.arange(src.size, dtype=np.uint64).view(np.uint8)[: src.size]
 
-    async def owner(r):
-        status = await r.wait_for_completion(20)
-        return status, resumed_in_reader_callback()
-
     async def main():
         r = await a.create_readable(Descriptor(src))
-        (status, direct), _ = await asyncio.gather(owner(r), claim_later(b, r, dst))
+        (status, direct), _ = await asyncio.gather(wait_where(r), claim_later(b, r, dst))
         assert status == OperationStatus.COMPLETE
         assert direct, "the end was resumed through a later turn of the loop"
         assert np.array_equal(dst, src)
@@ -137,13 +139,9 @@ def test_an_awaited_end_is_taken_without_the_event_callback(pair):
     src[:] = 3
     seen = end_callers(a)
 
-    async def owner(r):
-        status = await r.wait_for_completion(20)
-        return status, resumed_in_reader_callback()
-
     async def main():
         r = await a.create_readable(Descriptor(src))
-        (status, direct), _ = await asyncio.gather(owner(r), claim_later(b, r, dst))
+        (status, direct), _ = await asyncio.gather(wait_where(r), claim_later(b, r, dst))
         assert status == OperationStatus.COMPLETE and direct
         assert (dst == 3).all()
 
@@ -162,9 +160,6 @@ def test_ends_that_arrive_together_resume_every_waiter(pair):
     src[:] = np.arange(src.size, dtype=np.uint32).view(np.uint8)[: src.size]
     seen = end_callers(a)
 
-    async def owner(r):
-        return await r.wait_for_completion(20), resumed_in_reader_callback()
-
     async def claim_all(ops):
         await asyncio.sleep(0.05)  # every owner waits before the first end is pushed
         for i, r in enumerate(ops):  # blocking: the owner's reader cannot run in between
@@ -172,7 +167,7 @@ def test_ends_that_arrive_together_resume_every_waiter(pair):
 
     async def main():
         ops = [await a.create_readable(Descriptor(src[i * 4096:(i + 1) * 4096])) for i in range(n)]
-        got = await asyncio.gather(*(owner(r) for r in ops), claim_all(ops))
+        got = await asyncio.gather(*(wait_where(r) for r in ops), claim_all(ops))
         assert got[:n] == [(OperationStatus.COMPLETE, True)] * n
         assert np.array_equal(dst, src)
         assert a.dispatch() == 0
