@@ -1837,33 +1837,6 @@ static int batch_posted(struct xfer_batch_op *ops, size_t n, int rc, int64_t id,
 
 #define BATCH_TEXT_MAX 4096 /* a batch whose text may be longer goes through jansson */
 
-/* A text being written into a fixed buffer; out of room is a bug (the size was bounded first). */
-struct batch_text {
-	char *p;
-	size_t len;
-};
-
-static void text_put(struct batch_text *t, const char *s)
-{
-	size_t n = strlen(s);
-
-	memcpy(t->p + t->len, s, n);
-	t->len += n;
-}
-
-static void text_u64(struct batch_text *t, uint64_t v)
-{
-	char digits[20];
-	int n = 0;
-
-	do {
-		digits[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		t->p[t->len++] = digits[--n];
-}
-
 /* Whether @s is written as it is between quotes: printable ASCII, no '"' and no backslash. */
 static bool text_plain(const char *s)
 {
@@ -1904,51 +1877,52 @@ static bool batch_text_fits(const struct xfer_batch_op *ops, size_t n)
  * dump of batch_params()'s object gives (tests/test_batch.c compares them), without building
  * and freeing a dozen objects per entry (a third of a pipelining client's CPU at 4 KiB).
  */
-static void batch_text(struct batch_text *t, int64_t id, const struct xfer_batch_op *ops, size_t n,
+static void batch_text(struct xp_text *t, int64_t id, const struct xfer_batch_op *ops, size_t n,
 		       const struct xfer_op_opts *opts)
 {
 	uint32_t flags = opts ? opts->flags : 0;
 
-	text_put(t, "{\"jsonrpc\":\"2.0\",\"id\":");
-	text_u64(t, (uint64_t)id);
-	text_put(t, ",\"method\":\"op.batch\",\"params\":{\"ops\":[");
+	xp_text_put(t, "{\"jsonrpc\":\"2.0\",\"id\":");
+	xp_text_u64(t, (uint64_t)id);
+	xp_text_put(t, ",\"method\":\"op.batch\",\"params\":{\"ops\":[");
 	for (size_t i = 0; i < n; i++) {
 		const struct xfer_batch_op *o = &ops[i];
-		text_put(t, i ? ",[\"" : "[\"");
-		text_put(t, o->kind == XFER_GET ? "get\"," : "put\",");
-		text_u64(t, o->handle);
-		text_put(t, ",");
-		text_u64(t, o->offset);
-		text_put(t, ",[");
+		xp_text_put(t, i ? ",[\"" : "[\"");
+		xp_text_put(t, o->kind == XFER_GET ? "get\"," : "put\",");
+		xp_text_u64(t, o->handle);
+		xp_text_put(t, ",");
+		xp_text_u64(t, o->offset);
+		xp_text_put(t, ",[");
 		for (size_t k = 0; k < o->n; k++) {
-			text_put(t, k ? ",[" : "[");
-			text_u64(t, o->descs[k].region);
-			text_put(t, ",");
-			text_u64(t, o->descs[k].offset);
-			text_put(t, ",");
-			text_u64(t, o->descs[k].length);
-			text_put(t, "]");
+			xp_text_put(t, k ? ",[" : "[");
+			xp_text_u64(t, o->descs[k].region);
+			xp_text_put(t, ",");
+			xp_text_u64(t, o->descs[k].offset);
+			xp_text_put(t, ",");
+			xp_text_u64(t, o->descs[k].length);
+			xp_text_put(t, "]");
 		}
-		text_put(t, "]");
+		xp_text_put(t, "]");
 		if (o->tag) {
-			text_put(t, ",\"");
-			text_put(t, o->tag);
-			text_put(t, "\"");
+			xp_text_put(t, ",\"");
+			xp_text_put(t, o->tag);
+			xp_text_put(t, "\"");
 		}
-		text_put(t, "]");
+		xp_text_put(t, "]");
 	}
-	text_put(t, (flags & XFER_OP_RELEASE_ON_END) ? "],\"release_on_end\":true" :
-						       "],\"release_on_end\":false");
-	text_put(t, (flags & XFER_OP_BATCH_EVENT) ? ",\"event\":\"batch\"" : ",\"event\":\"each\"");
+	xp_text_put(t, (flags & XFER_OP_RELEASE_ON_END) ? "],\"release_on_end\":true" :
+							  "],\"release_on_end\":false");
+	xp_text_put(t,
+		    (flags & XFER_OP_BATCH_EVENT) ? ",\"event\":\"batch\"" : ",\"event\":\"each\"");
 	if (opts && opts->timeout_ms) {
-		text_put(t, ",\"timeout_ms\":");
-		text_u64(t, opts->timeout_ms);
+		xp_text_put(t, ",\"timeout_ms\":");
+		xp_text_u64(t, opts->timeout_ms);
 	}
 	if (flags & XFER_OP_END_ONLY)
-		text_put(t, ",\"end_only\":true");
+		xp_text_put(t, ",\"end_only\":true");
 	if (flags & XFER_OP_POST)
-		text_put(t, ",\"reply\":false");
-	text_put(t, "}}");
+		xp_text_put(t, ",\"reply\":false");
+	xp_text_put(t, "}}");
 }
 
 /*
@@ -1959,7 +1933,7 @@ static int batch_send_text(struct xfer_client *c, const struct xfer_batch_op *op
 			   const struct xfer_op_opts *opts, int64_t *id)
 {
 	char buf[BATCH_TEXT_MAX];
-	struct batch_text t = { buf, 0 };
+	struct xp_text t = { buf, sizeof(buf), 0 };
 	bool posted = opts && (opts->flags & XFER_OP_POST);
 
 	if (c->sock < 0 || !batch_text_fits(ops, n))
@@ -1967,6 +1941,8 @@ static int batch_send_text(struct xfer_client *c, const struct xfer_batch_op *op
 	*id = posted ? c->next_id | CLIENT_POSTED_ID : c->next_id;
 	c->next_id = c->next_id + 1 < CLIENT_MAX_ID ? c->next_id + 1 : 1;
 	batch_text(&t, *id, ops, n, opts);
+	if (t.len > t.cap)
+		return -EMSGSIZE; /* (a bug: batch_text_fits() bounds it) */
 	return client_send_packet(c, buf, t.len, -1);
 }
 

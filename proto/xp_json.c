@@ -163,13 +163,7 @@ json_t *xp_build_notification(const char *method, json_t *params)
 	return json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
 }
 
-/* A text being written into @cap bytes at @p; @len past @cap means it did not fit. */
-struct text_out {
-	char *p;
-	size_t cap, len;
-};
-
-static void text_put(struct text_out *t, const char *s)
+void xp_text_put(struct xp_text *t, const char *s)
 {
 	size_t n = strlen(s);
 
@@ -178,7 +172,7 @@ static void text_put(struct text_out *t, const char *s)
 	t->len += n;
 }
 
-static void text_u64(struct text_out *t, uint64_t v)
+void xp_text_u64(struct xp_text *t, uint64_t v)
 {
 	char digits[21];
 	int n = sizeof(digits) - 1;
@@ -188,33 +182,33 @@ static void text_u64(struct text_out *t, uint64_t v)
 		digits[--n] = (char)('0' + v % 10);
 		v /= 10;
 	} while (v);
-	text_put(t, digits + n);
+	xp_text_put(t, digits + n);
 }
 
 int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
 		       size_t n)
 {
-	struct text_out t = { buf, cap, 0 };
+	struct xp_text t = { buf, cap, 0 };
 
-	text_put(&t, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
-		     "\",\"params\":{\"batch\":");
-	text_u64(&t, batch);
-	text_put(&t, ",\"ops\":[");
+	xp_text_put(&t, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
+			"\",\"params\":{\"batch\":");
+	xp_text_u64(&t, batch);
+	xp_text_put(&t, ",\"ops\":[");
 	for (size_t i = 0; i < n; i++) {
-		text_put(&t, i ? ",{\"op\":" : "{\"op\":");
-		text_u64(&t, ends[i].op);
-		text_put(&t, ",\"state\":\"");
-		text_put(&t, xp_state_name((enum xp_state)ends[i].state));
-		text_put(&t, "\",\"bytes\":");
-		text_u64(&t, ends[i].bytes);
+		xp_text_put(&t, i ? ",{\"op\":" : "{\"op\":");
+		xp_text_u64(&t, ends[i].op);
+		xp_text_put(&t, ",\"state\":\"");
+		xp_text_put(&t, xp_state_name((enum xp_state)ends[i].state));
+		xp_text_put(&t, "\",\"bytes\":");
+		xp_text_u64(&t, ends[i].bytes);
 		if (ends[i].err) {
-			text_put(&t, ",\"errno\":\"");
-			text_put(&t, xp_errno_name(ends[i].err));
-			text_put(&t, "\"");
+			xp_text_put(&t, ",\"errno\":\"");
+			xp_text_put(&t, xp_errno_name(ends[i].err));
+			xp_text_put(&t, "\"");
 		}
-		text_put(&t, "}");
+		xp_text_put(&t, "}");
 	}
-	text_put(&t, "]}}");
+	xp_text_put(&t, "]}}");
 	return t.len <= cap ? (int)t.len : -EMSGSIZE;
 }
 

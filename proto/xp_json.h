@@ -67,6 +67,17 @@ struct xp_batch_end {
 	int32_t err;	/* positive errno, 0: none (no "errno" member) */
 };
 
+/* JSON text written into @cap bytes at @p; @len past @cap means it did not fit. */
+struct xp_text {
+	char *p;
+	size_t cap, len;
+};
+
+/* Appends @s to @t (as far as @cap goes; @len counts it all). */
+void xp_text_put(struct xp_text *t, const char *s);
+/* Appends @v in decimal to @t. */
+void xp_text_u64(struct xp_text *t, uint64_t v);
+
 /*
  * Writes the notification op.batch_done {"batch": @batch, "ops": [@ends...]} into @buf of @cap
  * bytes: the very bytes xp_dump() gives for the same object, with no jansson object made (a
