@@ -19,6 +19,7 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->default_timeout_ms = 60000;
 	xd_limits_defaults(cfg);
 	cfg->copy_threads = 2;
+	cfg->busy_poll_us = XD_BUSY_POLL_DEFAULT_US;
 	cfg->peer_connections = 2;
 	cfg->keepalive_ms = 1000;
 	cfg->keepalive_timeout_ms = 5000;
@@ -257,7 +258,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL, *metrics = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
-	json_int_t threads = cfg->copy_threads;
+	json_int_t threads = cfg->copy_threads, busy_poll = cfg->busy_poll_us;
 	json_t *ignored[22];
 	json_error_t jerr;
 
@@ -265,7 +266,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	if (json_unpack_ex(
 		    root, &jerr, JSON_STRICT,
 		    "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
-		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s}",
+		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s, s?I}",
 		    "socket", &socket, "socket_mode", &mode, "log_level", &log_level, "node_id",
 		    &node_id, "default_timeout_ms", &timeout, "limits", &ignored[16], "uid_limits",
 		    &ignored[17], "global_limits", &ignored[18], "copy_threads", &threads, "listen",
@@ -277,20 +278,23 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    "insecure_peers", &ignored[12], "handshake_timeout_ms", &ignored[13],
 		    "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
 		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
-		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics)) {
+		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics, "busy_poll_us",
+		    &busy_poll)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
 	if (mode < 0 || mode > 0777 || timeout <= 0 || timeout > 86400000 || threads < 1 ||
-	    threads > 64) {
+	    threads > 64 || busy_poll < 0 || busy_poll > XD_BUSY_POLL_MAX_CFG_US) {
 		snprintf(err, errlen,
 			 "out of range: socket_mode 0..0777, default_timeout_ms 1..86400000, "
-			 "copy_threads 1..64");
+			 "copy_threads 1..64, busy_poll_us 0..%u",
+			 XD_BUSY_POLL_MAX_CFG_US);
 		return -EINVAL;
 	}
 	cfg->socket_mode = (unsigned)mode;
 	cfg->default_timeout_ms = (uint64_t)timeout;
 	cfg->copy_threads = (int)threads;
+	cfg->busy_poll_us = (unsigned)busy_poll;
 	if ((socket && replace(&cfg->socket_path, socket)) ||
 	    (log_level && replace(&cfg->log_level, log_level)) ||
 	    (node_id && replace(&cfg->node_id, node_id)) ||
@@ -425,7 +429,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 {
 	json_t *o = json_pack(
 		"{s:s, s:I, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:i, s:I, s:I, s:I, s:s, s:o, s:b, "
-		"s:i, s:I, s:I, s:I, s:b, s:I, s:i, s:i, s:o}",
+		"s:i, s:I, s:I, s:I, s:b, s:I, s:i, s:i, s:o, s:I}",
 		"socket", c->socket_path, "socket_mode", (json_int_t)c->socket_mode,
 		"default_timeout_ms", (json_int_t)c->default_timeout_ms, "limits",
 		limits_json(&c->limits, CONN_RES), "uid_limits",
@@ -443,7 +447,8 @@ json_t *xd_config_to_json(const struct xd_config *c)
 		(json_int_t)c->rdma_staging_size, "insecure_peers", c->insecure_peers,
 		"handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
 		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
-		c->max_peer_sets, "peer_allow", peer_allow_json(c));
+		c->max_peer_sets, "peer_allow", peer_allow_json(c), "busy_poll_us",
+		(json_int_t)c->busy_poll_us);
 
 	set_string(o, "log_level", c->log_level);
 	set_string(o, "node_id", c->node_id);
@@ -455,7 +460,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 /* Keys SIGHUP applies to the running daemon; every other change needs a restart. */
 static const char *const reloadable[] = {
 	"log_level",	 "default_timeout_ms", "limits",	 "uid_limits",
-	"global_limits", "peer_allow",	       "metrics_listen",
+	"global_limits", "peer_allow",	       "metrics_listen", "busy_poll_us",
 };
 
 static bool is_reloadable(const char *key)
@@ -483,6 +488,7 @@ static void take_reloadable(struct xd_config *cur, struct xd_config *fresh)
 	tmp = cur->metrics_listen, cur->metrics_listen = fresh->metrics_listen,
 	fresh->metrics_listen = tmp;
 	cur->default_timeout_ms = fresh->default_timeout_ms;
+	cur->busy_poll_us = fresh->busy_poll_us;
 	cur->limits = fresh->limits;
 	cur->uid_limits = fresh->uid_limits;
 	cur->global_limits = fresh->global_limits;

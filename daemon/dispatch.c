@@ -169,7 +169,7 @@ static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)
 	TAILQ_FOREACH(other, &d->conns, link)
 		nclients++;
 	return json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
-			 "s:o}",
+			 "s:o, s:o}",
 			 "daemon", "xferd " XFERD_VERSION, "node", d->node_hex, "epoch",
 			 (json_int_t)d->epoch, "uptime_ms",
 			 (json_int_t)((xd_now_us() - d->start_us) / 1000), "clients", nclients,
@@ -179,7 +179,7 @@ static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)
 			 (json_int_t)d->stats.ops_failed, "ops_cancelled",
 			 (json_int_t)d->stats.ops_cancelled, "bytes_moved",
 			 (json_int_t)d->stats.bytes_moved, "fds", count_open_fds(), "limits",
-			 xd_limits_json(d, c->use, c->uid));
+			 xd_limits_json(d, c->use, c->uid), "busy_poll", xd_busypoll_json(d));
 }
 
 static int handle_stats(struct xd_call *call)

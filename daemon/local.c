@@ -580,6 +580,7 @@ static void job_start(struct xd_copier *cp, struct xd_copy_job *job, uint64_t si
 		job_finished(cp, job);
 		return;
 	}
+	xd_busypoll_note_bulk(cp->d, size); /* (a poll would take a worker's CPU) */
 	pthread_mutex_lock(&cp->lock);
 	STAILQ_INSERT_TAIL(job->staging ? &cp->staging : &cp->queue, job, link);
 	pthread_cond_signal(job->staging ? &cp->staging_cond : &cp->cond);

@@ -41,7 +41,7 @@ static void usage(FILE *f)
 		"--check-config validates the configuration (file and options) and prints the\n"
 		"effective one as JSON; exit status 0 when valid, 1 when not.\n"
 		"SIGHUP reads the config file again and applies log_level, default_timeout_ms,\n"
-		"limits, uid_limits, global_limits, peer_allow and metrics_listen.\n");
+		"limits, uid_limits, global_limits, peer_allow, metrics_listen and busy_poll_us.\n");
 }
 
 /* Returns 0 to run, 1 to exit 0 (help, version), or -1 to exit with a usage error. */
@@ -521,7 +521,7 @@ int main(int argc, char **argv)
 		       d.listen_from_systemd ? "the socket systemd passed" : d.cfg.socket_path,
 		       d.node_hex);
 		xd_sd_notify(&d, "READY=1");
-		event_base_dispatch(d.base);
+		xd_loop_run(&d);
 		xd_log(XD_LOG_INFO, "stopped");
 	}
 	daemon_fini(&d);

@@ -1305,6 +1305,7 @@ static void chunk_post(struct xd_rconn *rc, struct xd_stage_chunk *c)
 	c->state = CH_POST;
 	if (c->posted == 0 && rc->stage_wire > 0 && rc->stage_wire + c->len > wire)
 		return; /* (stage_retry() posts it once requests complete) */
+	xd_busypoll_note_bulk(rc->d, c->len);
 	while (c->posted < c->len) {
 		if (sq_full(rc, 2))
 			return; /* (stage_retry() goes on once completions free the queue) */
@@ -1770,6 +1771,7 @@ static bool pump_one(struct xd_rconn *rc)
 				  XD_RDMA_MAX_PIECES, &n);
 	if (len == 0)
 		return false;
+	xd_busypoll_note_bulk(rc->d, len);
 	for (int i = 0; i < n; i++) {
 		int err = post_data(rc, x, &pieces[i], i == n - 1, NULL);
 		if (err) {

@@ -386,6 +386,7 @@ static bool pconn_start_data(struct xd_pconn *pc)
 	if (!h.length)
 		return false;
 	xd_xfer_ref(x);
+	xd_busypoll_note_bulk(pc->d, h.length);
 	pc->tx_xfer = x;
 	pc->tx_off = h.offset;
 	pc->tx_len = h.length;
@@ -690,6 +691,7 @@ static int pconn_begin_payload(struct xd_pconn *pc)
 	pc->rx_got = 0;
 	if (!xp_peer_hdr_valid(&pc->rx))
 		return -EPROTO;
+	xd_busypoll_note_bulk(pc->d, pc->rx.length);
 	if (pc->rx.type == XP_PEER_DATA) {
 		if (!pconn_ready(pc))
 			return -EPROTO;
@@ -1856,6 +1858,7 @@ static int tcp_send_wframe(struct xd_peer *p, uint32_t *lane, uint64_t key, cons
 		return -ENOTCONN;
 	if (pc->wq_n >= XD_WFRAMES_MAX)
 		return -ENOBUFS;
+	xd_busypoll_note_bulk(pc->d, x ? len : 0);
 	struct xd_wframe *wf = malloc(sizeof(*wf) + hdrlen);
 	if (!wf)
 		return -ENOMEM;

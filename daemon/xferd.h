@@ -206,6 +206,7 @@ struct xd_config {
 	struct xd_limits uid_limits;	/**< per uid, over all its connections */
 	struct xd_limits global_limits; /**< the whole daemon */
 	int copy_threads;		/**< local-transport worker threads */
+	unsigned busy_poll_us;		/**< busypoll.c: poll this long after light turns, 0: off */
 	char *listen[XD_MAX_LISTEN];	/**< "addr:port" to accept peer daemons on */
 	int nlisten;
 	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
@@ -498,6 +499,23 @@ struct xd_looplag {
 	unsigned unwarned;	  /**< late ticks not logged since */
 };
 
+/* busypoll.c: the event loop polls a while after light turns before it sleeps */
+#define XD_BUSY_POLL_DEFAULT_US 100
+#define XD_BUSY_POLL_MAX_CFG_US 1000 /* the largest busy_poll_us a config may ask for */
+#define XD_BUSY_POLL_MAX_US 2000     /* one poll, from its start, at most */
+#define XD_BUSY_POLL_HEAVY_NS 50000  /* a turn this long on the CPU is not followed by a poll */
+#define XD_BUSY_POLL_IDLE_NS 5000    /* a polling pass shorter than this found nothing to do */
+#define XD_BUSY_POLL_SPARSE_US 2000  /* a turn after a sleep this long is not followed by a poll */
+#define XD_BUSY_POLL_BULK (256u << 10)	 /* a frame or copy this large is bulk data... */
+#define XD_BUSY_POLL_BULK_QUIET_US 10000 /* ...and no poll begins this long after one */
+struct xd_busypoll {
+	uint64_t bulk_us;      /**< when a transport last noted bulk data */
+	uint64_t polls;	       /**< polls begun */
+	uint64_t caught;       /**< polling passes that found work */
+	uint64_t skipped_bulk; /**< light turns not followed by a poll: bulk data moving */
+	uint64_t polled_us;    /**< time spent polling, in all */
+};
+
 struct xd_conn;
 struct xp_fdset;
 /* What the control socket does with one client packet (dispatch.c's xd_dispatch_packet). */
@@ -562,6 +580,7 @@ struct xd_daemon {
 	} stats;
 	struct xd_counters counters;	       /**< for metrics.c, kept where the events happen */
 	struct xd_looplag loop;		       /**< looplag.c: the event loop's lateness */
+	struct xd_busypoll busypoll;	       /**< busypoll.c: the loop's polls */
 	struct xd_metrics *metrics;	       /**< metrics.c: the HTTP listener, NULL when off */
 	const char *config_path;	       /**< main.c: --config, read again on SIGHUP */
 	const struct xd_main_options *options; /**< main.c's command line, for reloads */
@@ -582,6 +601,14 @@ void xd_looplag_stop(struct xd_daemon *d);
  * tick, it is the one a late tick names, as @what (a string literal) on @who (may be NULL).
  */
 void xd_loop_note(struct xd_daemon *d, uint64_t start_us, const char *what, const char *who);
+
+/* busypoll.c */
+/* Runs the event loop until it is told to stop; busy-polls as busypoll.c says. */
+void xd_loop_run(struct xd_daemon *d);
+/* A transport moves @bytes in one frame or copy: at XD_BUSY_POLL_BULK or more, polls pause. */
+void xd_busypoll_note_bulk(struct xd_daemon *d, uint64_t bytes);
+/* The busy_poll object of `stats`: a new reference, or NULL without memory. */
+json_t *xd_busypoll_json(const struct xd_daemon *d);
 
 /* sd.c */
 /* Returns the listening fd systemd passed (>= 0), -ENOENT if none, or -errno. */

@@ -423,7 +423,13 @@ int td_stat(struct td *d, const char *key, long long *val)
 		return err;
 	root = json_loads(res, 0, NULL);
 	free(res);
-	v = json_object_get(root, key);
+	v = root;
+	for (const char *k = key, *dot; v && k; k = dot ? dot + 1 : NULL) {
+		dot = strchr(k, '.');
+		char part[64];
+		snprintf(part, sizeof(part), "%.*s", dot ? (int)(dot - k) : (int)strlen(k), k);
+		v = json_object_get(v, part);
+	}
 	if (json_is_integer(v))
 		*val = json_integer_value(v);
 	else

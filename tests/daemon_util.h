@@ -79,7 +79,10 @@ int td_wait_fd_count(struct td *d, int want, int ms);
  */
 int td_quiet_fd_count(struct td *d, int others);
 
-/* Reads integer @key of the daemon's `stats` result (via xfer_call). Returns 0 or -errno. */
+/*
+ * Reads integer @key of the daemon's `stats` result (via xfer_call); "a.b" names b inside object
+ * a. Returns 0 or -errno.
+ */
 int td_stat(struct td *d, const char *key, long long *val);
 
 /* Waits up to @ms until stats @key equals @want. Returns 0, or -ETIMEDOUT (with *last set). */

@@ -153,6 +153,7 @@ if want config; then
 	check_printed
 	refused_config "an unknown key" "lgo_level" '{"lgo_level": "info"}'
 	refused_config "copy_threads 0" "copy_threads 1..64" '{"copy_threads": 0}'
+	refused_config "busy_poll_us 1001" "busy_poll_us 0..1000" '{"busy_poll_us": 1001}'
 	refused_config "a metrics_listen name" "numeric ADDR:PORT" '{"metrics_listen": "localhost:9468"}'
 	refused_config "a metrics_listen without port" "numeric ADDR:PORT" '{"metrics_listen": "127.0.0.1"}'
 	refused_config "malformed JSON (with its line)" "bad.conf:3:" $'# comment\n{\n"log_level" "info"}'

@@ -1358,3 +1358,74 @@ TEST(sigterm_cancels_pending_op_with_eshutdown)
 	tbuf_free(NULL, &pb);
 	xfer_close(a);
 }
+
+/* The busy_poll object of `stats`: field @f ("polls", ...). */
+static long long busy_poll_stat(struct td *d, const char *f)
+{
+	char key[64];
+	long long v = -1;
+
+	snprintf(key, sizeof(key), "busy_poll.%s", f);
+	CHECK_OK(td_stat(d, key, &v));
+	return v;
+}
+
+/* CPU time of the daemon's event loop thread (its main thread), in ms. */
+static long long loop_cpu_ms(struct td *d)
+{
+	char path[64];
+	unsigned long long ns = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)d->pid, (int)d->pid);
+	FILE *f = fopen(path, "re");
+	CHECK(f != NULL);
+	CHECK(fscanf(f, "%llu", &ns) == 1);
+	fclose(f);
+	return (long long)(ns / 1000000);
+}
+
+/*
+ * busypoll.c: small transfers close together are followed by polls (busy_poll.polls grows);
+ * bulk copies (>= 256 KiB) hold them back (skipped_bulk grows); an idle daemon does not poll:
+ * its loop thread uses next to no CPU over half a second (a poll that never ended would use
+ * it all). No timing is asserted but that bound, 10x what an idle loop needs on a loaded CI.
+ */
+TEST(busy_poll_after_small_transfers_not_bulk_not_idle)
+{
+	struct xfer_client *a, *b;
+	struct tbuf pb, ab;
+	struct td d;
+
+	duo_start(&d, &a, "passive", &b, "active", 1 * MiB, &pb, &ab);
+	CHECK_EQ_INT(busy_poll_stat(&d, "us"), 100);
+	for (int i = 0; i < 20; i++)
+		transfer(a, b, XFER_READABLE, 4 * KiB, 100 + i, &pb, &ab);
+	CHECK(busy_poll_stat(&d, "polls") > 0);
+	for (int i = 0; i < 5; i++)
+		transfer(a, b, XFER_READABLE, 1 * MiB, 200 + i, &pb, &ab);
+	CHECK(busy_poll_stat(&d, "skipped_bulk") > 0);
+	usleep(100 * 1000);
+	long long cpu = loop_cpu_ms(&d);
+	usleep(500 * 1000);
+	CHECK(loop_cpu_ms(&d) - cpu < 50);
+	duo_stop(&d, a, &pb, b, &ab);
+}
+
+/* busy_poll_us 0: the loop never polls. */
+TEST(busy_poll_off)
+{
+	struct xfer_client *a, *b;
+	struct tbuf pb, ab;
+	struct td d;
+
+	CHECK_OK(td_start(&d, "{\"busy_poll_us\": 0}"));
+	a = conn(&d, "passive");
+	b = conn(&d, "active");
+	tbuf_make(a, 4 * KiB, &pb);
+	tbuf_make(b, 4 * KiB, &ab);
+	CHECK_EQ_INT(busy_poll_stat(&d, "us"), 0);
+	for (int i = 0; i < 20; i++)
+		transfer(a, b, XFER_READABLE, 4 * KiB, 300 + i, &pb, &ab);
+	CHECK_EQ_INT(busy_poll_stat(&d, "polls"), 0);
+	duo_stop(&d, a, &pb, b, &ab);
+}
