@@ -1922,7 +1922,11 @@ static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 		if (fail_if_overfull(rc))
 			return;
 		if (err) {
-			rconn_fail(rc, -err, "protocol error in a control message");
+			char what[80]; /* (as TCP's: the type tells which rule of §10 it broke) */
+			snprintf(what, sizeof(what),
+				 "protocol error in a control message (type %s)",
+				 wc->byte_len ? xp_peer_type_name(recv_buf(rc, slot)[0]) : "none");
+			rconn_fail(rc, -err, what);
 			return;
 		}
 		if (!rc->dead)

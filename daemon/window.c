@@ -2075,24 +2075,33 @@ static void note_taken(struct xd_wopener *o)
 /*
  * The opener: WNOTIFY_ACK {count}, the owner's cumulative count of this handle's WNOTIFYs it
  * has handed on: credit back. A count going back or past what was sent is a protocol error.
+ * The set fails here, as for a bad WACK, so that the cause its transfers and handles end with
+ * names the rule, not only "protocol error".
  */
 static int handle_notify_ack(struct xd_peer *p, const struct xp_peer_hdr *hdr, json_t *json)
 {
 	json_int_t count;
 
 	if ((hdr->flags & XP_PEER_FROM_ACTIVE) || !json ||
-	    json_unpack(json, "{s:I}", "count", &count))
+	    json_unpack(json, "{s:I}", "count", &count)) {
+		xd_link_fail(p, EPROTO,
+			     "handle %llu: a WNOTIFY_ACK %s (an owner's message with an integer "
+			     "count, §10.9)",
+			     (unsigned long long)hdr->xfer,
+			     hdr->flags & XP_PEER_FROM_ACTIVE ? "flagged FROM_ACTIVE" :
+								"without an integer count");
 		return -EPROTO;
+	}
 	struct xd_whandle *h = handle_of_peer(p, hdr->xfer);
 	if (!h)
 		return 0; /* (closed or revoked here: the two ends crossed) */
 	if (!h->credit || count < (json_int_t)h->notes_acked || (uint64_t)count > h->notes_sent) {
-		xd_log(XD_LOG_WARN,
-		       "window handle %llu: WNOTIFY_ACK count %lld, but %llu sent and %llu acked "
-		       "(credit %u): protocol error",
-		       (unsigned long long)h->id, (long long)count,
-		       (unsigned long long)h->notes_sent, (unsigned long long)h->notes_acked,
-		       h->credit);
+		xd_link_fail(p, EPROTO,
+			     "window handle %llu: WNOTIFY_ACK count %lld, but %llu sent and %llu "
+			     "acked (credit %u): a count going back or past what was sent (§10.9)",
+			     (unsigned long long)h->id, (long long)count,
+			     (unsigned long long)h->notes_sent, (unsigned long long)h->notes_acked,
+			     h->credit);
 		return -EPROTO;
 	}
 	h->notes_acked = (uint64_t)count;

@@ -39,6 +39,12 @@
 #     holding a revoked window's rkey fails once it let go, and is cut off if it does not; an
 #     opener flooding WNOTIFYs at an owner client that reads nothing, past its credit (or past
 #     4096 without one) is revoked EDQUOT, the owner's client kept and given every earlier one
+#   - a fake window owner (rdma_rogue with ROGUE_ONLY=o, listening on node 0's address, port
+#     FAKE_PORT) that node 1 opens a window of: WNOTIFY_ACKs going backwards, past what was
+#     sent, without an integer count, unparsable, with a lying header length or the opener's
+#     direction flag each end node 1's set to it (PROTOCOL.md §10.9), its held tagged puts end
+#     ERRORED with the cause, its handle closed; node 1 then opens, puts and gets again (bytes
+#     checked on both sides) and lists nothing of the fake owner
 #   - windows: tests/test_windows.c on these two nodes (gets/puts, notify, revocation, kills,
 #     batches; 6000 tagged puts at an owner that reads nothing slow the keyed opener by its
 #     notification credit, PROTOCOL.md §10.9), every cross-node get and put over this transport
@@ -62,7 +68,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, registration, multi, files, staging, direct, bench, hostile, windows, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, registration, multi, files, staging, direct, bench, hostile, fakeowner, windows, concurrency, refusals, failures (setup and shutdown
 # always run).
 set -u
 
@@ -76,6 +82,7 @@ MIB=$((1024 * 1024))
 FAIL_SIZE=${XFER_RDMA_FAIL_SIZE:-$((128 * MIB))}
 FILES_BIG=${XFER_RDMA_FILES_BIG:-$((256 * MIB))} # the largest file moved over RDMA (rdma_files)
 PORT=7700
+FAKE_PORT=7710 # the fake window owner's listener (rdma_rogue, on node 0's address)
 KA_MS=3000     # keepalive_timeout_ms of the daemons
 BOUND=8        # seconds a survivor may take to see a failure: keepalive 3 s + TCG slack
 T=180          # seconds: "it ended at all" for one client
@@ -593,6 +600,25 @@ if [ "$TRANSPORT" = rdma ] && want hostile; then
 		fi
 	else
 		fail "hostile peer" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
+	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# A fake window owner that node 1 opens a window of, sending WNOTIFY_ACKs no owner may send.
+
+if [ "$TRANSPORT" = rdma ] && want fakeowner; then
+	if [ -x "$BUILD/tests/rdma_rogue" ]; then
+		out=$(ROGUE_ONLY=o ROGUE_FAKE_OWNER="${IP[0]}:$FAKE_PORT" timeout -k 2 300 \
+			"$BUILD/tests/rdma_rogue" "$(node_sock 1)" "${IP[1]}:$PORT" "${IP[0]}" "$KEY" 2>&1)
+		relay "fake window owner" "rdma_rogue (fake owner)" $? "$out"
+		check_baseline "fake window owner"
+		if warm; then
+			ok "after the fake window owner, both directions transfer ($SEEN)"
+		else
+			fail "transfers after the fake window owner" "$WHY; node 1 log: $(logtail 1)"
+		fi
+	else
+		fail "fake window owner" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
 	fi
 fi
 
