@@ -428,6 +428,13 @@ static void write_loop(struct xd_daemon *d, struct evbuffer *out)
 		"Ticks of the event loop 250 ms late or more (each logged with where the time went, "
 		"at most one line per 10 s).",
 		d->loop.late);
+	counter(out, "xferd_busy_polls_total",
+		"Polls of the event loop after light turns (config busy_poll_us).",
+		d->busypoll.polls);
+	family(out, "xferd_busy_poll_seconds_total", "counter",
+	       "Time the event loop spent polling instead of sleeping: the CPU busy_poll_us costs.");
+	evbuffer_add_printf(out, "xferd_busy_poll_seconds_total %.6f\n",
+			    (double)d->busypoll.polled_us / 1e6);
 }
 
 static void write_windows(struct xd_daemon *d, struct evbuffer *out)

@@ -177,6 +177,11 @@ hup()
 	tail -n +$((before + 1)) "$D/$1.log"
 }
 
+busy_poll_of() # NODE: the busy_poll_us `xferctl stats` reports
+{
+	xctl "$1" --json stats | $PY -c 'import json,sys; print(json.load(sys.stdin)["busy_poll"]["us"])'
+}
+
 limit_of() # NODE RESOURCE: the per-connection limit `xferctl stats` reports
 {
 	xctl "$1" --json stats |
@@ -187,14 +192,16 @@ if want sighup; then
 	HP=$((BASE + 7))
 	printf '{"log_level": "info", "limits": {"regions": 8}}\n' >"$D/hup.conf"
 	started hup --config "$D/hup.conf" || abort_setup "xferd with a config did not start"
-	printf '{"log_level": "debug", "limits": {"regions": 2}, "socket_mode": 384,\n "metrics_listen": "127.0.0.1:%d"}\n' "$HP" >"$D/hup.conf"
+	printf '{"log_level": "debug", "limits": {"regions": 2}, "socket_mode": 384,\n "metrics_listen": "127.0.0.1:%d", "busy_poll_us": 0}\n' "$HP" >"$D/hup.conf"
 	out=$(hup hup)
 	if [[ $out == *"SIGHUP: applied "*log_level* ]] && [[ $out == *"SIGHUP: applied "*limits* ]] &&
 		[[ $out == *"SIGHUP: applied "*metrics_listen* ]] &&
+		[[ $out == *"SIGHUP: applied "*busy_poll_us* ]] && [ "$(busy_poll_of hup)" = 0 ] &&
 		xctl hup status >/dev/null && grep -q "debug .*connected: pid" "$D/hup.log" &&
 		[[ $out == *"need a restart: socket_mode"* ]] && [ "$(limit_of hup regions)" = 2 ] &&
-		scrape "$HP" "$D/hup.prom"; then
-		ok "SIGHUP applies log_level (debug lines follow), limits and metrics_listen and names them; refuses socket_mode"
+		scrape "$HP" "$D/hup.prom" && grep -q "^xferd_busy_polls_total [0-9]" "$D/hup.prom" &&
+		grep -q "^xferd_busy_poll_seconds_total [0-9]" "$D/hup.prom"; then
+		ok "SIGHUP applies log_level (debug lines follow), limits, metrics_listen and busy_poll_us and names them; refuses socket_mode"
 	else
 		fail "SIGHUP applies what can change" "log: $(echo "$out" | tr '\n' '|')"
 	fi
@@ -209,8 +216,8 @@ if want sighup; then
 	printf '{"log_level": "info", "socket_mode": 384}\n' >"$D/hup.conf"
 	out=$(hup hup)
 	if [[ $out == *"metrics off"* ]] && ! scrape "$HP" "$D/hup.prom" &&
-		[ "$(limit_of hup regions)" = 4096 ]; then
-		ok "SIGHUP turns metrics off and limits back to their defaults when the keys go"
+		[ "$(limit_of hup regions)" = 4096 ] && [ "$(busy_poll_of hup)" = 100 ]; then
+		ok "SIGHUP turns metrics off, limits and busy_poll_us back to their defaults when the keys go"
 	else
 		fail "SIGHUP turns metrics off" "log: $(echo "$out" | tr '\n' '|')"
 	fi
