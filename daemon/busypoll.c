@@ -25,9 +25,13 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * After event_base_loop() returned @rc: whether the loop is over, as event_base_dispatch() would
+ * end: an error, no events left (1), or told to exit or break.
+ */
 static bool loop_ended(struct xd_daemon *d, int rc)
 {
-	return rc < 0 || event_base_got_exit(d->base) || event_base_got_break(d->base);
+	return rc != 0 || event_base_got_exit(d->base) || event_base_got_break(d->base);
 }
 
 /*
