@@ -2703,11 +2703,22 @@ static int send_bad_ack(struct fake_owner *f)
 	return err ? fake_fail(f, "WNOTIFY_ACK: %s", r->why) : 0;
 }
 
-/* ACK_GOOD: each WNOTIFY acknowledged as it comes, then the opener's WCLOSE (it let go). */
+/*
+ * ACK_GOOD: each WNOTIFY acknowledged as it comes, then the opener's WCLOSE (it let go). First a
+ * WNOTIFY_ACK for a handle the opener does not have, which it must ignore (§10.6: the two ends
+ * crossed), not take for a protocol error.
+ */
 static void fake_good(struct fake_owner *f)
 {
-	json_t *j = NULL;
+	json_t *j = json_pack("{s:i}", "count", 5);
+	int err = j ? send_msg(&f->ctl, XP_PEER_WNOTIFY_ACK, 0, f->handle + 1000, j) : -ENOMEM;
 
+	json_decref(j);
+	j = NULL;
+	if (err) {
+		fake_fail(f, "WNOTIFY_ACK of an unknown handle: %s", f->ctl.why);
+		return;
+	}
 	while (f->notes < FAKE_PUTS)
 		if (take_notes(f, f->notes + 1) || send_count(f, json_integer(f->notes), 0))
 			return;
@@ -2977,7 +2988,7 @@ static void fake_case(struct ctx *t, struct fake_owner *f, const struct fake_cas
 	pthread_join(th, NULL);
 	xfer_set_window_cb(t->c, NULL, NULL);
 	if (!why[0] && f->why[0])
-		snprintf(why, sizeof(why), "the fake owner: %s", f->why);
+		snprintf(why, sizeof(why), "the fake owner: %.480s", f->why);
 	/* The next case's window.open must not find this set, which the fake owner just closed. */
 	if (!why[0] && fake_listed(t, f, why, sizeof(why)))
 		snprintf(why + strlen(why), sizeof(why) - strlen(why), " after the case");
@@ -2991,8 +3002,9 @@ static void fake_case(struct ctx *t, struct fake_owner *f, const struct fake_cas
 	if (why[0])
 		fail(c->name, "%s", why);
 	else if (c->ack == ACK_GOOD)
-		ok("%s: %d tagged puts COMPLETE, each WNOTIFY in order with its bytes in the window, "
-		   "a %u-byte get equal, the opener's WCLOSE",
+		ok("%s: a WNOTIFY_ACK of an unknown handle ignored, %d tagged puts COMPLETE, each "
+		   "WNOTIFY in order with its bytes in the window, a %u-byte get equal, the opener's "
+		   "WCLOSE",
 		   c->name, FAKE_PUTS, (unsigned)FAKE_GET_LEN);
 	else
 		ok("%s: the opener closed the set; %d puts COMPLETE, %d held ERRORED, window.closed "
