@@ -447,6 +447,11 @@ int td_wait_stat(struct td *d, const char *key, long long want, int ms, long lon
 		err = td_stat(d, key, &v);
 		if (last)
 			*last = v;
+		/* EDQUOT: at a connection limit, the daemon has not yet seen a closed one go */
+		if (err == -EDQUOT && td_now_ms() < end) {
+			sleep_ms(10);
+			continue;
+		}
 		if (err)
 			return err;
 		if (v == want)

@@ -85,7 +85,10 @@ int td_quiet_fd_count(struct td *d, int others);
  */
 int td_stat(struct td *d, const char *key, long long *val);
 
-/* Waits up to @ms until stats @key equals @want. Returns 0, or -ETIMEDOUT (with *last set). */
+/*
+ * Waits up to @ms until stats @key equals @want (asking again while a connection limit refuses
+ * the asking connection: EDQUOT). Returns 0, or -ETIMEDOUT (with *last set), or -errno.
+ */
 int td_wait_stat(struct td *d, const char *key, long long want, int ms, long long *last);
 
 /* Dumps the daemon's log to stderr (for diagnosing a failure). */
