@@ -38,6 +38,16 @@ xfer()
 	xfer_outcome "$kind" "$src" "$dst" "$w" "$arc" "$prc"
 }
 
+# stop_both_nodes: SIGTERM to nodes 0 and 1, which must exit 0 (ok or fail, with their logs).
+stop_both_nodes()
+{
+	if xc_stop 0 && xc_stop 1; then
+		ok "both daemons stopped on SIGTERM"
+	else
+		fail "both daemons stopped on SIGTERM" "$(logtail 0) / $(logtail 1)"
+	fi
+}
+
 # run_hook NAME: the suite's function NAME, if it defines one.
 run_hook() { if declare -F "$1" >/dev/null; then "$1"; fi; }
 

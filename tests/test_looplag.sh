@@ -165,10 +165,6 @@ gated_case read 0 "sendfile from a file blocked (sending side): the daemon answe
 gated_case read 1 "splice into a file blocked (receiving side): the daemon answers its clients, then the bytes arrive"
 gated_case write 0 "write into a file whose splice blocks: the daemon answers its clients, then the bytes arrive"
 
-if xc_stop 0 && xc_stop 1; then
-	ok "both daemons stopped on SIGTERM"
-else
-	fail "both daemons stopped on SIGTERM" "$(logtail 0) / $(logtail 1)"
-fi
+stop_both_nodes
 summary
 [ "$failed" -eq 0 ]

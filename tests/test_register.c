@@ -172,6 +172,34 @@ static void local_copy(struct xfer_client *c, uint64_t src_region, uint64_t dst_
 	CHECK_OK(xfer_release(c, pop));
 }
 
+/* Two touched memfds of @len bytes registered on @c: a source and a zeroed target. */
+struct touched_pair {
+	int sfd, dfd;
+	uint8_t *src, *dst;
+	uint64_t rs, rd;
+	size_t len;
+};
+
+static void touched_pair_make(struct xfer_client *c, size_t len, struct touched_pair *t)
+{
+	t->len = len;
+	t->sfd = memfd_touched(len, 0, len, &t->src);
+	t->dfd = memfd_touched(len, 0, len, &t->dst);
+	CHECK_OK(xfer_region_register(c, t->sfd, 0, 0, "src", &t->rs));
+	CHECK_OK(xfer_region_register(c, t->dfd, 0, 0, "dst", &t->rd));
+	memset(t->dst, 0, len);
+}
+
+static void touched_pair_drop(struct xfer_client *c, struct touched_pair *t)
+{
+	CHECK_OK(xfer_region_deregister(c, t->rs, 0));
+	CHECK_OK(xfer_region_deregister(c, t->rd, 0));
+	munmap(t->src, t->len);
+	munmap(t->dst, t->len);
+	close(t->sfd);
+	close(t->dfd);
+}
+
 /*
  * A region registered by the fast path moves exactly the client's bytes; a hole punched in it
  * afterwards (which no seal stops) reads back as zeros and the daemon goes on: the copy faults
@@ -182,35 +210,26 @@ TEST(resident_region_moves_its_bytes)
 	const size_t len = 4 * MIB;
 	struct td d;
 	struct xfer_client *c = NULL;
-	uint8_t *src, *dst, *want = malloc(len);
-	uint64_t rs, rd;
+	uint8_t *want = malloc(len);
+	struct touched_pair t;
 
 	CHECK(want != NULL);
 	CHECK_OK(td_start(&d, NULL));
 	CHECK_OK(xfer_connect(d.sock, "test-register", &c));
-	int sfd = memfd_touched(len, 0, len, &src);
-	int dfd = memfd_touched(len, 0, len, &dst);
-	CHECK_OK(xfer_region_register(c, sfd, 0, 0, "src", &rs));
-	CHECK_OK(xfer_region_register(c, dfd, 0, 0, "dst", &rd));
-	memset(dst, 0, len);
-	local_copy(c, rs, rd, len);
-	CHECK_MEM_EQ(dst, src, len);
+	touched_pair_make(c, len, &t);
+	local_copy(c, t.rs, t.rd, len);
+	CHECK_MEM_EQ(t.dst, t.src, len);
 
-	CHECK_OK(fallocate(sfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, MIB, MIB));
-	memcpy(want, src, len); /* the hole reads as zeros here too */
+	CHECK_OK(fallocate(t.sfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, MIB, MIB));
+	memcpy(want, t.src, len); /* the hole reads as zeros here too */
 	for (size_t i = MIB; i < 2 * MIB; i++)
 		CHECK(want[i] == 0);
-	memset(dst, 0xee, len);
-	local_copy(c, rs, rd, len);
-	CHECK_MEM_EQ(dst, want, len);
+	memset(t.dst, 0xee, len);
+	local_copy(c, t.rs, t.rd, len);
+	CHECK_MEM_EQ(t.dst, want, len);
 	td_check_alive(&d, "after copying out of a region with a hole");
 
-	CHECK_OK(xfer_region_deregister(c, rs, 0));
-	CHECK_OK(xfer_region_deregister(c, rd, 0));
-	munmap(src, len);
-	munmap(dst, len);
-	close(sfd);
-	close(dfd);
+	touched_pair_drop(c, &t);
 	free(want);
 	xfer_close(c);
 	CHECK_OK(td_stop(&d));
@@ -227,30 +246,20 @@ TEST(transfer_into_resident_region_takes_no_faults)
 	const size_t len = 64 * MIB;
 	struct td d;
 	struct xfer_client *c = NULL;
-	uint8_t *src, *dst;
-	uint64_t rs, rd;
+	struct touched_pair t;
 
 	CHECK_OK(td_start(&d, NULL));
 	CHECK_OK(xfer_connect(d.sock, "test-register", &c));
-	int sfd = memfd_touched(len, 0, len, &src);
-	int dfd = memfd_touched(len, 0, len, &dst);
-	CHECK_OK(xfer_region_register(c, sfd, 0, 0, "src", &rs));
-	CHECK_OK(xfer_region_register(c, dfd, 0, 0, "dst", &rd));
-	memset(dst, 0, len);
+	touched_pair_make(c, len, &t);
 	long long before = minor_faults(d.pid);
-	local_copy(c, rs, rd, len);
+	local_copy(c, t.rs, t.rd, len);
 	long long faults = minor_faults(d.pid) - before;
 	harness_note("the daemon's minor faults while copying 64 MiB: %lld", faults);
 	/* A fault per page of the target would be 16,384; the daemon's own allocations fault a few,
 	 * and under ASan its shadow of the two 64 MiB ranges (8 MiB each) ~2,200. */
 	CHECK(faults < (long long)(len / 4096 / 4));
-	CHECK_MEM_EQ(dst, src, len);
-	CHECK_OK(xfer_region_deregister(c, rs, 0));
-	CHECK_OK(xfer_region_deregister(c, rd, 0));
-	munmap(src, len);
-	munmap(dst, len);
-	close(sfd);
-	close(dfd);
+	CHECK_MEM_EQ(t.dst, t.src, len);
+	touched_pair_drop(c, &t);
 	xfer_close(c);
 	CHECK_OK(td_stop(&d));
 }

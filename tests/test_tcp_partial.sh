@@ -59,10 +59,6 @@ pipe "32 pairings in flight, 4K..300K, one call each, bytes checked"
 pipe "32 pairings in flight, 4K..300K, batches of 8, bytes checked" --batch 8 --batch-end
 check_baseline "after the pairings"
 
-if xc_stop 0 && xc_stop 1; then
-	ok "both daemons stopped on SIGTERM"
-else
-	fail "both daemons stopped on SIGTERM" "$(logtail 0) / $(logtail 1)"
-fi
+stop_both_nodes
 summary
 [ "$failed" -eq 0 ]
