@@ -96,6 +96,12 @@ class RefClient:
             raise SystemExit("xferbench.py: --ref: register: %s" % _clib.strerror(rc))
         return _clib.XferDesc(region.value, d.offset, d.nbytes)
 
+    def drop(self, desc):
+        """Deregisters the region of struct xfer_desc @desc (made by desc())."""
+        rc = _clib.lib.xfer_region_deregister(self.c, desc.region, 0)
+        if rc < 0:
+            raise SystemExit("xferbench.py: --ref: deregister: %s" % _clib.strerror(rc))
+
     def close(self):
         _clib.lib.xfer_close(self.c)
 
@@ -207,7 +213,7 @@ async def bench_size(pas, act, size, iters, ref=None, pattern="c"):
     caches as the C round leaves them for the next one). With @ref (two RefClients), every
     iteration also runs that round through the C library's calls, the two in alternating order.
     Returns {"py": (read p50, write p50, read p99, write p99), "ref": (...)} in ns."""
-    src, dst = xferd.empty(size), xferd.empty(size)
+    src, dst = zeroed(size), zeroed(size)
     ps, ds = xferd.Descriptor(src), xferd.Descriptor(dst)
     ps.register_memory(pas)
     ds.register_memory(act)
@@ -228,7 +234,19 @@ async def bench_size(pas, act, size, iters, ref=None, pattern="c"):
             if i >= 0:
                 times[k][0].append(r)
                 times[k][1].append(w)
+    if ref:  # as the C client's reg_buf_destroy(): this size's regions go before the next's
+        ref[0].drop(pd)
+        ref[1].drop(ad)
     return {k: (pct(r, 50), pct(w, 50), pct(r, 99), pct(w, 99)) for k, (r, w) in times.items()}
+
+
+def zeroed(size):
+    """A buffer as the C client's bench_buf_create() makes one: a sealed memfd zeroed by this
+    process before it is registered, so its pages are this process's writes, not the daemon's
+    populate (xferd.empty() leaves them untouched, and the daemon then faults them in itself)."""
+    buf = xferd.empty(size)
+    buf.fill(0)
+    return buf
 
 
 async def bench_round(way, pat, src, dst, seed, size):
@@ -255,7 +273,7 @@ def pct(v, p):
 async def bench_latency(pas, act, ref=None):
     """Medians and p99 of whole 64 B rounds: {"py": (p50, p99)} and, with @ref, the C library's
     calls interleaved round by round: "ref"."""
-    src, dst = xferd.empty(4096), xferd.empty(4096)
+    src, dst = zeroed(4096), zeroed(4096)
     ps = xferd.Descriptor(src[:LAT_SIZE]).register_memory(pas)
     ds = xferd.Descriptor(dst[:LAT_SIZE]).register_memory(act)
     ways = {"py": lambda: pair(pas, act, ps, ds, False)}
@@ -272,6 +290,9 @@ async def bench_latency(pas, act, ref=None):
             t0, _, t2 = await ways[k]()
             if i >= 0:
                 rounds[k].append(t2 - t0)
+    if ref:
+        ref[0].drop(pd)
+        ref[1].drop(ad)
     return {k: (pct(v, 50), pct(v, 99)) for k, v in rounds.items()}
 
 
@@ -281,7 +302,7 @@ def iters_for(size, forced):
 
 async def main_async(a):
     sizes = [s for s in (MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB) if s <= a.max]
-    results = {}
+    results, ref_results = {}, {}
     async with xferd.Connector(a.socket, "xferbench-py-passive") as pas, xferd.Connector(
         a.socket, "xferbench-py-active"
     ) as act:
@@ -297,6 +318,8 @@ async def main_async(a):
             got = await bench_size(pas, act, size, iters_for(size, a.iters), ref, a.pattern)
             r, w, r99, w99 = got["py"]
             results[size] = (r, w)
+            if ref:
+                ref_results[size] = got["ref"][:2]
             print("%9s %5d %8.2f %8.2f %9.1f %9.1f %9.1f %9.1f  yes" % (
                 fmt_size(size), iters_for(size, a.iters), size / r, size / w, r / 1e3, w / 1e3,
                 r99 / 1e3, w99 / 1e3), flush=True)
@@ -315,7 +338,7 @@ async def main_async(a):
                   "%.2fx" % (lat["ref"][0] / 1e3, lat["ref"][1] / 1e3, med / lat["ref"][0]))
         for c in ref or ():
             c.close()
-    return results, med, lat
+    return results, med, lat, ref_results
 
 
 def parse_c_output(path):
@@ -354,10 +377,12 @@ def compare(path, results, lat_ns):
     return 1 if missed else 0
 
 
-def write_json(path, results, lat):
-    """This run's medians (ns) for --summary: sizes' (read, write) and the 64 B rounds."""
+def write_json(path, results, lat, ref_results):
+    """This run's medians (ns) for --summary: sizes' (read, write) and the 64 B rounds; with
+    --ref also the C library's calls of this process (ref_sizes)."""
     with open(path, "w") as f:
         json.dump({"sizes": {str(k): v for k, v in results.items()},
+                   "ref_sizes": {str(k): v for k, v in ref_results.items()},
                    "lat": lat["py"][0], "ref_lat": lat["ref"][0] if "ref" in lat else None}, f)
 
 
@@ -400,7 +425,22 @@ def summary(c_paths, py_paths):
         for k, what in enumerate(("read", "write")):
             ok &= summary_row("%5s %-5s" % (fmt_size(size), what), [c[0][size][k] for c in cs],
                               [p["sizes"][key][k] for p in pys], 0.95, True)
+    ref_summary(pys)
     return 0 if ok else 1
+
+
+def ref_summary(pys):
+    """With --ref results in every round: Python against the C library's own calls made from the
+    same process, interleaved iteration by iteration (no drift between two processes: what the
+    package itself costs). Informative: the targets are against the C client's process."""
+    if not all(p.get("ref_sizes") for p in pys):
+        return
+    print("Python / the C library's calls in the same process, interleaved (--ref), per round:")
+    for key in sorted(pys[0]["ref_sizes"], key=int):
+        for k, what in enumerate(("read", "write")):
+            v = sorted(p["ref_sizes"][key][k] / p["sizes"][key][k] for p in pys)
+            print("  %5s %-5s %.2fx  (rounds %.2f..%.2f)" % (
+                fmt_size(int(key)), what, median(v), v[0], v[-1]))
 
 
 def main():
@@ -426,11 +466,11 @@ def main():
         return 0  # reported, not failed: timings on a shared machine
     if not a.socket:
         ap.error("--socket is needed for a run")
-    results, med, lat = asyncio.run(main_async(a))
+    results, med, lat, ref_results = asyncio.run(main_async(a))
     if a.compare:
         compare(a.compare, results, med)  # reported, not failed: timings on a shared machine
     if a.json:
-        write_json(a.json, results, lat)
+        write_json(a.json, results, lat, ref_results)
     return 0
 
 
