@@ -1032,7 +1032,7 @@ static ssize_t pconn_read_step(struct xd_pconn *pc)
 	return r;
 }
 
-/* PROTOCOL.md §10.4: whatever broke the connection, the transfers on it end ECONNRESET. */
+/* PROTOCOL.md §10.4: whatever broke a TCP connection, the transfers on it end ECONNRESET. */
 static void pconn_error(struct xd_pconn *pc, int err)
 {
 	if (!pc->peer) {
