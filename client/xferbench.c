@@ -32,7 +32,68 @@ struct opts {
 	uint64_t size;	    /* demo: bytes to move */
 	uint64_t max;	    /* bench: largest size */
 	int iters;	    /* bench: 0 = chosen per size */
+	int turn_in;	    /* bench --turns IN,OUT: the pipe the turn comes in on, or -1 */
+	int turn_out;	    /* ... and the one it leaves on */
+	bool turn_first;    /* bench --turn-first: this process holds the turn at the start */
 };
+
+/*
+ * Lockstep with another bench process (--turns IN,OUT; scripts/bench.sh runs the C and the
+ * Python client so): a process works only while it holds the turn, one byte passed over a
+ * pipe, and passes it after every round. The two clients then never run at once, yet their
+ * rounds come within milliseconds of each other, so the drift of this shared VM (the same
+ * 16 MiB copy runs at 11-18 GB/s from one second to the next) falls on both alike instead of
+ * on whichever ran during a slow second. EOF on IN (the other process ended) leaves this one
+ * to run on alone.
+ */
+struct turns {
+	int in, out; /* -1: no lockstep */
+	bool held;   /* this process may work */
+	bool alone;  /* the other process ended */
+};
+
+/* Waits for the turn (at once if held, alone, or no lockstep). Returns 0 or -errno. */
+static int turn_take(struct turns *t)
+{
+	char byte;
+
+	while (t->in >= 0 && !t->held && !t->alone) {
+		ssize_t n = read(t->in, &byte, 1);
+
+		if (n == 1)
+			t->held = true;
+		else if (n == 0)
+			t->alone = true;
+		else if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+/* Hands the turn to the other process. Returns 0 or -errno. */
+static int turn_pass(struct turns *t)
+{
+	if (t->out < 0 || !t->held || t->alone)
+		return 0;
+	t->held = false;
+	while (write(t->out, "t", 1) != 1) {
+		if (errno == EPIPE) { /* (SIGPIPE is ignored: it ended) */
+			t->alone = t->held = true;
+			return 0;
+		}
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+/* Ends a round: lets the other process run one, then takes the turn back. */
+static int turn_between(struct turns *t)
+{
+	int err = turn_pass(t);
+
+	return err ? err : turn_take(t);
+}
 
 static int client_open(const struct opts *o, const char *name, struct xfer_client **c)
 {
@@ -425,6 +486,7 @@ static int run_demo(const struct opts *o)
 struct bench {
 	struct xfer_client *pas, *act;
 	struct bench_buf pbuf, abuf; /* passive's and active's buffers of the current size */
+	struct turns turns;	     /* --turns: lockstep with another bench process */
 };
 
 /*
@@ -507,7 +569,9 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 		return -ENOMEM;
 	ns[1] = ns[0] + iters;
 	ns[2] = ns[1] + iters;
-	err = bench_buf_create(b->pas, size, "bench-passive", &b->pbuf);
+	err = turn_take(&b->turns); /* (making the buffers is work the other must not overlap) */
+	if (!err)
+		err = bench_buf_create(b->pas, size, "bench-passive", &b->pbuf);
 	reg_ns = b->pbuf.reg_ns;
 	if (!err)
 		err = bench_buf_create(b->act, size, "bench-active", &b->abuf);
@@ -517,9 +581,14 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 		err = bench_round(b, size, (unsigned int)(i + 1), r);
 		for (k = 0; !err && i >= 0 && k < 3; k++)
 			ns[k][i] = r[k];
+		/* The Python bench starts at 1 MiB: a smaller size is one turn as a whole. */
+		if (!err && size >= BENCH_MIB)
+			err = turn_between(&b->turns);
 	}
 	reg_buf_destroy(b->act, &b->abuf);
 	reg_buf_destroy(b->pas, &b->pbuf);
+	if (!err)
+		err = turn_pass(&b->turns);
 	if (!err) {
 		for (k = 0; k < 3; k++)
 			med[k] = bench_percentile(ns[k], (size_t)iters, 50);
@@ -621,7 +690,9 @@ static int bench_latency(struct bench *b)
 		return -ENOMEM;
 	for (i = 0; i < 4; i++)
 		p[i] = v + i * LAT_ITERS;
-	err = bench_buf_create(b->pas, 4096, "lat-passive", &b->pbuf);
+	err = turn_take(&b->turns); /* (the latency rounds are one turn) */
+	if (!err)
+		err = bench_buf_create(b->pas, 4096, "lat-passive", &b->pbuf);
 	if (!err)
 		err = bench_buf_create(b->act, 4096, "lat-active", &b->abuf);
 	for (i = -10; !err && i < LAT_ITERS; i++) {
@@ -647,6 +718,8 @@ static int bench_latency(struct bench *b)
 		lat_row("  op.wait (until the active side sees COMPLETE)", p[3], LAT_ITERS);
 		err = unix_baselines(v);
 	}
+	if (!err)
+		err = turn_pass(&b->turns);
 	free(v);
 	return err;
 }
@@ -689,10 +762,11 @@ static int run_bench(const struct opts *o)
 		4 * BENCH_KIB,	64 * BENCH_KIB,	 BENCH_MIB, 16 * BENCH_MIB,
 		64 * BENCH_MIB, 256 * BENCH_MIB, BENCH_GIB,
 	};
-	struct bench b = { 0 };
+	struct bench b = { .turns = { o->turn_in, o->turn_out, o->turn_first, false } };
 	size_t i;
 	int err;
 
+	signal(SIGPIPE, SIG_IGN); /* (a pass to a process that ended is EPIPE) */
 	err = client_open(o, "xferbench-passive", &b.pas);
 	if (!err)
 		err = client_open(o, "xferbench-active", &b.act);
@@ -720,10 +794,25 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: xferbench demo  [--socket PATH] [--size SIZE]   (default 256M)\n"
 		"       xferbench bench [--socket PATH] [--max SIZE] [--iters N]   (default 1G)\n"
+		"                       [--turns IN,OUT [--turn-first]]   (lockstep with another\n"
+		"                       bench process over two pipes: a byte passed after each round)\n"
 		"       xferbench baseline   (AF_UNIX round trips between two processes only)\n"
 		"Needs a running xferd: --socket PATH, else $XFERD_SOCKET, else "
 		"/run/xferd/xferd.sock.\n"
 		"SIZE takes K, M, G suffixes (powers of 1024).\n");
+}
+
+/* --turns IN,OUT: two open fds (pipes from scripts/bench.sh). Returns 0 or -EINVAL. */
+static int parse_turns(const char *arg, struct opts *o)
+{
+	int in, out, end = 0;
+
+	if (sscanf(arg, "%d,%d%n", &in, &out, &end) != 2 || arg[end] || in < 0 || out < 0 ||
+	    fcntl(in, F_GETFD) < 0 || fcntl(out, F_GETFD) < 0)
+		return -EINVAL;
+	o->turn_in = in;
+	o->turn_out = out;
+	return 0;
 }
 
 /* bench_getopt() callback: stores option @c of @ctx, a struct opts. */
@@ -748,12 +837,20 @@ static int set_opt(void *ctx, int c, const char *arg)
 		if (o->iters > 0)
 			return 0;
 		break;
+	case 't':
+		if (parse_turns(arg, o) == 0)
+			return 0;
+		break;
+	case 'f':
+		o->turn_first = true;
+		return 0;
 	default:
 		return -EINVAL;
 	}
 	fprintf(stderr, "xferbench: bad value '%s' for --%s\n", arg,
 		c == 'z' ? "size" :
 		c == 'm' ? "max" :
+		c == 't' ? "turns" :
 			   "iters");
 	return 2;
 }
@@ -766,10 +863,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "size", required_argument, NULL, 'z' },
 		{ "max", required_argument, NULL, 'm' },
 		{ "iters", required_argument, NULL, 'i' },
+		{ "turns", required_argument, NULL, 't' },
+		{ "turn-first", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int rc = bench_getopt(argc, argv, "s:z:m:i:h", lopts, set_opt, o, usage);
+	int rc = bench_getopt(argc, argv, "s:z:m:i:t:fh", lopts, set_opt, o, usage);
 
 	if (rc || optind == argc)
 		return rc;
@@ -784,7 +883,7 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*run)(const struct opts *);
 	} modes[] = { { "demo", run_demo }, { "bench", run_bench }, { "baseline", run_baseline } };
-	struct opts o = { .size = DEMO_SIZE, .max = BENCH_MAX };
+	struct opts o = { .size = DEMO_SIZE, .max = BENCH_MAX, .turn_in = -1, .turn_out = -1 };
 	size_t i;
 	int rc;
 

@@ -5,19 +5,21 @@
 # (e.g. --max 64M, --iters 3). PY_REF=1: the Python bench also times the C library's own calls
 # interleaved with its rounds (xferbench.py --ref).
 #
-# The Python client (client/python) is compared with the C one over PY_ROUNDS rounds (default 9)
-# on the same daemon: each round runs the C bench and the Python bench, the order swapped every
-# round, and the summary gives per client the median of the rounds' medians, their ratio and the
-# spread of the per-round ratios. One C run and one Python run minutes apart drift by more than
-# the 5% target on a shared machine; alternating many rounds makes the comparison hold. Nine,
-# not five: one process's 16 MiB copies run 11-18 GB/s from one second to the next on the 2-vCPU
-# VM (same buffers), so single rounds' ratios spread 0.66-1.48 and five rounds' median still
-# moved by +-10% between runs; a round takes ~5 s.
+# The Python client (client/python) is compared with the C one over PY_ROUNDS rounds (default 5)
+# on the same daemon. In each round both processes run at once but in lockstep: two pipes pass
+# a turn between them (`--turns`), a process works only while it holds it and passes it after
+# every round of every size, so the two never run at the same time, yet their transfers of a
+# size come within milliseconds of each other. Who starts swaps every round. The summary gives
+# per client the median of the rounds' medians, their ratio and the spread of the per-round
+# ratios. Why lockstep: one 16 MiB copy runs at 11-18 GB/s from one second to the next on the
+# 2-vCPU VM (same buffers), so two processes run one after the other drifted apart by more than
+# the 5% target (single rounds' ratios 0.66-1.48, nine rounds' medians still 0.88-0.97x);
+# turns put that drift on both alike. What is timed is unchanged.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/xferd-tmp.sh
 
-ROUNDS=${PY_ROUNDS:-9}
+ROUNDS=${PY_ROUNDS:-5}
 case $ROUNDS in '' | *[!0-9]* | 0) echo "$0: PY_ROUNDS must be a number >= 1, not '$ROUNDS'" >&2; exit 2 ;; esac
 
 xferd_tmp_start
@@ -27,45 +29,58 @@ PY_BENCH=client/python/examples/xferbench.py
 have_py=0
 /usr/bin/python3 -c 'import numpy' 2>/dev/null && have_py=1
 
-# c_run ROUND: the C bench; round 1 shows its whole output, later rounds only the size rows.
-c_run()
+# c_alone: the C bench by itself (no Python with numpy here).
+c_alone()
 {
-	local out=$XFERD_TMP/c.$1
-	if [ "$1" -eq 1 ]; then
-		"$BUILD/xferbench" bench --socket "$XFERD_SOCK" "${ARGS[@]}" | tee "$out"
-	else
-		"$BUILD/xferbench" bench --socket "$XFERD_SOCK" "${ARGS[@]}" >"$out"
-		grep -E '^ +[0-9]+ [KMG]iB ' "$out" | sed "s/^/round $1 C: /"
-	fi
+	"$BUILD/xferbench" bench --socket "$XFERD_SOCK" "${ARGS[@]}"
 }
 
-# py_run ROUND: the Python bench, compared with the C run of the same round in round 1.
-py_run()
+# lockstep_round ROUND: the C and the Python client at once, taking turns (see the top); their
+# outputs go to $XFERD_TMP/c.ROUND and py.ROUND(.json). Returns non-zero if either failed.
+# (Opening order: C opens to_c for reading, Python for writing, then both open to_py; a FIFO
+# open waits for the other end, and the opposite order would wait forever. Either one's exit
+# is EOF to the other, which then runs on alone.)
+lockstep_round()
 {
-	local out=$XFERD_TMP/py.$1 cmp=()
-	[ "$1" -eq 1 ] && cmp=(--compare "$XFERD_TMP/c.1")
-	[ "$1" -eq 1 ] && [ ! -s "$XFERD_TMP/c.1" ] && cmp=()
+	local r=$1 cfirst=() pyfirst=() cpid pypid rc=0
+	if ((r % 2)); then cfirst=(--turn-first); else pyfirst=(--turn-first); fi
+	rm -f "$XFERD_TMP/to_c" "$XFERD_TMP/to_py"
+	mkfifo "$XFERD_TMP/to_c" "$XFERD_TMP/to_py"
+	"$BUILD/xferbench" bench --socket "$XFERD_SOCK" --turns 3,4 "${cfirst[@]}" "${ARGS[@]}" \
+		3<"$XFERD_TMP/to_c" 4>"$XFERD_TMP/to_py" >"$XFERD_TMP/c.$r" &
+	cpid=$!
 	XFERD_LIBRARY="$BUILD/libxferclient.so.1" /usr/bin/python3 "$PY_BENCH" --socket "$XFERD_SOCK" \
-		--json "$out.json" ${PY_REF:+--ref} "${cmp[@]}" "${ARGS[@]}" >"$out" || return 1
+		--json "$XFERD_TMP/py.$r.json" ${PY_REF:+--ref} --turns 3,4 "${pyfirst[@]}" "${ARGS[@]}" \
+		4>"$XFERD_TMP/to_c" 3<"$XFERD_TMP/to_py" >"$XFERD_TMP/py.$r" &
+	pypid=$!
+	wait "$cpid" || rc=1
+	wait "$pypid" || rc=1
+	return "$rc"
+}
+
+# show_round ROUND: round 1 whole, later rounds only their size rows.
+show_round()
+{
 	if [ "$1" -eq 1 ]; then
+		cat "$XFERD_TMP/c.1"
 		echo
-		cat "$out"
+		cat "$XFERD_TMP/py.1"
 	else
-		grep -E '^ +[0-9]+[KMG] ' "$out" | sed "s/^/round $1 Python: /"
+		echo
+		grep -E '^ +[0-9]+ [KMG]iB ' "$XFERD_TMP/c.$1" | sed "s/^/round $1 C: /"
+		grep -E '^ +[0-9]+[KMG] ' "$XFERD_TMP/py.$1" | sed "s/^/round $1 Python: /"
 	fi
 }
 
 ARGS=("$@")
 rc=0
-c_run 1 || rc=$?
-[ "$rc" -eq 0 ] && [ "$have_py" -eq 1 ] && { py_run 1 || rc=1; }
-for ((r = 2; rc == 0 && have_py == 1 && r <= ROUNDS; r++)); do
-	echo
-	if ((r % 2 == 0)); then
-		py_run "$r" && c_run "$r" || rc=1
-	else
-		c_run "$r" && py_run "$r" || rc=1
-	fi
+if [ "$have_py" -eq 0 ]; then
+	echo "bench: no numpy for /usr/bin/python3: the C client alone"
+	c_alone || rc=1
+fi
+for ((r = 1; rc == 0 && have_py == 1 && r <= ROUNDS; r++)); do
+	lockstep_round "$r" || rc=1
+	show_round "$r"
 done
 if [ "$rc" -eq 0 ] && [ "$have_py" -eq 1 ]; then
 	cs=() pys=()

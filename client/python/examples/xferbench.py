@@ -7,7 +7,7 @@ COMPLETE for 1 MiB .. --max, read and write, every transfer checked in full; and
 a small operation (64 B: create_readable + begin_read + both ends seen, one whole round).
 
   xferbench.py --socket PATH [--max SIZE] [--iters N] [--compare XFERBENCH_OUTPUT] [--ref]
-               [--json OUT]
+               [--json OUT] [--turns IN,OUT [--turn-first]]
   xferbench.py --summary --c C_OUTPUT... --py OUT...
 
 Each round is the C client's, step for step (the same pattern filled and checked, the same
@@ -22,10 +22,12 @@ library's own blocking calls (ctypes, no Python on their wake path), interleaved
 Python rounds in this process: what the package adds, without the drift between two processes
 run one after the other (`PY_REF=1 scripts/bench.sh` passes it). --json writes this run's
 medians for --summary, which takes the outputs of several C and Python runs that
-`scripts/bench.sh` made alternately on one daemon (PY_ROUNDS=N, the order swapped every round)
-and prints, per size and direction, the median over the rounds of each client's median, their
-ratio, and the spread of the per-round ratios (Python and C of the same round): one pair of
-processes run minutes apart drifts by more than the 5% target on a shared machine.
+`scripts/bench.sh` made on one daemon (PY_ROUNDS=N) and prints, per size and direction, the
+median over the rounds of each client's median, their ratio, and the spread of the per-round
+ratios (Python and C of the same round). --turns runs in lockstep with `xferbench bench
+--turns` (class Turns): the two processes pass a turn after every round, so they never run at
+once yet measure within milliseconds of each other: one pair of processes run minutes apart,
+one after the other, drifted by more than the 5% target on this shared machine.
 """
 import argparse
 import asyncio
@@ -44,6 +46,42 @@ from xferd import _clib  # noqa: E402  (--ref: the C library's own calls)
 
 MIB, GIB = 1 << 20, 1 << 30
 LAT_SIZE, LAT_ITERS = 64, 1000
+
+
+class Turns:
+    """--turns IN,OUT: lockstep with the C client (xferbench bench --turns, struct turns in
+    client/xferbench.c; scripts/bench.sh joins them with two pipes). This process works only
+    while it holds the turn, a byte passed over a pipe after every round, so the two clients
+    never run at once yet take their rounds within milliseconds of each other: the VM's drift
+    from one second to the next falls on both alike. EOF on IN (the other ended): alone."""
+
+    def __init__(self, spec=None, first=False):
+        self.fds = tuple(int(x) for x in spec.split(",")) if spec else None
+        self.held, self.alone = first, False
+
+    def take(self):
+        while self.fds and not self.held and not self.alone:
+            if os.read(self.fds[0], 1):
+                self.held = True
+            else:
+                self.alone = True
+
+    def give(self):
+        if not self.fds or not self.held or self.alone:
+            return
+        self.held = False
+        try:
+            os.write(self.fds[1], b"t")
+        except BrokenPipeError:  # the other process ended
+            self.held = self.alone = True
+
+    def between(self):
+        """Ends a round: lets the other process run one, then takes the turn back."""
+        self.give()
+        self.take()
+
+
+NO_TURNS = Turns()
 
 
 def parse_size(s):
@@ -206,13 +244,15 @@ def make_pattern(kind):
     return Pattern(), "numpy"
 
 
-async def bench_size(pas, act, size, iters, ref=None, pattern="c"):
+async def bench_size(pas, act, size, iters, ref=None, pattern="c", turns=NO_TURNS):
     """The C client's round (bench_round in client/xferbench.c), step for step: fill the
     source, read, check the target in full; fill the target, write, check the source; a memcpy
     of the same size (the C client times it for its memcpy column; here it only leaves the
     caches as the C round leaves them for the next one). With @ref (two RefClients), every
     iteration also runs that round through the C library's calls, the two in alternating order.
+    With @turns, one turn makes the buffers, each round ends with a turn of the other process.
     Returns {"py": (read p50, write p50, read p99, write p99), "ref": (...)} in ns."""
+    turns.take()
     src, dst = zeroed(size), zeroed(size)
     ps, ds = xferd.Descriptor(src), xferd.Descriptor(dst)
     ps.register_memory(pas)
@@ -234,10 +274,14 @@ async def bench_size(pas, act, size, iters, ref=None, pattern="c"):
             if i >= 0:
                 times[k][0].append(r)
                 times[k][1].append(w)
+        turns.between()
     if ref:  # as the C client's reg_buf_destroy(): this size's regions go before the next's
         ref[0].drop(pd)
         ref[1].drop(ad)
-    return {k: (pct(r, 50), pct(w, 50), pct(r, 99), pct(w, 99)) for k, (r, w) in times.items()}
+    result = {k: (pct(r, 50), pct(w, 50), pct(r, 99), pct(w, 99)) for k, (r, w) in times.items()}
+    del ways, ps, ds, src, dst  # (unmapped in this turn; the daemon lets go at the next call)
+    turns.give()
+    return result
 
 
 def zeroed(size):
@@ -270,9 +314,10 @@ def pct(v, p):
     return v[i - 1 if i else 0]
 
 
-async def bench_latency(pas, act, ref=None):
+async def bench_latency(pas, act, ref=None, turns=NO_TURNS):
     """Medians and p99 of whole 64 B rounds: {"py": (p50, p99)} and, with @ref, the C library's
-    calls interleaved round by round: "ref"."""
+    calls interleaved round by round: "ref". All of it is one turn of @turns."""
+    turns.take()
     src, dst = zeroed(4096), zeroed(4096)
     ps = xferd.Descriptor(src[:LAT_SIZE]).register_memory(pas)
     ds = xferd.Descriptor(dst[:LAT_SIZE]).register_memory(act)
@@ -293,6 +338,7 @@ async def bench_latency(pas, act, ref=None):
     if ref:
         ref[0].drop(pd)
         ref[1].drop(ad)
+    turns.give()
     return {k: (pct(v, 50), pct(v, 99)) for k, v in rounds.items()}
 
 
@@ -302,6 +348,7 @@ def iters_for(size, forced):
 
 async def main_async(a):
     sizes = [s for s in (MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB) if s <= a.max]
+    turns = Turns(a.turns, a.turn_first)
     results, ref_results = {}, {}
     async with xferd.Connector(a.socket, "xferbench-py-passive") as pas, xferd.Connector(
         a.socket, "xferbench-py-active"
@@ -315,7 +362,7 @@ async def main_async(a):
         ref = (RefClient(a.socket, "xferbench-ref-passive"),
                RefClient(a.socket, "xferbench-ref-active")) if a.ref else None
         for size in sizes:
-            got = await bench_size(pas, act, size, iters_for(size, a.iters), ref, a.pattern)
+            got = await bench_size(pas, act, size, iters_for(size, a.iters), ref, a.pattern, turns)
             r, w, r99, w99 = got["py"]
             results[size] = (r, w)
             if ref:
@@ -329,7 +376,7 @@ async def main_async(a):
                       "calls, this process, interleaved: Python/ref %.2fx / %.2fx" % (
                           "", "", size / cr, size / cw, cr / 1e3, cw / 1e3, cr99 / 1e3, cw99 / 1e3,
                           cr / r, cw / w), flush=True)
-        lat = await bench_latency(pas, act, ref)
+        lat = await bench_latency(pas, act, ref, turns)
         med, p99 = lat["py"]
         print("\nsmall-op latency, %d B, %d rounds after 10 warm-up: create_readable + begin_read + "
               "both ends seen:\n  median %.1f us, p99 %.1f us" % (LAT_SIZE, LAT_ITERS, med / 1e3, p99 / 1e3))
@@ -412,9 +459,9 @@ def summary(c_paths, py_paths):
     cs = [parse_c_output(p) for p in c_paths]
     pys = [json.load(open(p)) for p in py_paths]
     print("\nPython client / C client over %d rounds on one daemon, C and Python processes "
-          "alternating (the order swapped every round); per client the median over the rounds "
-          "of each run's median op time; targets: throughput >= 0.95x C, 64 B round <= 1.30x C:"
-          % len(cs))
+          "taking turns round by round (bench.sh; who starts swapped every round); per client "
+          "the median over the rounds of each run's median op time; targets: throughput >= "
+          "0.95x C, 64 B round <= 1.30x C:" % len(cs))
     ok = True
     if all(c[1] for c in cs):
         ok &= summary_row("64 B round", [c[1] for c in cs], [p["lat"] for p in pys], 1.3, False)
@@ -456,6 +503,10 @@ def main():
                     help="who fills and checks the buffers around each timed transfer: the C "
                     "client's code (default; libxferbenchutil.so) or numpy (3.5x slower)")
     ap.add_argument("--json", help="write this run's medians to this file (for --summary)")
+    ap.add_argument("--turns", metavar="IN,OUT",
+                    help="lockstep with `xferbench bench --turns` over two pipes (open fds): "
+                    "a byte passed after every round, so the two never run at once")
+    ap.add_argument("--turn-first", action="store_true", help="--turns: this process starts")
     ap.add_argument("--summary", action="store_true",
                     help="no run: compare the --c outputs with the --py results, round by round")
     ap.add_argument("--c", nargs="+", default=[], help="--summary: `xferbench bench` outputs")

@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: MIT
+"""
+The lockstep of `make bench` (scripts/bench.sh): the C client (`xferbench bench --turns`) and
+the Python one (client/python/examples/xferbench.py --turns) pass one turn between them over
+pipes, so the two never run at once. Here the test sits between them and relays the turn: a
+byte from the process that does not hold it is a broken lockstep. Both must finish with every
+transfer checked, and one that dies must leave the other to finish alone.
+"""
+import os
+import select
+import subprocess
+import sys
+import time
+
+from conftest import BUILD, SRC
+
+PY_BENCH = SRC / "client" / "python" / "examples" / "xferbench.py"
+ARGS = ["--max", "1M", "--iters", "2"]
+
+
+def start(cmd, inp, out, first=False):
+    """Starts @cmd with --turns: reads the turn from fd @inp, passes it on fd @out."""
+    cmd = cmd + ["--turns", "%d,%d" % (inp, out)] + (["--turn-first"] if first else [])
+    return subprocess.Popen(cmd, pass_fds=(inp, out), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def spawn_pair(sock):
+    """The two benches, each on a pair of pipes whose other ends this test holds.
+    Returns ({"c": proc, "py": proc}, {name: fd to give it the turn}, {fd it passes on: name})."""
+    procs, give, passes = {}, {}, {}
+    cmds = {
+        "c": [str(BUILD / "xferbench"), "bench", "--socket", sock] + ARGS,
+        "py": [sys.executable, str(PY_BENCH), "--socket", sock] + ARGS,
+    }
+    for name, cmd in cmds.items():
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        procs[name] = start(cmd, to_r, from_w)
+        os.close(to_r)
+        os.close(from_w)  # (its exit is then EOF here)
+        give[name], passes[from_r] = to_w, name
+    return procs, give, passes
+
+
+def relay(procs, give, passes, kill_after=None, deadline_s=120):
+    """Hands the turn to "c" first, then to whoever did not just pass it. Returns how many
+    turns each passed; fails on a pass from the process that did not hold the turn.
+    @kill_after: after that many passes of "c", kill it (SIGKILL) instead of going on."""
+    holder, count, open_fds = "c", {"c": 0, "py": 0}, set(passes)
+
+    def hand(name):
+        """Gives @name the turn; one that ended (its pipe broken) leaves it to the other."""
+        try:
+            os.write(give[name], b"t")
+            return name
+        except BrokenPipeError:
+            os.close(give.pop(name))
+            if give:
+                return hand(next(iter(give)))
+            return None
+
+    hand("c")
+    deadline = time.monotonic() + deadline_s
+    while open_fds:
+        assert time.monotonic() < deadline, "the lockstep hung: %s" % count
+        ready, _, _ = select.select(list(open_fds), [], [], 1.0)
+        for fd in ready:
+            name = passes[fd]
+            if not os.read(fd, 1):  # it ended
+                open_fds.discard(fd)
+                if name in give:
+                    os.close(give.pop(name))
+                if name == holder and give:
+                    holder = hand(next(iter(give)))  # the other runs on, alone
+                continue
+            assert name == holder, "%s passed a turn it did not hold (%s)" % (name, count)
+            count[name] += 1
+            if name == "c" and kill_after is not None and count["c"] == kill_after:
+                procs["c"].kill()
+                procs["c"].wait()
+            other = "py" if name == "c" else "c"
+            holder = hand(other if other in give else name)
+    for fd in give.values():
+        os.close(fd)
+    return count
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_benches_take_turns_and_check_every_transfer(daemon):
+    procs, give, passes = spawn_pair(daemon.sock)
+    count = relay(procs, give, passes)
+    rc_c, out_c, err_c = finish(procs["c"])
+    rc_py, out_py, err_py = finish(procs["py"])
+    assert rc_c == 0, err_c
+    assert rc_py == 0, err_py
+    # C: 4 KiB and 64 KiB are a turn each; 1 MiB: one per round (a warm-up and 2) and one to
+    # let its buffers go; the latency rounds one. Python starts at 1 MiB: the same from there.
+    assert count == {"c": 2 + 4 + 1, "py": 4 + 1}, count
+    assert "   1 MiB     2 " in out_c and out_c.count("  yes") == 3, out_c
+    assert "1M     2 " in out_py and out_py.count("  yes") == 1, out_py
+
+
+def test_bench_left_alone_when_the_other_dies(daemon):
+    procs, give, passes = spawn_pair(daemon.sock)
+    count = relay(procs, give, passes, kill_after=3)
+    finish(procs["c"])
+    rc_py, out_py, err_py = finish(procs["py"])
+    assert procs["c"].returncode == -9
+    assert rc_py == 0, err_py
+    assert "1M     2 " in out_py and out_py.count("  yes") == 1, out_py
+    assert count["c"] == 3
