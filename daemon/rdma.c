@@ -119,6 +119,7 @@ static void staging_free(struct xd_rdma_dev *dev)
 /* The reverse of dev_open(); safe on a partly opened device. */
 static void dev_close(struct xd_rdma_dev *dev)
 {
+	xd_rdma_post_stop(dev);
 	staging_free(dev);
 	xd_event_free(dev->next_batch_ev);
 	xd_event_free(dev->ev);

@@ -7,6 +7,7 @@
 #define XFERD_RDMA_H
 
 #include <infiniband/verbs.h>
+#include <stdatomic.h>
 #include <rdma/rdma_cma.h>
 #include "xferd.h"
 
@@ -60,15 +61,20 @@ struct xd_rdma_dev {
 	int gid_index;	      /**< -1 when unknown */
 	struct xd_rdma_counters counters;
 	struct xd_rdma_staging staging;
+	struct xd_rdma_poster *poster; /**< rdma_post.c: posts bulk work requests off the loop */
+	bool poster_failed;	       /**< its thread could not start: the loop posts */
 };
 
 struct xd_rdma_dev;
 /* rdma_conn.c's handler of every work completion of a device's CQ. */
 typedef void (*xd_rdma_completion_cb)(struct xd_rdma_dev *dev, const struct ibv_wc *wc);
+/* rdma_conn.c's handler of a post that @dev's poster thread could not make (@err: errno). */
+typedef void (*xd_rdma_post_failed_cb)(struct xd_rdma_dev *dev, uint32_t conn, int err);
 
 struct xd_rdma {
 	struct xd_daemon *d;
 	xd_rdma_completion_cb completion;
+	xd_rdma_post_failed_cb post_failed;
 	struct ibv_context **list; /**< rdma_get_devices(), freed last */
 	struct xd_rdma_dev devs[XD_MAX_DEVICES];
 	int ndevs;
@@ -89,6 +95,20 @@ struct xd_rdma_piece {
 	uint64_t laddr, raddr;
 	uint32_t lkey, rkey, len;
 };
+
+/* rdma_post.c: a device's poster thread */
+/*
+ * Posts the chain @wr on @qp of connection @conn: on @dev's poster thread when @bulk (an RDMA
+ * READ or WRITE) or while chains of the connection wait there (*@queued, the connection's
+ * count), else at once. The chain is copied. Returns 0 or -errno; a post the thread could
+ * not make reaches the rdma->post_failed callback on the loop.
+ */
+int xd_rdma_post(struct xd_rdma_dev *dev, struct ibv_qp *qp, uint32_t conn,
+		 const struct ibv_send_wr *wr, atomic_uint *queued, bool bulk);
+/* Drops the chains of @qp that wait, and waits for the thread to put down the ones it holds. */
+void xd_rdma_post_forget(struct xd_rdma_dev *dev, struct ibv_qp *qp, atomic_uint *queued);
+/* Stops @dev's poster thread (after every queue pair is gone); drops what still waits. */
+void xd_rdma_post_stop(struct xd_rdma_dev *dev);
 
 /* rdma.c: devices and registrations */
 /* The device a verbs context belongs to, or NULL if this daemon does not use it. */

@@ -8,7 +8,9 @@
  * Work requests carry (connection id, slot) in wr_id, never a pointer: a completion that arrives
  * after its connection was torn down finds no connection and is dropped. Data work requests are
  * signalled once per chunk, control SENDs once per half of the send buffers; RC completes in
- * order, so one completion retires every request posted before it on that QP.
+ * order, so one completion retires every request posted before it on that QP. A chunk's
+ * requests go as one chain, and RDMA READs and WRITEs through the device's poster thread
+ * (rdma_post.c), in the order of the sq ring.
  *
  * The owner answers an RDMA claim with rkeys of type 2 memory windows bound onto exactly the
  * operation's ranges (read-only for a read, write-only for a write) and to the queue pair the
@@ -137,6 +139,7 @@ struct xd_rconn {
 	bool pendq_over;	       /**< the peer let pendq pass XD_PEER_CTRLQ_MAX */
 	struct sq_entry sq[RC_SQ_DEPTH];
 	uint64_t sq_head, sq_tail; /**< posted and retired work requests, ever */
+	atomic_uint posts_queued;  /**< chains that wait for the device's poster thread */
 	unsigned chunks;	   /**< data chunks in flight */
 	uint64_t stage_wire;	   /**< bytes of staged chunks' requests posted, not completed */
 	uint64_t chunk_bytes;	   /**< their bytes (the window: RC_WINDOW_BYTES) */
@@ -252,7 +255,9 @@ static void rconn_free(void *arg)
 	struct xd_frame *pm;
 
 	xd_event_free(rc->auth_timer);
-	stage_conn_gone(rc);	       /* (closes its chunks' windows: they go just below) */
+	stage_conn_gone(rc);	  /* (closes its chunks' windows: they go just below) */
+	if (rc->cm && rc->cm->qp) /* (before the windows its binds name go, just below) */
+		xd_rdma_post_forget(rc->dev, rc->cm->qp, &rc->posts_queued);
 	free_retired_grants(rc, true); /* a bound window holds its queue pair */
 	if (rc->cm && rc->cm->qp)
 		rdma_destroy_qp(rc->cm);
@@ -533,6 +538,16 @@ static bool sq_full(const struct xd_rconn *rc, unsigned need)
 }
 
 /*
+ * Posts the chain @wr on @rc's queue pair: RDMA READs and WRITEs (@bulk) through the device's
+ * poster thread (rdma_post.c: Soft-RoCE moves their bytes inside the post), anything else at
+ * once unless chains of @rc wait there (the queue pair's order is the sq ring's).
+ */
+static int rc_post(struct xd_rconn *rc, struct ibv_send_wr *wr, bool bulk)
+{
+	return xd_rdma_post(rc->dev, rc->cm->qp, rc->id, wr, &rc->posts_queued, bulk);
+}
+
+/*
  * Whether the next SEND asks for a completion. Each completion is a wake-up of the event loop,
  * and RC retires every earlier request with the next completion anyway, so a SEND is signalled
  * only once half the send buffers wait to be retired: the other half stays free for the messages
@@ -553,14 +568,13 @@ static int post_send(struct xd_rconn *rc, struct xd_frame *pm, int slot)
 				  .num_sge = 1,
 				  .opcode = IBV_WR_SEND,
 				  .send_flags = send_signaled(rc) ? IBV_SEND_SIGNALED : 0 };
-	struct ibv_send_wr *bad;
 
 	memcpy(buf, pm->data, pm->len);
 	buf[2] = (uint8_t)rc->to_return;
 	buf[3] = (uint8_t)(rc->to_return >> 8);
-	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
+	int err = rc_post(rc, &wr, false);
 	if (err)
-		return -err;
+		return err;
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_SEND, .slot = slot };
 	rc->sq_head++;
 	rc->send_busy[slot] = true;
@@ -711,11 +725,10 @@ static int bind_window(struct xd_rconn *rc, struct xd_rdma_grant *g, uint32_t i,
 				       .mw_access_flags = mw_access(access) },
 		},
 	};
-	struct ibv_send_wr *bad;
-	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
+	int err = rc_post(rc, &wr, false);
 
 	if (err)
-		return -err;
+		return err;
 	dp_log("conn %u: BIND sq %llu signaled %d", rc->id, (unsigned long long)idx, last);
 	*rkey = wr.bind_mw.rkey;
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_BIND };
@@ -937,34 +950,45 @@ static void rconn_trusted(struct xd_rconn *rc)
 
 /* ---- data ---- */
 
-static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma_piece *pc,
-		     bool signaled, struct xd_stage_chunk *chunk)
+/*
+ * Fills @wr and @sge with the next request of @x (piece @pc) on @rc's queue and files it in the
+ * sq ring (with a reference on @x): the caller posts it, alone or in a chain.
+ */
+static void data_wr(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma_piece *pc,
+		    bool signaled, struct xd_stage_chunk *chunk, struct ibv_send_wr *wr,
+		    struct ibv_sge *sge)
 {
 	uint64_t idx = rc->sq_head;
 	bool read = !x->source;
-	struct ibv_sge sge = { pc->laddr, pc->len, pc->lkey };
-	struct ibv_send_wr wr = {
+
+	*sge = (struct ibv_sge){ pc->laddr, pc->len, pc->lkey };
+	*wr = (struct ibv_send_wr){
 		.wr_id = (uint64_t)rc->id << 32 | (uint32_t)(idx % RC_SQ_DEPTH),
-		.sg_list = &sge,
+		.sg_list = sge,
 		.num_sge = 1,
 		.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
 		.send_flags = signaled ? IBV_SEND_SIGNALED : 0,
 		.wr.rdma = { .remote_addr = pc->raddr, .rkey = pc->rkey },
 	};
-	struct ibv_send_wr *bad;
-	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
-
-	if (err)
-		return -err;
-	dp_log("conn %u: posted %s of %u bytes, sq %llu, signaled %d", rc->id,
-	       read ? "READ" : "WRITE", pc->len, (unsigned long long)idx, signaled);
+	dp_log("conn %u: %s of %u bytes, sq %llu, signaled %d", rc->id, read ? "READ" : "WRITE",
+	       pc->len, (unsigned long long)idx, signaled);
 	xd_xfer_ref(x);
 	xd_xfer_request_posted(x);
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){
 		.kind = SQ_DATA, .x = x, .chunk = chunk, .bytes = pc->len, .read = read
 	};
 	rc->sq_head++;
-	return 0;
+}
+
+/* One request of @x: data_wr() posted alone. */
+static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma_piece *pc,
+		     bool signaled, struct xd_stage_chunk *chunk)
+{
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	data_wr(rc, x, pc, signaled, chunk, &wr, &sge);
+	return rc_post(rc, &wr, true);
 }
 
 /* Where transfer offset @off falls in @n ranges of lengths @len(i): index and offset in it. */
@@ -1334,7 +1358,6 @@ static void chunk_post(struct xd_rconn *rc, struct xd_stage_chunk *c)
 static int chunk_bind(struct xd_rconn *rc, struct xd_stage_chunk *c, uint32_t *rkey)
 {
 	struct xd_rdma_grant *g = calloc(1, sizeof(*g) + sizeof(g->w[0]));
-	struct ibv_send_wr *bad;
 	uint64_t idx = rc->sq_head;
 
 	if (!g)
@@ -1363,10 +1386,10 @@ static int chunk_bind(struct xd_rconn *rc, struct xd_stage_chunk *c, uint32_t *r
 								       : IBV_ACCESS_REMOTE_WRITE },
 		},
 	};
-	int err = ibv_post_send(rc->cm->qp, &wr, &bad);
+	int err = rc_post(rc, &wr, false);
 	if (err) {
 		grant_free(g);
-		return -err;
+		return err;
 	}
 	*rkey = wr.bind_mw.rkey;
 	rc->sq[idx % RC_SQ_DEPTH] = (struct sq_entry){ .kind = SQ_BIND };
@@ -1747,7 +1770,8 @@ static uint32_t next_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t ma
 /*
  * Posts one chunk of the next transfer in the peer's round-robin queue: its turn of up to
  * XD_RDMA_CHUNK (4 MiB), as RDMA READs or WRITEs of at most rdma_request_size each (default
- * 128 KiB; never more than the device's largest message), only the last one signalled. A real
+ * 128 KiB; never more than the device's largest message), only the last one signalled, all in
+ * one chain (one doorbell) for the poster thread. A real
  * NIC moves 4 MiB in well under a millisecond, so other transfers on the connection still take
  * turns often. Why requests smaller than the chunk: the requester of a queue pair keeps several
  * of them moving at once, and Soft-RoCE sends no new request more than 128 packets ahead of the
@@ -1758,6 +1782,8 @@ static uint32_t next_chunk(struct xd_xfer *x, int dev, uint32_t max, uint32_t ma
 static bool pump_one(struct xd_rconn *rc)
 {
 	struct xd_rdma_piece pieces[XD_RDMA_MAX_PIECES];
+	struct ibv_send_wr wrs[XD_RDMA_MAX_PIECES];
+	struct ibv_sge sges[XD_RDMA_MAX_PIECES];
 	int n = 0;
 	struct xd_xfer *x = xd_xfer_sendq_next(&rc->peer->sendq, rc->id);
 
@@ -1773,11 +1799,13 @@ static bool pump_one(struct xd_rconn *rc)
 		return false;
 	xd_busypoll_note_bulk(rc->d, len);
 	for (int i = 0; i < n; i++) {
-		int err = post_data(rc, x, &pieces[i], i == n - 1, NULL);
-		if (err) {
-			rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
-			return false;
-		}
+		data_wr(rc, x, &pieces[i], i == n - 1, NULL, &wrs[i], &sges[i]);
+		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+	}
+	int err = rc_post(rc, wrs, true); /* (one chain, one doorbell) */
+	if (err) {
+		rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
+		return false;
 	}
 	rc->sq[(rc->sq_head - 1) % RC_SQ_DEPTH].chunk_len = len;
 	rc->chunks++;
@@ -1938,6 +1966,15 @@ static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 		rconn_flush(rc);
 		rconn_pump(rc);
 	}
+}
+
+/* A chain that the device's poster thread could not post: the connection fails. */
+static void rconn_post_failed(struct xd_rdma_dev *dev, uint32_t conn, int err)
+{
+	struct xd_rconn *rc = rconn_find(dev->rdma, conn);
+
+	if (rc && !rc->dead)
+		rconn_fail(rc, err, "ibv_post_send failed (on the device's poster thread)");
 }
 
 /* ---- keepalive and listing ---- */
@@ -2399,6 +2436,9 @@ static int rdma_start(struct xd_daemon *d)
 	bool forced = strcmp(d->cfg.transport, xd_transport_rdma_ops.name) == 0;
 	bool wanted = forced || strcmp(d->cfg.transport, XD_TRANSPORT_AUTO) == 0;
 	int rc = xd_rdma_devices_open(d, wanted, rconn_completion);
+
+	if (d->rdma)
+		d->rdma->post_failed = rconn_post_failed;
 
 	if (rc == 0 && d->rdma->ndevs)
 		rc = rconn_start(d);

@@ -44,7 +44,8 @@
 # MODE=files runs only the comparison of file regions with memory (below; FILE_SIZES, default
 # 16, 64 and 256 MiB; FILE_KINDS, default "read write"); STAGING_SIZE sets both daemons'
 # rdma_staging_size (default: theirs, 4 MiB); BASE_BUILD (a build directory the guest can see,
-# e.g. one of main's) adds that build's daemons, measured alternating with this one's (A/B).
+# e.g. one of main's) adds that build's daemons, measured alternating with this one's (A/B):
+# with MODE=files in the file rows, otherwise in the window rows (base-get, base-put).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -158,6 +159,12 @@ cpu_ticks() {
 	echo "$((u + n + s + irq + sirq)) $((u + n + s + idle + iow + irq + sirq))"
 }
 
+# busy_between TICKS0 TICKS1: the percentage of CPU time the guest was busy between two cpu_ticks.
+busy_between() {
+	awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+		t = y[2] - x[2]; printf "%.0f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }'
+}
+
 # xf KIND SIZE DEPTH [-f DIR]: one rdma_bench run; appends to XF[KIND.SIZE.DEPTH] (MiB/s; "-" if
 # failed); with -f DIR the source is a file there and KIND is recorded as KIND-file. The line
 # also says how busy the guest's vCPUs were over the whole run (rxe's tasklets, both daemons, the
@@ -173,8 +180,7 @@ xf() {
 		return
 	fi
 	c1=$(cpu_ticks)
-	busy=$(awk -v a="$c0" -v b="$c1" 'BEGIN { split(a, x, " "); split(b, y, " ");
-		t = y[2] - x[2]; printf "%.0f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }')
+	busy=$(busy_between "$c0" "$c1")
 	# xferd KIND SIZE depth D iters N seconds S MiB/s X transport T
 	# shellcheck disable=SC2086
 	set -- $l
@@ -184,20 +190,25 @@ xf() {
 }
 
 # xw SIZE [BATCH]: one xferbench_net win run (gets, then puts), WIN_DEPTH in flight, one request
-# per op or BATCH per op.batch request; appends to XW[get|put.SIZE.BATCH] (MiB/s).
+# per op or BATCH per op.batch request; appends to XW[get|put.SIZE.BATCH] (MiB/s). With XF_NODE=b
+# (BASE_BUILD's daemons) to XW[base-get|base-put...]. The line says how busy the guest's vCPUs
+# were and how many retries both devices counted meanwhile.
 xw() {
-	local l k b=${2:-1}
-	if ! l=$(timeout 300 "$BUILD/xferbench_net" win --passive "$D/n1.sock" --active "$D/n0.sock" \
+	local l k b=${2:-1} t=${XF_TAG} c0 c1
+	retries >/dev/null
+	c0=$(cpu_ticks)
+	if ! l=$(timeout 300 "$BUILD/xferbench_net" win --passive "$D/${XF_NODE}1.sock" --active "$D/${XF_NODE}0.sock" \
 		--sizes "$1" --depths "$WIN_DEPTH" --batch "$b" --seconds "$DUR" --json 2>"$D/xw.err"); then
 		echo "bench-rdma: xferbench_net win $1 --batch $b failed: $(tail -n 3 "$D/xw.err" | tr '\n' ' ')" >&2
-		XW[get.$1.$b]+=" -" XW[put.$1.$b]+=" -"
+		XW[${t}get.$1.$b]+=" -" XW[${t}put.$1.$b]+=" -"
 		return
 	fi
+	c1=$(cpu_ticks)
 	for k in get put; do
-		XW[$k.$1.$b]+=" $(grep "\"kind\":\"$k\"" <<<"$l" | sed 's/.*"gbps":\([0-9.]*\).*/\1/' |
+		XW[$t$k.$1.$b]+=" $(grep "\"kind\":\"$k\"" <<<"$l" | sed 's/.*"gbps":\([0-9.]*\).*/\1/' |
 			awk '{ printf "%.1f", $1 * 1e9 / 1048576 }')"
 	done
-	echo "# xferd window get/put $1 depth $WIN_DEPTH batch $b: ${XW[get.$1.$b]##* } / ${XW[put.$1.$b]##* } MiB/s"
+	echo "# ${t}xferd window get/put $1 depth $WIN_DEPTH batch $b: ${XW[${t}get.$1.$b]##* } / ${XW[${t}put.$1.$b]##* } MiB/s ($(retries), vCPUs $(busy_between "$c0" "$c1")% busy)"
 }
 
 # xwd SIZE: window gets and puts at each of WIN_DEPTHS: MiB/s, p50/p99 per op, us per op.
@@ -276,7 +287,8 @@ XF_NODE=n XF_TAG=
 start_pair n "$BUILD" 7700
 # MODE=files with BASE_BUILD (another build directory, e.g. of main): its daemons too, on port
 # 7701, measured alternating with this build's in the same boot (A/B).
-[ "${MODE:-}" = files ] && [ -n "${BASE_BUILD:-}" ] && start_pair b "$BASE_BUILD" 7701
+# Without MODE=files: BASE_BUILD's window rows too, alternating with this build's (ROWS=win).
+[ -n "${BASE_BUILD:-}" ] && start_pair b "$BASE_BUILD" 7701
 
 # median LIST: the median of the numbers in LIST ("-" entries left out), or "-" if none
 median() {
@@ -365,8 +377,15 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		done
 	done
 	for s in $SIZES; do
-		xw "$s"
-		xw "$s" "$WIN_BATCH"
+		order=n
+		[ -n "${BASE_BUILD:-}" ] && order="n b" && ((rep % 2 == 0)) && order="b n"
+		for p in $order; do
+			XF_NODE=$p XF_TAG=
+			[ "$p" = b ] && XF_TAG=base-
+			xw "$s"
+			xw "$s" "$WIN_BATCH"
+		done
+		XF_NODE=n XF_TAG=
 		[ -n "$WIN_DEPTHS" ] && xwd "$s"
 	done
 done
@@ -376,7 +395,7 @@ for n in 0 1; do
 	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
 done
 
-printf '\n%-6s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
+printf '\n%-8s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
 	"xferd d$DEPTH" ratio "win d$WIN_DEPTH" ratio "b$WIN_BATCH" ratio
 for kind in read write; do
 	wk="put"
@@ -384,15 +403,20 @@ for kind in read write; do
 	for s in $SIZES; do
 		p=${PERF[ib_${kind}_bw.$s]:-} x1=${XF[$kind.$s.1]:-} xd=${XF[$kind.$s.$DEPTH]:-}
 		w1=${XW[$wk.$s.1]:-} wb=${XW[$wk.$s.$WIN_BATCH]:-}
-		printf '%-6s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
+		printf '%-8s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
 			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")" \
 			"$(median "$w1")" "$(ratio "$w1" "$p")" "$(median "$wb")" "$(ratio "$wb" "$p")"
+		[ -n "${BASE_BUILD:-}" ] || continue
+		w1=${XW[base-$wk.$s.1]:-} wb=${XW[base-$wk.$s.$WIN_BATCH]:-}
+		printf '%-8s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "base-$wk" "$s" "$(median "$p")" \
+			- - - - "$(median "$w1")" "$(ratio "$w1" "$p")" "$(median "$wb")" "$(ratio "$wb" "$p")"
 	done
 done
 echo "# MiB/s, medians of $REPS rounds; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"
 echo "# win d$WIN_DEPTH: window gets beside read, puts beside write, $WIN_DEPTH in flight, one request each; b$WIN_BATCH: the same $WIN_BATCH per op.batch request"
 echo "# target (issue 14): windows, 64 KiB with 16 in flight >= 0.8x perftest, 1 MiB and larger >= 0.95x"
+[ -n "${BASE_BUILD:-}" ] && echo "# base-get / base-put: the window rows of $BASE_BUILD's daemons, alternating with this build's in the same boot"
 if [ -n "$WIN_DEPTHS" ]; then
 	printf '\n%-9s %-4s %9s %5s %7s %9s %10s %10s %9s\n' "" kind size depth ops MiB/s "p50 us" "p99 us" "us/op"
 	cat "$D"/wd.* 2>/dev/null
