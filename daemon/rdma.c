@@ -187,6 +187,7 @@ static int dev_open(struct xd_daemon *d, struct xd_rdma_dev *dev, struct ibv_con
 	dev->next_batch_ev = evtimer_new(d->base, cq_next_batch_cb, dev);
 	if (!dev->ev || !dev->next_batch_ev || event_add(dev->ev, NULL) < 0)
 		return -ENOMEM;
+	xd_rdma_post_start(dev);
 	xd_log(XD_LOG_INFO, "using RDMA device %s port %u (%s, %s, active MTU %d)", dev->name,
 	       dev->port, ibv_port_state_str(port.state), link_layer_name(port.link_layer),
 	       128 << port.active_mtu);

@@ -61,8 +61,7 @@ struct xd_rdma_dev {
 	int gid_index;	      /**< -1 when unknown */
 	struct xd_rdma_counters counters;
 	struct xd_rdma_staging staging;
-	struct xd_rdma_poster *poster; /**< rdma_post.c: posts bulk work requests off the loop */
-	bool poster_failed;	       /**< its thread could not start: the loop posts */
+	struct xd_rdma_poster *poster; /**< rdma_post.c: posts RDMA WRITEs off the loop */
 };
 
 struct xd_rdma_dev;
@@ -98,13 +97,16 @@ struct xd_rdma_piece {
 
 /* rdma_post.c: a device's poster thread */
 /*
- * Posts the chain @wr on @qp of connection @conn: on @dev's poster thread when @bulk (an RDMA
- * READ or WRITE) or while chains of the connection wait there (*@queued, the connection's
+ * Posts the chain @wr on @qp of connection @conn: on @dev's poster thread when @bulk (RDMA
+ * WRITEs) or while chains of the connection wait there (*@queued, the connection's
  * count), else at once. The chain is copied. Returns 0 or -errno; a post the thread could
  * not make reaches the rdma->post_failed callback on the loop.
  */
 int xd_rdma_post(struct xd_rdma_dev *dev, struct ibv_qp *qp, uint32_t conn,
 		 const struct ibv_send_wr *wr, atomic_uint *queued, bool bulk);
+/* Starts @dev's poster thread (at open: its eventfd is part of the device); on failure warns,
+ * and the loop posts everything itself. */
+void xd_rdma_post_start(struct xd_rdma_dev *dev);
 /* Drops the chains of @qp that wait, and waits for the thread to put down the ones it holds. */
 void xd_rdma_post_forget(struct xd_rdma_dev *dev, struct ibv_qp *qp, atomic_uint *queued);
 /* Stops @dev's poster thread (after every queue pair is gone); drops what still waits. */

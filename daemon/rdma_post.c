@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * A device's poster: a thread that calls ibv_post_send for the event loop (PROTOCOL.md §10.5 is
+ * A device's poster: a thread (started with the device) that calls ibv_post_send for the event loop (PROTOCOL.md §10.5 is
  * unchanged: the same work requests, in the same order per queue pair).
  *
  * Why a thread: Soft-RoCE (rdma_rxe) does its protocol work inside the system call that rings
@@ -8,8 +8,9 @@
  * and, through the softirqs that run when it re-enables them, the receiving side's work and
  * the ACKs. Measured in the VM (2 vCPUs): an ibv_post_send took 1-2 ms on average (64 KiB
  * WRITEs 2 ms, READs 1 ms), so the loop spent most of a put bench inside it, and the wire
- * stood still while the loop answered clients and reaped completions. On a real NIC a post is
- * a doorbell of a few hundred nanoseconds and the thread costs one wake-up per batch.
+ * stood still while the loop answered clients and reaped completions. rdma_conn.c hands over
+ * RDMA WRITEs (READs measured better posted by the loop itself). On a real NIC a post is a
+ * doorbell of a few hundred nanoseconds and the thread costs one wake-up per batch.
  *
  * The loop still owns every queue entry: it numbers the work requests (rdma_conn.c's sq ring)
  * and hands a copy of each chain here; one thread per device posts them in the order given, so
@@ -177,14 +178,11 @@ static void poster_free(struct xd_rdma_poster *ps)
 	free(ps);
 }
 
-/* @dev's poster, started on first use. NULL: could not start (the caller posts itself). */
-static struct xd_rdma_poster *poster_of(struct xd_rdma_dev *dev)
+void xd_rdma_post_start(struct xd_rdma_dev *dev)
 {
-	struct xd_rdma_poster *ps = dev->poster;
+	struct xd_rdma_poster *ps = calloc(1, sizeof(*ps));
 
-	if (ps || dev->poster_failed)
-		return ps;
-	if (!(ps = calloc(1, sizeof(*ps))))
+	if (!ps)
 		goto fail;
 	ps->dev = dev;
 	ps->efd = -1;
@@ -203,21 +201,19 @@ static struct xd_rdma_poster *poster_of(struct xd_rdma_dev *dev)
 		goto fail;
 	}
 	dev->poster = ps;
-	return ps;
+	return;
 fail:
 	xd_log(XD_LOG_WARN, "%s: no poster thread: the event loop posts work requests itself",
 	       dev->name);
-	dev->poster_failed = true;
-	return NULL;
 }
 
 int xd_rdma_post(struct xd_rdma_dev *dev, struct ibv_qp *qp, uint32_t conn,
 		 const struct ibv_send_wr *wr, atomic_uint *queued, bool bulk)
 {
-	struct xd_rdma_poster *ps;
+	struct xd_rdma_poster *ps = dev->poster;
 	struct ibv_send_wr *bad;
 
-	if ((!bulk && atomic_load(queued) == 0) || !(ps = poster_of(dev)))
+	if ((!bulk && atomic_load(queued) == 0) || !ps)
 		return -ibv_post_send(qp, (struct ibv_send_wr *)wr, &bad);
 	struct post_job *j = job_copy(wr);
 	if (!j)

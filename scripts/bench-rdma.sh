@@ -45,7 +45,7 @@
 # 16, 64 and 256 MiB; FILE_KINDS, default "read write"); STAGING_SIZE sets both daemons'
 # rdma_staging_size (default: theirs, 4 MiB); BASE_BUILD (a build directory the guest can see,
 # e.g. one of main's) adds that build's daemons, measured alternating with this one's (A/B):
-# with MODE=files in the file rows, otherwise in the window rows (base-get, base-put).
+# with MODE=files in the file rows, otherwise in every xferd row (base-read, base-write).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -287,7 +287,7 @@ XF_NODE=n XF_TAG=
 start_pair n "$BUILD" 7700
 # MODE=files with BASE_BUILD (another build directory, e.g. of main): its daemons too, on port
 # 7701, measured alternating with this build's in the same boot (A/B).
-# Without MODE=files: BASE_BUILD's window rows too, alternating with this build's (ROWS=win).
+# Without MODE=files: BASE_BUILD's rows too, alternating with this build's.
 [ -n "${BASE_BUILD:-}" ] && start_pair b "$BASE_BUILD" 7701
 
 # median LIST: the median of the numbers in LIST ("-" entries left out), or "-" if none
@@ -372,8 +372,15 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		for s in $SIZES; do
 			perf "ib_${kind}_bw" "$s"
 			[ "$ROWS" = win ] && continue
-			xf "$kind" "$s" 1
-			xf "$kind" "$s" "$DEPTH"
+			order=n
+			[ -n "${BASE_BUILD:-}" ] && order="n b" && ((rep % 2 == 0)) && order="b n"
+			for p in $order; do
+				XF_NODE=$p XF_TAG=
+				[ "$p" = b ] && XF_TAG=base-
+				xf "$kind" "$s" 1
+				xf "$kind" "$s" "$DEPTH"
+			done
+			XF_NODE=n XF_TAG=
 		done
 	done
 	for s in $SIZES; do
@@ -395,7 +402,7 @@ for n in 0 1; do
 	[ -s "$D/n$n.log" ] && sed "s/^/# node $n xferd log: /" "$D/n$n.log"
 done
 
-printf '\n%-8s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
+printf '\n%-10s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "" size perftest "xferd d1" ratio \
 	"xferd d$DEPTH" ratio "win d$WIN_DEPTH" ratio "b$WIN_BATCH" ratio
 for kind in read write; do
 	wk="put"
@@ -403,20 +410,22 @@ for kind in read write; do
 	for s in $SIZES; do
 		p=${PERF[ib_${kind}_bw.$s]:-} x1=${XF[$kind.$s.1]:-} xd=${XF[$kind.$s.$DEPTH]:-}
 		w1=${XW[$wk.$s.1]:-} wb=${XW[$wk.$s.$WIN_BATCH]:-}
-		printf '%-8s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
+		printf '%-10s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "$kind" "$s" "$(median "$p")" \
 			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")" \
 			"$(median "$w1")" "$(ratio "$w1" "$p")" "$(median "$wb")" "$(ratio "$wb" "$p")"
 		[ -n "${BASE_BUILD:-}" ] || continue
+		x1=${XF[base-$kind.$s.1]:-} xd=${XF[base-$kind.$s.$DEPTH]:-}
 		w1=${XW[base-$wk.$s.1]:-} wb=${XW[base-$wk.$s.$WIN_BATCH]:-}
-		printf '%-8s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "base-$wk" "$s" "$(median "$p")" \
-			- - - - "$(median "$w1")" "$(ratio "$w1" "$p")" "$(median "$wb")" "$(ratio "$wb" "$p")"
+		printf '%-10s %9s %9s %9s %7s %9s %7s %9s %7s %9s %7s\n' "base-$kind" "$s" "$(median "$p")" \
+			"$(median "$x1")" "$(ratio "$x1" "$p")" "$(median "$xd")" "$(ratio "$xd" "$p")" \
+			"$(median "$w1")" "$(ratio "$w1" "$p")" "$(median "$wb")" "$(ratio "$wb" "$p")"
 	done
 done
 echo "# MiB/s, medians of $REPS rounds; d1: one transfer at a time, d$DEPTH: $DEPTH in flight"
 echo "# target (issue 4): at least 0.9x perftest for 1 MiB and larger"
 echo "# win d$WIN_DEPTH: window gets beside read, puts beside write, $WIN_DEPTH in flight, one request each; b$WIN_BATCH: the same $WIN_BATCH per op.batch request"
 echo "# target (issue 14): windows, 64 KiB with 16 in flight >= 0.8x perftest, 1 MiB and larger >= 0.95x"
-[ -n "${BASE_BUILD:-}" ] && echo "# base-get / base-put: the window rows of $BASE_BUILD's daemons, alternating with this build's in the same boot"
+[ -n "${BASE_BUILD:-}" ] && echo "# base-read / base-write: the same rows of $BASE_BUILD's daemons, alternating with this build's in the same boot"
 if [ -n "$WIN_DEPTHS" ]; then
 	printf '\n%-9s %-4s %9s %5s %7s %9s %10s %10s %9s\n' "" kind size depth ops MiB/s "p50 us" "p99 us" "us/op"
 	cat "$D"/wd.* 2>/dev/null
