@@ -104,8 +104,8 @@ struct xd_rdma_piece {
  */
 int xd_rdma_post(struct xd_rdma_dev *dev, struct ibv_qp *qp, uint32_t conn,
 		 const struct ibv_send_wr *wr, atomic_uint *queued, bool bulk);
-/* Starts @dev's poster thread (at open: its eventfd is part of the device); on failure warns,
- * and the loop posts everything itself. */
+/* Starts @dev's poster thread (at open: its eventfd is part of the device) if @dev is made in
+ * software (Soft-RoCE, siw); for a NIC, or on failure (warned), the loop posts everything. */
 void xd_rdma_post_start(struct xd_rdma_dev *dev);
 /* Drops the chains of @qp that wait, and waits for the thread to put down the ones it holds. */
 void xd_rdma_post_forget(struct xd_rdma_dev *dev, struct ibv_qp *qp, atomic_uint *queued);
