@@ -114,3 +114,39 @@ def test_bench_left_alone_when_the_other_dies(daemon):
     assert rc_py == 0, err_py
     assert "1M     2 " in out_py and out_py.count("  yes") == 1, out_py
     assert count["c"] == 3
+
+
+def test_ref_rounds_have_buffers_of_their_own_after_the_python_round(daemon, monkeypatch):
+    """With --ref, every iteration runs the Python round, then the C library's, each on buffers
+    of its own (xferbench.py: ref_round_buffers): sharing the Python round's buffers, or
+    swapping places, put half the Python rounds right after a round over the same buffers while
+    the C client's rounds never were, and biased the 16 MiB comparison either way."""
+    import asyncio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("xferbench_py", PY_BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rounds = []
+
+    async def record(way, pat, src, dst, seed, size):
+        rounds.append((way.__name__, src.ctypes.data, dst.ctypes.data))
+        return 1, 1
+
+    monkeypatch.setattr(bench, "bench_round", record)
+
+    async def run():
+        ref = (bench.RefClient(daemon.sock, "ref-passive"),
+               bench.RefClient(daemon.sock, "ref-active"))
+        async with bench.xferd.Connector(daemon.sock, "py-passive") as pas, \
+                bench.xferd.Connector(daemon.sock, "py-active") as act:
+            await bench.bench_size(pas, act, 1 << 20, 3, ref)
+        for c in ref:
+            c.close()
+
+    asyncio.run(run())
+    names = [r[0] for r in rounds]
+    assert names == ["<lambda>", "ref_way"] * 4, names  # a warm-up and 3, Python first
+    py_bufs, ref_bufs = set(r[1:] for r in rounds[0::2]), set(r[1:] for r in rounds[1::2])
+    assert len(py_bufs) == 1 and len(ref_bufs) == 1, rounds
+    assert not set(*py_bufs) & set(*ref_bufs), "the --ref rounds share the Python buffers"

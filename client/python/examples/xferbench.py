@@ -249,8 +249,9 @@ async def bench_size(pas, act, size, iters, ref=None, pattern="c", turns=NO_TURN
     source, read, check the target in full; fill the target, write, check the source; a memcpy
     of the same size (the C client times it for its memcpy column; here it only leaves the
     caches as the C round leaves them for the next one). With @ref (two RefClients), every
-    iteration also runs that round through the C library's calls, the two in alternating order.
-    With @turns, one turn makes the buffers, each round ends with a turn of the other process.
+    iteration also runs that round through the C library's calls, after the Python one, on
+    buffers of its own (ref_round_buffers). With @turns, one turn makes the buffers, each
+    iteration ends with a turn of the other process.
     Returns {"py": (read p50, write p50, read p99, write p99), "ref": (...)} in ns."""
     turns.take()
     src, dst = zeroed(size), zeroed(size)
@@ -258,19 +259,20 @@ async def bench_size(pas, act, size, iters, ref=None, pattern="c", turns=NO_TURN
     ps.register_memory(pas)
     ds.register_memory(act)
     pat = make_pattern(pattern)[0]
-    ways = {"py": lambda write: pair(pas, act, ps, ds, write)}
+    ways = {"py": (lambda write: pair(pas, act, ps, ds, write), src, dst)}
     if ref:
-        pd, ad = ref[0].desc(ps), ref[1].desc(ds)
+        rsrc, rdst = zeroed(size), zeroed(size)
+        pd, ad = ref[0].desc(xferd.Descriptor(rsrc)), ref[1].desc(xferd.Descriptor(rdst))
 
         async def ref_way(write):
             return ref_pair(ref[0], ref[1], pd, ad, write)
 
-        ways["ref"] = ref_way
+        ways["ref"] = (ref_way, rsrc, rdst)
     times = {k: ([], []) for k in ways}
     for i in range(-1, iters):
         seed = 1000 + 2 * (i + 1)
-        for k in sorted(ways, reverse=i % 2 == 1):
-            r, w = await bench_round(ways[k], pat, src, dst, seed, size)
+        for k, (way, s, d) in ways.items():  # (py first, then ref: see ref_round_buffers)
+            r, w = await bench_round(way, pat, s, d, seed, size)
             if i >= 0:
                 times[k][0].append(r)
                 times[k][1].append(w)
@@ -280,8 +282,24 @@ async def bench_size(pas, act, size, iters, ref=None, pattern="c", turns=NO_TURN
         ref[1].drop(ad)
     result = {k: (pct(r, 50), pct(w, 50), pct(r, 99), pct(w, 99)) for k, (r, w) in times.items()}
     del ways, ps, ds, src, dst  # (unmapped in this turn; the daemon lets go at the next call)
+    if ref:
+        del rsrc, rdst
     turns.give()
     return result
+
+
+# ref_round_buffers: why --ref rounds have buffers of their own and a fixed place. A 16 MiB
+# copy's time hangs on what the cache still holds of its two buffers, so every timed round must
+# find its buffers as the other client's rounds find theirs. In lockstep the C process runs one
+# round per turn, on its buffers, and the Python rounds of a turn run between two of its rounds.
+# When the --ref round shared the Python round's buffers and the two swapped places every
+# iteration, half the Python rounds came straight after a round over the same buffers (hot),
+# while every C round came after another process's rounds over others: with the daemon's
+# streaming stores (from 8 MiB then) the Python 16 MiB write was 0.74-0.83x C with --ref and
+# 0.93x without, and with memmove at 16 MiB the bias turned, Python 1.12-1.25x C with --ref,
+# 0.92-0.98x without; C against C and Python against Python in lockstep were within 3%. Now
+# each of the three has buffers of its own, in a fixed order (C, Python, ref, C, ...): between
+# two rounds of any of them run exactly one round of each of the other two.
 
 
 def zeroed(size):
