@@ -14,9 +14,7 @@
  * A local copy of XD_COPY_STREAM bytes or more stores with non-temporal (streaming) stores, which
  * bypass the cache: a copy that large evicts most of what the cache held anyway, and streaming
  * stores skip reading each destination line before writing it. glibc's memmove switches to them
- * only above ~192 MiB here. Below XD_COPY_STREAM memmove wins: both buffers stay in the last-level
- * cache, and a streaming store over a destination line the cache holds dirty costs a write-back
- * first, so the copy's speed hung on what the client did to the destination before.
+ * only above ~192 MiB here.
  *
  * Staging copies (RDMA file regions: a file into a staging buffer, or out of one) have a lane
  * of their own: XD_STAGING_WORKERS workers at SCHED_IDLE, so that any other runnable thread
@@ -47,16 +45,18 @@
 
 #define XD_COPY_INLINE (64ull << 10) /* smaller copies run on the loop thread */
 /*
- * Local copies of at least this many bytes use streaming stores. Measured (2026-11-26, a Xeon
- * with a 300 MiB L3; a worker copying while a client thread runs xferbench's round: fill the
- * source, read, check, fill, write, check, memcpy; p50 read / write): 16 MiB streaming 1.84 /
- * 2.53 ms, memmove 1.53 / 1.55. The write's destination is the buffer the client filled for the
- * read, still dirty in the cache: written back first (clwb, untimed), the streaming write took
- * 1.74 ms. memmove won up to 24 MiB with or without other work between rounds, 32 MiB was a
- * tie, 48 MiB streamed in 6.0-6.4 ms against 5.9-8.4. (8 MiB before: measured on an earlier host,
- * where 16 MiB streamed at 21-26 GB/s against memmove's 16-18.)
+ * Local copies of at least this many bytes use streaming stores. Measured here (one thread,
+ * between two memfd mappings, the source just written and the destination just read as a
+ * client does, p50): 8 MiB 27 GB/s streaming against 29-31 memmove, but 22 against 13 when other
+ * work evicted the buffers from the cache first; 16 MiB 21-26 against 16-18 (15 against 10
+ * evicted); 64 MiB 16 against 10.5. Below 8 MiB memmove wins (48 GB/s at 4 MiB: L2/L3 hits).
  */
-#define XD_COPY_STREAM (32ull << 20)
+/*
+ * (32 MiB was tried, 2026-11-26 on a host with a 300 MiB L3: memmove at 16 MiB was 25-40% faster
+ * when the client had just written the destination, which streaming stores must wait to write
+ * back, but 25% slower on reads when other work ran in between: README, Same-node copies.)
+ */
+#define XD_COPY_STREAM (8ull << 20)
 /*
  * Workers of the staging lane. Two: one transfer's next chunk fills while another's does.
  * SCHED_IDLE, measured in the Soft-RoCE VM (file reads 16/64/256 MiB against memory, one boot,

@@ -497,19 +497,19 @@ TEST(multi_desc_mismatched_writable_write)
 }
 
 /*
- * A copy of 32 MiB or more takes the daemon's streaming-store path (local.c XD_COPY_STREAM),
+ * A copy of 8 MiB or more takes the daemon's streaming-store path (local.c XD_COPY_STREAM),
  * which stores aligned blocks and copies an unaligned head and a short tail apart: pieces at odd
  * offsets, of odd lengths, one under 256 bytes, boundaries of the two sides not lining up.
  */
 static void run_multi_large(enum xfer_kind pkind)
 {
-	const struct xfer_desc pd[] = { { 0, 3, 20 * MiB + 1 },
-					{ 1, 36 * MiB + 1, 100 },
-					{ 1, 71, 16 * MiB + 333 },
-					{ 0, 24 * MiB + 5, 4 * MiB + 13 } };
-	const struct xfer_desc ad[] = { { 0, 1, 28 * MiB }, { 1, 129, 12 * MiB + 447 } };
+	const struct xfer_desc pd[] = { { 0, 3, 5 * MiB + 1 },
+					{ 1, 9 * MiB + 1, 100 },
+					{ 1, 71, 4 * MiB + 333 },
+					{ 0, 6 * MiB + 5, 1 * MiB + 13 } };
+	const struct xfer_desc ad[] = { { 0, 1, 7 * MiB }, { 1, 129, 3 * MiB + 447 } };
 
-	run_layout(pkind, 48 * MiB, pd, 4, ad, 2);
+	run_layout(pkind, 12 * MiB, pd, 4, ad, 2);
 }
 
 TEST(multi_desc_large_unaligned_readable_read)
@@ -555,10 +555,10 @@ TEST(large_copy_between_overlapping_ranges)
 
 	CHECK_OK(td_start(&d, NULL));
 	a = conn(&d, "overlap");
-	tbuf_make(a, 67 * MiB, &t);
-	overlap_once(a, &t, 33 * MiB + 3, 0, 4097, 1);		 /* destination after the source */
-	overlap_once(a, &t, 33 * MiB + 3, 4097, 0, 2);		 /* destination before it */
-	overlap_once(a, &t, 33 * MiB + 3, 64, 33 * MiB + 67, 3); /* apart, one region */
+	tbuf_make(a, 25 * MiB, &t);
+	overlap_once(a, &t, 12 * MiB + 3, 0, 4097, 1);		 /* destination after the source */
+	overlap_once(a, &t, 12 * MiB + 3, 4097, 0, 2);		 /* destination before it */
+	overlap_once(a, &t, 12 * MiB + 3, 64, 12 * MiB + 67, 3); /* apart, one region */
 	tbuf_free(a, &t);
 	xfer_close(a);
 	CHECK_EQ_INT(td_stop(&d), 0);

@@ -246,8 +246,8 @@ static void huge_punched_after(size_t len, size_t hole)
 
 TEST(huge_punched_after_register_worker_copy)
 {
-	/* faults half way; 32 MiB copies by streaming stores (local.c XD_COPY_STREAM) */
-	huge_punched_after(32 * MiB, 16 * MiB);
+	/* faults half way; 8 MiB copies by streaming stores (local.c XD_COPY_STREAM) */
+	huge_punched_after(8 * MiB, 4 * MiB);
 }
 
 TEST(huge_punched_after_register_worker_copy_at_once)
@@ -300,10 +300,10 @@ TEST(huge_punched_destination)
 	huge_punched_dest(4 * MiB);
 }
 
-/* 32 MiB: the daemon's streaming stores (local.c XD_COPY_STREAM) fault, not memmove's. */
+/* 8 MiB: the daemon's streaming stores (local.c XD_COPY_STREAM) fault, not memmove's. */
 TEST(huge_punched_destination_streaming)
 {
-	huge_punched_dest(32 * MiB);
+	huge_punched_dest(8 * MiB);
 }
 
 /*
