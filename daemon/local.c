@@ -50,11 +50,11 @@
  * client does, p50): 8 MiB 27 GB/s streaming against 29-31 memmove, but 22 against 13 when other
  * work evicted the buffers from the cache first; 16 MiB 21-26 against 16-18 (15 against 10
  * evicted); 64 MiB 16 against 10.5. Below 8 MiB memmove wins (48 GB/s at 4 MiB: L2/L3 hits).
- */
-/*
- * (32 MiB was tried, 2026-11-26 on a host with a 300 MiB L3: memmove at 16 MiB was 25-40% faster
- * when the client had just written the destination, which streaming stores must wait to write
- * back, but 25% slower on reads when other work ran in between: README, Same-node copies.)
+ * 32 MiB was tried on a host with a 300 MiB L3: memmove at 16 MiB was 25-40% faster when the
+ * client had just written the destination (a streaming store over a dirty line waits for its
+ * write-back), but 25% slower on reads when other work ran in between (it reads every uncached
+ * destination line first). Neither wins in both states, and the daemon cannot see which one it
+ * is in (scripts/BENCHMARKS.md, "Same-node copies").
  */
 #define XD_COPY_STREAM (8ull << 20)
 /*
