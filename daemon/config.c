@@ -31,6 +31,7 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->rdma_request_size = XD_RDMA_REQUEST_DEFAULT;
 	cfg->rdma_staging_buffers = XD_STAGE_BUFFERS_DEFAULT;
 	cfg->rdma_staging_size = XD_STAGE_SIZE_DEFAULT;
+	cfg->rdma_post_thread = XD_POST_THREAD_AUTO;
 	strcpy(cfg->transport, XD_TRANSPORT_AUTO);
 }
 
@@ -78,22 +79,59 @@ int xd_config_set_transport(struct xd_config *cfg, const char *name)
 	return 0;
 }
 
+static const char *const post_thread_names[] = {
+	[XD_POST_THREAD_AUTO] = "auto",
+	[XD_POST_THREAD_ALWAYS] = "always",
+	[XD_POST_THREAD_NEVER] = "never",
+};
+
+const char *xd_config_post_thread_name(enum xd_post_thread v)
+{
+	return (unsigned)v < sizeof(post_thread_names) / sizeof(post_thread_names[0]) ?
+		       post_thread_names[v] :
+		       "?";
+}
+
+/* rdma_post_thread: one of post_thread_names (@v NULL: unchanged). */
+static int load_post_thread(struct xd_config *cfg, const json_t *v, char *err, size_t errlen)
+{
+	const char *name = json_string_value(v);
+
+	if (!v)
+		return 0;
+	for (size_t i = 0; name && i < sizeof(post_thread_names) / sizeof(post_thread_names[0]);
+	     i++) {
+		if (strcmp(name, post_thread_names[i]) == 0) {
+			cfg->rdma_post_thread = (enum xd_post_thread)i;
+			return 0;
+		}
+	}
+	snprintf(err, errlen,
+		 "rdma_post_thread must be auto (a poster thread for devices made in software "
+		 "only), always or never, not %s%.40s%s",
+		 name ? "\"" : "", name ? name : "a string", name ? "\"" : "");
+	return -EINVAL;
+}
+
 static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
 	const char *transport = NULL;
-	json_t *devices = NULL;
+	json_t *devices = NULL, *post_thread = NULL;
 	int require = cfg->require_rdma;
 	json_int_t ack = cfg->rdma_ack_timeout, request = cfg->rdma_request_size;
 	json_int_t sbufs = cfg->rdma_staging_buffers, ssize = cfg->rdma_staging_size;
 	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I, s?I, s?I, s?I}", "transport",
+	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I, s?I, s?I, s?I, s?o}", "transport",
 			   &transport, "rdma_devices", &devices, "require_rdma", &require,
 			   "rdma_ack_timeout", &ack, "rdma_request_size", &request,
-			   "rdma_staging_buffers", &sbufs, "rdma_staging_size", &ssize)) {
+			   "rdma_staging_buffers", &sbufs, "rdma_staging_size", &ssize,
+			   "rdma_post_thread", &post_thread)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
+	if (load_post_thread(cfg, post_thread, err, errlen) < 0)
+		return -EINVAL;
 	if (sbufs < 1 || sbufs > XD_STAGE_BUFFERS_MAX) {
 		snprintf(err, errlen, "rdma_staging_buffers must be 1 to %u", XD_STAGE_BUFFERS_MAX);
 		return -EINVAL;
@@ -259,14 +297,15 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL, *metrics = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads, busy_poll = cfg->busy_poll_us;
-	json_t *ignored[22];
+	json_t *ignored[23];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
 	if (json_unpack_ex(
 		    root, &jerr, JSON_STRICT,
 		    "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
-		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s, s?I}",
+		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s, s?I, "
+		    "s?o}",
 		    "socket", &socket, "socket_mode", &mode, "log_level", &log_level, "node_id",
 		    &node_id, "default_timeout_ms", &timeout, "limits", &ignored[16], "uid_limits",
 		    &ignored[17], "global_limits", &ignored[18], "copy_threads", &threads, "listen",
@@ -279,7 +318,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
 		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
 		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics, "busy_poll_us",
-		    &busy_poll)) {
+		    &busy_poll, "rdma_post_thread", &ignored[22])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -429,7 +468,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 {
 	json_t *o = json_pack(
 		"{s:s, s:I, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:i, s:I, s:I, s:I, s:s, s:o, s:b, "
-		"s:i, s:I, s:I, s:I, s:b, s:I, s:i, s:i, s:o, s:I}",
+		"s:i, s:I, s:I, s:I, s:s, s:b, s:I, s:i, s:i, s:o, s:I}",
 		"socket", c->socket_path, "socket_mode", (json_int_t)c->socket_mode,
 		"default_timeout_ms", (json_int_t)c->default_timeout_ms, "limits",
 		limits_json(&c->limits, CONN_RES), "uid_limits",
@@ -444,8 +483,9 @@ json_t *xd_config_to_json(const struct xd_config *c)
 		"rdma_ack_timeout", c->rdma_ack_timeout, "rdma_request_size",
 		(json_int_t)c->rdma_request_size, "rdma_staging_buffers",
 		(json_int_t)c->rdma_staging_buffers, "rdma_staging_size",
-		(json_int_t)c->rdma_staging_size, "insecure_peers", c->insecure_peers,
-		"handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
+		(json_int_t)c->rdma_staging_size, "rdma_post_thread",
+		xd_config_post_thread_name(c->rdma_post_thread), "insecure_peers",
+		c->insecure_peers, "handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
 		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
 		c->max_peer_sets, "peer_allow", peer_allow_json(c), "busy_poll_us",
 		(json_int_t)c->busy_poll_us);

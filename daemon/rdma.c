@@ -615,15 +615,16 @@ static json_t *dev_json(const struct xd_rdma_dev *dev)
 {
 	const struct xd_rdma_counters *c = &dev->counters;
 
-	return json_pack("{s:s, s:b, s:[o], s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-			 "name", dev->name, "memory_windows", dev->windows, "ports", port_json(dev),
-			 "staging", staging_json(dev), "counters", "rdma_reads",
-			 (json_int_t)c->reads, "rdma_read_bytes", (json_int_t)c->read_bytes,
-			 "rdma_writes", (json_int_t)c->writes, "rdma_write_bytes",
-			 (json_int_t)c->write_bytes, "sends", (json_int_t)c->sends, "recvs",
-			 (json_int_t)c->recvs, "completion_errors", (json_int_t)c->errors,
-			 "windows_bound", (json_int_t)c->windows_bound, "windows_open",
-			 (json_int_t)c->windows_open);
+	return json_pack("{s:s, s:b, s:b, s:[o], s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+			 "s:I}}",
+			 "name", dev->name, "memory_windows", dev->windows, "poster_thread",
+			 dev->poster != NULL, "ports", port_json(dev), "staging", staging_json(dev),
+			 "counters", "rdma_reads", (json_int_t)c->reads, "rdma_read_bytes",
+			 (json_int_t)c->read_bytes, "rdma_writes", (json_int_t)c->writes,
+			 "rdma_write_bytes", (json_int_t)c->write_bytes, "sends",
+			 (json_int_t)c->sends, "recvs", (json_int_t)c->recvs, "completion_errors",
+			 (json_int_t)c->errors, "windows_bound", (json_int_t)c->windows_bound,
+			 "windows_open", (json_int_t)c->windows_open);
 }
 
 /* Devices the kernel has but this daemon does not use (transport tcp, or not selected). */

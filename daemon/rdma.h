@@ -67,8 +67,12 @@ struct xd_rdma_dev {
 struct xd_rdma_dev;
 /* rdma_conn.c's handler of every work completion of a device's CQ. */
 typedef void (*xd_rdma_completion_cb)(struct xd_rdma_dev *dev, const struct ibv_wc *wc);
-/* rdma_conn.c's handler of a post that @dev's poster thread could not make (@err: errno). */
-typedef void (*xd_rdma_post_failed_cb)(struct xd_rdma_dev *dev, uint32_t conn, int err);
+/*
+ * rdma_conn.c's handler of a post that @dev's poster thread could not make (@err: errno;
+ * @opcode: the chain's first work request's).
+ */
+typedef void (*xd_rdma_post_failed_cb)(struct xd_rdma_dev *dev, uint32_t conn, int err,
+				       enum ibv_wr_opcode opcode);
 
 struct xd_rdma {
 	struct xd_daemon *d;

@@ -983,6 +983,18 @@ static void data_wr(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma
 	rc->sq_head++;
 }
 
+/*
+ * A post of @x's RDMA READs or WRITEs failed with @err (errno): the connection (its set) fails,
+ * naming the post and where it was made. (Posts that xd_rdma_post() queued for the device's
+ * poster thread fail later, in rconn_post_failed().)
+ */
+static void data_post_failed(struct xd_rconn *rc, const struct xd_xfer *x, int err)
+{
+	rconn_fail(rc, err,
+		   x->source ? "ibv_post_send of RDMA WRITEs failed (on the event loop)" :
+			       "ibv_post_send of RDMA READs failed (on the event loop)");
+}
+
 /* One request of @x: data_wr() posted alone. */
 static int post_data(struct xd_rconn *rc, struct xd_xfer *x, const struct xd_rdma_piece *pc,
 		     bool signaled, struct xd_stage_chunk *chunk)
@@ -1341,7 +1353,7 @@ static void chunk_post(struct xd_rconn *rc, struct xd_stage_chunk *c)
 		bool last = c->posted + pc.len == c->len || sq_full(rc, 3);
 		int err = post_data(rc, c->x, &pc, last, c);
 		if (err) {
-			rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
+			data_post_failed(rc, c->x, -err);
 			return;
 		}
 		c->posted += pc.len;
@@ -1807,7 +1819,7 @@ static bool pump_one(struct xd_rconn *rc)
 	}
 	int err = rc_post(rc, wrs, x->source); /* (one chain, one doorbell) */
 	if (err) {
-		rconn_fail(rc, -err, "ibv_post_send of RDMA READ/WRITE failed");
+		data_post_failed(rc, x, -err);
 		return false;
 	}
 	rc->sq[(rc->sq_head - 1) % RC_SQ_DEPTH].chunk_len = len;
@@ -1971,13 +1983,35 @@ static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 	}
 }
 
-/* A chain that the device's poster thread could not post: the connection fails. */
-static void rconn_post_failed(struct xd_rdma_dev *dev, uint32_t conn, int err)
+/* What a chain of work requests that starts with @opcode carries, for a cause. */
+static const char *chain_name(enum ibv_wr_opcode opcode)
+{
+	switch (opcode) {
+	case IBV_WR_RDMA_WRITE:
+		return "RDMA WRITEs";
+	case IBV_WR_RDMA_READ:
+		return "RDMA READs";
+	case IBV_WR_SEND:
+		return "a control message";
+	case IBV_WR_BIND_MW:
+		return "a memory window bind";
+	default:
+		return "work requests";
+	}
+}
+
+/* A chain (of @opcode first) that the device's poster thread could not post: the set fails. */
+static void rconn_post_failed(struct xd_rdma_dev *dev, uint32_t conn, int err,
+			      enum ibv_wr_opcode opcode)
 {
 	struct xd_rconn *rc = rconn_find(dev->rdma, conn);
+	char what[96];
 
-	if (rc && !rc->dead)
-		rconn_fail(rc, err, "ibv_post_send failed (on the device's poster thread)");
+	if (!rc || rc->dead)
+		return;
+	snprintf(what, sizeof(what), "ibv_post_send of %s failed (on the device's poster thread)",
+		 chain_name(opcode));
+	rconn_fail(rc, err, what);
 }
 
 /* ---- keepalive and listing ---- */

@@ -11,14 +11,16 @@
  * stood still while the loop answered clients and reaped completions. rdma_conn.c hands over
  * RDMA WRITEs (READs measured better posted by the loop itself). On a real NIC a post is a
  * doorbell of a few hundred nanoseconds, less than a hand-over and a wake-up of the thread:
- * only a device made in software gets one (device_is_software()).
+ * only a device made in software gets one (device_is_software()), unless rdma_post_thread
+ * (config) says "always" or "never".
  *
  * The loop still owns every queue entry: it numbers the work requests (rdma_conn.c's sq ring)
  * and hands a copy of each chain here; one thread per device posts them in the order given, so
  * the order of each queue pair is the loop's. A connection whose chains wait here posts
  * everything behind them (its @queued count); rdma_conn.c calls xd_rdma_post_forget() before it
  * destroys a queue pair, so nothing is posted to a destroyed one. A failed post comes back to
- * the loop through an eventfd (struct xd_rdma's post_failed callback).
+ * the loop through an eventfd (struct xd_rdma's post_failed callback); nothing more reaches
+ * its queue pair until the loop has failed the connection (job_failed()).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -48,7 +50,7 @@ struct xd_rdma_poster {
 	pthread_cond_t work; /**< a job queued, or stop */
 	pthread_cond_t idle; /**< the thread put down the jobs it held */
 	struct post_jobs queue;
-	struct post_jobs failed; /**< for the loop: posts that failed */
+	struct post_jobs failed; /**< for the loop: posts that failed, until it failed their sets */
 	bool holding;		 /**< the thread posts jobs it took off the queue */
 	bool stop;
 	int efd; /**< the thread -> the loop: something failed */
@@ -79,11 +81,43 @@ static struct post_job *job_copy(const struct ibv_send_wr *wr)
 	return j;
 }
 
+/* Whether a post to @qp failed and the loop has not failed its connection yet (lock held). */
+static bool qp_failed(const struct xd_rdma_poster *ps, const struct ibv_qp *qp)
+{
+	const struct post_job *j;
+
+	STAILQ_FOREACH(j, &ps->failed, link)
+		if (j->qp == qp)
+			return true;
+	return false;
+}
+
+/*
+ * Files @j, whose post failed with @err, for the loop. It keeps its count in its connection's
+ * @queued until the loop has failed the connection (poster_failed_cb()): until then the loop
+ * posts nothing to the queue pair itself, and this thread drops what comes for it (qp_failed()),
+ * so that nothing queued behind the lost requests (a DONE behind lost RDMA WRITEs would tell
+ * the owner that its bytes arrived) reaches the wire before the queue pair is in error.
+ */
+static void job_failed(struct xd_rdma_poster *ps, struct post_job *j, int err)
+{
+	uint64_t one = 1;
+
+	j->err = err;
+	pthread_mutex_lock(&ps->lock);
+	STAILQ_INSERT_TAIL(&ps->failed, j, link);
+	pthread_mutex_unlock(&ps->lock);
+	if (write(ps->efd, &one, sizeof(one)) < 0) {
+		/* (EAGAIN: the counter is full, the loop will read it anyway) */
+	}
+}
+
 /*
  * Posts the jobs @held in order, chaining neighbours of one queue pair into one call (one
- * doorbell). Returns the jobs whose post failed in @failed; frees the others.
+ * doorbell); frees them, but for a failed one (job_failed()). Jobs of a queue pair whose post
+ * failed are dropped unposted: their connection is about to fail.
  */
-static void post_held(struct post_jobs *held, struct post_jobs *failed)
+static void post_held(struct xd_rdma_poster *ps, struct post_jobs *held)
 {
 	struct post_job *j;
 
@@ -93,18 +127,20 @@ static void post_held(struct post_jobs *held, struct post_jobs *failed)
 			last->wr[last->n - 1].next = &next->wr[0];
 			last = next;
 		}
+		pthread_mutex_lock(&ps->lock);
+		bool dropped = qp_failed(ps, j->qp);
+		pthread_mutex_unlock(&ps->lock);
 		struct ibv_send_wr *bad;
-		int err = ibv_post_send(j->qp, &j->wr[0], &bad);
+		int err = dropped ? 0 : ibv_post_send(j->qp, &j->wr[0], &bad);
 		for (struct post_job *k = j, *end = STAILQ_NEXT(last, link); k != end; k = next) {
 			next = STAILQ_NEXT(k, link);
 			STAILQ_REMOVE_HEAD(held, link);
-			atomic_fetch_sub(k->queued, 1);
 			if (err && k == j) {
-				k->err = err;
-				STAILQ_INSERT_TAIL(failed, k, link);
-			} else {
-				free(k); /* (after a failure the rest of the chain is the QP's error) */
+				job_failed(ps, k, err);
+				continue;
 			}
+			atomic_fetch_sub(k->queued, 1);
+			free(k); /* (after a failure the rest of the chain was not posted either) */
 		}
 	}
 }
@@ -113,7 +149,6 @@ static void *poster_main(void *arg)
 {
 	struct xd_rdma_poster *ps = arg;
 	struct post_jobs held = STAILQ_HEAD_INITIALIZER(held);
-	struct post_jobs failed = STAILQ_HEAD_INITIALIZER(failed);
 
 	pthread_mutex_lock(&ps->lock);
 	for (;;) {
@@ -124,39 +159,40 @@ static void *poster_main(void *arg)
 		STAILQ_CONCAT(&held, &ps->queue);
 		ps->holding = true;
 		pthread_mutex_unlock(&ps->lock);
-		post_held(&held, &failed);
+		post_held(ps, &held);
 		pthread_mutex_lock(&ps->lock);
 		ps->holding = false;
 		pthread_cond_broadcast(&ps->idle);
-		if (!STAILQ_EMPTY(&failed)) {
-			STAILQ_CONCAT(&ps->failed, &failed);
-			uint64_t one = 1;
-			if (write(ps->efd, &one, sizeof(one)) < 0) {
-				/* (EAGAIN: the counter is full, the loop will read it anyway) */
-			}
-		}
 	}
 	pthread_mutex_unlock(&ps->lock);
 	return NULL;
 }
 
-/* The loop: posts the thread could not make; each fails its connection. */
+/*
+ * The loop: posts the thread could not make; each fails its connection. A job leaves the failed
+ * list (and its connection's count) only after: by then rdma_disconnect() put the queue pair in
+ * the error state, and what is posted to it is flushed, never sent.
+ */
 static void poster_failed_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_rdma_poster *ps = arg;
-	struct post_jobs failed = STAILQ_HEAD_INITIALIZER(failed);
 	struct post_job *j;
 	uint64_t v;
 
 	if (read(fd, &v, sizeof(v)) < 0) {
 		/* (EAGAIN: read already) */
 	}
-	pthread_mutex_lock(&ps->lock);
-	STAILQ_CONCAT(&failed, &ps->failed);
-	pthread_mutex_unlock(&ps->lock);
-	while ((j = STAILQ_FIRST(&failed))) {
-		STAILQ_REMOVE_HEAD(&failed, link);
-		ps->dev->rdma->post_failed(ps->dev, j->conn, j->err);
+	for (;;) {
+		pthread_mutex_lock(&ps->lock);
+		j = STAILQ_FIRST(&ps->failed); /* (the thread only appends) */
+		pthread_mutex_unlock(&ps->lock);
+		if (!j)
+			break;
+		ps->dev->rdma->post_failed(ps->dev, j->conn, j->err, j->wr[0].opcode);
+		pthread_mutex_lock(&ps->lock);
+		STAILQ_REMOVE_HEAD(&ps->failed, link);
+		pthread_mutex_unlock(&ps->lock);
+		atomic_fetch_sub(j->queued, 1);
 		free(j);
 	}
 }
@@ -193,15 +229,30 @@ static bool device_is_software(const struct ibv_context *ctx)
 	return access(path, F_OK) != 0 && errno == ENOENT;
 }
 
+/*
+ * Whether @dev gets a poster thread under rdma_post_thread: "auto" for a device made in
+ * software; "always" and "never" override it, so that a test can run the loop's own post path
+ * (what a NIC uses) on Soft-RoCE, or measure a NIC with the thread. Logs which, and why.
+ */
+static bool poster_wanted(const struct xd_rdma_dev *dev)
+{
+	enum xd_post_thread cfg = dev->rdma->d->cfg.rdma_post_thread;
+	bool software = device_is_software(dev->ctx);
+	bool want = cfg == XD_POST_THREAD_ALWAYS || (cfg == XD_POST_THREAD_AUTO && software);
+
+	xd_log(XD_LOG_INFO, "%s: a %s device, rdma_post_thread %s: %s", dev->name,
+	       software ? "software" : "hardware", xd_config_post_thread_name(cfg),
+	       want ? "RDMA WRITEs are posted by a thread of their own" :
+		      "the event loop posts its work requests");
+	return want;
+}
+
 void xd_rdma_post_start(struct xd_rdma_dev *dev)
 {
 	struct xd_rdma_poster *ps;
 
-	if (!device_is_software(dev->ctx)) {
-		xd_log(XD_LOG_INFO, "%s: a hardware device: the event loop posts its work requests",
-		       dev->name);
+	if (!poster_wanted(dev))
 		return;
-	}
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		goto fail;
@@ -222,8 +273,6 @@ void xd_rdma_post_start(struct xd_rdma_dev *dev)
 		goto fail;
 	}
 	dev->poster = ps;
-	xd_log(XD_LOG_INFO,
-	       "%s: a software device: RDMA WRITEs are posted by a thread of their own", dev->name);
 	return;
 fail:
 	xd_log(XD_LOG_WARN, "%s: no poster thread: the event loop posts work requests itself",
@@ -254,23 +303,31 @@ int xd_rdma_post(struct xd_rdma_dev *dev, struct ibv_qp *qp, uint32_t conn,
 	return 0;
 }
 
+/* Frees the jobs of @qp in @list (lock held), each taken off its connection's @queued. */
+static void drop_jobs(struct post_jobs *list, const struct ibv_qp *qp, atomic_uint *queued)
+{
+	struct post_job *j, *tmp;
+
+	for (j = STAILQ_FIRST(list); j; j = tmp) {
+		tmp = STAILQ_NEXT(j, link);
+		if (j->qp != qp)
+			continue;
+		STAILQ_REMOVE(list, j, post_job, link);
+		atomic_fetch_sub(queued, 1);
+		free(j);
+	}
+}
+
 void xd_rdma_post_forget(struct xd_rdma_dev *dev, struct ibv_qp *qp, atomic_uint *queued)
 {
 	struct xd_rdma_poster *ps = dev->poster;
-	struct post_job *j, *tmp;
 
 	if (!ps || atomic_load(queued) == 0)
 		return;
 	pthread_mutex_lock(&ps->lock);
-	for (j = STAILQ_FIRST(&ps->queue); j; j = tmp) {
-		tmp = STAILQ_NEXT(j, link);
-		if (j->qp != qp)
-			continue;
-		STAILQ_REMOVE(&ps->queue, j, post_job, link);
-		atomic_fetch_sub(queued, 1);
-		free(j);
-	}
-	while (atomic_load(queued) > 0) /* (the thread posts this queue pair's last ones) */
+	drop_jobs(&ps->queue, qp, queued);
+	drop_jobs(&ps->failed, qp, queued); /* (the loop has not reached them: no need now) */
+	while (atomic_load(queued) > 0)	    /* (the thread posts this queue pair's last ones) */
 		pthread_cond_wait(&ps->idle, &ps->lock);
 	pthread_mutex_unlock(&ps->lock);
 }

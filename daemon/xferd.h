@@ -196,6 +196,13 @@ void xd_netaddr_format_cidr(const struct xd_cidr *c, char *buf, size_t len);
 /* The same test for a peer's address as accept() or rdma_cm gives it; other families: false. */
 bool xd_netaddr_sockaddr_allowed(const struct xd_cidr *list, int n, const struct sockaddr *sa);
 
+/* rdma_post_thread: which devices get a thread that posts their RDMA WRITEs (rdma_post.c). */
+enum xd_post_thread {
+	XD_POST_THREAD_AUTO,   /**< devices made in software only (Soft-RoCE, siw) */
+	XD_POST_THREAD_ALWAYS, /**< every device */
+	XD_POST_THREAD_NEVER,  /**< none: the event loop posts everything */
+};
+
 struct xd_config {
 	char *socket_path;
 	unsigned socket_mode;
@@ -230,10 +237,14 @@ struct xd_config {
 	uint32_t rdma_staging_size;	    /**< bytes of one staging buffer: one chunk */
 	char *rdma_devices[XD_MAX_DEVICES]; /**< devices to use; none listed: all */
 	int nrdma_devices;
+	/** which devices get a thread that posts their RDMA WRITEs (rdma_post.c) */
+	enum xd_post_thread rdma_post_thread;
 	char *metrics_listen; /**< "ADDR:PORT" of the Prometheus endpoint, or NULL: none */
 };
 /* Sets cfg.transport to @name (checked later against the transports). Returns 0 or -EINVAL. */
 int xd_config_set_transport(struct xd_config *cfg, const char *name);
+/* The config name of @v ("auto", "always", "never"). */
+const char *xd_config_post_thread_name(enum xd_post_thread v);
 /* Adds "addr:port" to a list of @cfg (listen or advertise). Returns 0 or -errno. */
 int xd_config_add_addr(char **list, int *n, const char *addr);
 /* Fills defaults. */

@@ -14,7 +14,7 @@
 #   make test-systemd the same VM with systemd as PID 1: the installed units (tests/systemd/)
 
 RDMA_BINS := $(B)/tests/rdma_sg $(B)/tests/rdma_bench $(B)/tests/rdma_rogue $(B)/tests/rdma_files \
-	$(B)/tests/rdma_reg
+	$(B)/tests/rdma_reg $(B)/tests/rdma_postfail
 # The whole VM run is bounded (qemu is killed after this many seconds; exit 124): CI's budget
 # for test-rdma is ~20 minutes, build and boot included (a quiet run takes 4-5).
 RDMA_TEST_TIMEOUT ?= 1200
@@ -22,7 +22,14 @@ RXE_MTU ?= 1500
 
 .PHONY: test-rdma bench-rdma rdma-build
 
-rdma-build: $(BINS) $(RDMA_BINS) $(B)/tests/test_windows
+rdma-build: $(BINS) $(RDMA_BINS) $(B)/tests/test_windows $(B)/tests/postfail.so
+
+# The fault injector of tests/rdma/run.sh's postfail group (LD_PRELOAD into the daemons): plain
+# flags, no sanitizers (a preloaded library must not need their runtimes).
+$(B)/tests/postfail.so: tests/preload/postfail.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CCLD    $@")
+	$(Q)$(CC) -shared -fPIC -O2 -Wall -Wextra -Werror -o $@ $< -ldl
 
 $(RDMA_BINS): $(B)/tests/%: tests/rdma/%.c tests/rdma/rdma_fill.h client/xferclient.h $(B)/$(LIBNAME)
 	@mkdir -p $(dir $@)

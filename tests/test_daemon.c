@@ -174,6 +174,10 @@ TEST(bad_config_refused_at_startup)
 		{ "{\"transport\": \"carrier-pigeon\"}", "transport must be auto, rdma or tcp" },
 		{ "{\"peer_connections\": 99}", "peer_connections 1..16" },
 		{ "{\"rdma_request_size\": 512}", "rdma_request_size must be 4096 to 4194304" },
+		{ "{\"rdma_post_thread\": \"sometimes\"}",
+		  "rdma_post_thread must be auto (a poster thread for devices made in software only), "
+		  "always or never, not \"sometimes\"" },
+		{ "{\"rdma_post_thread\": 1}", "rdma_post_thread must be auto" },
 		{ "not json", "xferd.json:1" },
 	};
 	char bin[PATH_MAX], dir[] = "/tmp/xferd-cfg.XXXXXX", log[64];

@@ -55,6 +55,14 @@
 #   - failures mid-transfer: either daemon SIGKILLed (the survivor's op ends ERRORED within the
 #     keepalive bound), and each of the four clients SIGKILLed (the other side's op ends, and
 #     the connection set between the daemons, shared by every client, survives)
+#   - rdma_post_thread "never" (daemons restarted): the event loop posts every work request, as
+#     for a NIC; the four operations (node 0 writing, node 1 reading) at 1 MiB + 1 and 8 MiB, and
+#     test_windows' gets and puts at many offsets, bytes checked
+#   - failed posts (tests/preload/postfail.c preloaded: node 1's post of RDMA WRITEs or READs
+#     fails with ENOMEM mid-transfer), under "never" and "auto" (WRITEs by the poster thread):
+#     an xferctl write and window puts and gets (tests/rdma/rdma_postfail.c) end ERRORED on both
+#     sides within 20 s, the cause naming the post and the thread; the set is failed, the next
+#     transfers run on a new one, bytes checked
 #   - after each group: regions, ops, active ops, fds and clients back to their baseline
 #
 # Prints "ok - NAME" / "FAIL - NAME (why)" and a final "N passed, N failed". Every wait is
@@ -68,7 +76,8 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, registration, multi, files, staging, direct, bench, hostile, fakeowner, windows, concurrency, refusals, failures (setup and shutdown
+# sizes, regions, registration, multi, files, staging, direct, bench, hostile, fakeowner, windows, concurrency, refusals, failures,
+# loopposts, postfail (setup and shutdown
 # always run).
 set -u
 
@@ -151,6 +160,8 @@ STAGE_SIZE=(1048576 262144)
 STAGE_BUFS=(16 4)
 METRICS_PORT=9468
 MAX_PENDING=4
+POST_THREAD=   # rdma_post_thread of both daemons' configs, empty: not set
+PRELOAD=       # an LD_PRELOAD for the daemons (tests/preload/postfail.c), empty: none
 write_config() {
 	local extra=
 	[ "$TRANSPORT" = rdma ] &&
@@ -162,6 +173,8 @@ write_config() {
 	# The hostile peer holds MAX_PENDING connections before AUTH and expects the next refused;
 	# the handshake deadline is long enough that none of them expires while it opens them.
 	extra+=", \"max_pending_peer_conns\": $MAX_PENDING, \"handshake_timeout_ms\": 20000"
+	# rdma_post_thread (the postfail and loopposts groups): unset, the daemon's default (auto).
+	[ -n "$POST_THREAD" ] && extra+=", \"rdma_post_thread\": \"$POST_THREAD\""
 	printf '{"keepalive_ms": 500, "keepalive_timeout_ms": %s, "default_timeout_ms": 300000%s}\n' \
 		"$KA_MS" "$extra" >"$D/n$1.json"
 }
@@ -181,7 +194,14 @@ node_start() {
 		[ "$TRANSPORT" = tcp ] || args+=(--rdma-device "${DEV[$n]}")
 	fi
 	echo "=== $(date +%T) start: xferd ${args[*]}" >>"$D/n$n.log"
-	"$BUILD/xferd" "${args[@]}" 2>>"$D/n$n.log" &
+	if [ -n "$PRELOAD" ]; then
+		# (the injector's trigger files are $D/pfN.*; a sanitizer build's runtime would refuse
+		# to come after it in the library list)
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" LD_PRELOAD=$PRELOAD \
+			XFERD_TEST_POSTFAIL=$D/pf$n "$BUILD/xferd" "${args[@]}" 2>>"$D/n$n.log" &
+	else
+		"$BUILD/xferd" "${args[@]}" 2>>"$D/n$n.log" &
+	fi
 	PID[$n]=$!
 	for ((i = 0; i < 300; i++)); do
 		[ -S "$(node_sock "$n")" ] && timeout 10 "$BUILD/xferctl" --socket "$(node_sock "$n")" status \
@@ -934,6 +954,136 @@ if [ "$TRANSPORT" = rdma ] && want staging; then
 	stop 1
 	write_config 1
 	node_start 1 || abort_setup "node 1 did not restart"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Posts that fail, and the event loop's own post path. Both daemons are restarted with the fault
+# injector preloaded (tests/preload/postfail.c: an RDMA WRITE or READ post fails with ENOMEM once
+# the test makes $D/pfN.write or .read) and rdma_post_thread "never" (the loop posts everything,
+# as for a NIC), then "auto" (Soft-RoCE: RDMA WRITEs go through the device's poster thread,
+# daemon/rdma_post.c). Under "never", a subset of the sizes group and of test_windows runs
+# first, bytes checked. Under each, node 1's post fails mid-transfer: a 32 MiB xferctl write
+# (from a file: through the staging buffers) and rdma_postfail's 8 MiB window put and get. The
+# ops end ERRORED on both sides with the cause (the failed post and the thread that made it), no
+# hang, the set is failed and a new one carries the next transfers (bytes checked), and the
+# daemons are back to their baseline, staging buffers included.
+
+# restart_posting SETTING: both daemons restarted with the injector and rdma_post_thread
+# SETTING; their devices must list the poster thread that SETTING means on Soft-RoCE (a device
+# made in software: one under auto). New baseline.
+restart_posting() {
+	local n j want=true
+	[ "$1" = never ] && want=false
+	stop 0
+	stop 1
+	POST_THREAD=$1 PRELOAD=$BUILD/tests/postfail.so
+	[[ $PRELOAD == /* ]] || PRELOAD=$ROOT/$PRELOAD
+	for n in 0 1; do
+		write_config "$n"
+		rm -f "$D/pf$n".*
+		node_start "$n" || abort_setup "node $n did not start with rdma_post_thread $1 and the injector"
+	done
+	for n in 0 1; do
+		j=$(ctl "$n" --json devices 2>&1)
+		if [ "$(jfield "$j" poster_thread)" = "$want" ]; then
+			ok "rdma_post_thread $1: node $n's ${DEV[$n]} lists poster_thread $want"
+		else
+			fail "rdma_post_thread $1: node $n's ${DEV[$n]} lists poster_thread $want" "$j"
+		fi
+	done
+	warm || abort_setup "warm-up under rdma_post_thread $1 failed: $WHY"
+	take_baseline >/dev/null
+}
+
+# postfail_write WHERE: node 1 writes 32 MiB (a file) into a writable on node 0; its daemon's
+# post of RDMA WRITEs fails after 200 of them went through (~3 MiB: 16 KiB each), made by WHERE
+# ("poster thread" or "event loop"). Both clients end ERRORED within 20 s (a failure the poster
+# thread does not report leaves the write hanging until its deadline), the writer's cause
+# naming the post and WHERE; the writable saved nothing; node 1 failed the set.
+postfail_write() {
+	local where=$1 name="write of 32 MiB, node 1's RDMA WRITE post failing ($1)" pf0 fired place t0
+	place="on the event loop"
+	[ "$where" = "poster thread" ] && place="on the device's poster thread"
+	pf0=$(peer_failures)
+	echo 200 >"$D/pf1.write"
+	next_prefix FW f
+	if ! xfer_begin write 0 "$PFSRC" "$FW.dst" "$FW.p"; then
+		fail "$name" "$WHY"
+		rm -f "$D/pf1.write"
+		return
+	fi
+	t0=$(now_ms)
+	claim write 1 "$META" "$PFSRC" "$FW.dst" "$FW.a"
+	expect_end "$name: the write on node 1 ends ERRORED" "$AP" "$FW.a.err" 20 ERRORED ENOMEM "$t0"
+	# (node 0 hears only that node 1 disconnected, as when a TCP set fails: PROTOCOL.md §10.4)
+	expect_end "$name: the writable on node 0 ends ERRORED" "$PP" "$FW.p.err" 20 ERRORED ECONNRESET "$t0"
+	fired=$(firstline "$D/pf1.write.fired")
+	if [ "$fired" = "$where" ] && grep -q "ibv_post_send of RDMA WRITEs failed ($place)" "$FW.a.err"; then
+		ok "$name: the cause names the post and the $where"
+	else
+		fail "$name: the cause names the post and the $where" "the injector failed a post of the '$fired'; the write said: $(lastline "$FW.a.err")"
+	fi
+	no_file "$name: the writable saved nothing" "$FW.dst"
+	if [ "$(peer_failures)" != "$pf0" ]; then
+		ok "$name: the connection set failed ($(new_peer_failures "$pf0"))"
+	else
+		fail "$name: the connection set failed" "no peer_fail in either log"
+	fi
+	end_pair
+	rm -f "$D/pf1.write" "$D/pf1.write.fired" "$FW".*
+}
+
+# postfail_group WHERE: the failing posts (WRITEs made by WHERE) and what must hold after them.
+postfail_group() {
+	local where=$1 out n j i
+	postfail_write "$where"
+	out=$(timeout -k 2 300 "$BUILD/tests/rdma_postfail" "$(node_sock 0)" "$(node_sock 1)" \
+		"$D/pf1" $((8 * MIB)) "$where" 2>&1)
+	relay "window ops, node 1's posts failing" "rdma_postfail" $? "$out"
+	# After a failed post, nothing more of its queue pair may reach the wire (a DONE behind the
+	# lost WRITEs would complete the owner's op with their bytes missing): the injector saw
+	# every later post find the queue pair in the error state.
+	if [ -e "$D/pf1.violation" ]; then
+		fail "failed posts ($where): nothing posted to a live queue pair after its failed post" "$(head -n 3 "$D/pf1.violation" | tr '\n' '|')"
+	else
+		ok "failed posts ($where): nothing posted to a live queue pair after its failed post"
+	fi
+	if warm; then
+		ok "after the failed posts ($where), both directions transfer ($SEEN)"
+	else
+		fail "transfers after the failed posts ($where)" "$WHY; node 1 log: $(logtail 1)"
+	fi
+	check_baseline "failed posts ($where)"
+	for n in 0 1; do
+		for ((i = 0; i < 100; i++)); do
+			j=$(ctl "$n" --json devices 2>&1)
+			[[ $j == *\"in_use\":0,* ]] && break
+			sleep 0.1
+		done
+		[[ $j == *\"in_use\":0,* ]] || fail "failed posts ($where): node $n's staging buffers back in their pool" "$j"
+	done
+}
+
+if [ "$TRANSPORT" = rdma ] && want loopposts; then
+	loop_t0=$SECONDS
+	restart_posting never
+	check_sizes 0 $((MIB + 1)) $((8 * MIB))
+	out=$(XFER_WINDOWS_NODES="$(node_sock 0),$(node_sock 1)" XFER_WINDOWS_TRANSPORT="$TRANSPORT" \
+		timeout -k 2 300 "$BUILD/tests/test_windows" cross_get_put_many_offsets 2>&1)
+	relay "rdma_post_thread never: windows" "test_windows cross_get_put_many_offsets" $? "$out"
+	check_baseline "rdma_post_thread never"
+	note "loopposts took $((SECONDS - loop_t0)) s"
+fi
+
+if [ "$TRANSPORT" = rdma ] && want postfail; then
+	pf_t0=$SECONDS
+	PFSRC=$(mkdata postfail $((32 * MIB)))
+	[ "$POST_THREAD" = never ] || restart_posting never
+	postfail_group "event loop"
+	restart_posting auto
+	postfail_group "poster thread"
+	rm -f "$PFSRC"
+	note "postfail took $((SECONDS - pf_t0)) s"
 fi
 
 # ---------------------------------------------------------------------------------------------
