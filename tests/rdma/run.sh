@@ -652,6 +652,20 @@ fi
 # get or put: its windows_bound grows by far less than the ~2,500 cross-node gets and puts of
 # test_windows (the batch alone is 2,000), and windows_open is back to 0 once every opener let go.
 bound_now() { jfield "$(ctl 0 --json devices 2>&1)" windows_bound; }
+
+# staging_back NODE: waits up to 20 s until none of NODE's staging buffers is in use (a copy or
+# a request may still hold one for a moment after its transfer ended); prints `devices` as it
+# was last seen and returns non-zero if some still are.
+staging_back() {
+	local i j
+	for ((i = 0; i < 200; i++)); do
+		j=$(ctl "$1" --json devices 2>&1)
+		[[ $j == *\"in_use\":0,* ]] && break
+		sleep 0.1
+	done
+	echo "$j"
+	[[ $j == *\"in_use\":0,* ]]
+}
 if want windows; then
 	[ "$TRANSPORT" = rdma ] && wb0=$(bound_now)
 	out=$(XFER_WINDOWS_NODES="$(node_sock 0),$(node_sock 1)" XFER_WINDOWS_TRANSPORT="$TRANSPORT" \
@@ -904,12 +918,7 @@ if want failures; then
 	# staging buffers of the daemons that lived through it are all back in their pools.
 	if [ "$TRANSPORT" = rdma ]; then
 		for n in 0 1; do
-			for ((i = 0; i < 200; i++)); do
-				j=$(ctl "$n" --json devices 2>&1)
-				[[ $j == *\"in_use\":0,* ]] && break
-				sleep 0.1
-			done
-			if [[ $j == *\"in_use\":0,* ]]; then
+			if j=$(staging_back "$n"); then
 				ok "node $n: after the kills, every staging buffer is back in its pool ($(jfield "$j" waits) waits)"
 			else
 				fail "node $n: staging buffers back after the kills" "$j"
@@ -1055,12 +1064,7 @@ postfail_group() {
 	fi
 	check_baseline "failed posts ($where)"
 	for n in 0 1; do
-		for ((i = 0; i < 100; i++)); do
-			j=$(ctl "$n" --json devices 2>&1)
-			[[ $j == *\"in_use\":0,* ]] && break
-			sleep 0.1
-		done
-		[[ $j == *\"in_use\":0,* ]] || fail "failed posts ($where): node $n's staging buffers back in their pool" "$j"
+		j=$(staging_back "$n") || fail "failed posts ($where): node $n's staging buffers back in their pool" "$j"
 	done
 }
 
