@@ -76,6 +76,22 @@ def census(sock):
     return {"clients": st["clients"] - 1, "regions": st["regions"], "ops": st["ops"]}
 
 
+def steady_fds(read, seconds=5):
+    """@read()'s value (a daemon's fd count, or a list of them) once two readings 100 ms apart
+    agree: a baseline taken right after census() may otherwise count the census connection,
+    whose fd the daemon closes a loop turn after the client hung up (seen: [17, 18] before a
+    test, [17, 17] after it, reported as a change)."""
+    deadline = time.monotonic() + seconds
+    last = read()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("fd counts never held still for 100 ms: %s" % (last,))
+
+
 def settle(daemon, want, fds=None, seconds=5):
     """Waits until the daemon's census equals @want (and its fd count @fds); asserts."""
     deadline = time.monotonic() + seconds

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import xferd
-from conftest import census, run_python, settle
+from conftest import census, run_python, settle, steady_fds
 from xferd import Descriptor, OperationStatus, XferError
 from test_cross import Cluster
 
@@ -185,7 +185,8 @@ def test_remote_flood_at_a_slow_owner(cluster):
     that reads nothing until notifications wait at its daemon: they stall, never refused."""
     openers, per = 2, 8192
     a, b = cluster.sock(0), cluster.sock(1)
-    base = [census(a), census(b)], [cluster_fds(cluster, 0), cluster_fds(cluster, 1)]
+    base = ([census(a), census(b)],
+            steady_fds(lambda: [cluster_fds(cluster, 0), cluster_fds(cluster, 1)]))
     child, meta = start_owner(a, openers, per)
     conns = [xferd.Connector(b, "flood-1"), xferd.Connector(b, "flood-2")]
     src = source()
@@ -226,7 +227,7 @@ def test_local_flood_at_a_slow_owner(daemon):
     """Two local openers, 6144 tagged puts each: a put whose copy is done ends only once its
     notification went, so they stall with the owner, never refused."""
     openers, per = 2, 6144
-    base = census(daemon.sock), daemon.nfds()
+    base = census(daemon.sock), steady_fds(daemon.nfds)
     child, meta = start_owner(daemon.sock, openers, per)
     conns = [xferd.Connector(daemon.sock, "flood-%d" % k) for k in range(openers)]
     src = source()
@@ -252,7 +253,8 @@ def test_owner_that_never_reads(cluster, side):
     """The opener's puts past what waits end at their deadline with ETIMEDOUT; what waits at
     the owner's daemon stays bounded; closing the opener, then the owner, frees all."""
     a, b = cluster.sock(0), cluster.sock(1)
-    base = [census(a), census(b)], [cluster_fds(cluster, 0), cluster_fds(cluster, 1)]
+    base = ([census(a), census(b)],
+            steady_fds(lambda: [cluster_fds(cluster, 0), cluster_fds(cluster, 1)]))
     child, meta = start_owner(a, 1, 1)
     opener = xferd.Connector(b if side == "remote" else a, "flood-deaf")
     src = source()
