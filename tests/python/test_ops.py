@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import xferd
-from conftest import census, run_python, settle
+from conftest import census, run_python, settle, steady_fds
 from xferd import Descriptor, OperationStatus, XferError
 
 
@@ -428,7 +428,7 @@ EXIT_WITHOUT_RELEASE = textwrap.dedent(
 
 def test_client_exit_without_release_leaks_nothing(fresh_daemon):
     base = census(fresh_daemon.sock)
-    fds = fresh_daemon.nfds()
+    fds = steady_fds(fresh_daemon.nfds)
     p = run_python(EXIT_WITHOUT_RELEASE, fresh_daemon.sock, stdout=-1, text=True)
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 0 and "ready" in out
