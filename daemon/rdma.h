@@ -108,8 +108,11 @@ struct xd_rdma_piece {
  */
 int xd_rdma_post(struct xd_rdma_dev *dev, struct ibv_qp *qp, uint32_t conn,
 		 const struct ibv_send_wr *wr, atomic_uint *queued, bool bulk);
-/* Starts @dev's poster thread (at open: its eventfd is part of the device) if @dev is made in
- * software (Soft-RoCE, siw); for a NIC, or on failure (warned), the loop posts everything. */
+/*
+ * Starts @dev's poster thread (at open: its eventfd is part of the device) as config
+ * rdma_post_thread says: "auto" for a device made in software (Soft-RoCE, siw), "always",
+ * "never". Without one (a NIC under "auto", "never", or a failure, warned) the loop posts.
+ */
 void xd_rdma_post_start(struct xd_rdma_dev *dev);
 /* Drops the chains of @qp that wait, and waits for the thread to put down the ones it holds. */
 void xd_rdma_post_forget(struct xd_rdma_dev *dev, struct ibv_qp *qp, atomic_uint *queued);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * A device's poster: a thread (started with the device) that calls ibv_post_send for the event loop (PROTOCOL.md §10.5 is
- * unchanged: the same work requests, in the same order per queue pair).
+ * A device's poster: a thread (started with the device) that calls ibv_post_send for the event
+ * loop (PROTOCOL.md §10.5 is unchanged: the same work requests, in the same order per queue
+ * pair).
  *
  * Why a thread: Soft-RoCE (rdma_rxe) does its protocol work inside the system call that rings
  * the doorbell of a user queue pair: building every packet of an RDMA WRITE (copy and ICRC),
