@@ -399,8 +399,8 @@ int xd_remote_window_op(struct xd_call *call, struct xd_op *op, const struct xd_
 	x->owner_epoch = t->epoch;
 	/* Listed at once: the reply does not wait for the owner, whose refusal ends the op. */
 	xd_op_start(call, op, XP_ST_INITIALIZED);
-	snprintf(op->transport, sizeof(op->transport), "%s", p->transport->name);
-	snprintf(op->peer, sizeof(op->peer), "%s", p->node_hex);
+	xd_strcopy(op->transport, sizeof(op->transport), p->transport->name);
+	xd_strcopy(op->peer, sizeof(op->peer), p->node_hex);
 	if (t->keyed && p->transport->one_sided && p->state == XD_PEER_UP) {
 		int rc = start_direct(x, t);
 		if (rc) /* the op is listed: it ends with the cause */

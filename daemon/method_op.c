@@ -13,6 +13,27 @@
 #define XD_MAX_TIMEOUT_MS 86400000ull /* a day: op and wait timeouts */
 
 /*
+ * A compact descriptor [region, offset, length] into the three: true, or false when @o is not
+ * an array of exactly three integers. Read by hand: json_unpack_ex() parses its format string
+ * on every call, a cost paid per operation in a batch of small gets or puts.
+ */
+static bool compact_desc(const json_t *o, json_int_t *region, json_int_t *offset,
+			 json_int_t *length)
+{
+	const json_t *v[3];
+
+	if (!json_is_array(o) || json_array_size(o) != 3)
+		return false;
+	for (size_t i = 0; i < 3; i++)
+		if (!json_is_integer(v[i] = json_array_get(o, i)))
+			return false;
+	*region = json_integer_value(v[0]);
+	*offset = json_integer_value(v[1]);
+	*length = json_integer_value(v[2]);
+	return true;
+}
+
+/*
  * A descriptor {"region", "offset", "length"}, or in op.batch's compact get and put entries
  * (@call->compact, PROTOCOL.md §5.2) [region, offset, length]: read where it is, not rebuilt.
  */
@@ -22,10 +43,12 @@ static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
 	json_error_t jerr;
 	uint64_t end;
 
-	if (call->compact ?
-		    json_unpack_ex(o, &jerr, JSON_STRICT, "[I, I, I]", &region, &offset, &length) :
-		    json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region", &region,
-				   "offset", &offset, "length", &length))
+	if (call->compact && !compact_desc(o, &region, &offset, &length))
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "invalid descriptor: a compact one is [region, offset, length], "
+			       "three integers");
+	if (!call->compact && json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region",
+					     &region, "offset", &offset, "length", &length))
 		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
 	if (region < 0 || offset < 0 || length <= 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL,

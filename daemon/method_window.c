@@ -115,7 +115,25 @@ struct wreq_in {
 	int release_on_end;
 };
 
-/* Starts get or put @rq of @call's client. Returns 0 and *@made (its op), or fails @call. */
+/*
+ * {"op": @id}, or NULL when out of memory. Built directly: json_pack() parses its format on
+ * every call, and a batch of small gets or puts builds one per operation.
+ */
+static json_t *op_result(uint64_t id)
+{
+	json_t *r = json_object();
+
+	if (r && json_object_set_new_nocheck(r, "op", json_integer((json_int_t)id))) {
+		json_decref(r);
+		r = NULL;
+	}
+	return r;
+}
+
+/*
+ * Starts get or put @rq of @call's client. Returns 0 and *@made (its op), or fails @call. A
+ * posted batch's entry (@call->no_reply) gets no result: nothing would read it.
+ */
 static int op_window_start(struct xd_call *call, const struct wreq_in *rq, struct xd_op **made)
 {
 	enum xp_kind kind = rq->kind;
@@ -140,8 +158,8 @@ static int op_window_start(struct xd_call *call, const struct wreq_in *rq, struc
 	}
 	wc.window = t.window;
 	int rc = t.peer ? start_remote(call, active, &wc, &t) : start_local(call, active, &wc);
-	if (rc == 0)
-		call->result = json_pack("{s:I}", "op", (json_int_t)active->id);
+	if (rc == 0 && !call->no_reply)
+		call->result = op_result(active->id);
 	*made = rc == 0 ? active : NULL;
 	return rc;
 }
@@ -228,15 +246,18 @@ static int batch_defaults(json_t *params, const struct batch_opts *bo)
  */
 static int compact_entry(json_t *entry, const struct batch_opts *bo, struct wreq_in *rq)
 {
-	const char *name;
 	size_t n = json_array_size(entry);
+	const char *name = json_string_value(json_array_get(entry, 0));
+	json_t *window = json_array_get(entry, 1), *offset = json_array_get(entry, 2);
 
-	/* (jansson takes no optional items in arrays: the tag is read by hand) */
-	if ((n != 4 && n != 5) ||
-	    json_unpack(entry, "[s, I, I, o]", &name, &rq->window, &rq->offset, &rq->descs) ||
-	    !json_is_array(rq->descs) || (strcmp(name, "get") && strcmp(name, "put")) ||
+	/* (read by hand, not by json_unpack(), which parses its format on every entry) */
+	if ((n != 4 && n != 5) || !name || (strcmp(name, "get") && strcmp(name, "put")) ||
+	    !json_is_integer(window) || !json_is_integer(offset) ||
+	    !json_is_array(rq->descs = json_array_get(entry, 3)) ||
 	    (n == 5 && !(rq->tag = json_string_value(json_array_get(entry, 4)))))
 		return -EINVAL;
+	rq->window = json_integer_value(window);
+	rq->offset = json_integer_value(offset);
 	rq->kind = strcmp(name, "get") == 0 ? XP_KIND_GET : XP_KIND_PUT;
 	rq->timeout = bo->timeout ? json_integer_value(bo->timeout) : -1;
 	rq->release_on_end = bo->release_on_end && json_is_true(bo->release_on_end);
@@ -290,7 +311,7 @@ static int batch_entry_end(struct xd_call *call, size_t i, struct xd_call *sub, 
 			       sub->message);
 	}
 	if ((op && bo->batch && xd_batch_join(bo->batch, op) < 0) ||
-	    json_array_append_new(results, sub->result))
+	    (!sub->no_reply && json_array_append_new(results, sub->result)))
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "op.batch entry %zu: out of memory", i);
 	return 0;
 }
@@ -303,7 +324,8 @@ static int batch_compact(struct xd_call *call, size_t i, const struct wreq_in *r
 			       .id = call->id,
 			       .method = rq->kind == XP_KIND_GET ? XP_M_OP_GET : XP_M_OP_PUT,
 			       .code = XP_E_FAILED,
-			       .compact = true };
+			       .compact = true,
+			       .no_reply = bo->posted };
 	struct xd_op *op = NULL;
 	int rc = op_window_start(&sub, rq, &op);
 

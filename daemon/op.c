@@ -149,11 +149,14 @@ static void batch_push_json(struct xd_batch *b, struct xd_conn *c)
 }
 
 #define BATCH_END_TEXT_MAX 128 /* bytes of one end's text, at most (20-digit values, errno) */
+#define BATCH_TEXT_STACK 4096  /* a batch's text up to this size is written on the stack */
 
 /*
  * Pushes @b's op.batch_done and frees @b. The event of a batch without a refusal is written as
  * text (xp_batch_done_text()): no jansson object per end, the daemon's largest cost per posted
- * operation after the kernel's.
+ * operation after the kernel's. A short batch's text is written on the stack: a malloc() of
+ * 1 KiB or more makes glibc consolidate its fast bins first, which with a batch's JSON just
+ * freed cost ~5% of the opener daemon's CPU at 4 KiB (batches of 8).
  */
 static void batch_push_cb(void *arg)
 {
@@ -161,15 +164,16 @@ static void batch_push_cb(void *arg)
 	struct xd_conn *c = xd_client_find(b->d, b->client);
 	size_t cap = BATCH_END_TEXT_MAX * (b->nends + 1);
 	int len = -EMSGSIZE;
-	char *text;
+	char stack[BATCH_TEXT_STACK], *text;
 
 	if (cap > XP_MAX_MSG)
 		cap = XP_MAX_MSG;
-	if (c && !b->refusal && (text = malloc(cap))) {
+	if (c && !b->refusal && (text = cap > sizeof(stack) ? malloc(cap) : stack)) {
 		len = xp_batch_done_text(text, cap, b->id, b->ends, b->nends);
 		if (len > 0)
 			xd_client_send_text(c, text, (size_t)len);
-		free(text);
+		if (text != stack)
+			free(text);
 	}
 	if (c && len < 0)
 		batch_push_json(b, c);
@@ -504,7 +508,7 @@ static void op_finish(struct xd_op *op, enum xp_state state, int err, const char
 	op->state = state;
 	op->cause_errno = err;
 	if (cause != op->cause)
-		snprintf(op->cause, sizeof(op->cause), "%s", cause);
+		xd_strcopy(op->cause, sizeof(op->cause), cause);
 	utf8_trim_tail(op->cause);
 	if (op->xfer)
 		op->d->remote->op_ended(op);
