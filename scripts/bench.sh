@@ -15,12 +15,21 @@
 # 2-vCPU VM (same buffers), so two processes run one after the other drifted apart by more than
 # the 5% target (single rounds' ratios 0.66-1.48, nine rounds' medians still 0.88-0.97x);
 # turns put that drift on both alike. What is timed is unchanged.
+#
+# PY_LOOP (comma-separated, default asyncio): the event loops the Python client runs on, each
+# with rounds and a summary of its own (the C client runs its rounds again beside each):
+# asyncio's own loop, the default of any asyncio program, and uvloop (Debian python3-uvloop),
+# what the servers of vLLM and SGLang run. PY_LOOP=asyncio,uvloop measures both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/xferd-tmp.sh
 
 ROUNDS=${PY_ROUNDS:-5}
 case $ROUNDS in '' | *[!0-9]* | 0) echo "$0: PY_ROUNDS must be a number >= 1, not '$ROUNDS'" >&2; exit 2 ;; esac
+IFS=, read -ra LOOPS <<<"${PY_LOOP:-asyncio}"
+for loop in "${LOOPS[@]}"; do
+	case $loop in asyncio | uvloop) ;; *) echo "$0: PY_LOOP names asyncio or uvloop, not '$loop'" >&2; exit 2 ;; esac
+done
 
 xferd_tmp_start
 echo "bench: $BUILD/xferd (pid $XFERD_PID) on $XFERD_SOCK"
@@ -35,41 +44,56 @@ c_alone()
 	"$BUILD/xferbench" bench --socket "$XFERD_SOCK" "${ARGS[@]}"
 }
 
-# lockstep_round ROUND: the C and the Python client at once, taking turns (see the top); their
-# outputs go to $XFERD_TMP/c.ROUND and py.ROUND(.json). Returns non-zero if either failed.
+# lockstep_round LOOP ROUND: the C and the Python client (on event loop LOOP) at once, taking
+# turns (see the top); their outputs go to $XFERD_TMP/c.LOOP.ROUND and py.LOOP.ROUND(.json).
+# Returns non-zero if either failed.
 # (Opening order: C opens to_c for reading, Python for writing, then both open to_py; a FIFO
 # open waits for the other end, and the opposite order would wait forever. Either one's exit
 # is EOF to the other, which then runs on alone.)
 lockstep_round()
 {
-	local r=$1 cfirst=() pyfirst=() cpid pypid rc=0
+	local loop=$1 r=$2 cfirst=() pyfirst=() cpid pypid rc=0
 	if ((r % 2)); then cfirst=(--turn-first); else pyfirst=(--turn-first); fi
 	rm -f "$XFERD_TMP/to_c" "$XFERD_TMP/to_py"
 	mkfifo "$XFERD_TMP/to_c" "$XFERD_TMP/to_py"
 	"$BUILD/xferbench" bench --socket "$XFERD_SOCK" --turns 3,4 "${cfirst[@]}" "${ARGS[@]}" \
-		3<"$XFERD_TMP/to_c" 4>"$XFERD_TMP/to_py" >"$XFERD_TMP/c.$r" &
+		3<"$XFERD_TMP/to_c" 4>"$XFERD_TMP/to_py" >"$XFERD_TMP/c.$loop.$r" &
 	cpid=$!
 	XFERD_LIBRARY="$BUILD/libxferclient.so.1" /usr/bin/python3 "$PY_BENCH" --socket "$XFERD_SOCK" \
-		--json "$XFERD_TMP/py.$r.json" ${PY_REF:+--ref} --turns 3,4 "${pyfirst[@]}" "${ARGS[@]}" \
-		4>"$XFERD_TMP/to_c" 3<"$XFERD_TMP/to_py" >"$XFERD_TMP/py.$r" &
+		--loop "$loop" --json "$XFERD_TMP/py.$loop.$r.json" ${PY_REF:+--ref} --turns 3,4 \
+		"${pyfirst[@]}" "${ARGS[@]}" 4>"$XFERD_TMP/to_c" 3<"$XFERD_TMP/to_py" >"$XFERD_TMP/py.$loop.$r" &
 	pypid=$!
 	wait "$cpid" || rc=1
 	wait "$pypid" || rc=1
 	return "$rc"
 }
 
-# show_round ROUND: round 1 whole, later rounds only their size rows.
+# show_round LOOP ROUND: the first round whole, later rounds only their size rows.
 show_round()
 {
-	if [ "$1" -eq 1 ]; then
-		cat "$XFERD_TMP/c.1"
+	local loop=$1 r=$2
+	if [ "$r" -eq 1 ]; then
 		echo
-		cat "$XFERD_TMP/py.1"
+		echo "== the Python client on $loop's event loop"
+		cat "$XFERD_TMP/c.$loop.1"
+		echo
+		cat "$XFERD_TMP/py.$loop.1"
 	else
 		echo
-		grep -E '^ +[0-9]+ [KMG]iB ' "$XFERD_TMP/c.$1" | sed "s/^/round $1 C: /"
-		grep -E '^ +[0-9]+[KMG] ' "$XFERD_TMP/py.$1" | sed "s/^/round $1 Python: /"
+		grep -E '^ +[0-9]+ [KMG]iB ' "$XFERD_TMP/c.$loop.$r" | sed "s/^/round $r C: /"
+		grep -E '^ +[0-9]+[KMG] ' "$XFERD_TMP/py.$loop.$r" | sed "s/^/round $r Python ($loop): /"
 	fi
+}
+
+# summarize LOOP: the rounds of LOOP side by side (xferbench.py --summary).
+summarize()
+{
+	local loop=$1 cs=() pys=() r
+	for ((r = 1; r <= ROUNDS; r++)); do
+		cs+=("$XFERD_TMP/c.$loop.$r")
+		pys+=("$XFERD_TMP/py.$loop.$r.json")
+	done
+	/usr/bin/python3 "$PY_BENCH" --summary --c "${cs[@]}" --py "${pys[@]}"
 }
 
 ARGS=("$@")
@@ -78,18 +102,17 @@ if [ "$have_py" -eq 0 ]; then
 	echo "bench: no numpy for /usr/bin/python3: the C client alone"
 	c_alone || rc=1
 fi
-for ((r = 1; rc == 0 && have_py == 1 && r <= ROUNDS; r++)); do
-	lockstep_round "$r" || rc=1
-	show_round "$r"
-done
-if [ "$rc" -eq 0 ] && [ "$have_py" -eq 1 ]; then
-	cs=() pys=()
-	for ((r = 1; r <= ROUNDS; r++)); do
-		cs+=("$XFERD_TMP/c.$r")
-		pys+=("$XFERD_TMP/py.$r.json")
+for loop in "${LOOPS[@]}"; do
+	for ((r = 1; rc == 0 && have_py == 1 && r <= ROUNDS; r++)); do
+		lockstep_round "$loop" "$r" || rc=1
+		show_round "$loop" "$r"
 	done
-	/usr/bin/python3 "$PY_BENCH" --summary --c "${cs[@]}" --py "${pys[@]}" || rc=1
-fi
+done
+for loop in "${LOOPS[@]}"; do
+	if [ "$rc" -eq 0 ] && [ "$have_py" -eq 1 ]; then
+		summarize "$loop" || rc=1
+	fi
+done
 
 if ! xferd_tmp_stop && [ "$rc" -eq 0 ]; then
 	rc=1

@@ -38,6 +38,7 @@ PKGS=(
 	python3-pytest
 	python3-numpy
 	python3-torch
+	python3-uvloop # tests/test_python_uvloop.sh and PY_LOOP=uvloop: the loop vLLM and SGLang run
 	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
 	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
 	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.

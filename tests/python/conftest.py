@@ -22,6 +22,15 @@ BUILD = Path(os.environ.get("XFERD_BUILD", SRC / "build"))
 sys.path.insert(0, str(SRC / "client" / "python"))
 os.environ.setdefault("XFERD_LIBRARY", str(BUILD / "libxferclient.so.1"))
 
+# XFERD_TEST_LOOP=uvloop runs the suite on uvloop's event loop (what vLLM's and SGLang's
+# servers run) instead of asyncio's own: every asyncio.run() below then makes a uvloop loop.
+if os.environ.get("XFERD_TEST_LOOP", "asyncio") == "uvloop":
+    import uvloop
+
+    uvloop.install()
+elif os.environ.get("XFERD_TEST_LOOP", "asyncio") != "asyncio":
+    raise RuntimeError("XFERD_TEST_LOOP is asyncio or uvloop, not %r" % os.environ["XFERD_TEST_LOOP"])
+
 
 class Daemon:
     def __init__(self, extra=()):

@@ -6,11 +6,14 @@ pipes, so the two never run at once. Here the test sits between them and relays 
 byte from the process that does not hold it is a broken lockstep. Both must finish with every
 transfer checked, and one that dies must leave the other to finish alone.
 """
+import json
 import os
 import select
 import subprocess
 import sys
 import time
+
+import pytest
 
 from conftest import BUILD, SRC
 
@@ -150,3 +153,24 @@ def test_ref_rounds_have_buffers_of_their_own_after_the_python_round(daemon, mon
     py_bufs, ref_bufs = set(r[1:] for r in rounds[0::2]), set(r[1:] for r in rounds[1::2])
     assert len(py_bufs) == 1 and len(ref_bufs) == 1, rounds
     assert not set(*py_bufs) & set(*ref_bufs), "the --ref rounds share the Python buffers"
+
+
+def test_bench_runs_on_uvloop_and_says_so(daemon, tmp_path):
+    """`xferbench.py --loop uvloop` (scripts/bench.sh PY_LOOP): every transfer checked, the
+    loop named in its output and its --json, which --summary then names."""
+    pytest.importorskip("uvloop")
+    out_json = tmp_path / "py.json"
+    r = subprocess.run([sys.executable, str(PY_BENCH), "--socket", daemon.sock, "--loop", "uvloop",
+                        "--json", str(out_json)] + ARGS, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "on uvloop's event loop" in r.stdout and r.stdout.count("  yes") == 1, r.stdout
+    assert json.loads(out_json.read_text())["loop"] == "uvloop"
+    c = subprocess.run([str(BUILD / "xferbench"), "bench", "--socket", daemon.sock] + ARGS,
+                       capture_output=True, text=True, timeout=120)
+    assert c.returncode == 0, c.stderr
+    c_out = tmp_path / "c.txt"
+    c_out.write_text(c.stdout)
+    s = subprocess.run([sys.executable, str(PY_BENCH), "--summary", "--c", str(c_out), "--py",
+                        str(out_json)], capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0, s.stderr
+    assert "Python client (on uvloop's event loop) / C client over 1 rounds" in s.stdout, s.stdout

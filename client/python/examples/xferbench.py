@@ -7,7 +7,7 @@ COMPLETE for 1 MiB .. --max, read and write, every transfer checked in full; and
 a small operation (64 B: create_readable + begin_read + both ends seen, one whole round).
 
   xferbench.py --socket PATH [--max SIZE] [--iters N] [--compare XFERBENCH_OUTPUT] [--ref]
-               [--json OUT] [--turns IN,OUT [--turn-first]]
+               [--json OUT] [--turns IN,OUT [--turn-first]] [--loop asyncio|uvloop]
   xferbench.py --summary --c C_OUTPUT... --py OUT...
 
 Each round is the C client's, step for step (the same pattern filled and checked, the same
@@ -27,7 +27,9 @@ median over the rounds of each client's median, their ratio, and the spread of t
 ratios (Python and C of the same round). --turns runs in lockstep with `xferbench bench
 --turns` (class Turns): the two processes pass a turn after every round, so they never run at
 once yet measure within milliseconds of each other: one pair of processes run minutes apart,
-one after the other, drifted by more than the 5% target on this shared machine.
+one after the other, drifted by more than the 5% target on this shared machine. --loop uvloop
+runs the package on uvloop's event loop (Debian python3-uvloop; what vLLM's and SGLang's servers
+run) instead of asyncio's own; --json records which, and --summary says it.
 """
 import argparse
 import asyncio
@@ -371,9 +373,9 @@ async def main_async(a):
     async with xferd.Connector(a.socket, "xferbench-py-passive") as pas, xferd.Connector(
         a.socket, "xferbench-py-active"
     ) as act:
-        print("xferbench.py: the Python package on the same daemon; time per op = claim to "
-              "active-side COMPLETE, median; test pattern filled and checked by %s code"
-              % make_pattern(a.pattern)[1])
+        print("xferbench.py: the Python package on the same daemon, on %s's event loop; time per "
+              "op = claim to active-side COMPLETE, median; test pattern filled and checked by %s code"
+              % (a.loop, make_pattern(a.pattern)[1]))
         print("%9s %5s %8s %8s %9s %9s %9s %9s  %s" % (
             "size", "iters", "read", "write", "read us", "write us", "read p99", "write p99", "verified"))
         print("%9s %5s %8s %8s %9s %9s %9s %9s" % ("", "", "GB/s", "GB/s", "p50", "p50", "us", "us"))
@@ -442,11 +444,11 @@ def compare(path, results, lat_ns):
     return 1 if missed else 0
 
 
-def write_json(path, results, lat, ref_results):
+def write_json(path, results, lat, ref_results, loop):
     """This run's medians (ns) for --summary: sizes' (read, write) and the 64 B rounds; with
-    --ref also the C library's calls of this process (ref_sizes)."""
+    --ref also the C library's calls of this process (ref_sizes); the event loop's name."""
     with open(path, "w") as f:
-        json.dump({"sizes": {str(k): v for k, v in results.items()},
+        json.dump({"loop": loop, "sizes": {str(k): v for k, v in results.items()},
                    "ref_sizes": {str(k): v for k, v in ref_results.items()},
                    "lat": lat["py"][0], "ref_lat": lat["ref"][0] if "ref" in lat else None}, f)
 
@@ -476,10 +478,11 @@ def summary(c_paths, py_paths):
         raise SystemExit("xferbench.py: --summary needs as many --c outputs as --py results")
     cs = [parse_c_output(p) for p in c_paths]
     pys = [json.load(open(p)) for p in py_paths]
-    print("\nPython client / C client over %d rounds on one daemon, C and Python processes "
-          "taking turns round by round (bench.sh; who starts swapped every round); per client "
-          "the median over the rounds of each run's median op time; targets: throughput >= "
-          "0.95x C, 64 B round <= 1.30x C:" % len(cs))
+    loops = sorted({p.get("loop", "asyncio") for p in pys})
+    print("\nPython client (on %s's event loop) / C client over %d rounds on one daemon, C and "
+          "Python processes taking turns round by round (bench.sh; who starts swapped every "
+          "round); per client the median over the rounds of each run's median op time; targets: "
+          "throughput >= 0.95x C, 64 B round <= 1.30x C:" % (" and ".join(loops), len(cs)))
     ok = True
     if all(c[1] for c in cs):
         ok &= summary_row("64 B round", [c[1] for c in cs], [p["lat"] for p in pys], 1.3, False)
@@ -525,6 +528,8 @@ def main():
                     help="lockstep with `xferbench bench --turns` over two pipes (open fds): "
                     "a byte passed after every round, so the two never run at once")
     ap.add_argument("--turn-first", action="store_true", help="--turns: this process starts")
+    ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                    help="the event loop the package runs on: asyncio's own (default) or uvloop")
     ap.add_argument("--summary", action="store_true",
                     help="no run: compare the --c outputs with the --py results, round by round")
     ap.add_argument("--c", nargs="+", default=[], help="--summary: `xferbench bench` outputs")
@@ -535,11 +540,15 @@ def main():
         return 0  # reported, not failed: timings on a shared machine
     if not a.socket:
         ap.error("--socket is needed for a run")
+    if a.loop == "uvloop":
+        import uvloop  # Debian python3-uvloop
+
+        uvloop.install()
     results, med, lat, ref_results = asyncio.run(main_async(a))
     if a.compare:
         compare(a.compare, results, med)  # reported, not failed: timings on a shared machine
     if a.json:
-        write_json(a.json, results, lat, ref_results)
+        write_json(a.json, results, lat, ref_results, a.loop)
     return 0
 
 
