@@ -11,4 +11,4 @@ if ! /usr/bin/python3 -c 'import uvloop' 2>/dev/null; then
 	echo "0 passed, 0 failed, 1 skipped"
 	exit 0
 fi
-XFERD_TEST_LOOP=uvloop exec "$(dirname "$0")/test_python.sh" "$@"
+XFERD_TEST_LOOP=uvloop exec bash "$(dirname "$0")/test_python.sh" "$@"
