@@ -323,7 +323,17 @@ char *xp_json_dumps(const json_t *v, size_t max, size_t *len)
 		return o.buf;
 	}
 	free(o.buf);
-	char *s = json_dumps(v, JSON_COMPACT);
+	/* (a malloc'd copy: jansson's own string may come from its allocator, xp_jalloc.c) */
+	char *j = json_dumps(v, JSON_COMPACT), *s = j ? strdup(j) : NULL;
+	xp_json_free(j);
 	*len = s ? strlen(s) : 0;
 	return s;
+}
+
+void xp_json_free(void *p)
+{
+	json_free_t f;
+
+	json_get_alloc_funcs(NULL, &f);
+	f(p);
 }

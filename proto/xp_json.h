@@ -105,4 +105,27 @@ char *xp_json_dumps(const json_t *v, size_t max, size_t *len);
  */
 int xp_get_u64(const json_t *obj, const char *key, uint64_t *out);
 
+/*
+ * xp_jalloc.c: jansson's allocations through a cache of freed blocks, in size classes of
+ * XP_JALLOC_STEP bytes up to XP_JALLOC_CLASSES of them, XP_JALLOC_KEEP kept per class. Only for
+ * a process whose jansson is its own (the daemon): a string jansson returns (json_dumps()) must
+ * then be freed with xp_json_free(), never free().
+ */
+#define XP_JALLOC_STEP 32
+#define XP_JALLOC_CLASSES 16
+#define XP_JALLOC_KEEP 512
+struct xp_jalloc;
+/*
+ * Makes the calling thread's cache and sets jansson's allocator to it, for good (blocks already
+ * made by jansson's default allocator must not be freed after: call it before any jansson
+ * value exists). Returns the cache, or NULL when out of memory or one is installed already.
+ */
+struct xp_jalloc *xp_jalloc_install(void);
+/* Frees the blocks @c keeps and @c; jansson goes on with malloc() and free() (NULL-safe). */
+void xp_jalloc_drop(struct xp_jalloc *c);
+/* Blocks @c gave again from its lists, made with malloc() while installed, and keeps now. */
+void xp_jalloc_counts(const struct xp_jalloc *c, uint64_t *reused, uint64_t *made, size_t *kept);
+/* Frees a string jansson returned (json_dumps()) with jansson's own free function. */
+void xp_json_free(void *p);
+
 #endif /* XP_JSON_H */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include "xp_json.h"
 #include "xp_meta.h"
 
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -303,7 +304,7 @@ int xp_meta_encode_json(const struct xp_meta *m, char **out)
 	if (!text)
 		return -ENOMEM;
 	int rc = meta_wrap(text, strlen(text), out);
-	free(text);
+	xp_json_free(text);
 	return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1507,4 +1508,137 @@ TEST(batch_done_text_is_what_jansson_writes)
 		CHECK_EQ_INT(xp_batch_done_text(buf, (size_t)wlen - 1, batch, ends, n), -EMSGSIZE);
 		free(want);
 	}
+}
+
+/* ---- xp_jalloc.c: jansson's allocations through a cache of freed blocks ---- */
+
+/* Each of @n blocks of @size bytes from jansson's allocator, filled, checked and freed. */
+static void jalloc_round(size_t size, int n)
+{
+	json_malloc_t mf;
+	json_free_t ff;
+	unsigned char *b[64];
+
+	json_get_alloc_funcs(&mf, &ff);
+	CHECK(n <= 64);
+	for (int i = 0; i < n; i++) {
+		CHECK((b[i] = mf(size)) != NULL);
+		CHECK(((uintptr_t)b[i] & 15) == 0); /* malloc's alignment, whatever the class */
+		memset(b[i], 0x40 + i, size);
+	}
+	for (int i = 0; i < n; i++) {
+		for (size_t k = 0; k < size; k++)
+			CHECK(b[i][k] == (unsigned char)(0x40 + i)); /* no two blocks overlap */
+		ff(b[i]);
+	}
+}
+
+TEST(jalloc_gives_freed_blocks_again_by_size_class)
+{
+	struct xp_jalloc *c = xp_jalloc_install();
+	uint64_t reused, made;
+	size_t kept;
+
+	CHECK(c != NULL);
+	CHECK(xp_jalloc_install() == NULL); /* one per thread */
+	/* every class boundary, and past the last class (never kept) */
+	size_t sizes[] = { 0, 1, 31, 32, 33, 64, 65, 200, 511, 512, 513, 4096, 100000 };
+	/*
+	 * Classes of 32 bytes: 0-32 are class 0, 33 and 64 class 1, 65 class 2, 200 class 6, 511
+	 * and 512 class 15, 513 and up are not kept. A size that shares the class of the one
+	 * before takes that one's five freed blocks.
+	 */
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		jalloc_round(sizes[i], 5);
+	xp_jalloc_counts(c, &reused, &made, &kept);
+	CHECK_EQ_INT((int)reused, 5 * 5); /* 1, 31, 32, 64, 512 */
+	CHECK_EQ_INT((int)made, 5 * 5 + 3 * 5);
+	CHECK_EQ_INT((int)kept, 5 * 5);
+	/* the same sizes again: every kept class from its list, the large ones from malloc() */
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		jalloc_round(sizes[i], 5);
+	xp_jalloc_counts(c, &reused, &made, &kept);
+	CHECK_EQ_INT((int)reused, 5 * 5 + 10 * 5);
+	CHECK_EQ_INT((int)made, 5 * 5 + 3 * 5 + 3 * 5);
+	CHECK_EQ_INT((int)kept, 5 * 5);
+
+	/* jansson's own values through it: what a daemon's loop makes and frees per request */
+	for (int round = 0; round < 3; round++) {
+		json_t *o = json_pack("{s:I, s:s, s:[i, i]}", "op", (json_int_t)round, "metadata",
+				      "xfer1.eyJ2IjoxLCJraW5kIjoicmVhZGFibGUifQ", "lengths", 1, 2);
+		CHECK(o != NULL);
+		char *text = json_dumps(o, JSON_COMPACT);
+		CHECK(text != NULL && strstr(text, "\"metadata\":\"xfer1.") != NULL);
+		xp_json_free(text);
+		json_decref(o);
+	}
+	xp_jalloc_drop(c);
+}
+
+TEST(jalloc_keeps_at_most_its_bound_per_class)
+{
+	struct xp_jalloc *c = xp_jalloc_install();
+	json_malloc_t mf;
+	json_free_t ff;
+	enum { N = XP_JALLOC_KEEP + 100 };
+	void **b = calloc(N, sizeof(*b));
+	uint64_t reused, made;
+	size_t kept;
+
+	CHECK(c != NULL && b != NULL);
+	json_get_alloc_funcs(&mf, &ff);
+	for (int i = 0; i < N; i++)
+		CHECK((b[i] = mf(100)) != NULL);
+	for (int i = 0; i < N; i++)
+		ff(b[i]);
+	xp_jalloc_counts(c, &reused, &made, &kept);
+	CHECK_EQ_INT((int)kept, XP_JALLOC_KEEP); /* the other 100 went back to free() */
+	xp_jalloc_drop(c);			 /* frees the kept ones (ASan/valgrind: no leak) */
+	free(b);
+}
+
+static void *jalloc_other_thread(void *arg)
+{
+	json_malloc_t mf;
+	json_free_t ff;
+	void **blocks = arg;
+
+	json_get_alloc_funcs(&mf, &ff);
+	ff(blocks[0]);		   /* made on the cache's thread: freed here, not listed */
+	blocks[1] = mf(100);	   /* made here, with malloc() */
+	memset(blocks[1], 7, 100); /* (usable) */
+	return NULL;
+}
+
+TEST(jalloc_blocks_cross_threads_and_outlive_the_cache)
+{
+	struct xp_jalloc *c = xp_jalloc_install();
+	json_malloc_t mf;
+	json_free_t ff;
+	void *blocks[2];
+	pthread_t t;
+	uint64_t reused, made;
+	size_t kept;
+
+	CHECK(c != NULL);
+	json_get_alloc_funcs(&mf, &ff);
+	CHECK((blocks[0] = mf(100)) != NULL);
+	CHECK_OK(-pthread_create(&t, NULL, jalloc_other_thread, blocks));
+	CHECK_OK(-pthread_join(t, NULL));
+	xp_jalloc_counts(c, &reused, &made, &kept);
+	CHECK_EQ_INT((int)kept, 0); /* another thread never touches this thread's lists */
+	ff(blocks[1]);		    /* another thread's block: listed here, a block like any */
+	xp_jalloc_counts(c, &reused, &made, &kept);
+	CHECK_EQ_INT((int)kept, 1);
+	void *live = mf(300);
+	CHECK(live != NULL);
+	xp_jalloc_drop(c);
+	ff(live); /* made by the cache, freed after it is gone: with free() */
+	/* and a text jansson cannot write fast still comes back as a malloc()'d string */
+	json_t *o = json_pack("{s:s}", "k", "needs \"escapes\"\n");
+	size_t len;
+	char *s = xp_json_dumps(o, XP_MAX_MSG, &len);
+	CHECK(s != NULL && len == strlen(s));
+	free(s);
+	json_decref(o);
 }
