@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * libxferclient writes a batch of gets and puts as text, without jansson (xferclient.c,
+ * libxferclient writes a batch of gets, puts and pairings as text, without jansson (xferclient.c,
  * batch_text()). Against a fake daemon that answers hello and hands each later request back to
  * the test, every such request must be the very bytes jansson's compact dump of the long way's
  * object gives: one descriptor or several, tags, every option, values up to 2^63 - 1, posted and
- * waited for. Batches the text cannot carry (a tag to escape, a pairing) still go the long way.
+ * waited for, pairing entries (readable, writable, read and write with metadata) too. Batches
+ * the text cannot carry (a tag or metadata to escape, a text past its bound) go the long way.
  */
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,24 @@
 #include "xferclient.h"
 #include "xp_fdmsg.h"
 #include "xp_json.h"
+
+/*
+ * json_pack() as libxferclient sees it: this program's own, which counts its calls (the
+ * library's reference binds to the executable's definition first) and packs with jansson's
+ * json_vpack_ex(). A batch written as text calls it never.
+ */
+static int pack_calls;
+
+json_t *json_pack(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	json_t *v = json_vpack_ex(NULL, 0, fmt, ap);
+	va_end(ap);
+	pack_calls++;
+	return v;
+}
 
 /* A fake daemon in a child process: the test's client talks to it over a SEQPACKET socket. */
 struct fake {
@@ -47,7 +67,9 @@ static void fake_reply(int sock, json_t *req)
 	} else if (ops) {
 		json_t *results = json_array();
 		for (size_t i = 0; i < json_array_size(ops); i++)
-			json_array_append_new(results, json_pack("{s:I}", "op", (json_int_t)i + 1));
+			json_array_append_new(results,
+					      json_pack("{s:I, s:s}", "op", (json_int_t)i + 1,
+							"metadata", "xfer1.e30"));
 		json_object_set_new(result, "results", results);
 		json_object_set_new(result, "batch", json_integer(7));
 	}
@@ -142,10 +164,25 @@ static char *long_way(int64_t id, const struct xfer_batch_op *ops, size_t n,
 							       (json_int_t)ops[i].descs[k].region,
 							       (json_int_t)ops[i].descs[k].offset,
 							       (json_int_t)ops[i].descs[k].length));
-		json_t *e = json_pack("[s, I, I, o]", ops[i].kind == XFER_GET ? "get" : "put",
+		json_t *e;
+		switch (ops[i].kind) {
+		case XFER_READABLE:
+		case XFER_WRITABLE:
+			e = json_pack("[s, o]",
+				      ops[i].kind == XFER_READABLE ? "readable" : "writable",
+				      descs);
+			break;
+		case XFER_READ:
+		case XFER_WRITE:
+			e = json_pack("[s, s, o]", ops[i].kind == XFER_READ ? "read" : "write",
+				      ops[i].metadata, descs);
+			break;
+		default:
+			e = json_pack("[s, I, I, o]", ops[i].kind == XFER_GET ? "get" : "put",
 				      (json_int_t)ops[i].handle, (json_int_t)ops[i].offset, descs);
-		if (ops[i].tag)
-			json_array_append_new(e, json_string(ops[i].tag));
+			if (ops[i].tag)
+				json_array_append_new(e, json_string(ops[i].tag));
+		}
 		json_array_append_new(arr, e);
 	}
 	json_t *params = json_pack("{s:o, s:b, s:s}", "ops", arr, "release_on_end",
@@ -163,13 +200,18 @@ static char *long_way(int64_t id, const struct xfer_batch_op *ops, size_t n,
 	return text;
 }
 
-/* Sends @ops with @opts through xfer_batch() and checks the bytes the fake daemon got. */
-static void check_batch(struct fake *f, struct xfer_batch_op *ops, size_t n,
-			const struct xfer_op_opts *opts)
+/*
+ * Sends @ops with @opts through xfer_batch() and checks the bytes the fake daemon got, and that
+ * they were written as text (@text) or built with jansson.
+ */
+static void check_batch_way(struct fake *f, struct xfer_batch_op *ops, size_t n,
+			    const struct xfer_op_opts *opts, bool text)
 {
 	uint64_t batch = 0;
 
+	pack_calls = 0;
 	CHECK_OK(xfer_batch(f->c, ops, n, opts, NULL, &batch));
+	CHECK(text ? pack_calls == 0 : pack_calls > 0);
 	char *got = fake_next(f);
 	json_t *req = json_loads(got, 0, NULL);
 	CHECK(req != NULL);
@@ -181,8 +223,22 @@ static void check_batch(struct fake *f, struct xfer_batch_op *ops, size_t n,
 		CHECK(batch == (uint64_t)id);
 	else
 		CHECK(batch == 7 && ops[n - 1].op == n);
+	for (size_t i = 0; i < n; i++) {
+		bool passive = ops[i].kind == XFER_READABLE || ops[i].kind == XFER_WRITABLE;
+		CHECK(!passive ||
+		      (ops[i].made_metadata && strcmp(ops[i].made_metadata, "xfer1.e30") == 0));
+		if (passive)
+			free(ops[i].made_metadata);
+	}
 	free(got);
 	free(want);
+}
+
+/* check_batch_way() for a batch the text carries. */
+static void check_batch(struct fake *f, struct xfer_batch_op *ops, size_t n,
+			const struct xfer_op_opts *opts)
+{
+	check_batch_way(f, ops, n, opts, true);
 }
 
 TEST(batch_text_is_what_jansson_writes)
@@ -225,6 +281,63 @@ TEST(batch_text_is_what_jansson_writes)
 	fake_stop(&f);
 }
 
+/*
+ * Pairing entries (compact: ["readable", descs], ["read", metadata, descs]) as text too: a
+ * client that pipelines pairings sends two such batches per group (the passive one, then the
+ * active one with the metadata it returned), each of up to ~3 KiB of metadata.
+ */
+TEST(batch_text_pairings_are_what_jansson_writes)
+{
+	struct fake f;
+	struct xfer_desc one = { 3, 65536, 65536 };
+	struct xfer_desc many[3] = { { 1, 0, 1 },
+				     { INT64_MAX, INT64_MAX, INT64_MAX },
+				     { 9, 7, 100 } };
+	/* real metadata's size and alphabet (base64url), and one of the shortest */
+	char md[400] = "xfer1.";
+	for (size_t k = strlen(md); k < 340; k++)
+		md[k] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[k % 64];
+	struct xfer_batch_op passive[2] = {
+		{ .kind = XFER_READABLE, .descs = &one, .n = 1 },
+		{ .kind = XFER_WRITABLE, .descs = many, .n = 3 },
+	};
+	struct xfer_batch_op active[8];
+	for (int i = 0; i < 8; i++)
+		active[i] = (struct xfer_batch_op){ .kind = i % 2 ? XFER_WRITE : XFER_READ,
+						    .descs = i == 5 ? many : &one,
+						    .n = i == 5 ? 3 : 1,
+						    .metadata = i == 3 ? "xfer1.e30" : md };
+	const uint32_t flag_sets[] = {
+		0,
+		XFER_OP_RELEASE_ON_END | XFER_OP_END_ONLY,
+		XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT | XFER_OP_END_ONLY,
+	};
+
+	fake_start(&f);
+	for (size_t s = 0; s < sizeof(flag_sets) / sizeof(flag_sets[0]); s++) {
+		struct xfer_op_opts o = { .timeout_ms = s == 1 ? 30000 : 0, .flags = flag_sets[s] };
+		struct xfer_op_opts post = o;
+		post.flags |= XFER_OP_BATCH_EVENT | XFER_OP_POST;
+		for (size_t n = 1; n <= 2; n++)
+			check_batch(&f, passive, n, &o);
+		for (size_t n = 1; n <= 8; n++) {
+			check_batch(&f, active, n, &o);
+			check_batch(&f, active, n, &post);
+		}
+	}
+	/* metadata jansson escapes, and a batch past the text's bound: the long way, same bytes */
+	struct xfer_op_opts o = { .flags = XFER_OP_BATCH_EVENT };
+	struct xfer_batch_op odd = { .kind = XFER_READ, .descs = &one, .n = 1, .metadata = "a\"b" };
+	check_batch_way(&f, &odd, 1, &o, false);
+	struct xfer_batch_op *lots = calloc(40, sizeof(*lots));
+	CHECK(lots != NULL);
+	for (int i = 0; i < 40; i++)
+		lots[i] = active[0];
+	check_batch_way(&f, lots, 40, &o, false);
+	free(lots);
+	fake_stop(&f);
+}
+
 /* A tag with a quote, a backslash or bytes beyond ASCII is escaped by jansson: the long way. */
 TEST(batch_tags_to_escape_go_the_long_way)
 {
@@ -241,7 +354,7 @@ TEST(batch_tags_to_escape_go_the_long_way)
 					    .descs = &one,
 					    .n = 1,
 					    .tag = tags[i] };
-		check_batch(&f, &op, 1, &o);
+		check_batch_way(&f, &op, 1, &o, false);
 	}
 	fake_stop(&f);
 }
@@ -266,6 +379,9 @@ TEST(batch_text_refuses_what_the_long_way_refuses)
 	op.n = 1;
 	CHECK_ERR(xfer_batch(f.c, &op, 1, &odd, NULL, NULL), -EINVAL);
 	CHECK(strstr(xfer_last_error(f.c), "unknown batch flags") != NULL);
+	struct xfer_batch_op bare = { .kind = XFER_READ, .descs = &big, .n = 1 };
+	CHECK_ERR(xfer_batch(f.c, &bare, 1, &post, NULL, NULL), -EINVAL);
+	CHECK(strstr(xfer_last_error(f.c), "needs metadata") != NULL);
 	p = (struct pollfd){ f.seen, POLLIN, 0 };
 	CHECK(poll(&p, 1, 200) == 0); /* (nothing was sent) */
 	fake_stop(&f);
