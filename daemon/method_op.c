@@ -175,7 +175,19 @@ static json_t *passive_result(struct xd_op *op)
 	xp_meta_fini(&m);
 	if (rc)
 		return NULL;
-	json_t *result = json_pack("{s:I, s:s}", "op", (json_int_t)op->id, "metadata", metadata);
+	/*
+	 * Built member by member, not with json_pack(): no format to read, and the metadata is
+	 * ASCII by construction ("xfer1." and base64url), so it needs no UTF-8 check (a batch of
+	 * readables returns one per entry).
+	 */
+	json_t *result = json_object();
+	if (result &&
+	    (json_object_set_new_nocheck(result, "op", json_integer((json_int_t)op->id)) ||
+	     json_object_set_new_nocheck(result, "metadata",
+					 json_stringn_nocheck(metadata, strlen(metadata))))) {
+		json_decref(result); /* (a _set_new() takes its value, NULL or not, even failing) */
+		result = NULL;
+	}
 	free(metadata);
 	return result;
 }
