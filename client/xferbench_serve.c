@@ -38,13 +38,14 @@
 #define UNIT (1ull << 20) /* pool allocation unit */
 
 struct opts {
-	const char *passive, *active;
+	const char *passive, *active, *trace;
 	double link_Bps, load, seconds, sigma;
 	uint64_t median_tokens, max_tokens, kv_bytes, pool;
 	int layers;
 	uint64_t seed;
 	bool json;
 	bool windows; /* --model windows */
+	int handles;  /* windows: the prefill side's handles of the window (--handles) */
 };
 
 struct req {
@@ -53,6 +54,7 @@ struct req {
 	uint64_t off; /* slot in both pools, UNIT-aligned; UINT64_MAX before it has one */
 	uint64_t pop, aop;
 	uint64_t batch; /* windows: the prefill side's batch of puts */
+	int h;		/* windows: which of the prefill side's handles it went on */
 	int notes;	/* windows: blocks notified on the decode side */
 	int ends;
 	int err;
@@ -69,8 +71,12 @@ struct serve {
 	size_t units;
 	uint64_t t0;
 	int failed;
-	uint64_t window, handle; /* windows: the decode side's window, the prefill side's handle */
-	size_t submitting;	 /* windows: the request inside xfer_batch() */
+	uint64_t window;    /* windows: the decode side's window */
+	uint64_t *handle;   /* windows: the prefill side's handles of it (--handles) */
+	int *busy;	    /* windows: requests under way on each handle */
+	int last_h;	    /* windows: the handle the last request went on */
+	FILE *trace;	    /* --trace: a line per request */
+	size_t submitting;  /* windows: the request inside xfer_batch() */
 	size_t pool_waits;  /* requests submitted > 1 ms late: pools full, or a call under way */
 	double pool_wait_s; /* and how late, all together */
 };
@@ -175,6 +181,20 @@ static void simulate_shared(const struct req *r, size_t n, double link, double *
 	free(live);
 }
 
+/*
+ * The same link serving the requests one at a time in the order they came (FIFO): what one
+ * handle's in-order notifications allow at best. Each request's finish time.
+ */
+static void simulate_fifo(const struct req *r, size_t n, double link, double *finish)
+{
+	double t = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		t = (t > r[i].arrive_s ? t : r[i].arrive_s) + (double)r[i].bytes / link;
+		finish[i] = t;
+	}
+}
+
 /* First fit of @bytes in the pools; UINT64_MAX when they are full right now. */
 static uint64_t pool_get(struct serve *s, uint64_t bytes)
 {
@@ -249,6 +269,24 @@ static int submit_pairing(struct serve *s, size_t k)
 }
 
 /*
+ * The handle for a new request: the first idle one after the last used, else the least busy.
+ * A handle's tagged puts are notified in the order posted (PROTOCOL.md §10.7), so requests on
+ * one handle finish one after the other; on handles of their own they move side by side.
+ */
+static int pick_handle(struct serve *s)
+{
+	int best = -1;
+
+	for (int i = 1; i <= s->o->handles; i++) {
+		int h = (s->last_h + i) % s->o->handles;
+		if (best < 0 || s->busy[h] < s->busy[best])
+			best = h;
+	}
+	s->last_h = best;
+	return best;
+}
+
+/*
  * The windows model: one batch of puts into the decode side's window, a put per block, each
  * tagged with the request's number (the decode side counts them: window_cb()).
  */
@@ -263,9 +301,11 @@ static int submit_puts(struct serve *s, size_t k)
 	char tag[24];
 
 	snprintf(tag, sizeof(tag), "%zu", k);
+	r->h = pick_handle(s);
+	s->busy[r->h]++;
 	for (int i = 0; i < nb; i++)
 		ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
-						 .handle = s->handle,
+						 .handle = s->handle[r->h],
 						 .offset =
 							 pd[i].offset, /* the window is all of pb */
 						 .descs = &ad[i],
@@ -395,6 +435,8 @@ static int reap(struct serve *s)
 			continue;
 		int err = r->err ?: check(s, k, k % 8 == 0 || k + 1 == s->n);
 		pool_put(s, r->off, r->bytes);
+		if (s->o->windows)
+			s->busy[r->h]--;
 		r->off = UINT64_MAX - 1; /* done */
 		if (err)
 			return err;
@@ -468,32 +510,44 @@ static void report(struct serve *s)
 	size_t n = s->n;
 	double *lat = malloc(n * sizeof(double)), *ps = malloc(n * sizeof(double));
 	double *fin = malloc(n * sizeof(double)), *sz = malloc(n * sizeof(double));
+	double *ff = malloc(n * sizeof(double)), *fi = malloc(n * sizeof(double));
 	uint64_t bytes = 0;
 
 	simulate_shared(s->reqs, n, s->o->link_Bps, fin);
+	simulate_fifo(s->reqs, n, s->o->link_Bps, ff);
 	for (size_t k = 0; k < n; k++) {
-		lat[k] = s->reqs[k].done_s - s->reqs[k].arrive_s;
-		ps[k] = fin[k] - s->reqs[k].arrive_s;
-		sz[k] = s->reqs[k].size_s;
-		bytes += s->reqs[k].bytes;
+		const struct req *r = &s->reqs[k];
+		lat[k] = r->done_s - r->arrive_s;
+		ps[k] = fin[k] - r->arrive_s;
+		fi[k] = ff[k] - r->arrive_s;
+		sz[k] = r->size_s;
+		bytes += r->bytes;
+		if (s->trace)
+			fprintf(s->trace, "%zu %.3f %.1f %.3f %.3f %.3f %d\n", k, r->arrive_s * 1e3,
+				(double)r->bytes / (1 << 20), lat[k] * 1e3, ps[k] * 1e3,
+				fi[k] * 1e3, s->o->windows ? r->h : -1);
 	}
 	double l50 = pct(lat, n, 50), l99 = pct(lat, n, 99), p50 = pct(ps, n, 50),
-	       p99 = pct(ps, n, 99), s50 = pct(sz, n, 50), s99 = pct(sz, n, 99);
+	       p99 = pct(ps, n, 99), s50 = pct(sz, n, 50), s99 = pct(sz, n, 99),
+	       f50 = pct(fi, n, 50), f99 = pct(fi, n, 99);
 	double offered = bytes / s->o->seconds / s->o->link_Bps;
 	const char *model = s->o->windows ? "windows" : "pairing";
 	if (s->o->json) {
 		printf("{\"model\":\"%s\",\"requests\":%zu,\"offered_load\":%.3f,"
 		       "\"link_GBps\":%.3f,\"ms_p50\":%.2f,\"ms_p99\":%.2f,\"shared_ms_p50\":%.2f,"
 		       "\"shared_ms_p99\":%.2f,\"size_ms_p50\":%.2f,\"size_ms_p99\":%.2f,"
-		       "\"mib_p50\":%.1f,\"mib_p99\":%.1f,\"pool_waits\":%zu,\"pool_wait_ms\":%.1f}\n",
+		       "\"mib_p50\":%.1f,\"mib_p99\":%.1f,\"pool_waits\":%zu,\"pool_wait_ms\":%.1f,"
+		       "\"fifo_ms_p50\":%.2f,\"fifo_ms_p99\":%.2f,\"handles\":%d}\n",
 		       model, n, offered, s->o->link_Bps / 1e9, l50 * 1e3, l99 * 1e3, p50 * 1e3,
 		       p99 * 1e3, s50 * 1e3, s99 * 1e3, s50 * s->o->link_Bps / (1 << 20),
-		       s99 * s->o->link_Bps / (1 << 20), s->pool_waits, s->pool_wait_s * 1e3);
+		       s99 * s->o->link_Bps / (1 << 20), s->pool_waits, s->pool_wait_s * 1e3,
+		       f50 * 1e3, f99 * 1e3, s->o->windows ? s->o->handles : 0);
 	} else {
 		printf("%zu requests, offered load %.2f of %.3f GB/s; ms p50 / p99:\n", n, offered,
 		       s->o->link_Bps / 1e9);
 		printf("  xferd %-13s %9.1f %9.1f\n", model, l50 * 1e3, l99 * 1e3);
 		printf("  shared link (sim.)  %9.1f %9.1f\n", p50 * 1e3, p99 * 1e3);
+		printf("  one at a time (sim.)%9.1f %9.1f\n", f50 * 1e3, f99 * 1e3);
 		printf("  bytes / link        %9.1f %9.1f\n", s50 * 1e3, s99 * 1e3);
 		printf("  p99 / shared p99: %.2fx (target <= 1.2x)\n", l99 / p99);
 		printf("  %zu requests waited for room in the pools, %.1f ms in all\n",
@@ -503,6 +557,8 @@ static void report(struct serve *s)
 	free(ps);
 	free(fin);
 	free(sz);
+	free(ff);
+	free(fi);
 }
 
 static void usage(FILE *f)
@@ -522,7 +578,12 @@ static void usage(FILE *f)
 		"  --seed N           (default 1)\n"
 		"  --model M          pairing (a writable + write per request, default) or windows\n"
 		"                     (one window opened once; a batch of tagged puts per request)\n"
-		"  --json             one JSON line\n");
+		"  --handles N        windows: the prefill side opens the window N times (1..64,"
+		" default 1)\n"
+		"                     and puts each request on an idle handle\n"
+		"  --json             one JSON line\n"
+		"  --trace FILE       a line per request: number, arrival ms, MiB, latency ms, the\n"
+		"                     shared link's and one-at-a-time latency ms, handle\n");
 }
 
 static int set_opt(void *ctx, int ch, const char *arg)
@@ -568,6 +629,12 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'j':
 		o->json = true;
 		break;
+	case 'H':
+		o->handles = atoi(arg);
+		break;
+	case 'T':
+		o->trace = arg;
+		break;
 	case 'o':
 		if (strcmp(arg, "windows") && strcmp(arg, "pairing")) {
 			fprintf(stderr,
@@ -582,16 +649,25 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	return 0;
 }
 
-/* Windows: the decode side exposes its whole buffer for writing; the prefill side opens it. */
+/*
+ * Windows: the decode side exposes its whole buffer for writing; the prefill side opens it
+ * --handles times (one opener, or up to 64).
+ */
 static int window_setup(struct serve *s)
 {
+	int n = s->o->handles, err;
 	char *md = NULL;
-	int err = xfer_window_create(s->pc, s->pb.region, 0, 0, XFER_ACCESS_WRITE,
-				     XFER_WINDOW_ONE_OPENER, &s->window, &md);
 
+	s->handle = calloc((size_t)n, sizeof(*s->handle));
+	s->busy = calloc((size_t)n, sizeof(*s->busy));
+	if (!s->handle || !s->busy)
+		return -ENOMEM;
+	err = xfer_window_create(s->pc, s->pb.region, 0, 0, XFER_ACCESS_WRITE,
+				 n == 1 ? XFER_WINDOW_ONE_OPENER : 0, &s->window, &md);
 	if (err)
 		return bench_fail(s->pc, "xfer_window_create", err);
-	err = xfer_window_open(s->ac, md, &s->handle, NULL, NULL);
+	for (int i = 0; i < n && !err; i++)
+		err = xfer_window_open(s->ac, md, &s->handle[i], NULL, NULL);
 	free(md);
 	if (err)
 		return bench_fail(s->ac, "xfer_window_open", err);
@@ -600,10 +676,13 @@ static int window_setup(struct serve *s)
 
 static void window_teardown(struct serve *s)
 {
-	if (s->handle)
-		xfer_window_close(s->ac, s->handle);
+	for (int i = 0; s->handle && i < s->o->handles; i++)
+		if (s->handle[i])
+			xfer_window_close(s->ac, s->handle[i]);
 	if (s->window)
 		xfer_window_close(s->pc, s->window);
+	free(s->handle);
+	free(s->busy);
 }
 
 static void set_callbacks(struct serve *s, bool on)
@@ -633,6 +712,8 @@ int main(int argc, char **argv)
 		{ "pool", required_argument, NULL, 'P' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "handles", required_argument, NULL, 'H' },
+		{ "trace", required_argument, NULL, 'T' },
 		{ "model", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -645,7 +726,8 @@ int main(int argc, char **argv)
 			  .sigma = 1.2,
 			  .max_tokens = 2048,
 			  .pool = 3 * BENCH_GIB,
-			  .seed = 1 };
+			  .seed = 1,
+			  .handles = 1 };
 	struct serve s = { .o = &o, .submitting = SIZE_MAX };
 	int err;
 
@@ -656,7 +738,8 @@ int main(int argc, char **argv)
 	uint64_t largest = o.max_tokens * 2 * (uint64_t)o.layers * o.kv_bytes;
 	if (!o.passive || !o.active || o.link_Bps <= 0 || o.load <= 0 || o.seconds <= 0 ||
 	    o.layers < 1 || o.layers > MAX_LAYERS || o.kv_bytes < 8 || o.median_tokens < 1 ||
-	    o.max_tokens < 1 || o.pool < largest || o.pool / UNIT == 0) {
+	    o.max_tokens < 1 || o.handles < 1 || o.handles > 64 || o.pool < largest ||
+	    o.pool / UNIT == 0) {
 		usage(stderr);
 		return 2;
 	}
@@ -681,8 +764,14 @@ int main(int argc, char **argv)
 		err = run(&s);
 		set_callbacks(&s, false);
 	}
+	if (!err && o.trace && !(s.trace = fopen(o.trace, "w"))) {
+		err = -errno;
+		fprintf(stderr, "xferbench_serve: %s: %s\n", o.trace, strerror(errno));
+	}
 	if (!err)
 		report(&s);
+	if (s.trace)
+		fclose(s.trace);
 	window_teardown(&s);
 	bench_buf_destroy(s.ac, &s.ab, 1);
 	bench_buf_destroy(s.pc, &s.pb, 1);

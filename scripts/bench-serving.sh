@@ -16,8 +16,14 @@
 # prefill side opened once; each request one batch of puts, one per block, tagged; done when the
 # decode side has been notified of every block).
 #
+# Beside the shared link it prints the same link serving one request at a time (FIFO): what one
+# window handle's in-order notifications allow at best.
+#
 # Options: --seconds S (arrivals for S s, 60, per model), --load F (0.6), --connections N
-# (peer_connections, 2), --model pairing|windows|both (both), --json FILE.
+# (peer_connections, 2), --model pairing|windows|both (both), --handles N[,N...] (windows: the
+# prefill side's handles of the window, a run per value, 1), --builds DIR[,DIR...] (each build's
+# daemons in turn on the same rig and arrivals: an A/B in one run; default $BUILD), --trace
+# PREFIX (a line per request in PREFIX.RUN.MODEL.HANDLES), --json FILE.
 # Needs root (namespaces), iperf3.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -28,6 +34,9 @@ SECS=60
 LOAD=0.6
 CONNS=2
 MODELS="pairing windows"
+HANDLES=1
+BUILDS=
+TRACE=
 JSON_OUT=
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -42,6 +51,9 @@ while [ $# -gt 0 ]; do
 		esac
 		shift 2
 		;;
+	--handles) HANDLES=$2; shift 2 ;;
+	--builds) BUILDS=$2; shift 2 ;;
+	--trace) TRACE=$2; shift 2 ;;
 	--json) JSON_OUT=$2; shift 2 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"
@@ -54,11 +66,14 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-for b in xferd xferbench_serve; do
-	[ -x "$BUILD/$b" ] || {
-		echo "bench-serving.sh: missing $BUILD/$b; run 'make'" >&2
-		exit 1
-	}
+BUILDS=${BUILDS:-$BUILD}
+for bd in ${BUILDS//,/ }; do
+	for b in xferd xferctl xferbench_serve; do
+		[ -x "$bd/$b" ] || {
+			echo "bench-serving.sh: missing $bd/$b; run 'make'" >&2
+			exit 1
+		}
+	done
 done
 command -v iperf3 >/dev/null 2>&1 || {
 	echo "bench-serving.sh: iperf3 is not installed (scripts/install-deps.sh)" >&2
@@ -86,22 +101,43 @@ link_Bps()
 
 echo "bench-serving: mode $(xn_mode), $(nproc) CPUs; iperf3 single stream (before) ..."
 L1=$(link_Bps)
-XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
-echo "xferd on both nodes, peer_connections $CONNS; prefill = node 0, decode = node 1;" \
-	"link $L1 B/s; $SECS s of arrivals at load $LOAD ..."
-for m in $MODELS; do
-	if ! "$BUILD/xferbench_serve" --passive "$(xc_sock 1)" --active "$(xc_sock 0)" \
-		--link-Bps "$L1" --load "$LOAD" --seconds "$SECS" --model "$m" --json \
-		>>"$RUN/serve.json" 2>"$RUN/serve.err"; then
-		echo "bench-serving.sh: xferbench_serve --model $m failed:" >&2
-		cat "$RUN/serve.err" >&2
+echo "peer_connections $CONNS; prefill = node 0, decode = node 1; link $L1 B/s;" \
+	"$SECS s of arrivals at load $LOAD ..."
+# One build's daemons on both nodes, each model (and windows per --handles) on them.
+run_build()
+{
+	local m h hs n=0
+	BUILD=$1
+	XC_PEER_CONNECTIONS=$CONNS xc_start_all || exit 1
+	for m in $MODELS; do
+		hs=1
+		[ "$m" = windows ] && hs=${HANDLES//,/ }
+		for h in $hs; do
+			n=$((n + 1))
+			if ! "$BUILD/xferbench_serve" --passive "$(xc_sock 1)" \
+				--active "$(xc_sock 0)" --link-Bps "$L1" --load "$LOAD" \
+				--seconds "$SECS" --model "$m" --json --handles "$h" \
+				${TRACE:+--trace "$TRACE.$2.$m.$h"} >"$RUN/one.json" \
+				2>"$RUN/serve.err"; then
+				echo "bench-serving.sh: $BUILD/xferbench_serve --model $m" \
+					"--handles $h failed:" >&2
+				cat "$RUN/serve.err" >&2
+				exit 1
+			fi
+			sed "s|^{|{\"build\":\"$BUILD\",|" "$RUN/one.json" >>"$RUN/serve.json"
+		done
+	done
+	xc_stop_all || {
+		echo "bench-serving.sh: a daemon did not exit 0 on SIGTERM" >&2
 		exit 1
-	fi
-done
-xc_stop_all || {
-	echo "bench-serving.sh: a daemon did not exit 0 on SIGTERM" >&2
-	exit 1
+	}
 }
+i=0
+for bd in ${BUILDS//,/ }; do
+	i=$((i + 1))
+	echo "xferd of $bd on both nodes (run $i) ..."
+	run_build "$bd" "$i"
+done
 echo "iperf3 (after) ..."
 L2=$(link_Bps)
 
@@ -115,12 +151,14 @@ print(f"link (iperf3 1 stream): {l1 / 1e9:.3f} GB/s before, {l2 / 1e9:.3f} GB/s 
 out = {"link_Bps_before": l1, "link_Bps_after": l2, "runs": []}
 for r in runs:
     print()
-    print(f"{r['requests']} requests ({r['model']}), offered load {r['offered_load']:.2f},"
+    how = f", {r['handles']} handle(s)" if r['model'] == 'windows' else ''
+    print(f"{r['requests']} requests ({r['model']}{how}, {r['build']}), offered load {r['offered_load']:.2f},"
           f" KV sizes p50 {r['mib_p50']:.0f} MiB, p99 {r['mib_p99']:.0f} MiB")
     print(f"{'latency ms':<24} {'p50':>9} {'p99':>9}")
     print(f"{'xferd ' + r['model']:<24} {r['ms_p50']:9.1f} {r['ms_p99']:9.1f}")
     print(f"{'shared link (simulated)':<24} {r['shared_ms_p50']:9.1f} {r['shared_ms_p99']:9.1f}")
     print(f"{'bytes / link':<24} {r['size_ms_p50']:9.1f} {r['size_ms_p99']:9.1f}")
+    print(f"{'one at a time (sim.)':<24} {r['fifo_ms_p50']:9.1f} {r['fifo_ms_p99']:9.1f}")
     print(f"{r['pool_waits']} requests were submitted more than 1 ms after they arrived (the 3 GiB"
           f" buffers full, or the client in an earlier request's call), {r['pool_wait_ms']:.0f} ms"
           f" in all: counted in their latency")
