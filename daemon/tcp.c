@@ -925,9 +925,9 @@ static int pconn_wmeta_got(struct xd_pconn *pc, uint32_t r)
 	pc->rx_got += r;
 	if (pc->rx_got >= XP_WIN_PREFIX_LEN && pc->rx_wmeta_len == XP_WIN_PREFIX_LEN) {
 		if (xp_win_prefix_unpack(pc->rx_wstage, &wp) < 0 || wp.length == 0 ||
-		    (uint64_t)XP_WIN_PREFIX_LEN + wp.tag_len + wp.length != pc->rx.length)
+		    (uint64_t)xp_win_meta_len(&wp) + wp.length != pc->rx.length)
 			return -EPROTO;
-		pc->rx_wmeta_len += wp.tag_len;
+		pc->rx_wmeta_len = xp_win_meta_len(&wp);
 	}
 	if (pc->rx_got < pc->rx_wmeta_len)
 		return 0;

@@ -39,6 +39,7 @@ struct xd_wnote {
 	uint64_t seq;  /**< count there (0: none); no WACK covers it while the note waits */
 	struct xd_op *held_op; /**< a local opener's op, whose end waits for this note */
 	bool wnotify;	       /**< a keyed opener's WNOTIFY: its WNOTIFY_ACK counts it once gone */
+	uint64_t order; /**< the opener's count of it (XP_WIN_SEQ); 0: none, in the order it came */
 	char tag[XP_MAX_TAG + 1];
 };
 
@@ -66,7 +67,8 @@ struct xd_wopener {
 	bool gone;	   /**< closed: freed once its ops have ended */
 	unsigned inflight; /**< its internal ops not yet ended */
 	unsigned nnotes;
-	TAILQ_HEAD(, xd_wnote) notes; /**< tagged ops in the order they came, delivered in it */
+	TAILQ_HEAD(xd_wnotes, xd_wnote) notes; /**< tagged ops in their order, delivered in it */
+	uint64_t next_order; /**< the count (XP_WIN_SEQ) of the next tagged op to deliver */
 	uint64_t gets, puts;
 	/* One-sided TCP frames (PROTOCOL.md §10.7): landings and get replies under way */
 	TAILQ_HEAD(, xd_xfer) xfers;
@@ -139,13 +141,15 @@ struct xd_whandle {
 	char cause[XD_CAUSE_MAX];
 	uint64_t created_us;
 	/* One-sided TCP frames (PROTOCOL.md §10.7) */
-	uint32_t lane; /**< the connection its WGETs, tagged puts and first pieces go on */
+	uint32_t lane; /**< its WGETs, first pieces, tagged puts without @seq go on this one */
 	struct xd_wlane lanes[XD_WLANES]; /**< WPUTs sent and acknowledged, by connection */
 	TAILQ_HEAD(, xd_xfer) puts;	  /**< not yet acknowledged, in the order posted */
 	TAILQ_HEAD(, xd_xfer) gets;	  /**< their replies not yet all here */
 	unsigned nfast;			  /**< on the two lists */
 	bool file;			  /**< the window is over a file region: claims only */
 	bool pieces;			  /**< the owner takes XP_WIN_PIECE (WOPEN_OK "pieces") */
+	bool seq;	   /**< the owner orders tagged ops by XP_WIN_SEQ (WOPEN_OK "seq") */
+	uint64_t seq_sent; /**< tagged gets and puts sent with XP_WIN_SEQ */
 	/*
 	 * One-sided: the key the owner bound for this handle (WOPEN_OK) onto the window at
 	 * @raddr, on connection @via of @key_peer (NULL once that set is gone). Gets and puts with
@@ -324,10 +328,14 @@ static void deliver(struct xd_wopener *o)
 
 	while ((n = TAILQ_FIRST(&o->notes)) && n->done) {
 		bool tell = n->visible && w->owner && !w->closing;
+		if (n->order && n->order != o->next_order)
+			break; /* one posted before it, on another connection, is still to come */
 		if (tell && owner_behind(w))
 			break;
 		TAILQ_REMOVE(&o->notes, n, link);
 		o->nnotes--;
+		if (n->order)
+			o->next_order = n->order + 1;
 		if (tell)
 			push_notified(w, n);
 		acks |= n->seq != 0;
@@ -663,6 +671,7 @@ static struct xd_wopener *opener_add(struct xd_window *w, struct xd_peer *p, uin
 	o->handle = handle;
 	snprintf(o->node_hex, sizeof(o->node_hex), "%s", p ? p->node_hex : w->d->node_hex);
 	TAILQ_INIT(&o->notes);
+	o->next_order = 1;
 	TAILQ_INIT(&o->xfers);
 	TAILQ_INSERT_TAIL(&w->openers, o, link);
 	w->nopeners++;
@@ -1395,9 +1404,44 @@ static struct xd_xfer *fast_xfer(struct xd_wopener *o, uint64_t op, uint64_t off
 	return x;
 }
 
-/* Queues @x's notification (tagged: in order with @o's others). 0 or -ENOMEM. */
+/*
+ * Whether @order (XP_WIN_SEQ) may name one of @o's tagged ops: none notified or waiting has
+ * it, and it is within XD_WINDOW_MAX_INFLIGHT of the next to deliver (a bound on the notes an
+ * opener can make wait for one it never sends).
+ */
+static bool order_ok(const struct xd_wopener *o, uint64_t order)
+{
+	const struct xd_wnote *n;
+
+	if (order < o->next_order || order - o->next_order >= XD_WINDOW_MAX_INFLIGHT)
+		return false;
+	TAILQ_FOREACH(n, &o->notes, link)
+		if (n->order == order)
+			return false;
+	return true;
+}
+
+/* Queues @n among @o's notes: by its count if it has one, else last (the order it came). */
+static void note_insert(struct xd_wopener *o, struct xd_wnote *n)
+{
+	struct xd_wnote *at = NULL;
+
+	if (n->order)
+		TAILQ_FOREACH_REVERSE(at, &o->notes, xd_wnotes, link)
+	if (!at->order || at->order < n->order)
+		break;
+	if (n->order && !at)
+		TAILQ_INSERT_HEAD(&o->notes, n, link);
+	else if (n->order)
+		TAILQ_INSERT_AFTER(&o->notes, at, n, link);
+	else
+		TAILQ_INSERT_TAIL(&o->notes, n, link);
+	o->nnotes++;
+}
+
+/* Queues @x's notification (tagged: in order with @o's others, @order's). 0 or -ENOMEM. */
 static int fast_note(struct xd_wopener *o, struct xd_xfer *x, enum xp_kind kind, uint64_t off,
-		     uint64_t bytes, const uint8_t *tag, uint16_t tag_len)
+		     uint64_t bytes, const uint8_t *tag, uint16_t tag_len, uint64_t order)
 {
 	struct xd_wnote *n = calloc(1, sizeof(*n));
 
@@ -1408,11 +1452,53 @@ static int fast_note(struct xd_wopener *o, struct xd_xfer *x, enum xp_kind kind,
 	n->offset = off;
 	n->bytes = bytes;
 	n->queued = true;
+	n->order = order;
 	memcpy(n->tag, tag, tag_len);
-	TAILQ_INSERT_TAIL(&o->notes, n, link);
-	o->nnotes++;
+	note_insert(o, n);
 	x->wnote = n;
 	return 0;
+}
+
+/*
+ * A refused tagged op keeps its place in @o's order (XP_WIN_SEQ): a note that ended and
+ * notifies nothing, so that the later ones do not wait for it. 0, or -ENOMEM: the set fails
+ * (the later ones would wait for ever).
+ */
+static int order_skip(struct xd_wopener *o, uint64_t order)
+{
+	struct xd_wnote *n = order ? calloc(1, sizeof(*n)) : NULL;
+
+	if (!order)
+		return 0;
+	if (!n) {
+		xd_link_fail(o->peer, ENOMEM, "window %llu: out of memory for a refused op's place",
+			     (unsigned long long)o->w->id);
+		return -ENOMEM;
+	}
+	n->o = o;
+	n->queued = true;
+	n->done = true;
+	n->order = order;
+	note_insert(o, n);
+	deliver(o);
+	return 0;
+}
+
+/*
+ * The count a WPUT's or WGET's @meta (prefix @wp) carries (XP_WIN_SEQ), 0 if none; -EPROTO in
+ * *@err if @o may not take it (order_ok()).
+ */
+static uint64_t frame_order(const struct xd_wopener *o, const struct xp_win_prefix *wp,
+			    const uint8_t *meta, int *err)
+{
+	uint64_t order;
+
+	if (!(wp->flags & XP_WIN_SEQ))
+		return 0;
+	order = xp_peer_bin_field(meta + XP_WIN_PREFIX_LEN, XP_WIN_SEQ_LEN);
+	if (!order_ok(o, order))
+		*err = -EPROTO;
+	return order;
 }
 
 /*
@@ -1464,18 +1550,19 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 	char msg[XD_CAUSE_MAX];
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(meta, &wp) < 0 ||
-	    metalen != XP_WIN_PREFIX_LEN + (uint32_t)wp.tag_len ||
-	    (wp.tag_len && !(wp.flags & XP_WIN_LAST)) ||
+	    metalen != xp_win_meta_len(&wp) || (wp.tag_len && !(wp.flags & XP_WIN_LAST)) ||
 	    ((wp.flags & XP_WIN_PIECE) && (!(wp.flags & XP_WIN_LAST) || wp.tag_len)) ||
-	    memchr(meta + XP_WIN_PREFIX_LEN, 0, wp.tag_len)) {
+	    memchr(meta + metalen - wp.tag_len, 0, wp.tag_len)) {
 		*err = -EPROTO;
 		return NULL;
 	}
+	const uint8_t *tag = meta + metalen - wp.tag_len;
 	struct xd_wopener *o = fast_opener(p, &wp, err);
 	struct xd_wlane *l = o ? wlane_get(o->lanes, via) : NULL;
+	uint64_t order = l ? frame_order(o, &wp, meta, err) : 0;
 	if (o && !l)
 		*err = -EPROTO; /* (more connections than a set has) */
-	if (!l)
+	if (!l || *err)
 		return NULL;
 	int rc = fast_check(o, XP_KIND_PUT, h->offset, wp.length, msg, sizeof(msg));
 	struct xd_xfer *x = rc ? NULL : fast_xfer(o, h->xfer, h->offset, wp.length, false);
@@ -1487,14 +1574,14 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 	if (wp.flags & XP_WIN_LAST)
 		l->put_bytes = 0;
 	if (x && wp.tag_len &&
-	    fast_note(o, x, XP_KIND_PUT, put_off, put_bytes, meta + XP_WIN_PREFIX_LEN,
-		      wp.tag_len)) {
+	    fast_note(o, x, XP_KIND_PUT, put_off, put_bytes, tag, wp.tag_len, order)) {
 		xd_xfer_unref(x);
 		x = NULL;
 	}
 	if (!x) {
 		fast_refuse(o, &via, h->xfer, rc ? -rc : ENOMEM, rc ? msg : "out of memory");
 		frame_taken(o, via);
+		order_skip(o, order);
 		return NULL;
 	}
 	/* A striped put's later pieces (PIECE) are not puts of their own: it counts once. An
@@ -1513,16 +1600,18 @@ static int owner_wget(struct xd_peer *p, const struct xp_peer_hdr *h, const uint
 	int err = 0;
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(pl, &wp) < 0 ||
-	    len != XP_WIN_PREFIX_LEN + (uint32_t)wp.tag_len || wp.flags || wp.length == 0 ||
-	    memchr(pl + XP_WIN_PREFIX_LEN, 0, wp.tag_len))
+	    len != xp_win_meta_len(&wp) || (wp.flags & ~XP_WIN_SEQ) || wp.length == 0 ||
+	    memchr(pl + len - wp.tag_len, 0, wp.tag_len))
 		return -EPROTO;
 	struct xd_wopener *o = fast_opener(p, &wp, &err);
-	if (!o)
+	uint64_t order = o ? frame_order(o, &wp, pl, &err) : 0;
+	if (!o || err)
 		return err;
 	int rc = fast_check(o, XP_KIND_GET, h->offset, wp.length, msg, sizeof(msg));
 	struct xd_xfer *x = rc ? NULL : fast_xfer(o, h->xfer, h->offset, wp.length, true);
 	if (x && wp.tag_len &&
-	    fast_note(o, x, XP_KIND_GET, h->offset, wp.length, pl + XP_WIN_PREFIX_LEN, wp.tag_len))
+	    fast_note(o, x, XP_KIND_GET, h->offset, wp.length, pl + len - wp.tag_len, wp.tag_len,
+		      order))
 		rc = -ENOMEM;
 	uint32_t piece = stripe_piece(wp.length);
 	for (uint64_t off = 0, i = 0; x && !rc && off < wp.length; off += piece, i++) {
@@ -1545,6 +1634,8 @@ static int owner_wget(struct xd_peer *p, const struct xp_peer_hdr *h, const uint
 		if (x)
 			x->wdrop = true; /* (frames already queued go unsent) */
 		fast_refuse(o, &o->lane, h->xfer, rc ? -rc : ENOMEM, msg);
+		if (!x || !x->wnote)
+			order_skip(o, order); /* (a note made ends with x, notifying nothing) */
 	}
 	xd_xfer_unref(x); /* (the frames hold theirs) */
 	return 0;
@@ -1641,22 +1732,34 @@ static uint32_t fast_header(const struct xd_whandle *h, const struct xd_xfer *x,
 	const struct xd_wreq *rq = x->op->wreq;
 	bool put = x->source;
 	uint16_t tag_len = rq->has_tag && last ? (uint16_t)strlen(rq->tag) : 0;
+	bool seq = h->seq && tag_len; /* (counted by the caller once queued: seq_sent) */
 	struct xp_win_prefix wp = { .window = h->window,
 				    .handle = h->id,
 				    .length = len,
 				    .tag_len = tag_len,
 				    .flags = (put && last ? XP_WIN_LAST : 0) |
-					     (put && piece && h->pieces ? XP_WIN_PIECE : 0) };
+					     (put && piece && h->pieces ? XP_WIN_PIECE : 0) |
+					     (seq ? XP_WIN_SEQ : 0) };
+	uint32_t meta = xp_win_meta_len(&wp);
 	struct xp_peer_hdr ph = { .type = put ? XP_PEER_WPUT : XP_PEER_WGET,
 				  .flags = XP_PEER_FROM_ACTIVE,
-				  .length = XP_WIN_PREFIX_LEN + tag_len + (put ? len : 0),
+				  .length = meta + (put ? len : 0),
 				  .xfer = x->id,
 				  .offset = rq->offset + off };
 
 	xp_peer_hdr_pack(&ph, buf);
 	xp_win_prefix_pack(&wp, buf + XP_PEER_HDR_LEN);
-	memcpy(buf + XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN, rq->tag, tag_len);
-	return XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN + tag_len;
+	if (seq)
+		xp_peer_bin_put(buf + XP_PEER_HDR_LEN + XP_WIN_PREFIX_LEN, h->seq_sent + 1,
+				XP_WIN_SEQ_LEN);
+	memcpy(buf + XP_PEER_HDR_LEN + meta - tag_len, rq->tag, tag_len);
+	return XP_PEER_HDR_LEN + meta;
+}
+
+/* Whether @x's frame that is its @last carries a count (XP_WIN_SEQ): fast_header() says so. */
+static bool sends_seq(const struct xd_whandle *h, const struct xd_xfer *x, bool last)
+{
+	return h->seq && last && x->op->wreq->has_tag && x->op->wreq->tag[0];
 }
 
 /*
@@ -1675,6 +1778,7 @@ static int put_frame(struct xd_whandle *h, struct xd_xfer *x, uint32_t *lane, ui
 
 	if (rc)
 		return rc;
+	h->seq_sent += sends_seq(h, x, last);
 	while (i < x->nwl && x->wl_lane[i] != *lane)
 		i++;
 	if (!l || i == XD_WSTRIPE_LANES) {
@@ -1691,19 +1795,24 @@ static int put_frame(struct xd_whandle *h, struct xd_xfer *x, uint32_t *lane, ui
 }
 
 /*
- * Queues put @x's WPUTs. A tagged put goes on the handle's lane, in frames of at most
- * XP_PEER_MAX_DATA, the last with the tag: the owner names the whole put in the notification
- * once the last landed, and notifications stay in the order posted. An untagged put larger
- * than XD_WSTRIPE goes as pieces, each a put of its own for the owner (LAST; the second and
- * later also PIECE, so that the owner counts the put once), spread over up
- * to XD_WSTRIPE_LANES of the set's data connections: one large put uses them all, as a
- * pairing's DATA does. Each connection's WACKs count what it carried (put_acked()).
+ * Queues put @x's WPUTs. A tagged put goes in frames of at most XP_PEER_MAX_DATA on one
+ * connection, the last with the tag: the owner names the whole put in the notification once
+ * the last landed. Where the owner orders notifications by the handle's count (XP_WIN_SEQ),
+ * each tagged put goes on the next of the set's data connections in turn, so that a stream
+ * of them (a request's KV blocks) uses them all as a pairing's DATA does; else on the
+ * handle's lane, whose order is then the notifications'. An untagged put larger than
+ * XD_WSTRIPE goes as pieces, each a put of its own for the owner (LAST; the second and later
+ * also PIECE, so that the owner counts the put once), spread over up to XD_WSTRIPE_LANES of
+ * the set's data connections: one large put uses them all. Each connection's WACKs count what
+ * it carried (put_acked()).
  */
 static int put_send(struct xd_whandle *h, struct xd_xfer *x)
 {
 	const struct xd_wreq *rq = x->op->wreq;
 	bool stripe = !rq->has_tag && x->length > XD_WSTRIPE;
+	bool spread = sends_seq(h, x, true);
 	uint32_t piece = stripe ? stripe_piece(x->length) : XP_PEER_MAX_DATA;
+	uint32_t mine = 0; /* a spread put's connection: all its frames in a row there */
 	int rc = 0;
 
 	x->nwl = 0;
@@ -1711,9 +1820,12 @@ static int put_send(struct xd_whandle *h, struct xd_xfer *x)
 		uint64_t left = x->length - off;
 		uint32_t len = left < piece ? (uint32_t)left : piece;
 		uint32_t other = 0;
-		uint32_t *lane = i % XD_WSTRIPE_LANES && stripe ? &other : &h->lane;
-		rc = put_frame(h, x, lane, h->id + i % XD_WSTRIPE_LANES, off, len,
-			       stripe || off + len == x->length, stripe && i > 0);
+		uint32_t *lane = spread				? &mine :
+				 i % XD_WSTRIPE_LANES && stripe ? &other :
+								  &h->lane;
+		uint64_t key = spread ? h->id + h->seq_sent : h->id + i % XD_WSTRIPE_LANES;
+		rc = put_frame(h, x, lane, key, off, len, stripe || off + len == x->length,
+			       stripe && i > 0);
 	}
 	return rc;
 }
@@ -1744,6 +1856,7 @@ int xd_window_fast_start(struct xd_xfer *x)
 		rc = xd_peer_send_wframe(h->peer, &h->lane, h->id, buf, n, NULL, 0, 0);
 		if (rc)
 			return rc;
+		h->seq_sent += sends_seq(h, x, true);
 		TAILQ_INSERT_TAIL(&h->gets, x, wlink);
 	} else {
 		rc = put_send(h, x);
@@ -1872,7 +1985,8 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	 * mapping, that the owner takes PIECE (a striped put counted once). The key and its
 	 * WOPEN_OK go on a connection that carries data, behind the bind. */
 	uint32_t key_via = p->transport->data_via ? p->transport->data_via(p, via) : via;
-	json_t *ok = json_pack("{s:b}", w->region->mem->mapped ? "pieces" : "file", 1);
+	json_t *ok = w->region->mem->mapped ? json_pack("{s:b, s:b}", "pieces", 1, "seq", 1) :
+					      json_pack("{s:b}", "file", 1);
 	err = ok ? grant_key(o, key_via, ok, msg, sizeof(msg)) : -ENOMEM;
 	if (err) {
 		json_decref(ok);
@@ -1926,13 +2040,14 @@ static int handle_open_answer(struct xd_peer *p, uint32_t via, const struct xp_p
 	if (!h || h->state != WH_OPENING || !h->open_sent)
 		return h ? -EPROTO : 0; /* (unknown: the two ends crossed) */
 	if (hdr->type == XP_PEER_WOPEN_OK) {
-		int file = 0, pieces = 0;
+		int file = 0, pieces = 0, seq = 0;
 		json_int_t credit = 0;
-		if (json && json_unpack(json, "{s?b, s?b, s?I}", "file", &file, "pieces", &pieces,
-					"notify_credit", &credit))
+		if (json && json_unpack(json, "{s?b, s?b, s?b, s?I}", "file", &file, "pieces",
+					&pieces, "seq", &seq, "notify_credit", &credit))
 			return -EPROTO;
 		h->file = file;
 		h->pieces = pieces;
+		h->seq = seq;
 		if (take_key(h, via, json) < 0 || credit < 0 || credit > XD_WINDOW_MAX_INFLIGHT ||
 		    (credit && !h->keyed))
 			return -EPROTO;

@@ -155,7 +155,15 @@ int xp_win_prefix_unpack(const uint8_t in[XP_WIN_PREFIX_LEN], struct xp_win_pref
 	w->length = (uint32_t)get_le(in + 16, 4);
 	w->tag_len = (uint16_t)get_le(in + 20, 2);
 	w->flags = (uint16_t)get_le(in + 22, 2);
-	return w->tag_len > XP_MAX_TAG || (w->flags & ~(XP_WIN_LAST | XP_WIN_PIECE)) ? -EPROTO : 0;
+	if (w->tag_len > XP_MAX_TAG || (w->flags & ~(XP_WIN_LAST | XP_WIN_PIECE | XP_WIN_SEQ)) ||
+	    ((w->flags & XP_WIN_SEQ) && !w->tag_len))
+		return -EPROTO;
+	return 0;
+}
+
+uint32_t xp_win_meta_len(const struct xp_win_prefix *w)
+{
+	return XP_WIN_PREFIX_LEN + (w->flags & XP_WIN_SEQ ? XP_WIN_SEQ_LEN : 0) + w->tag_len;
 }
 
 void xp_rdma_hello_pack(const struct xp_rdma_hello *h, uint8_t out[XP_RDMA_HELLO_LEN])

@@ -115,7 +115,15 @@ void xp_peer_bin_put(uint8_t *out, uint64_t v, uint32_t len);
 #define XP_WIN_PREFIX_LEN 24
 #define XP_WIN_LAST 0x0001u
 #define XP_WIN_PIECE 0x0002u
-#define XP_WIN_MAX_META (XP_WIN_PREFIX_LEN + XP_MAX_TAG)
+/*
+ * XP_WIN_SEQ (a tagged WPUT's last frame or a tagged WGET, sent only to an owner whose WOPEN_OK
+ * said "seq"): the prefix is followed by the handle's count of its tagged gets and puts, u64
+ * LE (1, 2, ...), before the tag; the owner notifies in that order whatever connection each
+ * came on, so that a handle's tagged puts may be spread over the set's data connections.
+ */
+#define XP_WIN_SEQ 0x0004u
+#define XP_WIN_SEQ_LEN 8
+#define XP_WIN_MAX_META (XP_WIN_PREFIX_LEN + XP_WIN_SEQ_LEN + XP_MAX_TAG)
 
 struct xp_win_prefix {
 	uint64_t window, handle;
@@ -124,9 +132,12 @@ struct xp_win_prefix {
 };
 
 void xp_win_prefix_pack(const struct xp_win_prefix *w, uint8_t out[XP_WIN_PREFIX_LEN]);
-/* Decodes a prefix. Returns 0, or -EPROTO (unknown flags, a tag over XP_MAX_TAG). The frame's
- * own rules (PIECE only with LAST, on an untagged WPUT) are the receiver's to check. */
+/* Decodes a prefix. Returns 0, or -EPROTO (unknown flags, a tag over XP_MAX_TAG, SEQ without a
+ * tag). The frame's own rules (PIECE only with LAST, on an untagged WPUT) are the receiver's to
+ * check. */
 int xp_win_prefix_unpack(const uint8_t in[XP_WIN_PREFIX_LEN], struct xp_win_prefix *w);
+/* The bytes of prefix, count (SEQ) and tag that precede a frame's payload. */
+uint32_t xp_win_meta_len(const struct xp_win_prefix *w);
 
 /*
  * The HELLO of an RDMA connection, in the rdma_cm connect and accept private data (PROTOCOL.md

@@ -363,6 +363,12 @@ def wput(win, handle, op, offset, data, tag=b"", flags=1, window_len=None):
     return HDR.pack(WPUT, FROM_ACTIVE, 0, len(body), op, offset) + body
 
 
+def wput_seq(win, handle, op, offset, data, tag, seq):
+    """A WPUT with XP_WIN_SEQ (4): the handle's count of its tagged ops after the prefix."""
+    body = WPRE.pack(win, handle, len(data), len(tag), 5) + struct.pack("<Q", seq) + tag + data
+    return HDR.pack(WPUT, FROM_ACTIVE, 0, len(body), op, offset) + body
+
+
 def wget(win, handle, op, offset, length, tag=b""):
     body = WPRE.pack(win, handle, length, len(tag), 0) + tag
     return HDR.pack(WGET, FROM_ACTIVE, 0, len(body), op, offset) + body
@@ -708,11 +714,22 @@ def mode_wframes_cut(host, port, keyfile, metafile):
         m = f.read().strip()[len("xfer1."):]
     meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
     ok = True
+    # (a SEQ frame before the bad one lands: it writes the window's own bytes, which mode_wframes
+    # checks later)
     for bad in (lambda w: wput(w + 1000, 7, 1, 0, b"x"),  # forged window id, an open handle
                 lambda w: wput(w, 7, 1, 0, b"x", b"y" * 257),  # tag over 256
                 lambda w: wput(w, 7, 1, 0, b"xyz", window_len=2),  # lengths disagree
                 lambda w: wput(w, 7, 1, 0, b"x", b"tag", flags=0),  # a tag not on the last
-                lambda w: wput(w, 7, 1, 0, b"x", flags=6),  # unknown flags
+                lambda w: wput(w, 7, 1, 0, b"x", flags=0x11),  # unknown flags
+                lambda w: wput_seq(w, 7, 1, 0, b"\0", b"", 1),  # SEQ without a tag
+                lambda w: wput_seq(w, 7, 1, 0, b"\0", b"t", 0),  # SEQ: no count is 0
+                lambda w: wput_seq(w, 7, 1, 0, b"\0", b"t", 2) +  # SEQ: a count twice
+                wput_seq(w, 7, 2, 1, b"\1", b"u", 2),
+                lambda w: wput_seq(w, 7, 1, 0, b"\0", b"t", 1) +  # SEQ: a count again, notified
+                wput_seq(w, 7, 2, 1, b"\1", b"u", 1),
+                lambda w: wput_seq(w, 7, 1, 0, b"\0", b"t", 4097),  # SEQ: past 4096 waiting
+                lambda w: HDR.pack(WGET, FROM_ACTIVE, 0, 33, 1, 0) +  # SEQ: a get's count 0
+                WPRE.pack(w, 7, 1, 1, 4) + struct.pack("<Q", 0) + b"t",
                 lambda w: wput(w, 7, 1, 0, b"x", flags=2),  # PIECE without LAST
                 lambda w: wput(w, 7, 1, 0, b"x", b"tag", flags=3),  # PIECE on a tagged put
                 lambda w: HDR.pack(WGET, FROM_ACTIVE, 0, 24, 1, 0) + WPRE.pack(w, 7, 1, 0, 2),

@@ -389,8 +389,8 @@ static void owner_counted(struct xfer_client *owner, uint64_t window, long long 
 /*
  * Large gets and puts in flight at once, striped over the set's connections (PROTOCOL.md
  * §10.7: untagged puts and get replies past 1 MiB go as pieces over the data connections;
- * tagged puts stay on one): every byte where it belongs, every tag once, in order, naming the
- * whole put.
+ * tagged puts each on one, in turn): every byte where it belongs, every tag once, in order,
+ * naming the whole put.
  */
 static void striped_in_flight(struct xfer_client *owner, struct xfer_client *opener)
 {
@@ -1041,6 +1041,64 @@ TEST(local_large_mixed_in_order)
 TEST(cross_large_mixed_in_order)
 {
 	on_two_nodes(large_mixed_in_order);
+}
+
+/*
+ * Tagged puts spread over the set's data connections (the owner orders their notifications by
+ * the handle's count, XP_WIN_SEQ): a 9 MiB put then a 7-byte one, in turn, with tagged gets
+ * between, all in flight at once. The small ones go on the other connection and land long
+ * before the large one before them: the owner holds their notifications back. Every tag once,
+ * in the order posted, each naming its whole put, and every byte where it belongs.
+ */
+static void spread_in_order(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 12 };
+	const uint64_t slot = 9 * MiB + 64;
+	static struct wevents ev;
+	struct tbuf lbuf;
+	struct win w;
+	uint64_t ops[N], lens[N];
+	char tag[16];
+
+	memset(&ev, 0, sizeof(ev));
+	xfer_set_window_cb(owner, window_cb, &ev);
+	win_make(owner, opener, N * slot, XFER_ACCESS_READWRITE, &w);
+	tbuf_make(opener, N * slot, &lbuf);
+	fill(lbuf.buf.addr, N * slot, 21);
+	fill(w.obuf.buf.addr, N * slot, 22);
+	for (int i = 0; i < N; i++) {
+		uint64_t base = (uint64_t)i * slot;
+		struct xfer_desc d = { lbuf.region, base, 0 };
+		lens[i] = i % 3 == 0 ? 9 * MiB + 1 : i % 3 == 1 ? 7 : 4 * KiB;
+		d.length = lens[i];
+		snprintf(tag, sizeof(tag), "%c%d", i % 3 == 2 ? 'g' : 'p', i);
+		if (i % 3 == 2)
+			CHECK_OK(xfer_get(opener, w.handle, base, &d, 1, tag, NULL, &ops[i]));
+		else
+			CHECK_OK(xfer_put(opener, w.handle, base, &d, 1, tag, NULL, &ops[i]));
+	}
+	for (int i = 0; i < N; i++)
+		wait_complete(opener, ops[i]);
+	WAIT_EVENTS(owner, ev.notified >= N);
+	for (int i = 0; i < N; i++) {
+		const uint8_t *win = (uint8_t *)w.obuf.buf.addr + (uint64_t)i * slot,
+			      *loc = (uint8_t *)lbuf.buf.addr + (uint64_t)i * slot;
+		snprintf(tag, sizeof(tag), "%c%d", i % 3 == 2 ? 'g' : 'p', i);
+		CHECK_STR_EQ(ev.tags[i], tag); /* in order */
+		CHECK_EQ_INT(ev.bytes[i], lens[i]);
+		CHECK_MEM_EQ(win, loc, lens[i]);
+	}
+	CHECK_OK(xfer_window_close(owner, w.window));
+	CHECK(xfer_dispatch(owner) >= 0);
+	CHECK_EQ_INT(ev.notified, N); /* exactly once */
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(cross_spread_in_order)
+{
+	on_two_nodes(spread_in_order);
 }
 
 /* The tags a slow owner took, checked in order as they come ("f0000", "f0001", ...). */
