@@ -1077,8 +1077,8 @@ static struct xd_hnote *note_of(struct xd_whandle *h, uint64_t op)
 	struct xd_hnote *n;
 
 	TAILQ_FOREACH_REVERSE(n, &h->notes, xd_hnotes, link)
-	if (n->op == op)
-		return n;
+		if (n->op == op)
+			return n;
 	return NULL;
 }
 
@@ -1426,16 +1426,19 @@ static void note_insert(struct xd_wopener *o, struct xd_wnote *n)
 {
 	struct xd_wnote *at = NULL;
 
-	if (n->order)
-		TAILQ_FOREACH_REVERSE(at, &o->notes, xd_wnotes, link)
-	if (!at->order || at->order < n->order)
-		break;
-	if (n->order && !at)
-		TAILQ_INSERT_HEAD(&o->notes, n, link);
-	else if (n->order)
-		TAILQ_INSERT_AFTER(&o->notes, at, n, link);
-	else
+	if (!n->order) {
 		TAILQ_INSERT_TAIL(&o->notes, n, link);
+	} else {
+		/* after the last one with no count or a smaller one, from the tail */
+		TAILQ_FOREACH_REVERSE(at, &o->notes, xd_wnotes, link) {
+			if (!at->order || at->order < n->order)
+				break;
+		}
+		if (at)
+			TAILQ_INSERT_AFTER(&o->notes, at, n, link);
+		else
+			TAILQ_INSERT_HEAD(&o->notes, n, link);
+	}
 	o->nnotes++;
 }
 
