@@ -94,8 +94,10 @@ static void cq_event_cb(evutil_socket_t fd, short what, void *arg)
 	struct ibv_cq *cq;
 	void *ctx;
 
-	if (ibv_get_cq_event(dev->channel, &cq, &ctx) == 0)
+	if (ibv_get_cq_event(dev->channel, &cq, &ctx) == 0) {
 		ibv_ack_cq_events(cq, 1);
+		dev->counters.cq_events++;
+	}
 	if (ibv_req_notify_cq(dev->cq, 0))
 		xd_log(XD_LOG_ERR, "%s: ibv_req_notify_cq failed", dev->name);
 	cq_reap(dev);
@@ -616,7 +618,7 @@ static json_t *dev_json(const struct xd_rdma_dev *dev)
 	const struct xd_rdma_counters *c = &dev->counters;
 
 	return json_pack("{s:s, s:b, s:b, s:[o], s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I}}",
+			 "s:I, s:I, s:I, s:I}}",
 			 "name", dev->name, "memory_windows", dev->windows, "poster_thread",
 			 dev->poster != NULL, "ports", port_json(dev), "staging", staging_json(dev),
 			 "counters", "rdma_reads", (json_int_t)c->reads, "rdma_read_bytes",
@@ -624,7 +626,9 @@ static json_t *dev_json(const struct xd_rdma_dev *dev)
 			 "rdma_write_bytes", (json_int_t)c->write_bytes, "sends",
 			 (json_int_t)c->sends, "recvs", (json_int_t)c->recvs, "completion_errors",
 			 (json_int_t)c->errors, "windows_bound", (json_int_t)c->windows_bound,
-			 "windows_open", (json_int_t)c->windows_open);
+			 "windows_open", (json_int_t)c->windows_open, "chains_posted",
+			 (json_int_t)c->chains, "completions", (json_int_t)c->completions,
+			 "cq_events", (json_int_t)c->cq_events);
 }
 
 /* Devices the kernel has but this daemon does not use (transport tcp, or not selected). */

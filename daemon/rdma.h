@@ -19,6 +19,10 @@ struct xd_rdma_counters {
 	uint64_t reads, read_bytes, writes, write_bytes, sends, recvs, errors;
 	uint64_t windows_bound; /**< memory windows bound for claims, ever */
 	uint64_t windows_open;	/**< of which not yet deallocated */
+	/* Per-op costs (rdma_conn.c, rdma.c): calls that post work, completions, loop wake-ups */
+	uint64_t chains;      /**< chains of work requests posted or handed to the poster */
+	uint64_t completions; /**< work completions handled (sends and receives) */
+	uint64_t cq_events;   /**< completion channel events: wake-ups of the loop by the CQ */
 };
 
 /*

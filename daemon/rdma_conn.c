@@ -547,6 +547,7 @@ static bool sq_full(const struct xd_rconn *rc, unsigned need)
  */
 static int rc_post(struct xd_rconn *rc, struct ibv_send_wr *wr, bool bulk)
 {
+	rc->dev->counters.chains++;
 	return xd_rdma_post(rc->dev, rc->cm->qp, rc->id, wr, &rc->posts_queued, bulk);
 }
 
@@ -1953,6 +1954,7 @@ static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 	       (unsigned)(wc->wr_id >> 32), low, wc->status, wc->opcode, wc->byte_len);
 	if (!rc || rc->dead)
 		return; /* a connection already torn down: its requests no longer matter */
+	dev->counters.completions++;
 	if (wc->status != IBV_WC_SUCCESS) {
 		completion_error(rc, wc);
 		return;

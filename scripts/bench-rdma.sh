@@ -124,9 +124,12 @@ retries() {
 	echo "$delta retries"
 }
 
-# perf TOOL SIZE: one perftest run; appends to PERF[TOOL.SIZE] (MiB/s; "-" if it failed).
+# perf TOOL SIZE: one perftest run; appends to PERF[TOOL.SIZE] (MiB/s; "-" if it failed). The
+# line says how busy the guest's vCPUs were, as xferd's lines do (one boot at host load 3-4:
+# ib_write_bw 50-74%, ib_read_bw 72-90%, xferd's window rows 60-76%): a run that left a vCPU
+# idle was not bound by the guest's CPU.
 perf() {
-	local tool=$1 s=$2 sp rc v
+	local tool=$1 s=$2 sp rc v c0
 	retries >/dev/null
 	# shellcheck disable=SC2086
 	"$tool" -d "$RXE_DEV1" -x "$RXE_GID1" -F $PERFTEST_ARGS -s "$s" -D "$DUR" >"$D/srv" 2>&1 &
@@ -137,6 +140,7 @@ perf() {
 		wait "$sp"
 		return
 	fi
+	c0=$(cpu_ticks)
 	# shellcheck disable=SC2086
 	timeout 120 "$tool" -d "$RXE_DEV0" -x "$RXE_GID0" -F $PERFTEST_ARGS -s "$s" -D "$DUR" "$RXE_IP1" >"$D/cli" 2>&1
 	rc=$?
@@ -145,7 +149,7 @@ perf() {
 	v=$(awk 'f { print $4; exit } /^ *#bytes/ { f = 1 }' "$D/cli")
 	if [ "$rc" = 0 ] && [ -n "$v" ]; then
 		PERF[$tool.$s]+=" $v"
-		echo "# $tool $s: $v MiB/s ($(retries))"
+		echo "# $tool $s: $v MiB/s ($(retries), vCPUs $(busy_between "$c0" "$(cpu_ticks)")% busy)"
 	else
 		PERF[$tool.$s]+=" -"
 		echo "bench-rdma: $tool -s $s failed (exit $rc): $(tail -n 3 "$D/cli" | tr '\n' ' ')" >&2

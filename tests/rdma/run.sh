@@ -652,6 +652,30 @@ fi
 # get or put: its windows_bound grows by far less than the ~2,500 cross-node gets and puts of
 # test_windows (the batch alone is 2,000), and windows_open is back to 0 once every opener let go.
 bound_now() { jfield "$(ctl 0 --json devices 2>&1)" windows_bound; }
+# per_op_now: node 1's chains_posted, completions and cq_events ("C P E").
+per_op_now() {
+	local j
+	j=$(ctl 1 --json devices 2>&1)
+	echo "$(jfield "$j" chains_posted) $(jfield "$j" completions) $(jfield "$j" cq_events)"
+}
+
+# The per-op costs list.devices counts: xferbench_net win (16 gets, then 16 puts, of 64 KiB in
+# flight in batches of 8, 1 s each) on node 1, the opener; each op needs at least one posted
+# chain's share and a completion's, and the loop wakes for some of them.
+check_per_op() {
+	local c0 p0 e0 c1 p1 e1 l ops
+	read -r c0 p0 e0 <<<"$(per_op_now)"
+	l=$(timeout -k 2 120 "$BUILD/xferbench_net" win --passive "$(node_sock 0)" --active "$(node_sock 1)" \
+		--sizes 64K --depths 16 --batch 8 --seconds 1 --json 2>&1)
+	ops=$(grep -o '"ops":[0-9]*' <<<"$l" | awk -F: '{ s += $2 } END { print s + 0 }')
+	read -r c1 p1 e1 <<<"$(per_op_now)"
+	if [ -n "$c0" ] && [ -n "$c1" ] && [ -n "$e1" ] && [ "$ops" -ge 64 ] && [ $((c1 - c0)) -gt 0 ] &&
+		[ $((p1 - p0)) -gt 0 ] && [ $((e1 - e0)) -gt 0 ] && [ $((e1 - e0)) -le $((p1 - p0)) ]; then
+		ok "windows: node 1 counted $((c1 - c0)) chains, $((p1 - p0)) completions, $((e1 - e0)) CQ wake-ups for $ops gets and puts (batches of 8)"
+	else
+		fail "windows: list.devices counts chains, completions and CQ wake-ups" "$ops ops, chains_posted $c0 -> $c1, completions $p0 -> $p1, cq_events $e0 -> $e1: $l"
+	fi
+}
 
 # staging_back NODE: waits up to 20 s until none of NODE's staging buffers is in use (a copy or
 # a request may still hold one for a moment after its transfer ended); prints `devices` as it
@@ -684,6 +708,7 @@ if want windows; then
 		else
 			fail "windows: one memory window per opener" "windows_bound $wb0 -> $wb1, windows_open '$wo': $j"
 		fi
+		check_per_op
 	fi
 	check_baseline "windows"
 fi
