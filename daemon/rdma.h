@@ -73,7 +73,7 @@ struct xd_rdma_dev;
 typedef void (*xd_rdma_completion_cb)(struct xd_rdma_dev *dev, const struct ibv_wc *wc);
 /*
  * rdma_conn.c's handler of a post that @dev's poster thread could not make (@err: errno;
- * @opcode: the chain's first work request's).
+ * @opcode: that of the work request that failed).
  */
 typedef void (*xd_rdma_post_failed_cb)(struct xd_rdma_dev *dev, uint32_t conn, int err,
 				       enum ibv_wr_opcode opcode);

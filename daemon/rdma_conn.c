@@ -1985,7 +1985,7 @@ static void rconn_completion(struct xd_rdma_dev *dev, const struct ibv_wc *wc)
 	}
 }
 
-/* What a chain of work requests that starts with @opcode carries, for a cause. */
+/* What a work request of @opcode carries, for a cause. */
 static const char *chain_name(enum ibv_wr_opcode opcode)
 {
 	switch (opcode) {
@@ -2002,7 +2002,8 @@ static const char *chain_name(enum ibv_wr_opcode opcode)
 	}
 }
 
-/* A chain (of @opcode first) that the device's poster thread could not post: the set fails. */
+/* A chain the device's poster thread could not post (its request of @opcode failed): the set
+ * fails. */
 static void rconn_post_failed(struct xd_rdma_dev *dev, uint32_t conn, int err,
 			      enum ibv_wr_opcode opcode)
 {

@@ -36,8 +36,9 @@ struct post_job {
 	STAILQ_ENTRY(post_job) link;
 	struct ibv_qp *qp;
 	uint32_t conn;
-	atomic_uint *queued; /**< the connection's count of chains waiting here */
-	int err;	     /**< a positive errno once its post failed */
+	atomic_uint *queued;	      /**< the connection's count of chains waiting here */
+	int err;		      /**< a positive errno once its post failed */
+	enum ibv_wr_opcode failed_op; /**< then the opcode of the request that failed */
 	int n;
 	struct ibv_send_wr wr[]; /* then the scatter entries */
 };
@@ -131,8 +132,12 @@ static void post_held(struct xd_rdma_poster *ps, struct post_jobs *held)
 		pthread_mutex_lock(&ps->lock);
 		bool dropped = qp_failed(ps, j->qp);
 		pthread_mutex_unlock(&ps->lock);
-		struct ibv_send_wr *bad;
+		struct ibv_send_wr *bad = NULL;
 		int err = dropped ? 0 : ibv_post_send(j->qp, &j->wr[0], &bad);
+		/* The request that failed names the cause: the chain may start with a job of
+		 * another kind (a control SEND queued before the WRITEs). Read before @bad's job
+		 * is freed below. */
+		j->failed_op = bad ? bad->opcode : j->wr[0].opcode;
 		for (struct post_job *k = j, *end = STAILQ_NEXT(last, link); k != end; k = next) {
 			next = STAILQ_NEXT(k, link);
 			STAILQ_REMOVE_HEAD(held, link);
@@ -189,7 +194,7 @@ static void poster_failed_cb(evutil_socket_t fd, short what, void *arg)
 		pthread_mutex_unlock(&ps->lock);
 		if (!j)
 			break;
-		ps->dev->rdma->post_failed(ps->dev, j->conn, j->err, j->wr[0].opcode);
+		ps->dev->rdma->post_failed(ps->dev, j->conn, j->err, j->failed_op);
 		pthread_mutex_lock(&ps->lock);
 		STAILQ_REMOVE_HEAD(&ps->failed, link);
 		pthread_mutex_unlock(&ps->lock);

@@ -13,8 +13,8 @@
  *
  * XFERD_TEST_POSTFAIL=PREFIX arms nothing by itself. While the file PREFIX.write exists, RDMA
  * WRITE work requests are counted: the file may hold a number N (read when the file is first
- * seen); the post whose chain holds the N+1th fails (nothing of it is posted, *bad_wr is its
- * first request). Work requests, not calls: the poster thread joins neighbouring chains into
+ * seen); the post whose chain holds the N+1th fails there, as a provider's does: the requests
+ * before it are posted, it and those after are not, and *bad_wr is it. Work requests, not calls: the poster thread joins neighbouring chains into
  * one call, so calls would not count alike with and without it. The file is then removed and
  * PREFIX.write.fired made, holding "poster thread" or "event loop": which thread made the post
  * (xferd's event loop is its main thread). One shot: the test makes the file again for another.
@@ -89,6 +89,15 @@ static long chain_count(const struct ibv_send_wr *wr, enum ibv_wr_opcode opcode)
 	return n;
 }
 
+/* The @k-th (from 0) request of @opcode in @wr's chain; NULL if there are not that many. */
+static struct ibv_send_wr *chain_nth(struct ibv_send_wr *wr, enum ibv_wr_opcode opcode, long k)
+{
+	for (; wr; wr = wr->next)
+		if (wr->opcode == opcode && k-- == 0)
+			return wr;
+	return NULL;
+}
+
 /* The number in @path (0 if none). */
 static long read_pass(const char *path)
 {
@@ -120,10 +129,13 @@ static void mark_fired(const char *path, const char *who)
 	rename(tmp, fired);
 }
 
-/* Whether this post of @wr must fail: a trigger matching it is armed and has no pass left. */
-static bool must_fail(const struct ibv_send_wr *wr)
+/*
+ * The request of @wr's chain whose post must fail (a trigger matching it is armed and has no
+ * pass left for it), or NULL.
+ */
+static struct ibv_send_wr *must_fail(struct ibv_send_wr *wr)
 {
-	bool fail = false;
+	struct ibv_send_wr *fail = NULL;
 
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < sizeof(triggers) / sizeof(triggers[0]) && !fail; i++) {
@@ -143,10 +155,10 @@ static bool must_fail(const struct ibv_send_wr *wr)
 			t->pass -= n;
 			continue;
 		}
+		fail = chain_nth(wr, t->opcode, t->pass);
 		unlink(t->path);
 		t->counting = false;
 		mark_fired(t->path, gettid() == getpid() ? "event loop" : "poster thread");
-		fail = true;
 	}
 	pthread_mutex_unlock(&lock);
 	return fail;
@@ -190,18 +202,31 @@ static int post_send_wrap(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 {
 	post_send_fn real = real_of(qp->context);
 
+	struct ibv_send_wr *fail, *before;
+
 	check_after_failure(qp, wr);
-	if (must_fail(wr)) {
-		pthread_mutex_lock(&lock);
-		int i = failed_slot(qp) >= 0 ? -1 : failed_slot(NULL);
-		if (i >= 0)
-			failed_qps[i] = qp;
-		pthread_mutex_unlock(&lock);
-		usleep(FAIL_DELAY_US);
-		*bad = wr;
-		return ENOMEM;
+	if (!real)
+		return EINVAL;
+	if (!(fail = must_fail(wr)))
+		return real(qp, wr, bad);
+	/* What comes before the failing request is posted, as a provider posts until one fails. */
+	if (fail != wr) {
+		for (before = wr; before->next != fail; before = before->next)
+			;
+		before->next = NULL;
+		int rc = real(qp, wr, bad);
+		before->next = fail;
+		if (rc)
+			return rc;
 	}
-	return real ? real(qp, wr, bad) : EINVAL;
+	pthread_mutex_lock(&lock);
+	int i = failed_slot(qp) >= 0 ? -1 : failed_slot(NULL);
+	if (i >= 0)
+		failed_qps[i] = qp;
+	pthread_mutex_unlock(&lock);
+	usleep(FAIL_DELAY_US);
+	*bad = fail;
+	return ENOMEM;
 }
 
 /* Replaces @ctx's post_send by post_send_wrap(), once. */
