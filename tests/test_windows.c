@@ -976,6 +976,22 @@ TEST(cross_batch_of_1000)
 }
 
 /*
+ * The rig of the tagged-ops tests: a read-write window over @len bytes of @owner's, opened by
+ * @opener, its events into @ev (cleared first), and a buffer @lbuf of @opener's as large; the
+ * opener's filled with pattern @seed, the window's with @seed + 1.
+ */
+static void tagged_rig(struct xfer_client *owner, struct xfer_client *opener, size_t len,
+		       unsigned seed, struct wevents *ev, struct win *w, struct tbuf *lbuf)
+{
+	memset(ev, 0, sizeof(*ev));
+	xfer_set_window_cb(owner, window_cb, ev);
+	win_make(owner, opener, len, XFER_ACCESS_READWRITE, w);
+	tbuf_make(opener, len, lbuf);
+	fill(lbuf->buf.addr, len, seed);
+	fill(w->obuf.buf.addr, len, seed + 1);
+}
+
+/*
  * Large and small tagged gets and puts in flight at once: puts larger than one frame (4 MiB,
  * XP_PEER_MAX_DATA) from three scattered descriptors, gets of ranges the owner filled, each
  * byte-exact, and every tag once in the order posted, gets and puts alike.
@@ -991,12 +1007,7 @@ static void large_mixed_in_order(struct xfer_client *owner, struct xfer_client *
 	uint64_t ops[N];
 	char tag[16];
 
-	memset(&ev, 0, sizeof(ev));
-	xfer_set_window_cb(owner, window_cb, &ev);
-	win_make(owner, opener, N * slot, XFER_ACCESS_READWRITE, &w);
-	tbuf_make(opener, N * slot, &lbuf);
-	fill(lbuf.buf.addr, N * slot, 11);
-	fill(w.obuf.buf.addr, N * slot, 12);
+	tagged_rig(owner, opener, N * slot, 11, &ev, &w, &lbuf);
 	for (int i = 0; i < N; i++) {
 		uint64_t len = sizes[i / 2 % 4], base = (uint64_t)i * slot, a = len / 3,
 			 b = 2 * len / 3;
@@ -1060,12 +1071,7 @@ static void spread_in_order(struct xfer_client *owner, struct xfer_client *opene
 	uint64_t ops[N], lens[N];
 	char tag[16];
 
-	memset(&ev, 0, sizeof(ev));
-	xfer_set_window_cb(owner, window_cb, &ev);
-	win_make(owner, opener, N * slot, XFER_ACCESS_READWRITE, &w);
-	tbuf_make(opener, N * slot, &lbuf);
-	fill(lbuf.buf.addr, N * slot, 21);
-	fill(w.obuf.buf.addr, N * slot, 22);
+	tagged_rig(owner, opener, N * slot, 21, &ev, &w, &lbuf);
 	for (int i = 0; i < N; i++) {
 		uint64_t base = (uint64_t)i * slot;
 		struct xfer_desc d = { lbuf.region, base, 0 };
