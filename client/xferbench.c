@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,6 +26,8 @@
 #define BENCH_MAX BENCH_GIB
 #define LAT_SIZE 64
 #define LAT_ITERS 1000
+#define DEPTH_DEFAULT 4
+#define DEPTH_MAX 64
 #define MD_LINE_MAX 20000 /* metadata is at most 16384 characters (PROTOCOL.md section 9) */
 
 struct opts {
@@ -35,6 +38,7 @@ struct opts {
 	int turn_in;	    /* bench --turns IN,OUT: the pipe the turn comes in on, or -1 */
 	int turn_out;	    /* ... and the one it leaves on */
 	bool turn_first;    /* bench --turn-first: this process holds the turn at the start */
+	int depth;	    /* bench --depth: pairings in flight in the in-flight rows */
 };
 
 /*
@@ -603,6 +607,303 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 	return err;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* bench --depth N: pairings in flight, through the library's events (no thread, no xfer_wait) */
+
+/*
+ * An in-flight round moves IFL_SLICES_PER_SLOT x depth pairings, each between slices of its
+ * own of the two buffers, so that every pairing's bytes are checked after the round: a slice
+ * moved twice in one round would hide a second pairing that moved nothing. Two per slot is
+ * the fewest that still starts new pairings as others end.
+ */
+#define IFL_SLICES_PER_SLOT 2
+#define IFL_SIDE_MAX (512 * BENCH_MIB) /* bytes of one side's slices: the rows stop before */
+#define IFL_POLL_MS 60000	       /* no event for this long: the round failed */
+
+/* One pairing in flight: the slice it moves and the two operations' ids (0: not made yet). */
+struct ifl_slot {
+	uint64_t pop, aop;
+	bool pend, aend; /* the passive's / the active's end was seen */
+	bool busy;
+};
+
+/* The state of one in-flight round of one direction, shared with the event callbacks. */
+struct ifl_round {
+	struct bench *b;
+	uint64_t size;
+	bool write;
+	int depth, total; /* pairings in flight at most; pairings of the round */
+	int started, ended;
+	struct ifl_slot *slot; /* @depth entries */
+	int err;	       /* the first failure, -errno */
+};
+
+static int ifl_total(int depth)
+{
+	return depth * IFL_SLICES_PER_SLOT;
+}
+
+/* Records @info as the end of the pairing it belongs to (op ids are stored by the library
+ * before it delivers an event that came during the call that made the op). */
+static void ifl_end(struct ifl_round *r, bool passive, const struct xfer_op_info *info)
+{
+	int i;
+
+	for (i = 0; i < r->depth; i++) {
+		struct ifl_slot *s = &r->slot[i];
+
+		if (!s->busy || (passive ? s->pop : s->aop) != info->op)
+			continue;
+		if (info->state != XFER_COMPLETE || info->bytes != r->size) {
+			fprintf(stderr,
+				"xferbench: in flight: %s op %" PRIu64 " ended %s after %" PRIu64
+				" of %" PRIu64 " bytes: %s (%s)\n",
+				passive ? "passive" : "active", info->op,
+				xfer_state_name(info->state), info->bytes, r->size, info->cause,
+				xfer_strerror(info->error));
+			r->err = r->err ? r->err : info->error ? info->error : -EIO;
+		}
+		*(passive ? &s->pend : &s->aend) = true;
+		if (s->pend && s->aend) {
+			s->busy = false;
+			r->ended++;
+		}
+		return;
+	}
+	fprintf(stderr,
+		"xferbench: in flight: an end for op %" PRIu64 ", no pairing of the round\n",
+		info->op);
+	r->err = r->err ? r->err : -EPROTO;
+}
+
+static void ifl_on_event(struct xfer_client *c, const struct xfer_op_info *info, void *arg)
+{
+	struct ifl_round *r = arg;
+
+	if (info->state == XFER_COMPLETE || info->state == XFER_CANCELLED ||
+	    info->state == XFER_ERRORED)
+		ifl_end(r, c == r->b->pas, info);
+}
+
+/*
+ * Starts pairing number r->started in free slot @s: the passive offer, then the active claim
+ * with XFER_OP_NOWAIT, both released by the daemon at their ends: the flags the Python package
+ * gives every operation (xferd/_clib.py op_flags), so the daemon does the same work for both.
+ */
+static int ifl_start(struct ifl_round *r, struct ifl_slot *s)
+{
+	static const struct xfer_op_opts popts = { 0, XFER_OP_RELEASE_ON_END };
+	static const struct xfer_op_opts aopts = { 0, XFER_OP_RELEASE_ON_END | XFER_OP_NOWAIT };
+	struct bench *b = r->b;
+	uint64_t off = (uint64_t)r->started * r->size;
+	struct xfer_desc pd = { b->pbuf.region, off, r->size },
+			 ad = { b->abuf.region, off, r->size };
+	char *md = NULL;
+	int err;
+
+	*s = (struct ifl_slot){ .busy = true };
+	r->started++;
+	err = r->write ? xfer_writable(b->pas, &pd, 1, &popts, &s->pop, &md) :
+			 xfer_readable(b->pas, &pd, 1, &popts, &s->pop, &md);
+	if (err)
+		return bench_fail(b->pas, r->write ? "xfer_writable" : "xfer_readable", err);
+	err = r->write ? xfer_write(b->act, md, &ad, 1, &aopts, &s->aop) :
+			 xfer_read(b->act, md, &ad, 1, &aopts, &s->aop);
+	free(md);
+	return err ? bench_fail(b->act, r->write ? "xfer_write" : "xfer_read", err) : 0;
+}
+
+/*
+ * Fills every free slot with the round's next pairings, again while the calls' own events free
+ * slots (all of them may end inside these calls: nothing would then wake a poll()).
+ * Returns 0 or -errno.
+ */
+static int ifl_refill(struct ifl_round *r)
+{
+	bool again = true;
+	int i, err = 0;
+
+	while (again && !err && !r->err) {
+		again = false;
+		for (i = 0; !err && !r->err && i < r->depth && r->started < r->total; i++) {
+			if (!r->slot[i].busy) {
+				err = ifl_start(r, &r->slot[i]);
+				again = true;
+			}
+		}
+	}
+	return err ? err : r->err;
+}
+
+/* Sleeps in poll() until either connection has events, then takes them. Returns 0 or -errno. */
+static int ifl_take_events(struct ifl_round *r)
+{
+	struct pollfd pfd[2] = { { xfer_get_fd(r->b->pas), POLLIN, 0 },
+				 { xfer_get_fd(r->b->act), POLLIN, 0 } };
+	int n = poll(pfd, 2, IFL_POLL_MS), err = 0;
+
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	if (n == 0) {
+		fprintf(stderr,
+			"xferbench: in flight: no event in %d s with %d of %d pairings ended\n",
+			IFL_POLL_MS / 1000, r->ended, r->total);
+		return -ETIMEDOUT;
+	}
+	if (pfd[0].revents)
+		err = xfer_dispatch(r->b->pas);
+	if (err >= 0 && pfd[1].revents)
+		err = xfer_dispatch(r->b->act);
+	return err < 0 ? bench_fail(NULL, "xfer_dispatch", err) : r->err;
+}
+
+/*
+ * One timed direction of an in-flight round: r->total pairings, at most r->depth at once, a new
+ * one started as soon as one has ended on both sides. Returns 0 and *ns, from the first offer
+ * to the last end, or -errno.
+ */
+static int ifl_run(struct ifl_round *r, uint64_t *ns)
+{
+	uint64_t t0;
+	int err = 0;
+
+	xfer_set_event_cb(r->b->pas, ifl_on_event, r);
+	xfer_set_event_cb(r->b->act, ifl_on_event, r);
+	t0 = bench_now_ns();
+	while (!err && r->ended < r->total) {
+		err = ifl_refill(r);
+		if (!err && r->ended < r->total)
+			err = ifl_take_events(r);
+	}
+	*ns = bench_now_ns() - t0;
+	xfer_set_event_cb(r->b->act, NULL, NULL);
+	xfer_set_event_cb(r->b->pas, NULL, NULL);
+	return err;
+}
+
+/* The pattern of slice @j of a round's direction @dir (0 read, 1 write): each slice its own. */
+static uint64_t ifl_seed(unsigned int round, int dir, int total, int j)
+{
+	return 500000 + (2ULL * round + (unsigned int)dir) * (uint64_t)total + (uint64_t)j;
+}
+
+static void ifl_fill(void *buf, uint64_t size, unsigned int round, int dir, int total)
+{
+	int j;
+
+	for (j = 0; j < total; j++)
+		bench_pattern_fill((char *)buf + (size_t)j * size, size,
+				   ifl_seed(round, dir, total, j));
+}
+
+static bool ifl_check(const char *who, const void *buf, uint64_t size, unsigned int round, int dir,
+		      int total)
+{
+	int j;
+
+	for (j = 0; j < total; j++)
+		if (!bench_verify(who, (const char *)buf + (size_t)j * size, size,
+				  ifl_seed(round, dir, total, j)))
+			return false;
+	return true;
+}
+
+/*
+ * One in-flight round: fill the passive slices, read them all in flight, check every active
+ * slice; fill the active slices, write them all in flight, check every passive slice. The
+ * filling and checking is untimed, as in bench_round(). Returns 0 and ns[2] or -errno.
+ */
+static int ifl_round(struct bench *b, uint64_t size, int depth, unsigned int round, uint64_t ns[2])
+{
+	struct ifl_slot *slot = calloc((size_t)depth, sizeof(*slot));
+	int total = ifl_total(depth), dir, err = 0;
+
+	if (!slot)
+		return -ENOMEM;
+	for (dir = 0; !err && dir < 2; dir++) {
+		struct ifl_round r = { .b = b,
+				       .size = size,
+				       .write = dir == 1,
+				       .depth = depth,
+				       .total = total,
+				       .slot = slot };
+		void *src = dir ? b->abuf.buf.addr : b->pbuf.buf.addr;
+		void *dst = dir ? b->pbuf.buf.addr : b->abuf.buf.addr;
+
+		memset(slot, 0, (size_t)depth * sizeof(*slot));
+		ifl_fill(src, size, round, dir, total);
+		err = ifl_run(&r, &ns[dir]);
+		if (!err && !ifl_check(dir ? "in flight write" : "in flight read", dst, size, round,
+				       dir, total))
+			err = -EIO;
+	}
+	free(slot);
+	return err;
+}
+
+/* Whether the in-flight rows run at @size: from 1 MiB (the Python bench's first size) while
+ * one side's slices stay within IFL_SIDE_MAX. xferbench.py decides alike (inflight_sizes). */
+static bool ifl_size_ok(uint64_t size, int depth)
+{
+	return size >= BENCH_MIB && size * (uint64_t)ifl_total(depth) <= IFL_SIDE_MAX;
+}
+
+static void ifl_header(int depth)
+{
+	printf("\nin flight (--depth %d), a separate measure: %d pairings of a size at once, a new one "
+	       "started as one ends (the library's\nevents, one thread), %d per round, each on "
+	       "slices of its own of the two buffers; time = the round's first offer\nto its last "
+	       "end seen on both sides (offers and claims included), median of the rounds after "
+	       "one warm-up;\nGB/s = the round's bytes / its time; every slice checked in full\n\n",
+	       depth, depth, ifl_total(depth));
+	printf("%9s %5s %5s %5s %9s %9s %9s %9s  %s\n", "size", "iters", "depth", "pairs", "read",
+	       "write", "read us", "write us", "verified");
+	printf("%9s %5s %5s %5s %9s %9s %9s %9s\n", "", "", "", "", "GB/s", "GB/s", "/round",
+	       "/round");
+}
+
+/* Registers both sides' slices of @size, runs a warm-up round and @iters rounds, prints a row. */
+static int ifl_size(struct bench *b, const struct opts *o, uint64_t size)
+{
+	int iters = bench_iters(o, size), total = ifl_total(o->depth), err, i;
+	uint64_t *ns = calloc((size_t)iters * 2, sizeof(uint64_t)), med[2];
+	char sz[32];
+
+	if (!ns)
+		return -ENOMEM;
+	err = turn_take(&b->turns);
+	if (!err)
+		err = bench_buf_create(b->pas, size * (uint64_t)total, "ifl-passive", &b->pbuf);
+	if (!err)
+		err = bench_buf_create(b->act, size * (uint64_t)total, "ifl-active", &b->abuf);
+	for (i = -1; !err && i < iters; i++) {
+		uint64_t r[2];
+
+		err = ifl_round(b, size, o->depth, (unsigned int)(i + 1), r);
+		if (!err && i >= 0) {
+			ns[i] = r[0];
+			ns[iters + i] = r[1];
+		}
+		if (!err)
+			err = turn_between(&b->turns);
+	}
+	reg_buf_destroy(b->act, &b->abuf);
+	reg_buf_destroy(b->pas, &b->pbuf);
+	if (!err)
+		err = turn_pass(&b->turns);
+	if (!err) {
+		med[0] = bench_percentile(ns, (size_t)iters, 50);
+		med[1] = bench_percentile(ns + iters, (size_t)iters, 50);
+		printf("%9s %5d %5d %5d %9.2f %9.2f %9.1f %9.1f  yes  in flight\n",
+		       bench_fmt_size(size, sz, sizeof(sz)), iters, o->depth, total,
+		       bench_gbps(size * (uint64_t)total, med[0]),
+		       bench_gbps(size * (uint64_t)total, med[1]), (double)med[0] / 1e3,
+		       (double)med[1] / 1e3);
+	}
+	free(ns);
+	return err;
+}
+
 static void lat_row(const char *what, uint64_t *v, size_t n)
 {
 	uint64_t med = bench_percentile(v, n, 50), p99 = bench_percentile(v, n, 99);
@@ -763,6 +1064,7 @@ static int run_bench(const struct opts *o)
 		64 * BENCH_MIB, 256 * BENCH_MIB, BENCH_GIB,
 	};
 	struct bench b = { .turns = { o->turn_in, o->turn_out, o->turn_first, false } };
+	bool header = false; /* the in-flight rows' */
 	size_t i;
 	int err;
 
@@ -774,6 +1076,14 @@ static int run_bench(const struct opts *o)
 		bench_header(o);
 	for (i = 0; !err && i < sizeof(sizes) / sizeof(sizes[0]) && sizes[i] <= o->max; i++)
 		err = bench_size(&b, o, sizes[i]);
+	for (i = 0; !err && i < sizeof(sizes) / sizeof(sizes[0]) && sizes[i] <= o->max; i++) {
+		if (!ifl_size_ok(sizes[i], o->depth))
+			continue;
+		if (!header)
+			ifl_header(o->depth);
+		header = true;
+		err = ifl_size(&b, o, sizes[i]);
+	}
 	if (!err)
 		err = bench_latency(&b);
 	if (!err)
@@ -796,6 +1106,8 @@ static void usage(FILE *f)
 		"       xferbench bench [--socket PATH] [--max SIZE] [--iters N]   (default 1G)\n"
 		"                       [--turns IN,OUT [--turn-first]]   (lockstep with another\n"
 		"                       bench process over two pipes: a byte passed after each round)\n"
+		"                       [--depth N]   (pairings in flight in the in-flight rows, 1-64;\n"
+		"                       default 4)\n"
 		"       xferbench baseline   (AF_UNIX round trips between two processes only)\n"
 		"Needs a running xferd: --socket PATH, else $XFERD_SOCKET, else "
 		"/run/xferd/xferd.sock.\n"
@@ -844,6 +1156,12 @@ static int set_opt(void *ctx, int c, const char *arg)
 	case 'f':
 		o->turn_first = true;
 		return 0;
+	case 'd':
+		o->depth = atoi(arg);
+		if (o->depth >= 1 && o->depth <= DEPTH_MAX &&
+		    strspn(arg, "0123456789") == strlen(arg))
+			return 0;
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -851,6 +1169,7 @@ static int set_opt(void *ctx, int c, const char *arg)
 		c == 'z' ? "size" :
 		c == 'm' ? "max" :
 		c == 't' ? "turns" :
+		c == 'd' ? "depth" :
 			   "iters");
 	return 2;
 }
@@ -865,10 +1184,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "iters", required_argument, NULL, 'i' },
 		{ "turns", required_argument, NULL, 't' },
 		{ "turn-first", no_argument, NULL, 'f' },
+		{ "depth", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int rc = bench_getopt(argc, argv, "s:z:m:i:t:fh", lopts, set_opt, o, usage);
+	int rc = bench_getopt(argc, argv, "s:z:m:i:t:fd:h", lopts, set_opt, o, usage);
 
 	if (rc || optind == argc)
 		return rc;
@@ -883,7 +1203,11 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*run)(const struct opts *);
 	} modes[] = { { "demo", run_demo }, { "bench", run_bench }, { "baseline", run_baseline } };
-	struct opts o = { .size = DEMO_SIZE, .max = BENCH_MAX, .turn_in = -1, .turn_out = -1 };
+	struct opts o = { .size = DEMO_SIZE,
+			  .max = BENCH_MAX,
+			  .turn_in = -1,
+			  .turn_out = -1,
+			  .depth = DEPTH_DEFAULT };
 	size_t i;
 	int rc;
 

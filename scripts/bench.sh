@@ -20,6 +20,13 @@
 # with rounds and a summary of its own (the C client runs its rounds again beside each):
 # asyncio's own loop, the default of any asyncio program, and uvloop (Debian python3-uvloop),
 # what the servers of vLLM and SGLang run. PY_LOOP=asyncio,uvloop measures both.
+#
+# Both clients also print in-flight rows, a separate measure beside (never instead of) the
+# sequential ones above: --depth N (default 4; give it here, it goes to both) pairings of a size
+# at once, a new one started as one ends, 2N per round on slices of their own, time = the
+# round's first offer to its last end. C takes the library's events on one thread, Python one
+# event loop with N tasks. They take turns like the sequential rounds, and the summary gives
+# them their own ratios and per-round spreads (xferbench.py --summary).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/xferd-tmp.sh
@@ -68,7 +75,8 @@ lockstep_round()
 	return "$rc"
 }
 
-# show_round LOOP ROUND: the first round whole, later rounds only their size rows.
+# show_round LOOP ROUND: the first round whole, later rounds only their size rows (the in-flight
+# ones end "in flight").
 show_round()
 {
 	local loop=$1 r=$2

@@ -4,10 +4,12 @@ The lockstep of `make bench` (scripts/bench.sh): the C client (`xferbench bench 
 the Python one (client/python/examples/xferbench.py --turns) pass one turn between them over
 pipes, so the two never run at once. Here the test sits between them and relays the turn: a
 byte from the process that does not hold it is a broken lockstep. Both must finish with every
-transfer checked, and one that dies must leave the other to finish alone.
+transfer checked, and one that dies must leave the other to finish alone. Their in-flight rows
+(--depth N) take turns as well and are checked here the same way.
 """
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import pytest
 from conftest import BUILD, SRC
 
 PY_BENCH = SRC / "client" / "python" / "examples" / "xferbench.py"
-ARGS = ["--max", "1M", "--iters", "2"]
+ARGS = ["--max", "1M", "--iters", "2", "--depth", "3"]
 
 
 def start(cmd, inp, out, first=False):
@@ -102,10 +104,14 @@ def test_benches_take_turns_and_check_every_transfer(daemon):
     assert rc_c == 0, err_c
     assert rc_py == 0, err_py
     # C: 4 KiB and 64 KiB are a turn each; 1 MiB: one per round (a warm-up and 2) and one to
-    # let its buffers go; the latency rounds one. Python starts at 1 MiB: the same from there.
-    assert count == {"c": 2 + 4 + 1, "py": 4 + 1}, count
-    assert "   1 MiB     2 " in out_c and out_c.count("  yes") == 3, out_c
-    assert "1M     2 " in out_py and out_py.count("  yes") == 1, out_py
+    # let its buffers go, then as many for its in-flight rounds; the latency rounds one. Python
+    # starts at 1 MiB: the same from there.
+    assert count == {"c": 2 + 4 + 4 + 1, "py": 4 + 4 + 1}, count
+    assert "   1 MiB     2 " in out_c and out_c.count("  yes") == 4, out_c
+    assert "1M     2 " in out_py and out_py.count("  yes") == 2, out_py
+    # the in-flight rows: depth 3, so 6 pairings a round, every slice checked
+    assert re.search(r"^ +1 MiB +2 +3 +6 .*  yes  in flight$", out_c, re.M), out_c
+    assert re.search(r"^ +1M +2 +3 +6 .*  yes  in flight$", out_py, re.M), out_py
 
 
 def test_bench_left_alone_when_the_other_dies(daemon):
@@ -115,7 +121,7 @@ def test_bench_left_alone_when_the_other_dies(daemon):
     rc_py, out_py, err_py = finish(procs["py"])
     assert procs["c"].returncode == -9
     assert rc_py == 0, err_py
-    assert "1M     2 " in out_py and out_py.count("  yes") == 1, out_py
+    assert "1M     2 " in out_py and out_py.count("  yes") == 2, out_py
     assert count["c"] == 3
 
 
@@ -163,7 +169,7 @@ def test_bench_runs_on_uvloop_and_says_so(daemon, tmp_path):
     r = subprocess.run([sys.executable, str(PY_BENCH), "--socket", daemon.sock, "--loop", "uvloop",
                         "--json", str(out_json)] + ARGS, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "on uvloop's event loop" in r.stdout and r.stdout.count("  yes") == 1, r.stdout
+    assert "on uvloop's event loop" in r.stdout and r.stdout.count("  yes") == 2, r.stdout
     assert json.loads(out_json.read_text())["loop"] == "uvloop"
     c = subprocess.run([str(BUILD / "xferbench"), "bench", "--socket", daemon.sock] + ARGS,
                        capture_output=True, text=True, timeout=120)
@@ -174,3 +180,69 @@ def test_bench_runs_on_uvloop_and_says_so(daemon, tmp_path):
                         str(out_json)], capture_output=True, text=True, timeout=60)
     assert s.returncode == 0, s.stderr
     assert "Python client (on uvloop's event loop) / C client over 1 rounds" in s.stdout, s.stdout
+    assert re.search(r"^In flight, a separate measure \(--depth 3: .*\n  +1M read .*x  \(rounds "
+                     r".*\n  +1M write ", s.stdout, re.M), s.stdout
+
+
+def load_bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("xferbench_py", PY_BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_inflight_keeps_depth_pairings_in_flight_each_on_its_own_slices(monkeypatch):
+    """xferbench.py's in-flight round starts @depth pairings at once and a new one as one ends,
+    each slice of the round exactly once."""
+    import asyncio
+
+    bench = load_bench()
+    live, peak, seen = [0], [0], []
+
+    async def fake_pair(pas, act, pbuf, abuf, write):
+        seen.append((pbuf, abuf))
+        live[0] += 1
+        peak[0] = max(peak[0], live[0])
+        for _ in range(1 + len(seen) % 3):  # ends in another order than they started
+            await asyncio.sleep(0)
+        live[0] -= 1
+
+    monkeypatch.setattr(bench, "pair", fake_pair)
+    slices = list(range(8))
+    asyncio.run(bench.inflight_run(None, None, slices, [-j for j in slices], False, 4))
+    assert peak[0] == 4, peak
+    assert sorted(seen) == sorted((j, -j) for j in slices), seen
+
+
+def test_inflight_round_fails_on_a_pairing_that_moved_nothing(daemon, monkeypatch):
+    """A pairing of an in-flight round that ends COMPLETE but moved no bytes fails the round,
+    naming it: every slice is checked against its own pattern."""
+    import asyncio
+
+    bench = load_bench()
+    real = bench.pair
+
+    async def skip_one(pas, act, pbuf, abuf, write):
+        if pbuf is skipped[0]:
+            return None
+        return await real(pas, act, pbuf, abuf, write)
+
+    skipped = [None]
+    monkeypatch.setattr(bench, "pair", skip_one)
+
+    async def run(size):
+        async with bench.xferd.Connector(daemon.sock, "py-passive") as pas, \
+                bench.xferd.Connector(daemon.sock, "py-active") as act:
+            bufs = (bench.zeroed(size * 4), bench.zeroed(size * 4))
+            slices = tuple([bench.xferd.Descriptor(b[j * size:(j + 1) * size]).register_memory(c)
+                            for j in range(4)] for b, c in zip(bufs, (pas, act)))
+            pat = bench.make_pattern("c")[0]
+            ns = await bench.inflight_round(pas, act, bufs, slices, size, 2, pat, 1)
+            assert len(ns) == 2
+            skipped[0] = slices[0][2]
+            await bench.inflight_round(pas, act, bufs, slices, size, 2, pat, 2)
+
+    with pytest.raises(SystemExit, match="in flight read of 65536 bytes, pairing 2 of 4"):
+        asyncio.run(run(65536))

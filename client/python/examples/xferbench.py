@@ -7,7 +7,7 @@ COMPLETE for 1 MiB .. --max, read and write, every transfer checked in full; and
 a small operation (64 B: create_readable + begin_read + both ends seen, one whole round).
 
   xferbench.py --socket PATH [--max SIZE] [--iters N] [--compare XFERBENCH_OUTPUT] [--ref]
-               [--json OUT] [--turns IN,OUT [--turn-first]] [--loop asyncio|uvloop]
+               [--json OUT] [--turns IN,OUT [--turn-first]] [--loop asyncio|uvloop] [--depth N]
   xferbench.py --summary --c C_OUTPUT... --py OUT...
 
 Each round is the C client's, step for step (the same pattern filled and checked, the same
@@ -30,6 +30,13 @@ once yet measure within milliseconds of each other: one pair of processes run mi
 one after the other, drifted by more than the 5% target on this shared machine. --loop uvloop
 runs the package on uvloop's event loop (Debian python3-uvloop; what vLLM's and SGLang's servers
 run) instead of asyncio's own; --json records which, and --summary says it.
+
+The in-flight rows (--depth N, default 4; `xferbench bench --depth` prints the C client's) are
+a separate measure: N pairings of a size at once on one event loop, N tasks each starting its
+next pairing as its last one ended (create_readable, begin_read, both ends awaited: what an
+engine writes), 2N per round, each between slices of its own of two buffers so that every
+pairing's bytes are checked after the round; time = the round's first offer to its last end,
+GB/s = the round's bytes / its time. --summary gives them their own ratios and spreads.
 """
 import argparse
 import asyncio
@@ -48,6 +55,9 @@ from xferd import _clib  # noqa: E402  (--ref: the C library's own calls)
 
 MIB, GIB = 1 << 20, 1 << 30
 LAT_SIZE, LAT_ITERS = 64, 1000
+# The in-flight rows, as client/xferbench.c's (IFL_SLICES_PER_SLOT, IFL_SIDE_MAX, DEPTH_MAX):
+# pairings of a round per pairing in flight, and the most one side's slices may take.
+INFLIGHT_SLICES_PER_SLOT, INFLIGHT_SIDE_MAX, DEPTH_MAX = 2, 512 * MIB, 64
 
 
 class Turns:
@@ -222,7 +232,7 @@ class CPattern:
         lib.bench_pattern_fill.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]
         lib.bench_pattern_fill.restype = None
         lib.bench_pattern_check.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64,
-                                            ctypes.c_void_p]
+                                            ctypes.POINTER(ctypes.c_size_t)]
         lib.bench_pattern_check.restype = ctypes.c_bool
         self.lib = lib
 
@@ -230,7 +240,10 @@ class CPattern:
         self.lib.bench_pattern_fill(buf.ctypes.data, buf.nbytes, seed)
 
     def check(self, buf, seed):
-        return self.lib.bench_pattern_check(buf.ctypes.data, buf.nbytes, seed, None)
+        # (the C function stores the first bad offset through its last argument, never NULL:
+        # passing None crashed the bench on the first mismatch instead of reporting it)
+        bad = ctypes.c_size_t()
+        return self.lib.bench_pattern_check(buf.ctypes.data, buf.nbytes, seed, ctypes.byref(bad))
 
 
 def make_pattern(kind):
@@ -362,6 +375,71 @@ async def bench_latency(pas, act, ref=None, turns=NO_TURNS):
     return {k: (pct(v, 50), pct(v, 99)) for k, v in rounds.items()}
 
 
+def inflight_sizes(sizes, depth):
+    """The sizes of the in-flight rows: those whose slices fit INFLIGHT_SIDE_MAX a side (the C
+    client's ifl_size_ok())."""
+    return [s for s in sizes if s * depth * INFLIGHT_SLICES_PER_SLOT <= INFLIGHT_SIDE_MAX]
+
+
+def inflight_seed(rnd, direction, total, j):
+    """The pattern of slice @j in round @rnd's @direction (0 read, 1 write): ifl_seed() in C."""
+    return 500000 + (2 * rnd + direction) * total + j
+
+
+async def inflight_run(pas, act, pslices, aslices, write, depth):
+    """One timed direction of an in-flight round: a pairing per slice (pair(): offer, claim,
+    both ends awaited), @depth tasks at once, each taking the next slice as its pairing ends.
+    Returns the ns from the first offer to the last end."""
+    todo = iter(range(len(pslices)))  # shared: each task takes the next slice
+
+    async def chain():
+        for j in todo:
+            await pair(pas, act, pslices[j], aslices[j], write)
+
+    t0 = time.perf_counter_ns()
+    await asyncio.gather(*[chain() for _ in range(depth)])
+    return time.perf_counter_ns() - t0
+
+
+async def inflight_round(pas, act, bufs, slices, size, depth, pat, rnd):
+    """One in-flight round (ifl_round() in C): fill the passive slices, read them all in flight,
+    check every active slice; fill the active slices, write, check the passive ones (untimed).
+    Returns (read ns, write ns)."""
+    total, ns = len(slices[0]), []
+    for direction, what in enumerate(("read", "write")):
+        src, dst = bufs[direction], bufs[1 - direction]
+        for j in range(total):
+            pat.fill(src[j * size:(j + 1) * size], inflight_seed(rnd, direction, total, j))
+        ns.append(await inflight_run(pas, act, slices[0], slices[1], direction == 1, depth))
+        for j in range(total):
+            if not pat.check(dst[j * size:(j + 1) * size], inflight_seed(rnd, direction, total, j)):
+                raise SystemExit("xferbench.py: in flight %s of %d bytes, pairing %d of %d: bytes "
+                                 "differ" % (what, size, j, total))
+    return ns
+
+
+async def inflight_size(pas, act, size, iters, depth, pattern="c", turns=NO_TURNS):
+    """The in-flight row of @size (ifl_size() in C): both sides' slices made in one turn, a
+    warm-up round and @iters rounds, each followed by a turn of the other process.
+    Returns (read p50, write p50) in ns."""
+    turns.take()
+    total = depth * INFLIGHT_SLICES_PER_SLOT
+    bufs = (zeroed(size * total), zeroed(size * total))  # passive's, active's
+    slices = tuple([xferd.Descriptor(b[j * size:(j + 1) * size]).register_memory(c)
+                    for j in range(total)] for b, c in zip(bufs, (pas, act)))
+    pat = make_pattern(pattern)[0]
+    times = ([], [])
+    for i in range(-1, iters):
+        got = await inflight_round(pas, act, bufs, slices, size, depth, pat, i + 1)
+        if i >= 0:
+            times[0].append(got[0])
+            times[1].append(got[1])
+        turns.between()
+    del slices, bufs  # (unmapped in this turn; the daemon lets go at the next call)
+    turns.give()
+    return pct(times[0], 50), pct(times[1], 50)
+
+
 def iters_for(size, forced):
     return forced or max(5, min(200, GIB // size))
 
@@ -396,6 +474,7 @@ async def main_async(a):
                       "calls, this process, interleaved: Python/ref %.2fx / %.2fx" % (
                           "", "", size / cr, size / cw, cr / 1e3, cw / 1e3, cr99 / 1e3, cw99 / 1e3,
                           cr / r, cw / w), flush=True)
+        inflight = await inflight_rows(pas, act, sizes, a, turns)
         lat = await bench_latency(pas, act, ref, turns)
         med, p99 = lat["py"]
         print("\nsmall-op latency, %d B, %d rounds after 10 warm-up: create_readable + begin_read + "
@@ -405,7 +484,41 @@ async def main_async(a):
                   "%.2fx" % (lat["ref"][0] / 1e3, lat["ref"][1] / 1e3, med / lat["ref"][0]))
         for c in ref or ():
             c.close()
-    return results, med, lat, ref_results
+    return results, med, lat, ref_results, inflight
+
+
+async def inflight_rows(pas, act, sizes, a, turns):
+    """The in-flight rows (see the top): {size: (read ns, write ns)} round medians."""
+    out, total = {}, a.depth * INFLIGHT_SLICES_PER_SLOT
+    for size in inflight_sizes(sizes, a.depth):
+        if not out:
+            print("\nin flight (--depth %d), a separate measure: %d pairings of a size at once on "
+                  "one event loop (a task each, its next pairing\nstarted as one ends), %d per "
+                  "round, each on slices of its own; time = the round's first offer to its last "
+                  "end,\nmedian; GB/s = the round's bytes / its time; every slice checked in full"
+                  % (a.depth, a.depth, total))
+            print("%9s %5s %5s %5s %9s %9s %9s %9s  %s" % (
+                "size", "iters", "depth", "pairs", "read", "write", "read us", "write us",
+                "verified"))
+        r, w = await inflight_size(pas, act, size, iters_for(size, a.iters), a.depth, a.pattern,
+                                   turns)
+        out[size] = (r, w)
+        print("%9s %5d %5d %5d %9.2f %9.2f %9.1f %9.1f  yes  in flight" % (
+            fmt_size(size), iters_for(size, a.iters), a.depth, total, size * total / r,
+            size * total / w, r / 1e3, w / 1e3), flush=True)
+    return out
+
+
+def parse_c_inflight(path):
+    """The in-flight rows `xferbench bench` printed: (depth or None, {size: (read ns, write ns)}
+    round medians)."""
+    rows, depth = {}, None
+    for m in re.finditer(r"^\s*(\d+) ([KMG])iB\s+\d+\s+(\d+)\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+"
+                         r"([\d.]+)\s+yes\s+in flight$", open(path).read(), re.M):
+        depth = int(m.group(3))
+        rows[parse_size(m.group(1) + m.group(2))] = (float(m.group(4)) * 1e3,
+                                                     float(m.group(5)) * 1e3)
+    return depth, rows
 
 
 def parse_c_output(path):
@@ -444,11 +557,13 @@ def compare(path, results, lat_ns):
     return 1 if missed else 0
 
 
-def write_json(path, results, lat, ref_results, loop):
+def write_json(path, results, lat, ref_results, loop, depth, inflight):
     """This run's medians (ns) for --summary: sizes' (read, write) and the 64 B rounds; with
-    --ref also the C library's calls of this process (ref_sizes); the event loop's name."""
+    --ref also the C library's calls of this process (ref_sizes); the event loop's name; the
+    in-flight rounds' (read, write) and their depth."""
     with open(path, "w") as f:
         json.dump({"loop": loop, "sizes": {str(k): v for k, v in results.items()},
+                   "depth": depth, "inflight": {str(k): v for k, v in inflight.items()},
                    "ref_sizes": {str(k): v for k, v in ref_results.items()},
                    "lat": lat["py"][0], "ref_lat": lat["ref"][0] if "ref" in lat else None}, f)
 
@@ -459,15 +574,16 @@ def median(v):
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-def summary_row(what, c_ns, py_ns, target, higher_is_better):
-    """One --summary line: medians over the rounds, their ratio, the per-round ratios' spread.
-    Returns True when the ratio of the medians meets @target."""
+def summary_row(what, c_ns, py_ns, target, higher_is_better, verdicts=("met", "MISSED")):
+    """One --summary line: medians over the rounds, their ratio, the per-round ratios' spread,
+    and @verdicts[0] or [1] as the ratio of the medians meets @target or not. Returns whether
+    it met it."""
     per_round = sorted((c / p if higher_is_better else p / c) for c, p in zip(c_ns, py_ns))
     ratio = median(c_ns) / median(py_ns) if higher_is_better else median(py_ns) / median(c_ns)
     ok = ratio >= target if higher_is_better else ratio <= target
     print("  %-12s C %9.1f us  Python %9.1f us  %.2fx  (rounds %.2f..%.2f, median %.2f)  %s" % (
         what, median(c_ns) / 1e3, median(py_ns) / 1e3, ratio, per_round[0], per_round[-1],
-        median(per_round), "met" if ok else "MISSED"))
+        median(per_round), verdicts[0] if ok else verdicts[1]))
     return ok
 
 
@@ -493,8 +609,33 @@ def summary(c_paths, py_paths):
         for k, what in enumerate(("read", "write")):
             ok &= summary_row("%5s %-5s" % (fmt_size(size), what), [c[0][size][k] for c in cs],
                               [p["sizes"][key][k] for p in pys], 0.95, True)
+    inflight_summary(c_paths, pys)
     ref_summary(pys)
     return 0 if ok else 1
+
+
+def inflight_summary(c_paths, pys):
+    """The in-flight rows of every round, C and Python side by side: a separate measure, not
+    the issue's target rows above, so compared with 0.95x but not called met or missed."""
+    cs = [parse_c_inflight(p) for p in c_paths]
+    depths = {c[0] for c in cs} | {p.get("depth") for p in pys}
+    if not all(c[1] for c in cs) or not all(p.get("inflight") for p in pys):
+        return
+    if len(depths) != 1:
+        raise SystemExit("xferbench.py: --summary: the rounds' in-flight rows have different "
+                         "depths (%s): run both clients with the same --depth" % sorted(depths, key=str))
+    print("In flight, a separate measure (--depth %d: %d pairings at once, %d per round; the "
+          "round's bytes / its time, offers and claims included), per client the median over "
+          "the rounds of each run's median round:" % (
+              pys[0]["depth"], pys[0]["depth"], pys[0]["depth"] * INFLIGHT_SLICES_PER_SLOT))
+    for key in sorted(pys[0]["inflight"], key=int):
+        size = int(key)
+        if not all(size in c[1] for c in cs):
+            continue
+        for k, what in enumerate(("read", "write")):
+            summary_row("%5s %-5s" % (fmt_size(size), what), [c[1][size][k] for c in cs],
+                        [p["inflight"][key][k] for p in pys], 0.95, True,
+                        (">= 0.95x", "< 0.95x"))
 
 
 def ref_summary(pys):
@@ -509,6 +650,12 @@ def ref_summary(pys):
             v = sorted(p["ref_sizes"][key][k] / p["sizes"][key][k] for p in pys)
             print("  %5s %-5s %.2fx  (rounds %.2f..%.2f)" % (
                 fmt_size(int(key)), what, median(v), v[0], v[-1]))
+
+
+def depth_arg(s):
+    if not s.isdigit() or not 1 <= int(s) <= DEPTH_MAX:
+        raise argparse.ArgumentTypeError("--depth takes 1 to %d, not %r" % (DEPTH_MAX, s))
+    return int(s)
 
 
 def main():
@@ -530,6 +677,8 @@ def main():
     ap.add_argument("--turn-first", action="store_true", help="--turns: this process starts")
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
                     help="the event loop the package runs on: asyncio's own (default) or uvloop")
+    ap.add_argument("--depth", type=depth_arg, default=4,
+                    help="pairings in flight in the in-flight rows (1-%d; default 4)" % DEPTH_MAX)
     ap.add_argument("--summary", action="store_true",
                     help="no run: compare the --c outputs with the --py results, round by round")
     ap.add_argument("--c", nargs="+", default=[], help="--summary: `xferbench bench` outputs")
@@ -544,11 +693,11 @@ def main():
         import uvloop  # Debian python3-uvloop
 
         uvloop.install()
-    results, med, lat, ref_results = asyncio.run(main_async(a))
+    results, med, lat, ref_results, inflight = asyncio.run(main_async(a))
     if a.compare:
         compare(a.compare, results, med)  # reported, not failed: timings on a shared machine
     if a.json:
-        write_json(a.json, results, lat, ref_results, a.loop)
+        write_json(a.json, results, lat, ref_results, a.loop, a.depth, inflight)
     return 0
 
 
