@@ -172,9 +172,10 @@ $(B)/tests/fuzz/xferd_main.o: $(B)/daemon/main.o
 	$(Q)objcopy --localize-symbol=main $< $@
 
 # Named test_* so that tests/run.sh runs them: each replays its target's seed corpus
-# (tests/fuzz/corpus, corpus-meta, corpus-peer) without libFuzzer.
+# (tests/fuzz/corpus, corpus-meta, corpus-peer, corpus-reply) without libFuzzer.
 FUZZ_META_REPLAY := $(B)/tests/test_fuzz_meta_replay
 FUZZ_PEER_REPLAY := $(B)/tests/test_fuzz_peer_replay
+FUZZ_REPLY_REPLAY := $(B)/tests/test_fuzz_reply_replay
 
 $(FUZZ_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) \
 		$(B)/libxferproto.a
@@ -186,22 +187,23 @@ $(FUZZ_PEER_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_peer.o $(FUZZ
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
 
-$(FUZZ_META_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_meta.o $(B)/libxferproto.a
+$(FUZZ_META_REPLAY) $(FUZZ_REPLY_REPLAY): $(B)/tests/test_fuzz_%_replay: $(B)/tests/fuzz/replay.o \
+		$(B)/tests/fuzz/fuzz_%.o $(B)/libxferproto.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(call PKG_LIBS,jansson)
 
 # libFuzzer programs: fuzz_ctl (a control packet), fuzz_peer (peer frames after HELLO),
-# fuzz_meta (metadata decode).
+# fuzz_meta (metadata decode), fuzz_reply (op.batch_done read back by the client).
 $(B)/fuzz_ctl $(B)/fuzz_peer: $(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(FUZZ_DAEMON_OBJ) \
 		$(B)/libxferproto.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $(filter %.o,$^) $(FUZZ_LIBS)
 
-$(B)/fuzz_meta: $(B)/tests/fuzz/fuzz_meta.o $(B)/libxferproto.a
+$(B)/fuzz_meta $(B)/fuzz_reply: $(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(B)/libxferproto.a
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(call PKG_LIBS,jansson)
 
-all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY)
+all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY) $(FUZZ_REPLY_REPLAY)
 
 # The Python package's check of its ctypes mirrors: prints xferclient.h's sizeof/offsetof
 # (tests/python/test_layout.py compares). Not named test_*: tests/test_python.sh runs it.
@@ -238,11 +240,11 @@ $(ENGINE_TEST): $(B)/tests/test_engine.o $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ)
 all test-build: $(ENGINE_TEST)
 
 # Runs each target of FUZZ_TARGETS for FUZZ_SECONDS. New inputs go to build/fuzz/corpus,
-# corpus-meta, corpus-peer (the seeds in tests/fuzz/ stay as they are), crash and leak
+# corpus-meta, corpus-peer, corpus-reply (the seeds in tests/fuzz/ stay as they are), crash and leak
 # reproducers to build/fuzz/TARGET-*; replay one with build/tests/test_fuzz_replay FILE
-# (test_fuzz_meta_replay, test_fuzz_peer_replay). FUZZ_ARGS passes more libFuzzer options
+# (test_fuzz_meta_replay, test_fuzz_peer_replay, test_fuzz_reply_replay). FUZZ_ARGS passes more libFuzzer options
 # (-jobs=2, -max_len=70000, ...).
-FUZZ_TARGETS ?= ctl meta peer
+FUZZ_TARGETS ?= ctl meta peer reply
 fuzz:
 	$(Q)$(MAKE) --no-print-directory FUZZ=1 $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 	$(Q)set -e; for t in $(FUZZ_TARGETS); do \

@@ -4,6 +4,7 @@
  * type-checked) so that a handler only ever sees a known method and an object of params.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,120 @@ int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_ba
 	}
 	xp_text_put(&t, "]}}");
 	return t.len <= cap ? (int)t.len : -EMSGSIZE;
+}
+
+/* ---- op.batch_done read back (xp_batch_done_read()) ---- */
+
+struct bd_in {
+	const char *p, *end;
+};
+
+static bool bd_lit(struct bd_in *s, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0)
+		return false;
+	s->p += n;
+	return true;
+}
+
+static bool bd_digit(const struct bd_in *s, const char *q)
+{
+	return q < s->end && *q >= '0' && *q <= '9';
+}
+
+/*
+ * A value as xp_text_u64() writes one below 2^63: no sign, no leading zero, at most 19 digits
+ * (which cannot wrap a uint64_t). Anything else is jansson's to judge (it refuses "01" and
+ * integers past INT64_MAX, which this must not accept).
+ */
+static bool bd_u63(struct bd_in *s, uint64_t *v)
+{
+	const char *q = s->p;
+	uint64_t x = 0;
+
+	if (!bd_digit(s, q))
+		return false;
+	if (*q == '0') {
+		if (bd_digit(s, q + 1))
+			return false;
+		q++;
+	}
+	for (; bd_digit(s, q); q++) {
+		if (q - s->p >= 19)
+			return false;
+		x = x * 10 + (uint64_t)(*q - '0');
+	}
+	if (x > (uint64_t)INT64_MAX)
+		return false;
+	*v = x;
+	s->p = q;
+	return true;
+}
+
+/* A quoted name of letters, digits and '_' (a state's or an errno's), NUL-terminated in @out. */
+static bool bd_name(struct bd_in *s, char *out, size_t cap)
+{
+	const char *q;
+	size_t n;
+
+	if (!bd_lit(s, "\""))
+		return false;
+	for (q = s->p; q < s->end && *q != '"'; q++)
+		if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+		      (*q >= '0' && *q <= '9') || *q == '_'))
+			return false;
+	n = (size_t)(q - s->p);
+	if (q >= s->end || n == 0 || n >= cap)
+		return false;
+	memcpy(out, s->p, n);
+	out[n] = '\0';
+	s->p = q + 1;
+	return true;
+}
+
+/* One end {"op","state","bytes","errno"?}, as xp_batch_done_text() writes it. */
+static bool bd_end(struct bd_in *s, struct xp_batch_end *e)
+{
+	char name[32];
+	int state, err = 0;
+
+	if (!bd_lit(s, "{\"op\":") || !bd_u63(s, &e->op) || !bd_lit(s, ",\"state\":") ||
+	    !bd_name(s, name, sizeof(name)) || (state = xp_state_from_name(name)) < 0 ||
+	    !bd_lit(s, ",\"bytes\":") || !bd_u63(s, &e->bytes))
+		return false;
+	if (bd_lit(s, ",\"errno\":") &&
+	    (!bd_name(s, name, sizeof(name)) || (err = xp_errno_from_name(name)) <= 0))
+		return false;
+	e->state = state;
+	e->err = err;
+	return bd_lit(s, "}");
+}
+
+int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_batch_end *ends,
+		       size_t cap, size_t *n)
+{
+	struct bd_in s = { buf, buf + len };
+	size_t i = 0;
+
+	if (!bd_lit(&s, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
+			"\",\"params\":{\"batch\":") ||
+	    !bd_u63(&s, batch) || !bd_lit(&s, ",\"ops\":["))
+		return 1;
+	if (!bd_lit(&s, "]")) {
+		do {
+			if (i == cap || !bd_end(&s, &ends[i]))
+				return 1;
+			i++;
+		} while (bd_lit(&s, ","));
+		if (!bd_lit(&s, "]"))
+			return 1;
+	}
+	if (!bd_lit(&s, "}}") || s.p != s.end)
+		return 1;
+	*n = i;
+	return 0;
 }
 
 json_t *xp_build_error(int64_t id, int code, int err, const char *message)

@@ -88,6 +88,15 @@ int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_ba
 		       size_t n);
 
 /*
+ * Reads op.batch_done back from @buf of @len bytes when it is exactly in the form
+ * xp_batch_done_text() writes (known state and errno names, values below 2^63, at most @cap
+ * ends), without jansson: *@batch, and @ends[0..*@n). Returns 0, or 1 when it is anything else
+ * (other spacing or order, a refusal's message, more ends): jansson's way decides what that is.
+ */
+int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_batch_end *ends,
+		       size_t cap, size_t *n);
+
+/*
  * xp_jfast.c: json_loadb() and json_dumps(JSON_COMPACT) with a fast path for compact texts of
  * objects, arrays, integers and printable-ASCII strings; anything else is jansson's, so that
  * the result (and any error, in @error) is always what jansson's would be.

@@ -1510,6 +1510,140 @@ TEST(batch_done_text_is_what_jansson_writes)
 	}
 }
 
+/*
+ * What a client's jansson way makes of op.batch_done (xferclient.c's batch_event_parse()): 0 and
+ * the values, or 1 when it is no batch event it would deliver.
+ */
+static int batch_done_ref(const char *text, size_t len, uint64_t *batch, struct xp_batch_end *ends,
+			  size_t cap, size_t *n)
+{
+	json_t *root = json_loadb(text, len, 0, NULL), *params, *ops, *o;
+	size_t i;
+	int rc = 1;
+
+	params = json_object_get(root, "params");
+	ops = json_object_get(params, "ops");
+	if (!json_is_string(json_object_get(root, "method")) ||
+	    strcmp(json_string_value(json_object_get(root, "method")), "op.batch_done") != 0 ||
+	    json_object_get(root, "id") || xp_get_u64(params, "batch", batch) < 0 ||
+	    !json_is_array(ops) || json_array_size(ops) > cap)
+		goto out;
+	json_array_foreach(ops, i, o) {
+		const char *st = json_string_value(json_object_get(o, "state"));
+		const char *en = json_string_value(json_object_get(o, "errno"));
+		int state = st ? xp_state_from_name(st) : -EINVAL;
+		if (xp_get_u64(o, "op", &ends[i].op) < 0 || state < 0)
+			goto out;
+		ends[i].bytes = 0;
+		xp_get_u64(o, "bytes", &ends[i].bytes);
+		ends[i].state = state;
+		ends[i].err = en ? xp_errno_from_name(en) : 0;
+	}
+	*n = json_array_size(ops);
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}
+
+/* Whether xp_batch_done_read() of @text gives 1, or 0 and the values of the jansson way. */
+static void batch_done_read_check(const char *text, size_t len)
+{
+	struct xp_batch_end fast[64], slow[64];
+	uint64_t fb = 0, sb = 0;
+	size_t fn = 0, sn = 0;
+
+	if (xp_batch_done_read(text, len, &fb, fast, 64, &fn) != 0)
+		return; /* (jansson's way then decides, whatever the text is) */
+	if (batch_done_ref(text, len, &sb, slow, 64, &sn) != 0)
+		harness_fail(__FILE__, __LINE__, "read back, but jansson's way would not: %.*s",
+			     (int)len, text);
+	CHECK(fb == sb);
+	CHECK_EQ_INT((int)fn, (int)sn);
+	for (size_t i = 0; i < fn; i++) {
+		CHECK(fast[i].op == slow[i].op && fast[i].bytes == slow[i].bytes);
+		CHECK_EQ_INT(fast[i].state, slow[i].state);
+		CHECK_EQ_INT(fast[i].err, slow[i].err);
+	}
+}
+
+/*
+ * op.batch_done read back without jansson (the client's fast way): what xp_batch_done_text()
+ * wrote comes back whole; every cut of it, every byte of it changed to one of a hostile set,
+ * and the forms jansson refuses or reads otherwise (a leading zero, 2^63, a sign, unknown
+ * names, a refusal's message, spacing, more ends than room) are 1, or read as jansson reads them.
+ */
+TEST(batch_done_read_back_or_left_to_jansson)
+{
+	static const int errs[] = { 0, EINVAL, ECANCELED, ETIMEDOUT, 0 };
+	static const char hostile[] = { '0', '9', '"', ',',  '}',	 ']',  '{',
+					' ', '-', 'a', '\\', (char)0x80, '\0', ':' };
+	static char buf[XP_MAX_MSG];
+	struct xp_batch_end ends[64], back[64];
+	uint64_t seed = 0x9e3779b97f4a7c15ull, batch;
+	size_t n;
+
+	for (int round = 0; round < 100; round++) {
+		size_t want = round < 3 ? (size_t)round : 1 + (size_t)(seed % 64);
+		for (size_t i = 0; i < want; i++) {
+			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+			ends[i] = (struct xp_batch_end){
+				.op = i % 3 ? seed >> (seed % 64) >> 1 : 0,
+				.bytes = i % 5 ? (seed >> 1) % 5000 : (uint64_t)INT64_MAX,
+				.state = (int32_t)(seed % XP_ST_COUNT),
+				.err = errs[(seed >> 8) % 5],
+			};
+		}
+		uint64_t id = round % 2 ? (uint64_t)round : ((uint64_t)1 << 52) + seed % 1000;
+		int len = xp_batch_done_text(buf, sizeof(buf), id, ends, want);
+		CHECK(len > 0);
+		CHECK_EQ_INT(xp_batch_done_read(buf, (size_t)len, &batch, back, 64, &n), 0);
+		CHECK(batch == id);
+		CHECK_EQ_INT((int)n, (int)want);
+		CHECK(n == 0 || memcmp(back, ends, n * sizeof(*ends)) == 0);
+		if (want > 0) /* (no room for the last end) */
+			CHECK_EQ_INT(xp_batch_done_read(buf, (size_t)len, &batch, back, want - 1,
+							&n),
+				     1);
+		if (round % 10 != 3)
+			continue;
+		for (int cut = 0; cut < len; cut++)
+			CHECK_EQ_INT(xp_batch_done_read(buf, (size_t)cut, &batch, back, 64, &n), 1);
+		for (int at = 0; at < len; at++) {
+			char was = buf[at];
+			for (size_t h = 0; h < sizeof(hostile); h++) {
+				buf[at] = hostile[h];
+				batch_done_read_check(buf, (size_t)len);
+			}
+			buf[at] = was;
+		}
+	}
+	static const char *const refused[] = {
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":01,\"ops\":[]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":9223372036854775808,\"ops\":[]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":18446744073709551616,\"ops\":[]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":-1,\"ops\":[]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[{\"op\":1,\"state\":\"BOGUS\",\"bytes\":0}]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[{\"op\":1,\"state\":\"ERRORED\",\"bytes\":0,\"errno\":\"EBOGUS\"}]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[],\"message\":\"refused\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[{\"op\":1,\"state\":\"COMPLETE\",\"bytes\":0},]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[]}} ",
+		"{\"jsonrpc\": \"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[]}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":1,\"ops\":[{\"op\":1,\"state\":\"\",\"bytes\":0}]}}",
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (xp_batch_done_read(refused[i], strlen(refused[i]), &batch, back, 64, &n) != 1)
+			harness_fail(__FILE__, __LINE__, "read back: %s", refused[i]);
+	const char *top =
+		"{\"jsonrpc\":\"2.0\",\"method\":\"op.batch_done\",\"params\":{\"batch\":"
+		"9223372036854775807,\"ops\":[{\"op\":0,\"state\":\"CANCELLED\",\"bytes\":"
+		"10,\"errno\":\"ECANCELED\"}]}}";
+	CHECK_EQ_INT(xp_batch_done_read(top, strlen(top), &batch, back, 64, &n), 0);
+	CHECK(batch == (uint64_t)INT64_MAX && n == 1 && back[0].op == 0 && back[0].bytes == 10);
+	CHECK_EQ_INT(back[0].err, ECANCELED);
+	batch_done_read_check(top, strlen(top));
+}
+
 /* ---- xp_jalloc.c: jansson's allocations through a cache of freed blocks ---- */
 
 /* Each of @n blocks of @size bytes from jansson's allocator, filled, checked and freed. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What every fuzz target in tests/fuzz/ (fuzz_ctl.c, fuzz_meta.c, fuzz_peer.c) offers, to
+ * What every fuzz target in tests/fuzz/ (fuzz_ctl.c, fuzz_meta.c, fuzz_peer.c, fuzz_reply.c) offers, to
  * libFuzzer (make fuzz) and to the replay program that make test runs over its seed corpus
  * (replay.c, linked once per target).
  */

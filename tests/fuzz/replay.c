@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Runs a fuzz target (fuzz_ctl.c, fuzz_meta.c, fuzz_peer.c: the one it is linked with) over
+ * Runs a fuzz target (fuzz_ctl.c, fuzz_meta.c, fuzz_peer.c, fuzz_reply.c: the one it is linked with) over
  * files without libFuzzer, as jansson's standalone engine does: make test replays each seed
  * corpus with it, and a crash file that make fuzz wrote replays the same way in a plain or
  * sanitized build.
