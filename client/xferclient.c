@@ -79,6 +79,8 @@ struct client_event {
 	char *why; /* a posted batch's refusal, for xfer_last_error() in its callback; owned */
 };
 
+#define FAST_ENDS 64 /* op.batch_done of more ends, or a reply of more ops, takes jansson's way */
+
 struct xfer_client {
 	int sock;
 	int64_t next_id;
@@ -97,6 +99,16 @@ struct xfer_client {
 	unsigned wait_spin_us; /* how long the call under way polls for its reply before sleeping */
 	char *rxbuf;	       /* XP_MAX_MSG bytes */
 	char last_error[CLIENT_ERR_MAX];
+	struct batch_sink *sink; /* xfer_batch() awaiting its reply: read back without jansson */
+};
+
+/* The op.batch reply xfer_batch() awaits, read by xp_batch_reply_read() when it can be. */
+struct batch_sink {
+	int64_t id;
+	size_t n;
+	uint64_t ops[FAST_ENDS];
+	uint64_t batch;
+	bool got;
 };
 
 __attribute__((format(printf, 2, 3))) static void client_set_error(struct xfer_client *c,
@@ -324,8 +336,6 @@ static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct
 	}
 	return -1;
 }
-
-#define FAST_ENDS 64 /* op.batch_done of more ends takes jansson's way */
 
 /*
  * Queues op.batch_done read straight from its text (xp_batch_done_read()) when it is in the
@@ -661,6 +671,13 @@ static int client_handle_packet(struct xfer_client *c, int len, int64_t want, js
 
 	if (client_queue_batch_text(c, len))
 		return 0;
+	if (c->sink && c->sink->id == want &&
+	    xp_batch_reply_read(c->rxbuf, (size_t)len, want, c->sink->ops, c->sink->n,
+				&c->sink->batch) == 0) {
+		c->sink->got = true;
+		*done = true;
+		return 0;
+	}
 	rc = xp_reply_parse(c->rxbuf, (size_t)len, &rep);
 	if (rc < 0) {
 		xp_reply_fini(&rep);
@@ -2052,10 +2069,37 @@ static int batch_send(struct xfer_client *c, const struct xfer_batch_op *ops, si
 	return rc;
 }
 
+/*
+ * Awaits op.batch request @id's reply: read straight into @ops (*@made, *@batch) when it is in
+ * the daemon's own form and no entry needs more than its op id (a readable's or writable's
+ * metadata does), else left to the caller in *@result. Returns 0 or -errno.
+ */
+static int batch_await(struct xfer_client *c, int64_t id, struct xfer_batch_op *ops, size_t n,
+		       size_t *made, uint64_t *batch, json_t **result)
+{
+	struct batch_sink sink = { .id = id, .n = n };
+	int rc;
+
+	for (size_t i = 0; i < n && sink.n; i++)
+		if (ops[i].kind == XFER_READABLE || ops[i].kind == XFER_WRITABLE || n > FAST_ENDS)
+			sink.n = 0;
+	c->sink = sink.n ? &sink : NULL;
+	rc = client_request_sent(c, "op.batch", id, result);
+	c->sink = NULL;
+	if (rc || !sink.got)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		ops[i].op = sink.ops[i];
+	*made = n;
+	if (batch)
+		*batch = sink.batch;
+	return 0;
+}
+
 XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, size_t n,
 			   const struct xfer_op_opts *opts, size_t *done, uint64_t *batch)
 {
-	json_t *result;
+	json_t *result = NULL;
 	size_t made = 0;
 	int64_t id = 0;
 	int rc;
@@ -2071,9 +2115,9 @@ XFER_EXPORT int xfer_batch(struct xfer_client *c, struct xfer_batch_op *ops, siz
 		rc = batch_post_check(c, ops, n, opts) ?: batch_send(c, ops, n, opts, &id);
 		return client_finish(c, batch_posted(ops, n, rc, id, batch));
 	} else if (!(rc = batch_send(c, ops, n, opts, &id))) {
-		rc = client_request_sent(c, "op.batch", id, &result);
+		rc = batch_await(c, id, ops, n, &made, batch, &result);
 	}
-	if (!rc) {
+	if (!rc && result) {
 		made = batch_results(c, result, ops, n);
 		if (batch && xp_get_u64(result, "batch", batch) < 0)
 			*batch = 0;

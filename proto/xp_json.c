@@ -327,6 +327,32 @@ int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_b
 	return 0;
 }
 
+int xp_batch_reply_read(const char *buf, size_t len, int64_t id, uint64_t *ops, size_t n,
+			uint64_t *batch)
+{
+	struct bd_in s = { buf, buf + len };
+	char digits[24];
+	struct xp_text t = { digits, sizeof(digits) - 1, 0 };
+
+	if (id < 0 || n == 0)
+		return 1;
+	xp_text_u64(&t, (uint64_t)id);
+	digits[t.len] = '\0';
+	if (!bd_lit(&s, "{\"jsonrpc\":\"2.0\",\"id\":") || !bd_lit(&s, digits) ||
+	    !bd_lit(&s, ",\"result\":{\"results\":["))
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		if (!bd_lit(&s, i ? ",{\"op\":" : "{\"op\":") || !bd_u63(&s, &ops[i]) ||
+		    !bd_lit(&s, "}"))
+			return 1;
+	if (!bd_lit(&s, "]"))
+		return 1;
+	*batch = 0;
+	if (bd_lit(&s, ",\"batch\":") && !bd_u63(&s, batch))
+		return 1;
+	return bd_lit(&s, "}}") && s.p == s.end ? 0 : 1;
+}
+
 json_t *xp_build_error(int64_t id, int code, int err, const char *message)
 {
 	return json_pack("{s:s, s:o, s:{s:i, s:s, s:{s:s}}}", "jsonrpc", "2.0", "id", id_value(id),

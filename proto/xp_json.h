@@ -97,6 +97,15 @@ int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_b
 		       size_t cap, size_t *n);
 
 /*
+ * Reads the reply to op.batch request @id of @n gets, puts, reads or writes from @buf of @len
+ * bytes when it is exactly in the form the daemon writes, {"jsonrpc":"2.0","id":@id,"result":
+ * {"results":[{"op":N},... @n of them],"batch":B?}}, without jansson: @ops[0..@n) and *@batch
+ * (0 when absent). Returns 0, or 1 when it is anything else (jansson's way decides).
+ */
+int xp_batch_reply_read(const char *buf, size_t len, int64_t id, uint64_t *ops, size_t n,
+			uint64_t *batch);
+
+/*
  * xp_jfast.c: json_loadb() and json_dumps(JSON_COMPACT) with a fast path for compact texts of
  * objects, arrays, integers and printable-ASCII strings; anything else is jansson's, so that
  * the result (and any error, in @error) is always what jansson's would be.

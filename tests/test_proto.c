@@ -1644,6 +1644,108 @@ TEST(batch_done_read_back_or_left_to_jansson)
 	batch_done_read_check(top, strlen(top));
 }
 
+/* What the client's jansson way reads from op.batch reply @text to request @id of @n: 0, or 1. */
+static int batch_reply_ref(const char *text, size_t len, int64_t id, uint64_t *ops, size_t n,
+			   uint64_t *batch)
+{
+	struct xp_reply rep;
+	int rc = 1;
+
+	if (xp_reply_parse(text, len, &rep) == 0 && !rep.notification && rep.id == id &&
+	    rep.result && !json_object_get(rep.result, "failed") &&
+	    json_array_size(json_object_get(rep.result, "results")) == n) {
+		json_t *arr = json_object_get(rep.result, "results");
+		size_t i;
+		for (i = 0; i < n; i++)
+			if (xp_get_u64(json_array_get(arr, i), "op", &ops[i]) < 0)
+				break;
+		if (i == n) {
+			*batch = 0;
+			xp_get_u64(rep.result, "batch", batch);
+			rc = 0;
+		}
+	}
+	xp_reply_fini(&rep);
+	return rc;
+}
+
+/*
+ * The reply to op.batch read back without jansson (xferclient.c's batch_await()): what the
+ * daemon writes comes back; every cut, every byte changed to a hostile set, another id, another
+ * count and the forms jansson refuses are 1, or read as the client's jansson way reads them.
+ */
+TEST(batch_reply_read_back_or_left_to_jansson)
+{
+	static const char hostile[] = { '0', '9', '"', ',',  '}',	 ']',  '{',
+					' ', '-', 'a', '\\', (char)0x80, '\0', ':' };
+	uint64_t ops[64], back[64], slow[64], batch, sb;
+	uint64_t seed = 0x2545f4914f6cdd1dull;
+
+	for (int round = 0; round < 60; round++) {
+		size_t n = 1 + (size_t)(seed % 64);
+		int64_t id = round % 2 ? round + 1 : ((int64_t)1 << 52) + round;
+		json_t *results = json_array();
+		for (size_t i = 0; i < n; i++) {
+			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+			ops[i] = i % 4 ? seed >> (seed % 64) >> 1 : (uint64_t)INT64_MAX;
+			json_array_append_new(results,
+					      json_pack("{s:I}", "op", (json_int_t)ops[i]));
+		}
+		json_t *result = json_pack("{s:o}", "results", results);
+		if (round % 3)
+			json_object_set_new(result, "batch", json_integer(round));
+		json_t *msg = xp_build_result(id, result);
+		char *text;
+		int len = xp_dump(msg, &text);
+		json_decref(msg);
+		CHECK(len > 0);
+		CHECK_EQ_INT(xp_batch_reply_read(text, (size_t)len, id, back, n, &batch), 0);
+		CHECK(memcmp(back, ops, n * sizeof(*ops)) == 0);
+		CHECK(batch == (uint64_t)(round % 3 ? round : 0));
+		CHECK_EQ_INT(xp_batch_reply_read(text, (size_t)len, id + 1, back, n, &batch), 1);
+		CHECK_EQ_INT(xp_batch_reply_read(text, (size_t)len, id, back, n - 1, &batch), 1);
+		CHECK_EQ_INT(xp_batch_reply_read(text, (size_t)len, id, back, n + 1, &batch), 1);
+		if (round % 10 == 4) {
+			for (int cut = 0; cut < len; cut++)
+				CHECK_EQ_INT(xp_batch_reply_read(text, (size_t)cut, id, back, n,
+								 &batch),
+					     1);
+			for (int at = 0; at < len; at++) {
+				char was = text[at];
+				for (size_t h = 0; h < sizeof(hostile); h++) {
+					text[at] = hostile[h];
+					if (xp_batch_reply_read(text, (size_t)len, id, back, n,
+								&batch) != 0)
+						continue;
+					if (batch_reply_ref(text, (size_t)len, id, slow, n, &sb))
+						harness_fail(__FILE__, __LINE__,
+							     "read back, but jansson's way would "
+							     "not: %.*s",
+							     len, text);
+					CHECK(memcmp(back, slow, n * sizeof(*back)) == 0 &&
+					      batch == sb);
+				}
+				text[at] = was;
+			}
+		}
+		free(text);
+	}
+	static const char *const refused[] = {
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"results\":[{\"op\":01}],\"batch\":1}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"results\":[{\"op\":9223372036854775808}]}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"results\":[{\"op\":1}],\"batch\":-1}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"results\":[{\"op\":1,\"metadata\":\"x\"}]}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"results\":[{\"op\":1}],\"failed\":1}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"results\":[{\"op\":1}]}} ",
+		"{\"jsonrpc\":\"2.0\",\"id\":33,\"result\":{\"results\":[{\"op\":1}]}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":1,\"message\":\"no\"}}",
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (xp_batch_reply_read(refused[i], strlen(refused[i]), 3, back, 1, &batch) != 1)
+			harness_fail(__FILE__, __LINE__, "read back: %s", refused[i]);
+	CHECK_EQ_INT(xp_batch_reply_read("", 0, 3, back, 0, &batch), 1);
+}
+
 /* ---- xp_jalloc.c: jansson's allocations through a cache of freed blocks ---- */
 
 /* Each of @n blocks of @size bytes from jansson's allocator, filled, checked and freed. */

@@ -5,7 +5,9 @@
  * parses it with jansson. Any input must be read back or left to jansson without a crash or an
  * over-read; one that is read back must be what jansson's way makes of the same bytes
  * (xferclient.c's batch_event_parse()): the same batch, ends, states and errnos. Read back, it
- * must also be written again byte for byte by xp_batch_done_text().
+ * must also be written again byte for byte by xp_batch_done_text(). The same input as the reply
+ * to op.batch request 5 of 1 to 8 ops (xp_batch_reply_read()) must be read back only as the
+ * client's jansson way reads it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,37 @@ static bool jansson_agrees(json_t *root, uint64_t batch, const struct xp_batch_e
 	return true;
 }
 
+/* Whether a reply read back as request 5's of @n ops (@ops, @batch) is jansson's reading too. */
+static bool reply_agrees(const uint8_t *data, size_t size, const uint64_t *ops, size_t n,
+			 uint64_t batch)
+{
+	struct xp_reply rep;
+	json_t *arr;
+	uint64_t v, b = 0;
+	bool ok;
+
+	ok = xp_reply_parse(data, size, &rep) == 0 && !rep.notification && rep.id == 5 &&
+	     rep.result && !json_object_get(rep.result, "failed") &&
+	     json_array_size(arr = json_object_get(rep.result, "results")) == n;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = xp_get_u64(json_array_get(arr, i), "op", &v) == 0 && v == ops[i];
+	if (ok)
+		xp_get_u64(rep.result, "batch", &b);
+	xp_reply_fini(&rep);
+	return ok && b == batch;
+}
+
+/* As a reply to request 5 of 1 to 8 ops: read back only as jansson's way reads it. */
+static void check_reply(const uint8_t *data, size_t size)
+{
+	uint64_t ops[8], batch;
+
+	for (size_t n = 1; n <= 8; n++)
+		if (xp_batch_reply_read((const char *)data, size, 5, ops, n, &batch) == 0 &&
+		    !reply_agrees(data, size, ops, n, batch))
+			die("a reply read back, but not as jansson's way reads it", data, size);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct xp_batch_end ends[ENDS];
@@ -57,6 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t batch;
 	size_t n;
 
+	check_reply(data, size);
 	if (xp_batch_done_read((const char *)data, size, &batch, ends, ENDS, &n) != 0)
 		return 0;
 	json_t *root = json_loadb((const char *)data, size, 0, NULL);
