@@ -88,8 +88,11 @@ show_round()
 		cat "$XFERD_TMP/py.$loop.1"
 	else
 		echo
-		grep -E '^ +[0-9]+ [KMG]iB ' "$XFERD_TMP/c.$loop.$r" | sed "s/^/round $r C: /"
-		grep -E '^ +[0-9]+[KMG] ' "$XFERD_TMP/py.$loop.$r" | sed "s/^/round $r Python ($loop): /"
+		# (|| true: with --max below 1 MiB a round has no size rows, only latency.)
+		{ grep -E '^ +[0-9]+ [KMG]iB ' "$XFERD_TMP/c.$loop.$r" || true; } |
+			sed "s/^/round $r C: /"
+		{ grep -E '^ +[0-9]+[KMG] ' "$XFERD_TMP/py.$loop.$r" || true; } |
+			sed "s/^/round $r Python ($loop): /"
 	fi
 }
 
