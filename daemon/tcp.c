@@ -33,6 +33,11 @@
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_WSTAGE (8u << 10) /* a WPUT's prefix, tag and first payload bytes, read at once */
 /*
+ * While at least this much of a payload bound for a mapping is still due, the socket wakes the
+ * loop only once this much has arrived (SO_RCVLOWAT): fewer, larger reads (see pconn_lowat()).
+ */
+#define XD_TCP_RCVLOWAT (256u << 10)
+/*
  * Small reads (a header, a control frame, a small WPUT) are served from a per-connection buffer
  * filled by one read of up to this much: a batch of small frames then costs one or two system
  * calls, not one a frame. Their bytes are copied once more (a departure from DESIGN §6's "no
@@ -92,6 +97,8 @@ struct xd_pconn {
 	uint8_t *ra;		 /**< XD_TCP_RA bytes read ahead, made at the first small read */
 	uint32_t ra_off, ra_len; /**< ra[ra_off, ra_len) not consumed yet */
 	bool rx_drained; /**< a read of this wakeup came back short: the socket had no more */
+	int rx_lowat; /**< the socket's SO_RCVLOWAT: 1 (the kernel's default) or XD_TCP_RCVLOWAT */
+	int rx_below; /**< bytes queued below that mark at the last keepalive check */
 	/* send state: control frames first, then one DATA frame at a time */
 	STAILQ_HEAD(, xd_frame) ctrlq;
 	uint32_t ctrl_sent;	 /**< bytes of the head control frame already sent */
@@ -1216,6 +1223,31 @@ static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint6
 }
 
 /*
+ * Sets the socket's SO_RCVLOWAT for what @pc waits for next. Inside the payload of a DATA frame
+ * (or a WPUT's) bound for a mapping, with at least XD_TCP_RCVLOWAT of it still due, nothing but
+ * those bytes can come first on this connection, so waking the loop only once that much is
+ * queued loses nothing: a 1 MiB frame then costs ~4 wakeups and reads, not the 5-9 of waking at
+ * every segment (bench-win reads/op), each a system call, an epoll round and the socket's lock.
+ * Anything else (a header, a control frame, the end of a payload) wakes at one byte, as before.
+ * The kernel wakes early anyway under memory pressure or at the peer's FIN, and setting the
+ * mark signals readiness that already holds (tcp_set_rcvlowat()). Bytes waiting below the mark
+ * count as heard for keepalive (pconn_unread()).
+ */
+static void pconn_lowat(struct xd_pconn *pc)
+{
+	bool bulk =
+		pc->rx_hdr_got == XP_PEER_HDR_LEN &&
+		(pc->rx.type == XP_PEER_DATA || (pc->rx.type == XP_PEER_WPUT && pc->rx_wdata)) &&
+		pc->rx.length - pc->rx_got >= XD_TCP_RCVLOWAT && pc->rx_xfer &&
+		xd_xfer_mapped(pc->rx_xfer);
+	int want = bulk ? (int)XD_TCP_RCVLOWAT : 1;
+
+	if (want != pc->rx_lowat &&
+	    setsockopt(pc->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0)
+		pc->rx_lowat = want;
+}
+
+/*
  * Reads and handles frames until the socket is drained, it fails, or the budget is spent.
  * Drained is also a read that came back short (rx_drained): the socket had nothing more at that
  * moment, and a read to hear EAGAIN would cost one more system call at each wakeup. What
@@ -1228,6 +1260,7 @@ static void pconn_read_some(struct xd_pconn *pc)
 	if (pc->lane_rx || pc->wait_rx)
 		return; /* (an EV_READ activated before the lane took the socket) */
 	pc->rx_drained = false;
+	pc->rx_below = 0; /* (what was queued is read now) */
 
 	while (!pc->dead) {
 		ssize_t r = pconn_read_step(pc);
@@ -1247,6 +1280,8 @@ static void pconn_read_some(struct xd_pconn *pc)
 	/* Bytes read ahead do not make the socket readable: come back for them this turn. */
 	if (!pc->dead && pc->ra_len > pc->ra_off && !pc->lane_rx && !pc->wait_rx)
 		event_active(pc->rev, EV_READ, 0);
+	if (!pc->dead)
+		pconn_lowat(pc); /* (a file lane's worker polls the socket too: it needs 1) */
 }
 
 static void pconn_read_cb(evutil_socket_t fd, short what, void *arg)
@@ -1267,6 +1302,7 @@ static struct xd_pconn *pconn_new(struct xd_daemon *d, int fd, bool outgoing)
 	pc->d = d;
 	pc->fd = fd;
 	pc->outgoing = outgoing;
+	pc->rx_lowat = 1;
 	pc->started_us = pc->last_rx_us = pc->last_tx_us = xd_now_us();
 	STAILQ_INIT(&pc->ctrlq);
 	STAILQ_INIT(&pc->wq);
@@ -1905,6 +1941,21 @@ static bool pconn_unread(const struct xd_pconn *pc)
 	       (pc->ra_len > pc->ra_off || (ioctl(pc->fd, FIONREAD, &n) == 0 && n > 0));
 }
 
+/*
+ * Whether bytes arrived below the socket's SO_RCVLOWAT mark (pconn_lowat()) since the last
+ * check: they do not wake the loop, yet the peer is heard. Only growth counts, so a peer that
+ * sends a byte of a payload and then nothing is as silent as one that sends nothing.
+ */
+static bool pconn_heard_below_mark(struct xd_pconn *pc)
+{
+	int n = 0;
+
+	if (pc->rx_lowat <= 1 || ioctl(pc->fd, FIONREAD, &n) < 0 || n <= pc->rx_below)
+		return false;
+	pc->rx_below = n;
+	return true;
+}
+
 static void tcp_keepalive(struct xd_peer *p)
 {
 	struct xd_daemon *d = p->d;
@@ -1917,7 +1968,7 @@ static void tcp_keepalive(struct xd_peer *p)
 	TAILQ_FOREACH_SAFE(pc, &set->conns, link, tmp) {
 		if (!pconn_ready(pc))
 			continue;
-		if (pconn_unread(pc))
+		if (pconn_unread(pc) || pconn_heard_below_mark(pc))
 			pc->last_rx_us =
 				now; /* heard: bytes wait that this side did not read yet */
 		if (xd_link_silent(p, pc->last_rx_us, now))

@@ -552,6 +552,83 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     return ok
 
 
+def mode_wtrickle(host, port, keyfile, metafile):
+    """
+    WPUTs of 768 KiB into a 1 MiB read-write window, sent in pieces with pauses: the receiver
+    wakes only once 256 KiB of a payload are queued while that much is still due (tcp.c
+    pconn_lowat()), at one byte otherwise. The bytes must land whole (the last 168 KiB, below
+    the mark, wake it), a payload trickling below the mark for longer than the keepalive timeout
+    keeps the set, and one that stops below it is cut by keepalive as a silent peer is.
+    """
+    import base64
+    import time
+    key = read_key(keyfile)
+    with open(metafile) as f:
+        m = f.read().strip()[len("xfer1."):]
+    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    n = 768 * 1024
+    ok = True
+
+    def check(cond, what):
+        nonlocal ok
+        if not cond:
+            print(f"wtrickle: {what}", file=sys.stderr)
+            ok = False
+        return cond
+
+    def landed(sock, op, data, puts):
+        """The put's WACK (the connection's count, @puts) comes, then a get returns its bytes."""
+        sock.settimeout(TIMEOUT)
+        if collect(sock, lambda fs: wack_at_least(fs, puts)) is None:
+            return False
+        sock.sendall(wget(win, 7, op + 1, 0, n))
+        got = collect(sock, lambda fs: sum(len(f[4]) for f in fs if f[0] == DATA) >= n)
+        frames = sorted((f[3], f[4]) for f in got or [] if f[0] == DATA)
+        return b"".join(b for _, b in frames) == data
+
+    sock, win, _, _ = wframes_open(host, port, key, meta, 7)
+    # pieces of 100 KiB, 200 KiB (above the mark after it), 300 KiB (168 KiB left: below it)
+    data = bytes((i * 7 + 3) % 251 for i in range(n))
+    body = wput(win, 7, 401, 0, data)
+    head = len(body) - n
+    sent = 0
+    for cut in (head + 100 * 1024, head + 300 * 1024, head + 600 * 1024, len(body)):
+        sock.sendall(body[sent:cut])
+        sent = cut
+        time.sleep(0.3)
+    check(landed(sock, 401, data, 1), "a put sent in pieces did not land whole")
+    # 1 KiB every 0.5 s for 7 s, below the mark (the keepalive timeout is 5 s): the set is kept
+    data = bytes((i * 13 + 1) % 253 for i in range(n))
+    body = wput(win, 7, 403, 0, data)
+    sent = head + 100 * 1024
+    sock.sendall(body[:sent])
+    for _ in range(14):
+        time.sleep(0.5)
+        sock.sendall(body[sent:sent + 1024])
+        sent += 1024
+    sock.sendall(body[sent:])
+    check(landed(sock, 403, data, 2), "a put trickling below the mark was cut (or did not land)")
+    # a payload that stops below the mark (its last byte queued, unread): cut as silent, within
+    # the keepalive timeout and a bit
+    body = wput(win, 7, 405, 0, data)
+    sock.sendall(body[:head + 100 * 1024])
+    time.sleep(0.3)  # (read: the mark is set)
+    sock.sendall(body[head + 100 * 1024:head + 100 * 1024 + 1])
+    sock.settimeout(1)
+    t0 = time.monotonic()
+    cut = False
+    while not cut and time.monotonic() < t0 + 12:
+        try:
+            cut = not sock.recv(65536)  # (else PINGs, unanswered)
+        except ConnectionResetError:
+            cut = True  # (closed with our unread bytes in its socket)
+        except socket.timeout:
+            pass
+    check(cut, f"a payload stopped below the mark kept the set for {time.monotonic() - t0:.1f} s")
+    sock.close()
+    return ok
+
+
 def read_meta(metafile):
     import base64
     with open(metafile) as f:
@@ -792,7 +869,7 @@ def mode_earlyfile(host, port, keyfile, metafile, pid):
     return True
 
 
-def mode_owner(path, metafile, access="read"):
+def mode_owner(path, metafile, access="read", size="65536"):
     import array
     import fcntl
     import time
@@ -806,7 +883,7 @@ def mode_owner(path, metafile, access="read"):
         return json.loads(sock.recv(65536))["result"]
 
     fd = os.memfd_create("win", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.write(fd, bytes(i % 256 for i in range(65536)))
+    os.write(fd, bytes(i % 256 for i in range(int(size))))
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     call(1, "hello", {"version": 1, "client": "owner"})
     region = call(2, "region.register", {}, [fd])["region"]
@@ -958,7 +1035,7 @@ def main(argv):
              "windows": mode_windows, "owner": mode_owner, "wframes": mode_wframes,
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
              "wack_opener": mode_wack_opener, "binpair": mode_binpair,
-             "earlyfile": mode_earlyfile}
+             "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

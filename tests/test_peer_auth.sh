@@ -146,6 +146,21 @@ fi
 kill "$OWNER" 2>/dev/null
 wait "$OWNER" 2>/dev/null
 
+# --- a WPUT's payload in pieces with pauses, above and below the receiver's SO_RCVLOWAT mark
+# (tcp.c pconn_lowat()), into a 1 MiB window: bytes checked, a trickle kept, a stall cut
+$PY tests/hostile_peer.py owner "$D/A.sock" "$D/big.meta" readwrite 1048576 &
+OWNER=$!
+for _ in $(seq 100); do [ -s "$D/big.meta" ] && break; sleep 0.05; done
+if $PY tests/hostile_peer.py wtrickle 127.0.0.1 "$PA" "$D/key" "$D/big.meta" &&
+	kill -0 "$(pid_of A)" 2>/dev/null; then
+	ok "a window put in pieces around the read wake-up mark lands whole; a trickle below the\
+ mark keeps the set past keepalive_timeout_ms, a stall below it is cut as silent"
+else
+	fail "a window put in pieces around the read wake-up mark" "$(tail -n 3 "$D/A.log")"
+fi
+kill "$OWNER" 2>/dev/null
+wait "$OWNER" 2>/dev/null
+
 # --- the binary pairing frames (PROTOCOL.md §10.8) from a hostile member: three readables of
 # 64 KiB whose bytes are i % 256
 $PY -c 'import sys; sys.stdout.buffer.write(bytes(i % 256 for i in range(65536)))' >"$D/bp.src"
