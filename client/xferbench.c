@@ -561,6 +561,28 @@ static int bench_iters(const struct opts *o, uint64_t size)
 	return n < 5 ? 5 : n > 200 ? 200 : (int)n;
 }
 
+/*
+ * Takes the turn, then registers b->pbuf and b->abuf of @bytes each, named @pname and @aname
+ * (making them is work the other bench process must not overlap). Returns 0 or -errno; free
+ * them with bench_bufs_destroy() either way.
+ */
+static int bench_bufs_create(struct bench *b, uint64_t bytes, const char *pname, const char *aname)
+{
+	int err = turn_take(&b->turns);
+
+	if (!err)
+		err = bench_buf_create(b->pas, bytes, pname, &b->pbuf);
+	if (!err)
+		err = bench_buf_create(b->act, bytes, aname, &b->abuf);
+	return err;
+}
+
+static void bench_bufs_destroy(struct bench *b)
+{
+	reg_buf_destroy(b->act, &b->abuf);
+	reg_buf_destroy(b->pas, &b->pbuf);
+}
+
 /* Registers both buffers of @size, runs a warm-up round and @iters rounds, prints one row. */
 static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 {
@@ -573,12 +595,8 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 		return -ENOMEM;
 	ns[1] = ns[0] + iters;
 	ns[2] = ns[1] + iters;
-	err = turn_take(&b->turns); /* (making the buffers is work the other must not overlap) */
-	if (!err)
-		err = bench_buf_create(b->pas, size, "bench-passive", &b->pbuf);
+	err = bench_bufs_create(b, size, "bench-passive", "bench-active");
 	reg_ns = b->pbuf.reg_ns;
-	if (!err)
-		err = bench_buf_create(b->act, size, "bench-active", &b->abuf);
 	for (i = -1; !err && i < iters; i++) {
 		uint64_t r[3];
 
@@ -589,8 +607,7 @@ static int bench_size(struct bench *b, const struct opts *o, uint64_t size)
 		if (!err && size >= BENCH_MIB)
 			err = turn_between(&b->turns);
 	}
-	reg_buf_destroy(b->act, &b->abuf);
-	reg_buf_destroy(b->pas, &b->pbuf);
+	bench_bufs_destroy(b);
 	if (!err)
 		err = turn_pass(&b->turns);
 	if (!err) {
@@ -871,11 +888,7 @@ static int ifl_size(struct bench *b, const struct opts *o, uint64_t size)
 
 	if (!ns)
 		return -ENOMEM;
-	err = turn_take(&b->turns);
-	if (!err)
-		err = bench_buf_create(b->pas, size * (uint64_t)total, "ifl-passive", &b->pbuf);
-	if (!err)
-		err = bench_buf_create(b->act, size * (uint64_t)total, "ifl-active", &b->abuf);
+	err = bench_bufs_create(b, size * (uint64_t)total, "ifl-passive", "ifl-active");
 	for (i = -1; !err && i < iters; i++) {
 		uint64_t r[2];
 
@@ -887,8 +900,7 @@ static int ifl_size(struct bench *b, const struct opts *o, uint64_t size)
 		if (!err)
 			err = turn_between(&b->turns);
 	}
-	reg_buf_destroy(b->act, &b->abuf);
-	reg_buf_destroy(b->pas, &b->pbuf);
+	bench_bufs_destroy(b);
 	if (!err)
 		err = turn_pass(&b->turns);
 	if (!err) {
@@ -991,11 +1003,8 @@ static int bench_latency(struct bench *b)
 		return -ENOMEM;
 	for (i = 0; i < 4; i++)
 		p[i] = v + i * LAT_ITERS;
-	err = turn_take(&b->turns); /* (the latency rounds are one turn) */
-	if (!err)
-		err = bench_buf_create(b->pas, 4096, "lat-passive", &b->pbuf);
-	if (!err)
-		err = bench_buf_create(b->act, 4096, "lat-active", &b->abuf);
+	/* (the latency rounds are one turn) */
+	err = bench_bufs_create(b, 4096, "lat-passive", "lat-active");
 	for (i = -10; !err && i < LAT_ITERS; i++) {
 		struct bench_times t;
 
@@ -1007,8 +1016,7 @@ static int bench_latency(struct bench *b)
 		p[2][i] = t.claimed - t.offered;
 		p[3][i] = t.done - t.claimed;
 	}
-	reg_buf_destroy(b->act, &b->abuf);
-	reg_buf_destroy(b->pas, &b->pbuf);
+	bench_bufs_destroy(b);
 	if (!err) {
 		printf("\nsmall-op latency, %d B, %d rounds after 10 warm-up:\n", LAT_SIZE,
 		       LAT_ITERS);
