@@ -266,11 +266,8 @@ def claim_proof(key, owner, owner_epoch, claimer, claimer_epoch, op, xfer, token
 
 
 def mode_windows(host, port, keyfile, metafile):
-    import base64
     key = read_key(keyfile)
-    with open(metafile) as f:
-        m = f.read().strip()[len("xfer1."):]
-    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    meta = read_meta(metafile)
     sock, hello, node, epoch = member(host, port, key)
     owner, oep, win = hello["node"], hello["epoch"], meta["op"]
     wc = {"window": win, "handle": 7, "kind": "get", "offset": 0, "length": 16,
@@ -437,26 +434,16 @@ def cut_after(host, port, key, meta, bad):
 
 
 def mode_wframes(host, port, keyfile, metafile, pid):
-    import base64
     import time
     key = read_key(keyfile)
-    with open(metafile) as f:
-        m = f.read().strip()[len("xfer1."):]
-    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    meta = read_meta(metafile)
     wlen = meta["lengths"][0]
     orig = bytes(i % 256 for i in range(wlen))
     # ASan's quarantine keeps freed memory resident: there the cut-offs are the checks
     sanitized = os.environ.get("XFER_SANITIZE") or "san" in os.environ.get("BUILD", "")
     rss_bound = 1 << 40 if sanitized else 64 * 1024
     sock, win, node, epoch = wframes_open(host, port, key, meta, 7)
-    ok = True
-
-    def check(cond, what):
-        nonlocal ok
-        if not cond:
-            print(f"wframes: {what}", file=sys.stderr)
-            ok = False
-        return cond
+    check = Checks("wframes")
 
     # a get: one request, one DATA of the window's bytes
     sock.sendall(wget(win, 7, 201, 0, 16))
@@ -549,7 +536,7 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     got = collect(sock, lambda fs: any(f[0] == PONG for f in fs), 100000)
     check(got is not None, "the flooding member's set was cut")
     sock.close()
-    return ok
+    return check.ok
 
 
 def mode_wtrickle(host, port, keyfile, metafile):
@@ -560,21 +547,11 @@ def mode_wtrickle(host, port, keyfile, metafile):
     the mark, wake it), a payload trickling below the mark for longer than the keepalive timeout
     keeps the set, and one that stops below it is cut by keepalive as a silent peer is.
     """
-    import base64
     import time
     key = read_key(keyfile)
-    with open(metafile) as f:
-        m = f.read().strip()[len("xfer1."):]
-    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    meta = read_meta(metafile)
     n = 768 * 1024
-    ok = True
-
-    def check(cond, what):
-        nonlocal ok
-        if not cond:
-            print(f"wtrickle: {what}", file=sys.stderr)
-            ok = False
-        return cond
+    check = Checks("wtrickle")
 
     def landed(sock, op, data, puts):
         """The put's WACK (the connection's count, @puts) comes, then a get returns its bytes."""
@@ -626,7 +603,20 @@ def mode_wtrickle(host, port, keyfile, metafile):
             pass
     check(cut, f"a payload stopped below the mark kept the set for {time.monotonic() - t0:.1f} s")
     sock.close()
-    return ok
+    return check.ok
+
+
+class Checks:
+    """A mode's checks: a failed one prints "<mode>: <what>" and clears ok; each returns @cond."""
+
+    def __init__(self, mode):
+        self.mode, self.ok = mode, True
+
+    def __call__(self, cond, what):
+        if not cond:
+            print(f"{self.mode}: {what}", file=sys.stderr)
+            self.ok = False
+        return cond
 
 
 def read_meta(metafile):
@@ -785,11 +775,8 @@ def hello_offers_binary(host, port, key):
 
 
 def mode_wframes_cut(host, port, keyfile, metafile):
-    import base64
     key = read_key(keyfile)
-    with open(metafile) as f:
-        m = f.read().strip()[len("xfer1."):]
-    meta = json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+    meta = read_meta(metafile)
     ok = True
     # (a SEQ frame before the bad one lands: it writes the window's own bytes, which mode_wframes
     # checks later)
