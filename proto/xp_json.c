@@ -215,21 +215,17 @@ int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_ba
 
 /* ---- op.batch_done read back (xp_batch_done_read()) ---- */
 
-struct bd_in {
-	const char *p, *end;
-};
-
-static bool bd_lit(struct bd_in *s, const char *lit)
+bool xp_cursor_lit(struct xp_cursor *c, const char *lit)
 {
 	size_t n = strlen(lit);
 
-	if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0)
+	if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0)
 		return false;
-	s->p += n;
+	c->p += n;
 	return true;
 }
 
-static bool bd_digit(const struct bd_in *s, const char *q)
+static bool bd_digit(const struct xp_cursor *s, const char *q)
 {
 	return q < s->end && *q >= '0' && *q <= '9';
 }
@@ -239,7 +235,7 @@ static bool bd_digit(const struct bd_in *s, const char *q)
  * (which cannot wrap a uint64_t). Anything else is jansson's to judge (it refuses "01" and
  * integers past INT64_MAX, which this must not accept).
  */
-static bool bd_u63(struct bd_in *s, uint64_t *v)
+static bool bd_u63(struct xp_cursor *s, uint64_t *v)
 {
 	const char *q = s->p;
 	uint64_t x = 0;
@@ -264,12 +260,12 @@ static bool bd_u63(struct bd_in *s, uint64_t *v)
 }
 
 /* A quoted name of letters, digits and '_' (a state's or an errno's), NUL-terminated in @out. */
-static bool bd_name(struct bd_in *s, char *out, size_t cap)
+static bool bd_name(struct xp_cursor *s, char *out, size_t cap)
 {
 	const char *q;
 	size_t n;
 
-	if (!bd_lit(s, "\""))
+	if (!xp_cursor_lit(s, "\""))
 		return false;
 	for (q = s->p; q < s->end && *q != '"'; q++)
 		if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
@@ -285,43 +281,44 @@ static bool bd_name(struct bd_in *s, char *out, size_t cap)
 }
 
 /* One end {"op","state","bytes","errno"?}, as xp_batch_done_text() writes it. */
-static bool bd_end(struct bd_in *s, struct xp_batch_end *e)
+static bool bd_end(struct xp_cursor *s, struct xp_batch_end *e)
 {
 	char name[32];
 	int state, err = 0;
 
-	if (!bd_lit(s, "{\"op\":") || !bd_u63(s, &e->op) || !bd_lit(s, ",\"state\":") ||
-	    !bd_name(s, name, sizeof(name)) || (state = xp_state_from_name(name)) < 0 ||
-	    !bd_lit(s, ",\"bytes\":") || !bd_u63(s, &e->bytes))
+	if (!xp_cursor_lit(s, "{\"op\":") || !bd_u63(s, &e->op) ||
+	    !xp_cursor_lit(s, ",\"state\":") || !bd_name(s, name, sizeof(name)) ||
+	    (state = xp_state_from_name(name)) < 0 || !xp_cursor_lit(s, ",\"bytes\":") ||
+	    !bd_u63(s, &e->bytes))
 		return false;
-	if (bd_lit(s, ",\"errno\":") &&
+	if (xp_cursor_lit(s, ",\"errno\":") &&
 	    (!bd_name(s, name, sizeof(name)) || (err = xp_errno_from_name(name)) <= 0))
 		return false;
 	e->state = state;
 	e->err = err;
-	return bd_lit(s, "}");
+	return xp_cursor_lit(s, "}");
 }
 
 int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_batch_end *ends,
 		       size_t cap, size_t *n)
 {
-	struct bd_in s = { buf, buf + len };
+	struct xp_cursor s = { buf, buf + len };
 	size_t i = 0;
 
-	if (!bd_lit(&s, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
-			"\",\"params\":{\"batch\":") ||
-	    !bd_u63(&s, batch) || !bd_lit(&s, ",\"ops\":["))
+	if (!xp_cursor_lit(&s, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
+			       "\",\"params\":{\"batch\":") ||
+	    !bd_u63(&s, batch) || !xp_cursor_lit(&s, ",\"ops\":["))
 		return 1;
-	if (!bd_lit(&s, "]")) {
+	if (!xp_cursor_lit(&s, "]")) {
 		do {
 			if (i == cap || !bd_end(&s, &ends[i]))
 				return 1;
 			i++;
-		} while (bd_lit(&s, ","));
-		if (!bd_lit(&s, "]"))
+		} while (xp_cursor_lit(&s, ","));
+		if (!xp_cursor_lit(&s, "]"))
 			return 1;
 	}
-	if (!bd_lit(&s, "}}") || s.p != s.end)
+	if (!xp_cursor_lit(&s, "}}") || s.p != s.end)
 		return 1;
 	*n = i;
 	return 0;
@@ -330,7 +327,7 @@ int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_b
 int xp_batch_reply_read(const char *buf, size_t len, int64_t id, uint64_t *ops, size_t n,
 			uint64_t *batch)
 {
-	struct bd_in s = { buf, buf + len };
+	struct xp_cursor s = { buf, buf + len };
 	char digits[24];
 	struct xp_text t = { digits, sizeof(digits) - 1, 0 };
 
@@ -338,19 +335,19 @@ int xp_batch_reply_read(const char *buf, size_t len, int64_t id, uint64_t *ops, 
 		return 1;
 	xp_text_u64(&t, (uint64_t)id);
 	digits[t.len] = '\0';
-	if (!bd_lit(&s, "{\"jsonrpc\":\"2.0\",\"id\":") || !bd_lit(&s, digits) ||
-	    !bd_lit(&s, ",\"result\":{\"results\":["))
+	if (!xp_cursor_lit(&s, "{\"jsonrpc\":\"2.0\",\"id\":") || !xp_cursor_lit(&s, digits) ||
+	    !xp_cursor_lit(&s, ",\"result\":{\"results\":["))
 		return 1;
 	for (size_t i = 0; i < n; i++)
-		if (!bd_lit(&s, i ? ",{\"op\":" : "{\"op\":") || !bd_u63(&s, &ops[i]) ||
-		    !bd_lit(&s, "}"))
+		if (!xp_cursor_lit(&s, i ? ",{\"op\":" : "{\"op\":") || !bd_u63(&s, &ops[i]) ||
+		    !xp_cursor_lit(&s, "}"))
 			return 1;
-	if (!bd_lit(&s, "]"))
+	if (!xp_cursor_lit(&s, "]"))
 		return 1;
 	*batch = 0;
-	if (bd_lit(&s, ",\"batch\":") && !bd_u63(&s, batch))
+	if (xp_cursor_lit(&s, ",\"batch\":") && !bd_u63(&s, batch))
 		return 1;
-	return bd_lit(&s, "}}") && s.p == s.end ? 0 : 1;
+	return xp_cursor_lit(&s, "}}") && s.p == s.end ? 0 : 1;
 }
 
 json_t *xp_build_error(int64_t id, int code, int err, const char *message)

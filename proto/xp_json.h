@@ -78,6 +78,14 @@ void xp_text_put(struct xp_text *t, const char *s);
 /* Appends @v in decimal to @t. */
 void xp_text_u64(struct xp_text *t, uint64_t v);
 
+/* JSON text being read, from @p up to @end (the hand readers of the encoders' own layouts). */
+struct xp_cursor {
+	const char *p, *end;
+};
+
+/* Takes @lit and returns true if the text at @c goes on with exactly it; else moves nothing. */
+bool xp_cursor_lit(struct xp_cursor *c, const char *lit);
+
 /*
  * Writes the notification op.batch_done {"batch": @batch, "ops": [@ends...]} into @buf of @cap
  * bytes: the very bytes xp_dump() gives for the same object, with no jansson object made (a

@@ -404,27 +404,11 @@ static int decode_object(json_t *o, struct xp_meta *m, char *err, size_t errlen)
 
 /* ---- the direct decoder: the encoder's own layout, nothing else ---- */
 
-/* A cursor over the JSON text being read. */
-struct meta_cursor {
-	const char *p, *end;
-};
-
-/* Takes @lit if the text goes on with exactly it. */
-static bool cur_lit(struct meta_cursor *c, const char *lit)
-{
-	size_t n = strlen(lit);
-
-	if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0)
-		return false;
-	c->p += n;
-	return true;
-}
-
 /*
  * A JSON integer without sign, fraction or leading zero, of at most 18 digits (so that it fits
  * jansson's json_int_t as it would for the general decoder; longer ones go to that one).
  */
-static bool cur_u64(struct meta_cursor *c, uint64_t *v)
+static bool cur_u64(struct xp_cursor *c, uint64_t *v)
 {
 	int n = 0;
 
@@ -437,7 +421,7 @@ static bool cur_u64(struct meta_cursor *c, uint64_t *v)
 }
 
 /* The rest of a string (its opening quote taken) with no escapes, into @out (< @cap bytes). */
-static bool cur_str(struct meta_cursor *c, char *out, size_t cap)
+static bool cur_str(struct xp_cursor *c, char *out, size_t cap)
 {
 	size_t n = 0;
 
@@ -447,11 +431,11 @@ static bool cur_str(struct meta_cursor *c, char *out, size_t cap)
 		out[n++] = *c->p;
 	}
 	out[n] = '\0';
-	return cur_lit(c, "\"");
+	return xp_cursor_lit(c, "\"");
 }
 
 /* The rest of a string that is 2 * XP_ID_BYTES hex digits, into @out. */
-static bool cur_id(struct meta_cursor *c, uint8_t out[XP_ID_BYTES])
+static bool cur_id(struct xp_cursor *c, uint8_t out[XP_ID_BYTES])
 {
 	char hex[2 * XP_ID_BYTES + 2];
 
@@ -459,32 +443,33 @@ static bool cur_id(struct meta_cursor *c, uint8_t out[XP_ID_BYTES])
 }
 
 /* One endpoint object as the encoder writes it: a transport, then an address and a port. */
-static bool cur_endpoint(struct meta_cursor *c, struct xp_endpoint *ep)
+static bool cur_endpoint(struct xp_cursor *c, struct xp_endpoint *ep)
 {
 	uint64_t port = 0;
 
-	if (!cur_lit(c, "{\"transport\":\"") || !cur_str(c, ep->transport, sizeof(ep->transport)))
+	if (!xp_cursor_lit(c, "{\"transport\":\"") ||
+	    !cur_str(c, ep->transport, sizeof(ep->transport)))
 		return false;
-	if (cur_lit(c, ",\"addr\":\"") &&
-	    (!cur_str(c, ep->addr, sizeof(ep->addr)) || !ep->addr[0] || !cur_lit(c, ",\"port\":") ||
-	     !cur_u64(c, &port) || port > 65535))
+	if (xp_cursor_lit(c, ",\"addr\":\"") &&
+	    (!cur_str(c, ep->addr, sizeof(ep->addr)) || !ep->addr[0] ||
+	     !xp_cursor_lit(c, ",\"port\":") || !cur_u64(c, &port) || port > 65535))
 		return false;
 	ep->port = (uint16_t)port;
-	return cur_lit(c, "}");
+	return xp_cursor_lit(c, "}");
 }
 
-static bool cur_endpoints(struct meta_cursor *c, struct xp_meta *m)
+static bool cur_endpoints(struct xp_cursor *c, struct xp_meta *m)
 {
 	do {
 		if (m->nendpoints == XP_MAX_ENDPOINTS ||
 		    !cur_endpoint(c, &m->endpoints[m->nendpoints++]))
 			return false;
-	} while (cur_lit(c, ","));
-	return cur_lit(c, "]");
+	} while (xp_cursor_lit(c, ","));
+	return xp_cursor_lit(c, "]");
 }
 
 /* The lengths' array (its '[' taken): 1 to XP_MAX_DESCS positive lengths, no overflow. */
-static bool cur_lengths(struct meta_cursor *c, struct xp_meta *m)
+static bool cur_lengths(struct xp_cursor *c, struct xp_meta *m)
 {
 	size_t most = 1;
 
@@ -498,21 +483,23 @@ static bool cur_lengths(struct meta_cursor *c, struct xp_meta *m)
 		    __builtin_add_overflow(m->total, v, &m->total))
 			return false;
 		m->lengths[m->nlengths++] = v;
-	} while (cur_lit(c, ","));
-	return cur_lit(c, "]");
+	} while (xp_cursor_lit(c, ","));
+	return xp_cursor_lit(c, "]");
 }
 
 /* The fields after "kind", in the encoder's order. */
-static bool cur_fields(struct meta_cursor *c, struct xp_meta *m)
+static bool cur_fields(struct xp_cursor *c, struct xp_meta *m)
 {
 	char access[16];
 
-	if (!cur_lit(c, ",\"node\":\"") || !cur_id(c, m->node) || !cur_lit(c, ",\"epoch\":") ||
-	    !cur_u64(c, &m->epoch) || !cur_lit(c, ",\"endpoints\":[") || !cur_endpoints(c, m) ||
-	    !cur_lit(c, ",\"op\":") || !cur_u64(c, &m->op) || !cur_lit(c, ",\"token\":\"") ||
-	    !cur_id(c, m->token) || !cur_lit(c, ",\"lengths\":[") || !cur_lengths(c, m))
+	if (!xp_cursor_lit(c, ",\"node\":\"") || !cur_id(c, m->node) ||
+	    !xp_cursor_lit(c, ",\"epoch\":") || !cur_u64(c, &m->epoch) ||
+	    !xp_cursor_lit(c, ",\"endpoints\":[") || !cur_endpoints(c, m) ||
+	    !xp_cursor_lit(c, ",\"op\":") || !cur_u64(c, &m->op) ||
+	    !xp_cursor_lit(c, ",\"token\":\"") || !cur_id(c, m->token) ||
+	    !xp_cursor_lit(c, ",\"lengths\":[") || !cur_lengths(c, m))
 		return false;
-	bool has_access = cur_lit(c, ",\"access\":\"");
+	bool has_access = xp_cursor_lit(c, ",\"access\":\"");
 	if (has_access &&
 	    (!cur_str(c, access, sizeof(access)) || (m->access = xp_access_from_name(access)) < 0))
 		return false;
@@ -520,7 +507,7 @@ static bool cur_fields(struct meta_cursor *c, struct xp_meta *m)
 	if ((m->kind == XP_KIND_WINDOW) != has_access ||
 	    (m->kind == XP_KIND_WINDOW && m->nlengths != 1))
 		return false;
-	return cur_lit(c, "}") && c->p == c->end;
+	return xp_cursor_lit(c, "}") && c->p == c->end;
 }
 
 /*
@@ -529,10 +516,10 @@ static bool cur_fields(struct meta_cursor *c, struct xp_meta *m)
  */
 static bool meta_decode_direct(const char *json, size_t n, struct xp_meta *m)
 {
-	struct meta_cursor c = { json, json + n };
+	struct xp_cursor c = { json, json + n };
 	char kind[16];
 
-	if (cur_lit(&c, "{\"v\":1,\"kind\":\"") && cur_str(&c, kind, sizeof(kind))) {
+	if (xp_cursor_lit(&c, "{\"v\":1,\"kind\":\"") && cur_str(&c, kind, sizeof(kind))) {
 		int k = xp_kind_from_name(kind);
 		m->kind = k;
 		if ((k == XP_KIND_READABLE || k == XP_KIND_WRITABLE || k == XP_KIND_WINDOW) &&
