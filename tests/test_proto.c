@@ -1474,6 +1474,27 @@ static int batch_done_long_way(uint64_t batch, const struct xp_batch_end *ends, 
 	return len;
 }
 
+/*
+ * Fills @ends[0..@n) from the xorshift state *@seed: ops and bytes of every size (0 and
+ * INT64_MAX among them), any state, an errno from @errs (@nerrs of them; 0: none).
+ */
+static void random_ends(uint64_t *seed, struct xp_batch_end *ends, size_t n, const int *errs,
+			size_t nerrs)
+{
+	uint64_t x = *seed;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		ends[i] = (struct xp_batch_end){
+			.op = i % 3 ? x >> (x % 64) >> 1 : 0,
+			.bytes = i % 5 ? (x >> 1) % 5000 : (uint64_t)INT64_MAX,
+			.state = (int32_t)(x % XP_ST_COUNT),
+			.err = errs[(x >> 8) % nerrs],
+		};
+	}
+	*seed = x;
+}
+
 /* op.batch_done written as text is byte for byte what jansson wrote; too long is EMSGSIZE. */
 TEST(batch_done_text_is_what_jansson_writes)
 {
@@ -1484,15 +1505,7 @@ TEST(batch_done_text_is_what_jansson_writes)
 
 	for (int round = 0; round < 200; round++) {
 		size_t n = round < 10 ? (size_t)round : 1 + (size_t)(seed % 600);
-		for (size_t i = 0; i < n; i++) {
-			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-			ends[i] = (struct xp_batch_end){
-				.op = i % 3 ? seed >> (seed % 64) >> 1 : 0,
-				.bytes = i % 5 ? (seed >> 1) % 5000 : (uint64_t)INT64_MAX,
-				.state = (int32_t)(seed % XP_ST_COUNT),
-				.err = errs[(seed >> 8) % 8],
-			};
-		}
+		random_ends(&seed, ends, n, errs, sizeof(errs) / sizeof(errs[0]));
 		uint64_t batch = round % 2 ? (uint64_t)round : ((uint64_t)1 << 52) + seed % 1000;
 		char *want;
 		int wlen = batch_done_long_way(batch, ends, n, &want);
@@ -1585,15 +1598,7 @@ TEST(batch_done_read_back_or_left_to_jansson)
 
 	for (int round = 0; round < 100; round++) {
 		size_t want = round < 3 ? (size_t)round : 1 + (size_t)(seed % 64);
-		for (size_t i = 0; i < want; i++) {
-			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-			ends[i] = (struct xp_batch_end){
-				.op = i % 3 ? seed >> (seed % 64) >> 1 : 0,
-				.bytes = i % 5 ? (seed >> 1) % 5000 : (uint64_t)INT64_MAX,
-				.state = (int32_t)(seed % XP_ST_COUNT),
-				.err = errs[(seed >> 8) % 5],
-			};
-		}
+		random_ends(&seed, ends, want, errs, sizeof(errs) / sizeof(errs[0]));
 		uint64_t id = round % 2 ? (uint64_t)round : ((uint64_t)1 << 52) + seed % 1000;
 		int len = xp_batch_done_text(buf, sizeof(buf), id, ends, want);
 		CHECK(len > 0);
