@@ -21,6 +21,7 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->copy_threads = 2;
 	cfg->busy_poll_us = XD_BUSY_POLL_DEFAULT_US;
 	cfg->peer_connections = 2;
+	strcpy(cfg->tcp_congestion, XD_TCP_CONGESTION_DEFAULT);
 	cfg->keepalive_ms = 1000;
 	cfg->keepalive_timeout_ms = 5000;
 	cfg->connect_timeout_ms = 10000;
@@ -162,20 +163,38 @@ static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errl
 			  errlen);
 }
 
+/* Whether @name can be a kernel congestion control's name (TCP_CA_NAME_MAX), or is "". */
+static bool congestion_name_ok(const char *name)
+{
+	size_t n = strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+
+	return n == strlen(name) && n < sizeof(((struct xd_config *)0)->tcp_congestion);
+}
+
 static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 {
 	json_int_t conns = cfg->peer_connections, ka = (json_int_t)cfg->keepalive_ms;
 	json_int_t ka_timeout = (json_int_t)cfg->keepalive_timeout_ms;
 	json_int_t connect = (json_int_t)cfg->connect_timeout_ms;
 	json_t *listen = NULL, *advertise = NULL;
+	json_t *cc = NULL;
 	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I}", "listen", &listen,
+	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I, s?o}", "listen", &listen,
 			   "advertise", &advertise, "peer_connections", &conns, "keepalive_ms", &ka,
-			   "keepalive_timeout_ms", &ka_timeout, "connect_timeout_ms", &connect)) {
+			   "keepalive_timeout_ms", &ka_timeout, "connect_timeout_ms", &connect,
+			   "tcp_congestion", &cc)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
+	if (cc && (!json_is_string(cc) || !congestion_name_ok(json_string_value(cc)))) {
+		snprintf(err, errlen,
+			 "tcp_congestion must be a congestion control's name (1 to 15 lowercase "
+			 "letters, digits or '_'), or \"\" for the host's default");
+		return -EINVAL;
+	}
+	if (cc)
+		strcpy(cfg->tcp_congestion, json_string_value(cc));
 	if (conns < 1 || conns > 16 || ka < 10 || ka_timeout <= ka || connect < 10) {
 		snprintf(err, errlen,
 			 "out of range: peer_connections 1..16, keepalive_ms >= 10, "
@@ -297,7 +316,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL, *metrics = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads, busy_poll = cfg->busy_poll_us;
-	json_t *ignored[23];
+	json_t *ignored[24];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
@@ -305,7 +324,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    root, &jerr, JSON_STRICT,
 		    "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
 		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s, s?I, "
-		    "s?o}",
+		    "s?o, s?o}",
 		    "socket", &socket, "socket_mode", &mode, "log_level", &log_level, "node_id",
 		    &node_id, "default_timeout_ms", &timeout, "limits", &ignored[16], "uid_limits",
 		    &ignored[17], "global_limits", &ignored[18], "copy_threads", &threads, "listen",
@@ -318,7 +337,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
 		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
 		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics, "busy_poll_us",
-		    &busy_poll, "rdma_post_thread", &ignored[22])) {
+		    &busy_poll, "rdma_post_thread", &ignored[22], "tcp_congestion", &ignored[23])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -468,7 +487,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 {
 	json_t *o = json_pack(
 		"{s:s, s:I, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:i, s:I, s:I, s:I, s:s, s:o, s:b, "
-		"s:i, s:I, s:I, s:I, s:s, s:b, s:I, s:i, s:i, s:o, s:I}",
+		"s:i, s:I, s:I, s:I, s:s, s:b, s:I, s:i, s:i, s:o, s:I, s:s}",
 		"socket", c->socket_path, "socket_mode", (json_int_t)c->socket_mode,
 		"default_timeout_ms", (json_int_t)c->default_timeout_ms, "limits",
 		limits_json(&c->limits, CONN_RES), "uid_limits",
@@ -488,7 +507,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 		c->insecure_peers, "handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
 		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
 		c->max_peer_sets, "peer_allow", peer_allow_json(c), "busy_poll_us",
-		(json_int_t)c->busy_poll_us);
+		(json_int_t)c->busy_poll_us, "tcp_congestion", c->tcp_congestion);
 
 	set_string(o, "log_level", c->log_level);
 	set_string(o, "node_id", c->node_id);

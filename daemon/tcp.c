@@ -163,6 +163,7 @@ struct xd_tcp {
 	char scratch[64 * 1024];
 	/* What DATA for a file is spliced through (mem.c), made on first use; -1: not yet. */
 	int splice_pipe[2];
+	bool cc_unusable; /**< cfg.tcp_congestion cannot be set here (tcp_congestion_check()) */
 	struct xd_file_lane lane;
 	TAILQ_HEAD(, xd_pconn) lane_waiters; /**< connections waiting for the lane, oldest first */
 };
@@ -1325,6 +1326,33 @@ static void set_tcp_options(struct xd_daemon *d, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	/* Bounds how long unacknowledged data may sit on a cut link before the kernel gives up. */
 	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
+	if (d->cfg.tcp_congestion[0] && !d->tcp->cc_unusable)
+		setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, d->cfg.tcp_congestion,
+			   (socklen_t)strlen(d->cfg.tcp_congestion));
+}
+
+/*
+ * Tries the congestion control the config names on a socket of its own: one this host has not
+ * built, or (without CAP_NET_ADMIN) not in net.ipv4.tcp_allowed_congestion_control, is warned
+ * of once and the connections keep the host's default (cc_unusable), rather than each failing
+ * to set it silently. The config itself stays as written (--check-config, SIGHUP compare it).
+ */
+static void tcp_congestion_check(struct xd_daemon *d)
+{
+	const char *cc = d->cfg.tcp_congestion;
+	int fd = cc[0] ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+
+	if (fd < 0)
+		return; /* (no socket now: each connection tries, as it would anyway) */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)) < 0) {
+		xd_log(XD_LOG_WARN,
+		       "tcp_congestion \"%s\" cannot be set here (%s): peer connections use the "
+		       "host's default (net.ipv4.tcp_congestion_control; without CAP_NET_ADMIN only "
+		       "those in net.ipv4.tcp_allowed_congestion_control)",
+		       cc, strerror(errno));
+		d->tcp->cc_unusable = true;
+	}
+	close(fd);
 }
 
 static int pconn_send_hello(struct xd_pconn *pc)
@@ -2055,6 +2083,7 @@ static int tcp_start(struct xd_daemon *d)
 	TAILQ_INIT(&d->tcp->lane_waiters);
 	d->tcp->reserve_fd = -1;
 	d->tcp->splice_pipe[0] = d->tcp->splice_pipe[1] = -1;
+	tcp_congestion_check(d);
 	int rc = splice_pipe_open(d->tcp);
 	if (rc == 0)
 		rc = tcp_start_bounds(d);

@@ -74,6 +74,14 @@ _Static_assert(XD_NOTIFY_LOW < XD_NOTIFY_HIGH && XD_NOTIFY_HIGH * 4 <= XD_MAX_QU
 #define XD_RDMA_REQUEST_MAX XD_RDMA_CHUNK
 #define XD_RDMA_REQUEST_DEFAULT (128u << 10)
 /*
+ * The peer connections' congestion control unless the config says otherwise (tcp_congestion).
+ * Not the host's default: where that is BBR without the fq qdisc, the kernel paces each
+ * connection with its own timers, and over a link of microseconds that never drops, this cost
+ * the sending daemon CPU per byte and reordered segments into spurious retransmits (README
+ * "Peer connections' congestion control").
+ */
+#define XD_TCP_CONGESTION_DEFAULT "cubic"
+/*
  * RDMA staging buffers for file regions (rdma_staging_buffers x rdma_staging_size per device,
  * registered on first use): a file's bytes go through them one chunk per buffer, several
  * chunks of a transfer in flight at once, at most XD_STAGE_DEPTH_MAX (and half the pool).
@@ -254,6 +262,8 @@ struct xd_config {
 	/** which devices get a thread that posts their RDMA WRITEs (rdma_post.c) */
 	enum xd_post_thread rdma_post_thread;
 	char *metrics_listen; /**< "ADDR:PORT" of the Prometheus endpoint, or NULL: none */
+	/** the peer connections' congestion control (TCP_CONGESTION); "": the host's default */
+	char tcp_congestion[16];
 };
 /* Sets cfg.transport to @name (checked later against the transports). Returns 0 or -EINVAL. */
 int xd_config_set_transport(struct xd_config *cfg, const char *name);

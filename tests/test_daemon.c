@@ -173,6 +173,10 @@ TEST(bad_config_refused_at_startup)
 		{ "{\"limits\": {\"regions\": 0}}", "limits must be positive" },
 		{ "{\"transport\": \"carrier-pigeon\"}", "transport must be auto, rdma or tcp" },
 		{ "{\"peer_connections\": 99}", "peer_connections 1..16" },
+		{ "{\"tcp_congestion\": \"Cubic\"}",
+		  "tcp_congestion must be a congestion control's" },
+		{ "{\"tcp_congestion\": \"a_name_of_16_chr\"}", "tcp_congestion must be" },
+		{ "{\"tcp_congestion\": 1}", "tcp_congestion must be" },
 		{ "{\"rdma_request_size\": 512}", "rdma_request_size must be 4096 to 4194304" },
 		{ "{\"rdma_post_thread\": \"sometimes\"}",
 		  "rdma_post_thread must be auto (a poster thread for devices made in software only), "

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# The peer connections' congestion control (config tcp_congestion, tcp.c set_tcp_options()):
+# by default every connection between two daemons runs cubic whatever the host's default (here
+# each namespace's default is set to reno, so a daemon that left its sockets alone shows reno);
+# "tcp_congestion": "reno" gives reno, "" the host's default; a name the host has not built is
+# logged once at start and the connections run the host's default. Each case moves bytes both
+# ways between the two daemons first (xferbench_net check compares every byte), then reads the
+# algorithm of each established connection between their two ports with ss(8). In loopback mode
+# (no namespaces) the host's default is whatever it is, and the "" case checks nothing.
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+# shellcheck source=tests/cluster_suite.sh
+. tests/cluster_suite.sh
+
+T=30 # seconds for one xferctl call (lib.sh)
+
+require_built
+[ -x "$BUILD/xferbench_net" ] || abort_setup "$BUILD/xferbench_net is not built"
+command -v ss >/dev/null || abort_setup "ss (iproute2) is not installed"
+DATA=$(mktemp -d /tmp/xferd-cc.XXXXXX) || abort_setup "mktemp failed"
+xn_up 2 >/dev/null || abort_setup "scripts/netns.sh could not make two nodes"
+HOST_CC=$(sysctl -n net.ipv4.tcp_congestion_control)
+if [ "$(xn_mode)" = netns ]; then
+	for n in 0 1; do
+		xn_exec "$n" sysctl -qw net.ipv4.tcp_congestion_control=reno ||
+			abort_setup "sysctl in node $n failed"
+	done
+	HOST_CC=reno
+fi
+
+# conn_ccs: the congestion control of each established connection between the two daemons'
+# listening ports, as node 0 sees them, one a line.
+conn_ccs()
+{
+	local p0 p1
+	p0=$(xn_port 0) p1=$(xn_port 1)
+	xn_exec 0 ss -Htin state established \
+		"( sport = :$p0 or dport = :$p0 or sport = :$p1 or dport = :$p1 )" |
+		grep -oE ' [a-z0-9_]+ (wscale|rto):' | awk '{ print $1 }'
+}
+
+# case NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved, every connection WANT.
+case_cc()
+{
+	local name=$1 want=$2 out got
+	for n in 0 1; do
+		rm -f "$(xc_config "$n")"
+		XC_CONFIG_EXTRA=$3 xc_start "$n" || {
+			fail "$name" "node $n did not start: $(logtail "$n")"
+			return
+		}
+	done
+	if ! out=$("$BUILD/xferbench_net" check --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--max $((4 << 20)) 2>&1); then
+		fail "$name" "transfers failed: $(tail -n 2 <<<"$out" | tr '\n' '|') / $(logtail 0)"
+	else
+		got=$(conn_ccs | sort | uniq -c | tr -s ' \n' ' ')
+		if [ -z "$got" ]; then
+			fail "$name" "no connection between the daemons' ports in ss -tin"
+		elif [ -n "$want" ] && [ "$got" != " $(conn_ccs | wc -l) $want " ]; then
+			fail "$name" "connections run:$got(want $want)"
+		else
+			ok "$name: bytes checked both ways, connections run:$got"
+		fi
+	fi
+	stop_both_nodes
+}
+
+case_cc "the default config: cubic, not the host's $HOST_CC" cubic ''
+case_cc '"tcp_congestion": "reno"' reno '"tcp_congestion": "reno"'
+if [ "$(xn_mode)" = netns ]; then
+	case_cc "\"tcp_congestion\": \"\": the host's default" "$HOST_CC" '"tcp_congestion": ""'
+fi
+case_cc '"tcp_congestion": "nosuchcc" (not built here): the host'"'"'s default' \
+	"$([ "$(xn_mode)" = netns ] && echo "$HOST_CC")" '"tcp_congestion": "nosuchcc"'
+for n in 0 1; do
+	warned=$(grep -c 'tcp_congestion "nosuchcc" cannot be set here' "$(xc_log "$n")")
+	if [ "$warned" = 1 ]; then
+		ok "node $n logged the unusable tcp_congestion once"
+	else
+		fail "node $n's log on the unusable tcp_congestion" "$warned lines, want 1"
+	fi
+done
+
+summary
+[ "$failed" -eq 0 ]
