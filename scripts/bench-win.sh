@@ -16,8 +16,11 @@
 # the ratio to UCX (and the client's p50/p99 per op), and per build each daemon's read system
 # calls per op of the whole run (/proc/PID/io syscr: read(2), readv(2) of any fd) and those of
 # its peer set's sockets (list.peers socket_reads, read_ahead_fills; "-" from a daemon without
-# them). Both rates count payload bytes only. --iperf3: also an
-# iperf3 single stream node 0 -> node 1 per round (2 s), the peer of the large sizes' target.
+# them), and each daemon's CPU seconds (utime + stime) per GB the client moved, over the whole
+# run (startup and registration included). Both rates count payload bytes only. --iperf3: also
+# an iperf3 single stream node 0 -> node 1 per round (2 s), the peer of the large sizes' target,
+# and one more with -C cubic (the daemons' default tcp_congestion; iperf3's row above runs the
+# host's default).
 # --idle-file: while each build runs, a 1 MiB file is registered on both daemons as a readable
 # nobody claims (xferctl readable, the client's build), a file region no transfer uses (before
 # per-peer read-ahead, it turned tcp.c's read-ahead off daemon-wide). Run it under the bench
@@ -104,12 +107,13 @@ bytes()
 	esac
 }
 
-# iperf3_gbps: GB/s of one iperf3 stream node 0 -> node 1 for 2 s (1 s omitted), to the server
-# started below (a one-off server would take xn_wait_tcp's probe for its client).
+# iperf3_gbps [ARGS...]: GB/s of one iperf3 stream node 0 -> node 1 for 2 s (1 s omitted), to
+# the server started below (a one-off server would take xn_wait_tcp's probe for its client).
 iperf3_gbps()
 {
 	local out
-	out=$(xn_exec 0 timeout 30 iperf3 -c "$A1" -p "$IPORT" -t 2 -O 1 -J 2>/dev/null) || out='{}'
+	out=$(xn_exec 0 timeout 30 iperf3 -c "$A1" -p "$IPORT" -t 2 -O 1 -J "$@" 2>/dev/null) ||
+		out='{}'
 	"$XN_PY" -c 'import json,sys
 d = json.load(sys.stdin)
 print("%.3f" % (d.get("end", {}).get("sum_received", {}).get("bits_per_second", 0) / 8e9))' <<<"$out"
@@ -145,9 +149,9 @@ idle_files_stop()
 	IDLE_PIDS=()
 }
 
-declare -A UCXR IPR
+declare -A UCXR IPR IPRC
 for r in $(seq 1 "$ROUNDS"); do
-	[ "$IPERF" = 1 ] && IPR[$r]=$(iperf3_gbps)
+	[ "$IPERF" = 1 ] && IPR[$r]=$(iperf3_gbps) && IPRC[$r]=$(iperf3_gbps -C cubic)
 	if [ "$UCX" = 1 ]; then
 		for s in ${SIZES//,/ }; do
 			UCXR["$r,$s"]=$(ucx_run "$(bytes "$s")")
@@ -167,6 +171,8 @@ for r in $(seq 1 "$ROUNDS"); do
 				>"$RUN/peers.$r.${b//\//_}.$n.json" 2>/dev/null || true
 			awk '/^syscr/ { print $2 }' "/proc/$(xc_pid "$n")/io" \
 				>"$RUN/syscr.$r.${b//\//_}.$n" 2>/dev/null || true
+			awk '{ print $14 + $15 }' "/proc/$(xc_pid "$n")/stat" \
+				>"$RUN/cpu.$r.${b//\//_}.$n" 2>/dev/null || true
 		done
 		idle_files_stop
 		xc_stop_all >/dev/null
@@ -178,7 +184,8 @@ echo "bench-win: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), peer_conn
 	"$(date -u +%H:%M) UTC"
 printf '%-5s %-6s %-22s %9s %10s %7s\n' round size what GB/s ops/s xUCX
 for r in $(seq 1 "$ROUNDS"); do
-	[ "$IPERF" = 1 ] && printf '%-5s %-6s %-22s %9s\n' "$r" "" "iperf3 1 stream" "${IPR[$r]}"
+	[ "$IPERF" = 1 ] && printf '%-5s %-6s %-22s %9s\n' "$r" "" "iperf3 1 stream" "${IPR[$r]}" \
+		"$r" "" "iperf3 -C cubic" "${IPRC[$r]}"
 	for s in ${SIZES//,/ }; do
 		read -r ugb urate <<<"${UCXR["$r,$s"]:-0 0}"
 		printf '%-5s %-6s %-22s %9s %10s %7s\n' "$r" "$s" "ucx tag_bw" "$ugb" "$urate" ""
@@ -200,10 +207,19 @@ EOF
 	done
 	for b in "${BUILDS[@]}"; do
 		"$XN_PY" - "$RUN/win.$r.${b//\//_}.json" "$RUN/peers.$r.${b//\//_}".{0,1}.json \
-			"$RUN/syscr.$r.${b//\//_}".{0,1} "$b" "$r" <<'EOF'
+			"$RUN/syscr.$r.${b//\//_}".{0,1} "$b" "$r" "$RUN/cpu.$r.${b//\//_}".{0,1} \
+			"$(getconf CLK_TCK)" <<'EOF'
 import json, sys
-win, p0, p1, s0, s1, b, r = sys.argv[1:]
-ops = sum(json.loads(line).get("ops", 0) for line in open(win)) or 1
+win, p0, p1, s0, s1, b, r, c0, c1, hz = sys.argv[1:]
+rows = [json.loads(line) for line in open(win)]
+ops = sum(d.get("ops", 0) for d in rows) or 1
+gb = sum(d.get("ops", 0) * d["size"] for d in rows) / 1e9
+try:
+    cpu = [int(open(c).read()) / float(hz) for c in (c0, c1)]
+    print("%-5s %-6s %-22s owner %.3f, opener %.3f CPU s per GB moved (%.2f GB)" % (
+        r, "", b[-14:] + " cpu/GB", cpu[0] / gb, cpu[1] / gb, gb))
+except (OSError, ValueError, ZeroDivisionError):
+    pass
 out = []
 for name, path, spath in (("owner", p0, s0), ("opener", p1, s1)):
     try:
