@@ -228,20 +228,19 @@ def test_events_before_the_object_exists_are_kept(pair, monkeypatch):
     for the new id arrives before the call returns; the object must still see it.
     """
     a, b = pair
-    real = b._c_call
+    real = xferd._clib.lib.xfer_read
 
-    def early_end(fn, *args, **kw):
-        rc = real(fn, *args, **kw)
-        if fn is xferd._clib.lib.xfer_read:
-            op_id = args[-1]._obj.value
-            ev = xferd._clib.XferOpInfo(op=op_id, state=5, error=-errno.EHOSTUNREACH)
-            ev.cause = b"simulated: refused before the reply"
-            b._on_event(xferd.connector._Event(ev))
+    def early_end(c, *args):
+        rc = real(c, *args)
+        op_id = args[-1]._obj.value
+        ev = xferd._clib.XferOpInfo(op=op_id, state=5, error=-errno.EHOSTUNREACH)
+        ev.cause = b"simulated: refused before the reply"
+        b._on_event(xferd.connector._Event(ev))
         return rc
 
     async def main():
         r = await a.create_readable(Descriptor(xferd.empty(4096)))
-        monkeypatch.setattr(b, "_c_call", early_end)
+        monkeypatch.setattr(xferd._clib.lib, "xfer_read", early_end)
         rd = await b.begin_read(r.metadata(), Descriptor(xferd.empty(4096)))
         monkeypatch.undo()
         assert rd.status == OperationStatus.ERRORED

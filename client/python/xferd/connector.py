@@ -40,7 +40,8 @@ class OperationStatus(enum.IntEnum):
 
 
 _TERMINAL = (OperationStatus.COMPLETE, OperationStatus.CANCELLED, OperationStatus.ERRORED)
-_COMPLETE = OperationStatus.COMPLETE  # (a module global: looked up faster than the enum's)
+_COMPLETE = OperationStatus.COMPLETE  # (module globals: looked up faster than the enum's)
+_INITIALIZED, _IN_PROGRESS = OperationStatus.INITIALIZED, OperationStatus.IN_PROGRESS
 
 
 class _Event:
@@ -128,18 +129,20 @@ class Operation(_window._ClosedOnExit):
     """
 
     kind = None
+    # Until an event or a release says otherwise (class attributes: an operation is made per
+    # pairing, and four stores fewer per object are CPU the pairing's path does not spend).
+    error = None
+    bytes = 0
+    transport = ""
+    peer = ""
+    _released = False
 
     def __init__(self, connector, op_id, descs, status):
         self._connector = connector
         self.id = op_id
         self.descriptors = descs
         self._status = status
-        self.error = None
-        self.bytes = 0
-        self.transport = ""
-        self.peer = ""
         self._futures = []
-        self._released = False
 
     @property
     def status(self):
@@ -168,7 +171,8 @@ class Operation(_window._ClosedOnExit):
         if state is _COMPLETE:
             if self._LANDS_HERE:
                 for d in self.descriptors:
-                    d._stage_out()
+                    if d.staged:
+                        d._stage_out()
         else:
             cause = info.cause.decode("utf-8", "replace")
             self.error = XferError(
@@ -220,16 +224,20 @@ class Operation(_window._ClosedOnExit):
         raises XferError for ERRORED or CANCELLED (also kept in ``error``), TimeoutError when
         @timeout seconds passed first (the operation goes on).
         """
-        if self._status not in _TERMINAL:
+        conn = self._connector
+        if self._status < _COMPLETE:
             # Its end may already be waiting on the socket: taken now, it costs no turn of the
-            # loop (non-blocking reads up to it; never a poll loop).
-            self._connector._take_ends(self)
-        if self._status not in _TERMINAL:
+            # loop (non-blocking reads up to it, others' ends met on the way applied too; never
+            # a poll loop).
+            while conn._dispatch_end() and self._status < _COMPLETE:
+                pass
+        if self._status < _COMPLETE:
             loop = asyncio.get_running_loop()
-            self._connector._attach_loop(loop)
+            if not conn._reading or conn._loop is not loop:
+                conn._attach_loop(loop)
             fut = Waiter(loop)
             self._futures.append(fut)
-            self._connector._waiting += 1
+            conn._waiting += 1
             if timeout is None:
                 await fut
             else:
@@ -286,7 +294,7 @@ class Operation(_window._ClosedOnExit):
 
 class PassiveOperation(Operation):
     def __init__(self, connector, op_id, descs, metadata):
-        super().__init__(connector, op_id, descs, OperationStatus.INITIALIZED)
+        Operation.__init__(self, connector, op_id, descs, _INITIALIZED)
         self._metadata = metadata
 
     def metadata(self):
@@ -541,12 +549,6 @@ class Connector:
             raise e
         return n == 1
 
-    def _take_ends(self, op):
-        """Takes waiting events up to @op's end (others' ends met on the way are applied too),
-        or until none is left."""
-        while self._dispatch_end() and op._status not in _TERMINAL:
-            pass
-
     def _refresh(self):
         """Takes waiting events unless the loop does it anyway (or we are inside delivery)."""
         if not self._reading and not self._closed and not self._in_dispatch:
@@ -680,27 +682,25 @@ class Connector:
         return ctypes.byref(
             _clib.XferOpOpts(max(1, int(timeout * 1000)), _clib.op_flags(active, end_only)))
 
-    def _create(self, fn, args, op_id):
-        """Runs creating call @fn(c, *@args), which fills @op_id. Returns the id and the events
-        that arrived inside the call (before the op's object exists) by op id."""
-        _, early = self._creating_call(fn, args)
-        return op_id.value, early
-
     def _creating_call(self, fn, args, raise_error=True):
         """Runs @fn(c, *@args), a call that makes operations, keeping the events that arrive
         inside it for operations whose objects do not exist yet. Returns (rc, those events by
-        op id)."""
+        op id). (_c_call's work, under one hold of the lock: this runs twice per pairing.)"""
         if self._dead_regions:
             self._flush_dead_regions()
         with self._lock:
+            if self._closed:
+                raise XferError(errno.ENOTCONN, "the connector is closed")
             self._creating += 1
             try:
-                rc = self._c_call(fn, *args, raise_error=raise_error)
+                rc = fn(self._c, *args)
             finally:
                 self._creating -= 1
                 early = self._early
                 if not self._creating and early:
                     self._early = {}
+            if rc < 0 and raise_error:
+                raise self._error(rc)
         return rc, early
 
     def _adopt(self, op, early):
@@ -714,13 +714,14 @@ class Connector:
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
         if cls is ReadableOperation:
             for d in descs:
-                d._stage_in()
+                if d.staged:
+                    d._stage_in()
         meta = ctypes.c_void_p()
         op_id = ctypes.c_uint64()
-        args = (self._c_descs(descs), len(descs), self._opts(timeout, False, end_only),
-                ctypes.byref(op_id), ctypes.byref(meta))
-        i, early = self._create(fn, args, op_id)
-        return self._adopt(cls(self, i, descs, _clib.take_string(meta.value)), early)
+        _, early = self._creating_call(fn, (
+            self._c_descs(descs), len(descs), self._opts(timeout, False, end_only),
+            ctypes.byref(op_id), ctypes.byref(meta)))
+        return self._adopt(cls(self, op_id.value, descs, _clib.take_string(meta.value)), early)
 
     def _active(self, fn, cls, metadata, descs, timeout, end_only):
         if type(metadata) is not str:
@@ -728,14 +729,15 @@ class Connector:
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
         if cls is WriteOperation:
             for d in descs:
-                d._stage_in()
-        local = _metadata_node(metadata) == self.node
-        status = OperationStatus.IN_PROGRESS if local else OperationStatus.INITIALIZED
+                if d.staged:
+                    d._stage_in()
         op_id = ctypes.c_uint64()
-        args = (metadata.encode(), self._c_descs(descs), len(descs),
-                self._opts(timeout, True, end_only), ctypes.byref(op_id))
-        i, early = self._create(fn, args, op_id)
-        return self._adopt(cls(self, i, descs, status), early)
+        _, early = self._creating_call(fn, (
+            metadata.encode(), self._c_descs(descs), len(descs),
+            self._opts(timeout, True, end_only), ctypes.byref(op_id)))
+        # (After the call: nothing but what the request needs runs before it is sent.)
+        status = _IN_PROGRESS if _metadata_node(metadata) == self.node else _INITIALIZED
+        return self._adopt(cls(self, op_id.value, descs, status), early)
 
     # Blocking forms (scripts): each returns the operation at once. end_only=True: the daemon
     # pushes only the operation's end, never IN_PROGRESS (XFER_OP_END_ONLY): one event (a
@@ -757,24 +759,32 @@ class Connector:
     async def create_readable(self, descs, timeout=None, end_only=False):
         """Offers @descs to be read once. Returns a ReadableOperation (its metadata() to send).
         end_only=True: no IN_PROGRESS event, only the end (see readable())."""
-        self._use_loop()
-        return self.readable(descs, timeout, end_only)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._use_loop(loop)
+        return self._passive(lib.xfer_readable, ReadableOperation, descs, timeout, end_only)
 
     async def create_writable(self, descs, timeout=None, end_only=False):
         """Offers @descs to be written once. Returns a WritableOperation."""
-        self._use_loop()
-        return self.writable(descs, timeout, end_only)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._use_loop(loop)
+        return self._passive(lib.xfer_writable, WritableOperation, descs, timeout, end_only)
 
     async def begin_read(self, metadata, descs, timeout=None, end_only=False):
         """Reads readable @metadata's bytes into @descs. Returns a ReadOperation at once; a
         refused claim ends it ERRORED with the owner's reason (with end_only=True too)."""
-        self._use_loop()
-        return self.read(metadata, descs, timeout, end_only)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._use_loop(loop)
+        return self._active(lib.xfer_read, ReadOperation, metadata, descs, timeout, end_only)
 
     async def begin_write(self, metadata, descs, timeout=None, end_only=False):
         """Writes @descs into writable @metadata's buffer. Returns a WriteOperation at once."""
-        self._use_loop()
-        return self.write(metadata, descs, timeout, end_only)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._use_loop(loop)
+        return self._active(lib.xfer_write, WriteOperation, metadata, descs, timeout, end_only)
 
     # -- windows (PROTOCOL.md §5.1) --
 
@@ -862,10 +872,10 @@ class Connector:
         offset = self._offset(offset)
         descs, c_descs = self._window_descs(kind, descs)
         op_id = ctypes.c_uint64()
-        args = (rw.handle, offset, c_descs, len(descs), tag,
-                ctypes.byref(self._window_opts(timeout)), ctypes.byref(op_id))
-        i, early = self._create(fn, args, op_id)
-        return self._adopt(cls(self, i, descs, OperationStatus.IN_PROGRESS, rw), early)
+        _, early = self._creating_call(fn, (
+            rw.handle, offset, c_descs, len(descs), tag,
+            ctypes.byref(self._window_opts(timeout)), ctypes.byref(op_id)))
+        return self._adopt(cls(self, op_id.value, descs, OperationStatus.IN_PROGRESS, rw), early)
 
     def _window_batch(self, rw, entries, timeout):
         """op.batch of @entries on handle @rw, 1024 a request. Returns the operations."""
