@@ -12,7 +12,8 @@
 #   make test-rdma       the cross-node tests over RDMA, in a VM with Soft-RoCE
 #   make bench-rdma      xferd over RDMA beside ib_read_bw/ib_write_bw, in the same VM
 #   make fuzz FUZZ_SECONDS=60   libFuzzer, each target in turn: a control packet, metadata
-#                        decode, peer frames after HELLO (clang, ASan+UBSan)
+#                        decode, peer frames after HELLO, the client's op.batch_done and the
+#                        daemon's op.batch readers (clang, ASan+UBSan)
 #   make format          reformat every C file with .clang-format; make format-check only checks
 #   make install PREFIX=/usr/local DESTDIR=
 
@@ -172,10 +173,11 @@ $(B)/tests/fuzz/xferd_main.o: $(B)/daemon/main.o
 	$(Q)objcopy --localize-symbol=main $< $@
 
 # Named test_* so that tests/run.sh runs them: each replays its target's seed corpus
-# (tests/fuzz/corpus, corpus-meta, corpus-peer, corpus-reply) without libFuzzer.
+# (tests/fuzz/corpus, corpus-meta, corpus-peer, corpus-reply, corpus-req) without libFuzzer.
 FUZZ_META_REPLAY := $(B)/tests/test_fuzz_meta_replay
 FUZZ_PEER_REPLAY := $(B)/tests/test_fuzz_peer_replay
 FUZZ_REPLY_REPLAY := $(B)/tests/test_fuzz_reply_replay
+FUZZ_REQ_REPLAY := $(B)/tests/test_fuzz_req_replay
 
 $(FUZZ_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_ctl.o $(FUZZ_DAEMON_OBJ) \
 		$(B)/libxferproto.a
@@ -192,8 +194,15 @@ $(FUZZ_META_REPLAY) $(FUZZ_REPLY_REPLAY): $(B)/tests/test_fuzz_%_replay: $(B)/te
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(call PKG_LIBS,jansson)
 
+# fuzz_req holds the reader to the jansson reading of tests/breq_ref.c.
+$(FUZZ_REQ_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_req.o $(B)/tests/breq_ref.o \
+		$(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $^ $(call PKG_LIBS,jansson)
+
 # libFuzzer programs: fuzz_ctl (a control packet), fuzz_peer (peer frames after HELLO),
-# fuzz_meta (metadata decode), fuzz_reply (op.batch_done read back by the client).
+# fuzz_meta (metadata decode), fuzz_reply (op.batch_done read back by the client), fuzz_req
+# (op.batch read by the daemon without jansson).
 $(B)/fuzz_ctl $(B)/fuzz_peer: $(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(FUZZ_DAEMON_OBJ) \
 		$(B)/libxferproto.a
 	@$(if $(Q),echo "  LD      $@")
@@ -203,7 +212,12 @@ $(B)/fuzz_meta $(B)/fuzz_reply: $(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(B)/libxf
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(call PKG_LIBS,jansson)
 
-all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY) $(FUZZ_REPLY_REPLAY)
+$(B)/fuzz_req: $(B)/tests/fuzz/fuzz_req.o $(B)/tests/breq_ref.o $(B)/libxferproto.a
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(call PKG_LIBS,jansson)
+
+all test-build: $(FUZZ_REPLAY) $(FUZZ_META_REPLAY) $(FUZZ_PEER_REPLAY) $(FUZZ_REPLY_REPLAY) \
+	$(FUZZ_REQ_REPLAY)
 
 # The Python package's check of its ctypes mirrors: prints xferclient.h's sizeof/offsetof
 # (tests/python/test_layout.py compares). Not named test_*: tests/test_python.sh runs it.
@@ -240,11 +254,12 @@ $(ENGINE_TEST): $(B)/tests/test_engine.o $(ENGINE_DAEMON_OBJ) $(TEST_HELPER_OBJ)
 all test-build: $(ENGINE_TEST)
 
 # Runs each target of FUZZ_TARGETS for FUZZ_SECONDS. New inputs go to build/fuzz/corpus,
-# corpus-meta, corpus-peer, corpus-reply (the seeds in tests/fuzz/ stay as they are), crash and leak
-# reproducers to build/fuzz/TARGET-*; replay one with build/tests/test_fuzz_replay FILE
-# (test_fuzz_meta_replay, test_fuzz_peer_replay, test_fuzz_reply_replay). FUZZ_ARGS passes more libFuzzer options
+# corpus-meta, corpus-peer, corpus-reply, corpus-req (the seeds in tests/fuzz/ stay as they
+# are), crash and leak reproducers to build/fuzz/TARGET-*; replay one with
+# build/tests/test_fuzz_replay FILE (test_fuzz_meta_replay, test_fuzz_peer_replay,
+# test_fuzz_reply_replay, test_fuzz_req_replay). FUZZ_ARGS passes more libFuzzer options
 # (-jobs=2, -max_len=70000, ...).
-FUZZ_TARGETS ?= ctl meta peer reply
+FUZZ_TARGETS ?= ctl meta peer reply req
 fuzz:
 	$(Q)$(MAKE) --no-print-directory FUZZ=1 $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 	$(Q)set -e; for t in $(FUZZ_TARGETS); do \

@@ -33,23 +33,13 @@ static bool compact_desc(const json_t *o, json_int_t *region, json_int_t *offset
 	return true;
 }
 
-/*
- * A descriptor {"region", "offset", "length"}, or in op.batch's compact get and put entries
- * (@call->compact, PROTOCOL.md §5.2) [region, offset, length]: read where it is, not rebuilt.
- */
-static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
+/* A descriptor's values, read from JSON or text: into @op's segment @i, or @call failed. */
+static int desc_check(struct xd_call *call, json_int_t region, json_int_t offset, json_int_t length,
+		      struct xd_op *op, size_t i)
 {
-	json_int_t region, offset, length;
-	json_error_t jerr;
+	struct xd_seg *seg = &op->segs[i];
 	uint64_t end;
 
-	if (call->compact && !compact_desc(o, &region, &offset, &length))
-		return xd_fail(call, XP_E_PARAMS, EINVAL,
-			       "invalid descriptor: a compact one is [region, offset, length], "
-			       "three integers");
-	if (!call->compact && json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region",
-					     &region, "offset", &offset, "length", &length))
-		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
 	if (region < 0 || offset < 0 || length <= 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL,
 			       "descriptor offset must be >= 0 and length > 0");
@@ -65,7 +55,28 @@ static int parse_desc(struct xd_call *call, json_t *o, struct xd_seg *seg)
 			(unsigned long long)seg->region->length);
 	seg->offset = (uint64_t)offset;
 	seg->length = (uint64_t)length;
+	if (__builtin_add_overflow(op->length, seg->length, &op->length))
+		return xd_fail(call, XP_E_FAILED, EINVAL, "total length overflows");
 	return 0;
+}
+
+/*
+ * A descriptor {"region", "offset", "length"}, or in op.batch's compact get and put entries
+ * (@call->compact, PROTOCOL.md §5.2) [region, offset, length]: read where it is, not rebuilt.
+ */
+static int parse_desc(struct xd_call *call, json_t *o, struct xd_op *op, size_t i)
+{
+	json_int_t region, offset, length;
+	json_error_t jerr;
+
+	if (call->compact && !compact_desc(o, &region, &offset, &length))
+		return xd_fail(call, XP_E_PARAMS, EINVAL,
+			       "invalid descriptor: a compact one is [region, offset, length], "
+			       "three integers");
+	if (!call->compact && json_unpack_ex(o, &jerr, JSON_STRICT, "{s:I, s:I, s:I}", "region",
+					     &region, "offset", &offset, "length", &length))
+		return xd_fail(call, XP_E_PARAMS, EINVAL, "invalid descriptor: %s", jerr.text);
+	return desc_check(call, region, offset, length, op, i);
 }
 
 static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
@@ -80,11 +91,24 @@ static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
 	if (!op->segs)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 	json_array_foreach(arr, i, v) {
-		int rc = parse_desc(call, v, &op->segs[i]);
+		int rc = parse_desc(call, v, op, i);
 		if (rc)
 			return rc;
-		if (__builtin_add_overflow(op->length, op->segs[i].length, &op->length))
-			return xd_fail(call, XP_E_FAILED, EINVAL, "total length overflows");
+	}
+	op->nsegs = (uint32_t)n;
+	return 0;
+}
+
+/* The descriptors of a batch read as text (xp_batch_req_read()): as parse_descs() reads JSON. */
+static int raw_descs(struct xd_call *call, const struct xp_breq_desc *d, size_t n, struct xd_op *op)
+{
+	op->segs = calloc(n, sizeof(*op->segs));
+	if (!op->segs)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		int rc = desc_check(call, d[i].region, d[i].offset, d[i].length, op, i);
+		if (rc)
+			return rc;
 	}
 	op->nsegs = (uint32_t)n;
 	return 0;
@@ -128,9 +152,13 @@ static int check_timeout(struct xd_call *call, json_int_t timeout, uint64_t *out
 	return 0;
 }
 
-/* Builds an op from the descriptors; not yet listed, no deadline running. */
-struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, json_int_t timeout,
-			int release_on_end)
+/*
+ * Builds an op from the descriptors, JSON @descs or, when it is NULL, @raw[0..@nraw) (1 to
+ * XP_BREQ_DESCS of them); not yet listed, no deadline running.
+ */
+static struct xd_op *op_new(struct xd_call *call, enum xp_kind kind, json_t *descs,
+			    const struct xp_breq_desc *raw, size_t nraw, json_int_t timeout,
+			    int release_on_end)
 {
 	struct xd_conn *c = call->conn;
 	char msg[200];
@@ -147,12 +175,25 @@ struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, 
 	}
 	op->release_on_end = release_on_end;
 	op->client_id = c->id;
-	if (check_timeout(call, timeout, &op->timeout_ms) || parse_descs(call, descs, op) ||
+	if (check_timeout(call, timeout, &op->timeout_ms) ||
+	    (descs ? parse_descs(call, descs, op) : raw_descs(call, raw, nraw, op)) ||
 	    check_access(call, op)) {
 		xd_op_discard(op);
 		return NULL;
 	}
 	return op;
+}
+
+struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, json_int_t timeout,
+			int release_on_end)
+{
+	return op_new(call, kind, descs, NULL, 0, timeout, release_on_end);
+}
+
+struct xd_op *xd_op_new_raw(struct xd_call *call, enum xp_kind kind, const struct xp_breq_desc *raw,
+			    size_t nraw, json_int_t timeout, int release_on_end)
+{
+	return op_new(call, kind, NULL, raw, nraw, timeout, release_on_end);
 }
 
 static json_t *passive_result(struct xd_op *op)

@@ -110,8 +110,10 @@ static int start_remote(struct xd_call *call, struct xd_op *active, const struct
 struct wreq_in {
 	enum xp_kind kind;
 	json_int_t window, offset, timeout; /**< timeout -1: none given */
-	json_t *descs;			    /**< borrowed */
-	const char *tag;		    /**< borrowed; NULL: none */
+	json_t *descs;			    /**< borrowed; NULL: @raw */
+	const struct xp_breq_desc *raw;	    /**< a batch read as text: its @nraw descriptors */
+	size_t nraw;
+	const char *tag; /**< borrowed; NULL: none */
 	int release_on_end;
 };
 
@@ -148,7 +150,10 @@ static int op_window_start(struct xd_call *call, const struct wreq_in *rq, struc
 	if (tag && strlen(tag) > XP_MAX_TAG)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "a notify tag has at most %d bytes",
 			       XP_MAX_TAG);
-	struct xd_op *active = xd_op_new(call, kind, rq->descs, rq->timeout, rq->release_on_end);
+	struct xd_op *active =
+		rq->descs ? xd_op_new(call, kind, rq->descs, rq->timeout, rq->release_on_end) :
+			    xd_op_new_raw(call, kind, rq->raw, rq->nraw, rq->timeout,
+					  rq->release_on_end);
 	if (!active)
 		return -call->cause_errno;
 	struct xd_wclaim wc = { kind, 0, (uint64_t)window, (uint64_t)offset, active->length, tag };
@@ -220,9 +225,9 @@ static int batch_run(struct xd_call *sub, int m)
 
 /* What an op.batch applies to each of its entries. */
 struct batch_opts {
-	json_t *timeout;	/**< "timeout_ms" (borrowed), or NULL */
-	json_t *release_on_end; /**< (borrowed), or NULL */
-	json_t *end_only;	/**< (borrowed), or NULL: for the pairing entries */
+	json_int_t timeout;	/**< "timeout_ms", -1: none (as an entry's own -1) */
+	bool release_on_end;	/**< (false: as when absent) */
+	bool end_only;		/**< for the pairing entries (false: as when absent) */
 	struct xd_batch *batch; /**< "event": "batch": the ops' ends go there */
 	bool posted;		/**< "reply": false: no reply, refusals go into the event */
 };
@@ -230,11 +235,11 @@ struct batch_opts {
 /* @params (a copy the entry owns) gets the batch's options it does not name itself. */
 static int batch_defaults(json_t *params, const struct batch_opts *bo)
 {
-	if (bo->timeout && !json_object_get(params, "timeout_ms") &&
-	    json_object_set(params, "timeout_ms", bo->timeout))
+	if (bo->timeout != -1 && !json_object_get(params, "timeout_ms") &&
+	    json_object_set_new(params, "timeout_ms", json_integer(bo->timeout)))
 		return -ENOMEM;
 	if (bo->release_on_end && !json_object_get(params, "release_on_end") &&
-	    json_object_set(params, "release_on_end", bo->release_on_end))
+	    json_object_set_new(params, "release_on_end", json_true()))
 		return -ENOMEM;
 	return 0;
 }
@@ -259,8 +264,8 @@ static int compact_entry(json_t *entry, const struct batch_opts *bo, struct wreq
 	rq->window = json_integer_value(window);
 	rq->offset = json_integer_value(offset);
 	rq->kind = strcmp(name, "get") == 0 ? XP_KIND_GET : XP_KIND_PUT;
-	rq->timeout = bo->timeout ? json_integer_value(bo->timeout) : -1;
-	rq->release_on_end = bo->release_on_end && json_is_true(bo->release_on_end);
+	rq->timeout = bo->timeout;
+	rq->release_on_end = bo->release_on_end;
 	return 0;
 }
 
@@ -284,9 +289,9 @@ static int compact_pair_entry(json_t *entry, const struct batch_opts *bo, struct
 	in->descs = json_array_get(entry, active ? 2 : 1);
 	if ((active && !in->metadata) || !json_is_array(in->descs))
 		return -EINVAL;
-	in->timeout = bo->timeout ? json_integer_value(bo->timeout) : -1;
-	in->release_on_end = bo->release_on_end && json_is_true(bo->release_on_end);
-	in->end_only = bo->end_only && json_is_true(bo->end_only);
+	in->timeout = bo->timeout;
+	in->release_on_end = bo->release_on_end;
+	in->end_only = bo->end_only;
 	in->nowait = active; /* (as batch_run() asks of the long form) */
 	return 0;
 }
@@ -311,7 +316,7 @@ static int batch_entry_end(struct xd_call *call, size_t i, struct xd_call *sub, 
 			       sub->message);
 	}
 	if ((op && bo->batch && xd_batch_join(bo->batch, op) < 0) ||
-	    (!sub->no_reply && json_array_append_new(results, sub->result)))
+	    (results && !sub->no_reply && json_array_append_new(results, sub->result)))
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "op.batch entry %zu: out of memory", i);
 	return 0;
 }
@@ -410,7 +415,7 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	bool pairing = m == XP_M_OP_READABLE || m == XP_M_OP_WRITABLE || m == XP_M_OP_READ ||
 		       m == XP_M_OP_WRITE;
 	if (pairing && bo->end_only && !json_object_get(params, "end_only") &&
-	    json_object_set(params, "end_only", bo->end_only)) {
+	    json_object_set_new(params, "end_only", json_true())) {
 		json_decref(owned);
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 	}
@@ -420,6 +425,19 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	json_decref(owned);
 	return batch_entry_end(call, i, &sub, rc, rc < 0 ? NULL : batch_op(call, bo, sub.result),
 			       results, bo);
+}
+
+/* A batch's event (@event_batch: one for the batch) as its options @bo ask. */
+static int batch_begin(struct xd_call *call, struct batch_opts *bo, bool event_batch)
+{
+	/* A posted batch's event is its only answer: without one the client would learn nothing. */
+	if (bo->posted && !event_batch)
+		return xd_fail(
+			call, XP_E_FAILED, EINVAL,
+			"reply false needs event \"batch\" (the batch's event is its answer)");
+	if (event_batch && !(bo->batch = xd_batch_create(call, bo->posted)))
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return 0;
 }
 
 /*
@@ -435,34 +453,30 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 static int batch_opts(struct xd_call *call, struct batch_opts *bo, json_t **ops)
 {
 	const char *event = "each";
-	json_t *reply = NULL;
+	json_t *timeout = NULL, *release_on_end = NULL, *end_only = NULL, *reply = NULL;
 
 	memset(bo, 0, sizeof(*bo));
 	if (xd_unpack_params(call, "{s:o, s?o, s?o, s?o, s?s, s?o}", "ops", ops, "timeout_ms",
-			     &bo->timeout, "release_on_end", &bo->release_on_end, "end_only",
-			     &bo->end_only, "event", &event, "reply", &reply))
+			     &timeout, "release_on_end", &release_on_end, "end_only", &end_only,
+			     "event", &event, "reply", &reply))
 		return -EINVAL;
 	if (!json_is_array(*ops) || json_array_size(*ops) == 0 ||
 	    json_array_size(*ops) > XP_MAX_BATCH)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "ops must be an array of 1 to %d entries",
 			       XP_MAX_BATCH);
-	if ((bo->timeout && !json_is_integer(bo->timeout)) ||
-	    (bo->release_on_end && !json_is_boolean(bo->release_on_end)) ||
-	    (bo->end_only && !json_is_boolean(bo->end_only)) || (reply && !json_is_boolean(reply)))
+	if ((timeout && !json_is_integer(timeout)) ||
+	    (release_on_end && !json_is_boolean(release_on_end)) ||
+	    (end_only && !json_is_boolean(end_only)) || (reply && !json_is_boolean(reply)))
 		return xd_fail(call, XP_E_PARAMS, EINVAL,
 			       "timeout_ms must be an integer, release_on_end, end_only and reply "
 			       "booleans");
 	if (strcmp(event, "each") != 0 && strcmp(event, "batch") != 0)
 		return xd_fail(call, XP_E_FAILED, EINVAL, "event must be \"each\" or \"batch\"");
+	bo->timeout = timeout ? json_integer_value(timeout) : -1;
+	bo->release_on_end = release_on_end && json_is_true(release_on_end);
+	bo->end_only = end_only && json_is_true(end_only);
 	bo->posted = reply && json_is_false(reply);
-	/* A posted batch's event is its only answer: without one the client would learn nothing. */
-	if (bo->posted && strcmp(event, "batch") != 0)
-		return xd_fail(
-			call, XP_E_FAILED, EINVAL,
-			"reply false needs event \"batch\" (the batch's event is its answer)");
-	if (strcmp(event, "batch") == 0 && !(bo->batch = xd_batch_create(call, bo->posted)))
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	return 0;
+	return batch_begin(call, bo, strcmp(event, "batch") == 0);
 }
 
 /*
@@ -530,5 +544,106 @@ int xd_handle_op_batch(struct xd_call *call)
 	 * a wakeup on the path of every pairing of the batch).
 	 */
 	xd_peers_flush_ctrl(call->conn->d);
+	return batch_result(call, &bo, results, failed);
+}
+
+/* ---- op.batch read as text (xp_batch_req_read()) ---- */
+
+/* Runs entry @i of @rq as batch_compact() runs a compact one; its op's id into *@id. */
+static int batch_text_entry(struct xd_call *call, const struct xp_batch_req *rq, size_t i,
+			    const struct batch_opts *bo, uint64_t *id)
+{
+	const struct xp_breq_entry *e = &rq->e[i];
+	char tag[XP_MAX_TAG + 1];
+	struct wreq_in in = { .kind = e->put ? XP_KIND_PUT : XP_KIND_GET,
+			      .window = e->window,
+			      .offset = e->offset,
+			      .timeout = bo->timeout,
+			      .raw = rq->d + e->desc0,
+			      .nraw = e->ndescs,
+			      .release_on_end = bo->release_on_end };
+	/* (no {"op"} result: the reply is written from the ids) */
+	struct xd_call sub = { .conn = call->conn,
+			       .id = call->id,
+			       .method = e->put ? XP_M_OP_PUT : XP_M_OP_GET,
+			       .code = XP_E_FAILED,
+			       .compact = true,
+			       .no_reply = true };
+	struct xd_op *op = NULL;
+
+	if (e->tag) { /* (xp_batch_req_read() bounds it by XP_MAX_TAG) */
+		memcpy(tag, e->tag, e->taglen);
+		tag[e->taglen] = '\0';
+		in.tag = tag;
+	}
+	int rc = op_window_start(&sub, &in, &op);
+	if (op)
+		*id = op->id;
+	return batch_entry_end(call, i, &sub, rc, op, NULL, bo);
+}
+
+/* The reply to a batch whose @n entries all made ops (@ids), written as text. */
+static int batch_reply_text(struct xd_call *call, const struct batch_opts *bo, const uint64_t *ids,
+			    size_t n)
+{
+	char text[XP_BREQ_ENTRIES * 32 + 128];
+	uint64_t batch = bo->batch ? bo->batch->id : 0;
+	bool has_batch = bo->batch != NULL;
+
+	xd_batch_seal(bo->batch); /* (its event, if all ops ended already, before the reply) */
+	int len = xp_batch_reply_text(text, sizeof(text), call->id, ids, n, has_batch, batch);
+	if (len < 0) /* (a bug: the buffer holds XP_BREQ_ENTRIES of them) */
+		return xd_fail(call, XP_E_INTERNAL, EMSGSIZE, "op.batch reply too long");
+	xd_conn_send_text(call->conn, text, (size_t)len); /* (a failure closes the connection) */
+	call->answered = true;
+	return 0;
+}
+
+/* {"results": [{"op"} for @ids[0..@n)]} (a refused batch's reply is built as JSON). */
+static json_t *batch_results_json(const uint64_t *ids, size_t n)
+{
+	json_t *results = json_array();
+
+	for (size_t i = 0; results && i < n; i++)
+		if (json_array_append_new(results, op_result(ids[i]))) {
+			json_decref(results);
+			results = NULL;
+		}
+	return results;
+}
+
+int xd_handle_op_batch_text(struct xd_call *call, const struct xp_batch_req *rq)
+{
+	struct batch_opts bo = { .timeout = rq->timeout_ms,
+				 .release_on_end = rq->release_on_end,
+				 .end_only = rq->end_only,
+				 .posted = rq->posted };
+	uint64_t ids[XP_BREQ_ENTRIES];
+	long failed = -1;
+
+	if (batch_begin(call, &bo, rq->event_batch))
+		return -call->cause_errno;
+	for (size_t i = 0; i < rq->n; i++) {
+		/* (as xd_handle_op_batch(): a refused entry stops it, the ones before it stand) */
+		if (batch_text_entry(call, rq, i, &bo, &ids[i]) < 0) {
+			if (bo.posted)
+				batch_refuse_posted(call, &bo, rq->n, i);
+			failed = (long)i;
+			break;
+		}
+	}
+	xd_peers_flush_ctrl(call->conn->d); /* (as xd_handle_op_batch()) */
+	if (bo.posted && failed < 0) {
+		xd_batch_seal(bo.batch);
+		call->answered = true; /* (its event is its answer) */
+		return 0;
+	}
+	if (failed < 0)
+		return batch_reply_text(call, &bo, ids, rq->n);
+	json_t *results = batch_results_json(ids, bo.posted ? 0 : (size_t)failed);
+	if (!results) {
+		xd_batch_seal(bo.batch);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
 	return batch_result(call, &bo, results, failed);
 }

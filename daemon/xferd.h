@@ -365,6 +365,7 @@ struct xd_call {
 	bool deferred;	      /**< the handler will reply later (op.wait, op.cancel) */
 	bool compact;	      /**< op.batch's compact entry: descriptors [region, offset, length] */
 	bool no_reply;	      /**< op.batch "reply": false: a success is not answered */
+	bool answered;	      /**< the handler sent its reply itself (or owes none) */
 	int code;	      /**< a refusal's JSON-RPC error code */
 	int cause_errno;      /**< a refusal's positive errno */
 	char message[256];
@@ -1063,6 +1064,9 @@ int xd_handle_list_ops(struct xd_call *call);
  */
 struct xd_op *xd_op_new(struct xd_call *call, enum xp_kind kind, json_t *descs, json_int_t timeout,
 			int release_on_end);
+/* The same from the descriptors of a batch read as text, @raw[0..@nraw), 1 or more. */
+struct xd_op *xd_op_new_raw(struct xd_call *call, enum xp_kind kind, const struct xp_breq_desc *raw,
+			    size_t nraw, json_int_t timeout, int release_on_end);
 /* Decodes @metadata into @m (xp_meta_fini() it). Returns 0 or fails @call (EBADMSG). */
 int xd_metadata_decode(struct xd_call *call, const char *metadata, struct xp_meta *m);
 
@@ -1071,6 +1075,12 @@ int xd_handle_window_create(struct xd_call *call);
 int xd_handle_window_open(struct xd_call *call);
 int xd_handle_window_close(struct xd_call *call);
 int xd_handle_op_window(struct xd_call *call);
+/*
+ * op.batch of gets and puts read as text (xp_batch_req_read()), run as xd_handle_op_batch()
+ * runs the same request parsed by jansson: the same ops, events and refusals; a reply in full
+ * is sent as text (@call->answered), a refused batch's is left in @call->result.
+ */
+int xd_handle_op_batch_text(struct xd_call *call, const struct xp_batch_req *rq);
 int xd_handle_op_batch(struct xd_call *call);
 int xd_handle_list_windows(struct xd_call *call);
 

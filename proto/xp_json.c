@@ -164,15 +164,6 @@ json_t *xp_build_notification(const char *method, json_t *params)
 	return json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
 }
 
-void xp_text_put(struct xp_text *t, const char *s)
-{
-	size_t n = strlen(s);
-
-	if (t->len + n <= t->cap)
-		memcpy(t->p + t->len, s, n);
-	t->len += n;
-}
-
 void xp_text_u64(struct xp_text *t, uint64_t v)
 {
 	char digits[21];
@@ -215,50 +206,6 @@ int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_ba
 
 /* ---- op.batch_done read back (xp_batch_done_read()) ---- */
 
-bool xp_cursor_lit(struct xp_cursor *c, const char *lit)
-{
-	size_t n = strlen(lit);
-
-	if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0)
-		return false;
-	c->p += n;
-	return true;
-}
-
-static bool bd_digit(const struct xp_cursor *s, const char *q)
-{
-	return q < s->end && *q >= '0' && *q <= '9';
-}
-
-/*
- * A value as xp_text_u64() writes one below 2^63: no sign, no leading zero, at most 19 digits
- * (which cannot wrap a uint64_t). Anything else is jansson's to judge (it refuses "01" and
- * integers past INT64_MAX, which this must not accept).
- */
-static bool bd_u63(struct xp_cursor *s, uint64_t *v)
-{
-	const char *q = s->p;
-	uint64_t x = 0;
-
-	if (!bd_digit(s, q))
-		return false;
-	if (*q == '0') {
-		if (bd_digit(s, q + 1))
-			return false;
-		q++;
-	}
-	for (; bd_digit(s, q); q++) {
-		if (q - s->p >= 19)
-			return false;
-		x = x * 10 + (uint64_t)(*q - '0');
-	}
-	if (x > (uint64_t)INT64_MAX)
-		return false;
-	*v = x;
-	s->p = q;
-	return true;
-}
-
 /* A quoted name of letters, digits and '_' (a state's or an errno's), NUL-terminated in @out. */
 static bool bd_name(struct xp_cursor *s, char *out, size_t cap)
 {
@@ -286,10 +233,10 @@ static bool bd_end(struct xp_cursor *s, struct xp_batch_end *e)
 	char name[32];
 	int state, err = 0;
 
-	if (!xp_cursor_lit(s, "{\"op\":") || !bd_u63(s, &e->op) ||
+	if (!xp_cursor_lit(s, "{\"op\":") || !xp_cursor_u63(s, &e->op) ||
 	    !xp_cursor_lit(s, ",\"state\":") || !bd_name(s, name, sizeof(name)) ||
 	    (state = xp_state_from_name(name)) < 0 || !xp_cursor_lit(s, ",\"bytes\":") ||
-	    !bd_u63(s, &e->bytes))
+	    !xp_cursor_u63(s, &e->bytes))
 		return false;
 	if (xp_cursor_lit(s, ",\"errno\":") &&
 	    (!bd_name(s, name, sizeof(name)) || (err = xp_errno_from_name(name)) <= 0))
@@ -307,7 +254,7 @@ int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_b
 
 	if (!xp_cursor_lit(&s, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
 			       "\",\"params\":{\"batch\":") ||
-	    !bd_u63(&s, batch) || !xp_cursor_lit(&s, ",\"ops\":["))
+	    !xp_cursor_u63(&s, batch) || !xp_cursor_lit(&s, ",\"ops\":["))
 		return 1;
 	if (!xp_cursor_lit(&s, "]")) {
 		do {
@@ -339,13 +286,13 @@ int xp_batch_reply_read(const char *buf, size_t len, int64_t id, uint64_t *ops, 
 	    !xp_cursor_lit(&s, ",\"result\":{\"results\":["))
 		return 1;
 	for (size_t i = 0; i < n; i++)
-		if (!xp_cursor_lit(&s, i ? ",{\"op\":" : "{\"op\":") || !bd_u63(&s, &ops[i]) ||
-		    !xp_cursor_lit(&s, "}"))
+		if (!xp_cursor_lit(&s, i ? ",{\"op\":" : "{\"op\":") ||
+		    !xp_cursor_u63(&s, &ops[i]) || !xp_cursor_lit(&s, "}"))
 			return 1;
 	if (!xp_cursor_lit(&s, "]"))
 		return 1;
 	*batch = 0;
-	if (xp_cursor_lit(&s, ",\"batch\":") && !bd_u63(&s, batch))
+	if (xp_cursor_lit(&s, ",\"batch\":") && !xp_cursor_u63(&s, batch))
 		return 1;
 	return xp_cursor_lit(&s, "}}") && s.p == s.end ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <jansson.h>
 #include "xfer_proto.h"
 
@@ -73,8 +74,19 @@ struct xp_text {
 	size_t cap, len;
 };
 
-/* Appends @s to @t (as far as @cap goes; @len counts it all). */
-void xp_text_put(struct xp_text *t, const char *s);
+/*
+ * Appends @s to @t (as far as @cap goes; @len counts it all). Inline, as are the cursor's
+ * readers below: their strings are constants, whose lengths and comparisons the compiler then
+ * folds (the daemon reads and answers every op.batch of gets and puts with them).
+ */
+static inline void xp_text_put(struct xp_text *t, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (t->len + n <= t->cap)
+		memcpy(t->p + t->len, s, n);
+	t->len += n;
+}
 /* Appends @v in decimal to @t. */
 void xp_text_u64(struct xp_text *t, uint64_t v);
 
@@ -84,7 +96,50 @@ struct xp_cursor {
 };
 
 /* Takes @lit and returns true if the text at @c goes on with exactly it; else moves nothing. */
-bool xp_cursor_lit(struct xp_cursor *c, const char *lit);
+static inline bool xp_cursor_lit(struct xp_cursor *c, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0)
+		return false;
+	c->p += n;
+	return true;
+}
+
+static inline bool xp_cursor_digit(const struct xp_cursor *c, const char *q)
+{
+	return q < c->end && *q >= '0' && *q <= '9';
+}
+
+/*
+ * Takes a value below 2^63 as xp_text_u64() writes it into *@v and returns true; else moves
+ * nothing. No sign, no leading zero, at most 19 digits (which cannot wrap a uint64_t): anything
+ * else is jansson's to judge (it refuses "01" and integers past INT64_MAX, which this must not
+ * accept).
+ */
+static inline bool xp_cursor_u63(struct xp_cursor *c, uint64_t *v)
+{
+	const char *q = c->p;
+	uint64_t x = 0;
+
+	if (!xp_cursor_digit(c, q))
+		return false;
+	if (*q == '0') {
+		if (xp_cursor_digit(c, q + 1))
+			return false;
+		q++;
+	}
+	for (; xp_cursor_digit(c, q); q++) {
+		if (q - c->p >= 19)
+			return false;
+		x = x * 10 + (uint64_t)(*q - '0');
+	}
+	if (x > (uint64_t)INT64_MAX)
+		return false;
+	*v = x;
+	c->p = q;
+	return true;
+}
 
 /*
  * Writes the notification op.batch_done {"batch": @batch, "ops": [@ends...]} into @buf of @cap
@@ -112,6 +167,51 @@ int xp_batch_done_read(const char *buf, size_t len, uint64_t *batch, struct xp_b
  */
 int xp_batch_reply_read(const char *buf, size_t len, int64_t id, uint64_t *ops, size_t n,
 			uint64_t *batch);
+
+/*
+ * xp_batch_req.c: op.batch of gets and puts as libxferclient writes it (batch_text()), read
+ * without jansson by the daemon: {"jsonrpc":"2.0","id":I,"method":"op.batch","params":{"ops":
+ * [E,...],"release_on_end":B?,"event":"batch"|"each"?,"timeout_ms":T?,"end_only":B?,"reply":B?}}
+ * with each E ["get"|"put",window,offset,[[region,offset,length],...],"tag"?], in that order.
+ */
+#define XP_BREQ_ENTRIES 64 /* a longer batch takes jansson's way */
+#define XP_BREQ_DESCS 128  /* descriptors of all its entries */
+struct xp_breq_desc {
+	int64_t region, offset, length;
+};
+struct xp_breq_entry {
+	bool put;
+	int64_t window, offset;
+	uint32_t desc0, ndescs; /* in xp_batch_req.d */
+	const char *tag;	/* in the packet, not NUL-terminated; NULL: none */
+	size_t taglen;		/* at most XP_MAX_TAG */
+};
+struct xp_batch_req {
+	int64_t id;
+	size_t n, ndescs;
+	int64_t timeout_ms;				    /* -1: none given */
+	bool release_on_end, end_only, event_batch, posted; /* posted: "reply": false */
+	struct xp_breq_entry e[XP_BREQ_ENTRIES];
+	struct xp_breq_desc d[XP_BREQ_DESCS];
+};
+
+/*
+ * Reads request @buf of @len bytes into @rq when it is exactly in that form: ids below 2^53,
+ * other values below 2^63 as xp_text_u64() writes them, 1 to XP_BREQ_ENTRIES entries with 1 to
+ * XP_BREQ_DESCS descriptors among them, tags of printable ASCII without '"' or backslash and
+ * at most XP_MAX_TAG bytes (the bytes jansson would decode). Returns 0, or 1 for anything else,
+ * valid or not: jansson's way decides what that is. Reads nothing past @len.
+ */
+int xp_batch_req_read(const char *buf, size_t len, struct xp_batch_req *rq);
+
+/*
+ * Writes the reply to op.batch request @id whose @n entries made @ops (and batch @batch when
+ * @has_batch) into @buf of @cap bytes: the very bytes xp_dump() gives for xp_build_result(@id,
+ * {"results": [{"op"}...], "batch"?}), which xp_batch_reply_read() reads back. Values below
+ * 2^63. Returns the length, or -EMSGSIZE when it does not fit.
+ */
+int xp_batch_reply_text(char *buf, size_t cap, int64_t id, const uint64_t *ops, size_t n,
+			bool has_batch, uint64_t batch);
 
 /*
  * xp_jfast.c: json_loadb() and json_dumps(JSON_COMPACT) with a fast path for compact texts of

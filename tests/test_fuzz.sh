@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 #
 # A timed libFuzzer session of each fuzz target (tests/fuzz/: the control protocol, the peer
-# protocol, the metadata decoder, the client's op.batch_done reader) against the in-process
-# daemon where there is one, built by `make fuzz` with
-# clang, AddressSanitizer and UBSan. make test replays the stored corpora on every run; this
+# protocol, the metadata decoder, the client's op.batch_done reader, the daemon's op.batch
+# reader) against the in-process daemon where there is one, built by `make fuzz` with clang,
+# AddressSanitizer and UBSan. make test replays the stored corpora on every run; this
 # looks for new inputs: XFER_FUZZ_SECONDS per target (default 20; 0 skips). A crash, a leak, a
 # timeout or an out-of-memory fails the target and names the reproducer that `make fuzz` left
 # in build/fuzz/TARGET-* (replay it with build/tests/test_fuzz_replay FILE, or the _meta_ /
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 
 SECONDS_EACH=${XFER_FUZZ_SECONDS:-20}
-TARGETS=(ctl peer meta reply)
+TARGETS=(ctl peer meta reply req)
 LOGDIR=build/fuzz # each target's whole libFuzzer output stays there, as TARGET.log
 mkdir -p "$LOGDIR" || exit 1
 

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "breq_ref.h"
 #include "harness.h"
 #include "xfer_proto.h"
 #include "xp_fdmsg.h"
@@ -1749,6 +1750,242 @@ TEST(batch_reply_read_back_or_left_to_jansson)
 		if (xp_batch_reply_read(refused[i], strlen(refused[i]), 3, back, 1, &batch) != 1)
 			harness_fail(__FILE__, __LINE__, "read back: %s", refused[i]);
 	CHECK_EQ_INT(xp_batch_reply_read("", 0, 3, back, 0, &batch), 1);
+}
+
+/* ---- op.batch requests read by the daemon without jansson (xp_batch_req.c) ---- */
+
+static uint64_t breq_next(uint64_t *seed)
+{
+	*seed ^= *seed << 13, *seed ^= *seed >> 7, *seed ^= *seed << 17;
+	return *seed;
+}
+
+/* A value below 2^63, often small, sometimes the largest. */
+static uint64_t breq_value(uint64_t *seed)
+{
+	uint64_t r = breq_next(seed);
+
+	return r % 5 == 0 ? (uint64_t)INT64_MAX : r % 5 == 1 ? r % 10 : (r >> 1) >> (r % 63);
+}
+
+/*
+ * A random op.batch of gets and puts in libxferclient's text form (batch_text()) into @t: up
+ * to @max_entries entries of 1 to 3 descriptors, tags of 0 to XP_MAX_TAG plain bytes, each
+ * option present or not.
+ */
+static void breq_random_text(struct xp_text *t, uint64_t *seed, size_t max_entries)
+{
+	size_t n = 1 + breq_next(seed) % max_entries;
+
+	xp_text_put(t, "{\"jsonrpc\":\"2.0\",\"id\":");
+	xp_text_u64(t, breq_next(seed) % 3 ? breq_next(seed) % 1000 : ((uint64_t)1 << 53) - 1);
+	xp_text_put(t, ",\"method\":\"op.batch\",\"params\":{\"ops\":[");
+	for (size_t i = 0; i < n; i++) {
+		xp_text_put(t, i ? ",[\"" : "[\"");
+		xp_text_put(t, breq_next(seed) % 2 ? "get\"," : "put\",");
+		xp_text_u64(t, breq_value(seed));
+		xp_text_put(t, ",");
+		xp_text_u64(t, breq_value(seed));
+		xp_text_put(t, ",[");
+		for (uint64_t k = 0, nd = 1 + breq_next(seed) % 2; k < nd; k++) {
+			xp_text_put(t, k ? ",[" : "[");
+			for (int v = 0; v < 3; v++) {
+				xp_text_u64(t, breq_value(seed));
+				xp_text_put(t, v < 2 ? "," : "]");
+			}
+		}
+		xp_text_put(t, "]");
+		if (breq_next(seed) % 3 == 0) {
+			char tag[XP_MAX_TAG + 1];
+			size_t len = breq_next(seed) % 4 ? breq_next(seed) % 20 : XP_MAX_TAG;
+			for (size_t k = 0; k < len; k++) {
+				tag[k] = (char)(0x20 + breq_next(seed) % 95);
+				if (tag[k] == '"' || tag[k] == '\\')
+					tag[k] = '/';
+			}
+			tag[len] = '\0';
+			xp_text_put(t, ",\"");
+			xp_text_put(t, tag);
+			xp_text_put(t, "\"");
+		}
+		xp_text_put(t, "]");
+	}
+	xp_text_put(t, "]");
+	uint64_t o = breq_next(seed);
+	if (o & 1)
+		xp_text_put(t, o & 2 ? ",\"release_on_end\":true" : ",\"release_on_end\":false");
+	if (o & 4)
+		xp_text_put(t, o & 8 ? ",\"event\":\"batch\"" : ",\"event\":\"each\"");
+	if (o & 16) {
+		xp_text_put(t, ",\"timeout_ms\":");
+		xp_text_u64(t, breq_value(seed));
+	}
+	if (o & 32)
+		xp_text_put(t, o & 64 ? ",\"end_only\":true" : ",\"end_only\":false");
+	if (o & 128)
+		xp_text_put(t, o & 256 ? ",\"reply\":false" : ",\"reply\":true");
+	xp_text_put(t, "}}");
+}
+
+/* Reads @text back: 0 and jansson's reading, or 1. Fails the test if read but not agreed. */
+static int breq_read_check(const char *text, size_t len, struct xp_batch_req *rq)
+{
+	char why[200];
+
+	if (xp_batch_req_read(text, len, rq) != 0)
+		return 1;
+	if (!breq_agrees(text, len, rq, why, sizeof(why)))
+		harness_fail(__FILE__, __LINE__,
+			     "read back, but not as jansson's way reads it (%s): %.*s", why,
+			     (int)len, text);
+	return 0;
+}
+
+/*
+ * The daemon's reader of op.batch (xp_batch_req_read()) reads the library's form back as
+ * jansson's way reads it; every cut of it is left to jansson, and every byte changed to a
+ * hostile one is left to jansson or still read as jansson reads it.
+ */
+TEST(batch_req_read_back_or_left_to_jansson)
+{
+	static const char hostile[] = {
+		'0', '9', '"',	',',	    '}',	']',  '[', '{', ' ',
+		'-', 'a', '\\', (char)0x80, (char)0xff, '\0', ':', '.', 'e'
+	};
+	static struct xp_batch_req rq;
+	static char buf[XP_MAX_MSG];
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+
+	for (int round = 0; round < 200; round++) {
+		struct xp_text t = { buf, sizeof(buf), 0 };
+		breq_random_text(&t, &seed, round % 4 ? 8 : XP_BREQ_ENTRIES / 2);
+		CHECK(t.len <= t.cap);
+		size_t len = t.len;
+		if (breq_read_check(buf, len, &rq) != 0)
+			harness_fail(__FILE__, __LINE__, "not read back: %.*s", (int)len, buf);
+		if (round % 20 != 3)
+			continue;
+		for (size_t cut = 0; cut < len; cut++)
+			if (xp_batch_req_read(buf, cut, &rq) != 1)
+				harness_fail(__FILE__, __LINE__, "a cut at %zu read back", cut);
+		for (size_t at = 0; at < len; at++) {
+			char was = buf[at];
+			for (size_t h = 0; h < sizeof(hostile); h++) {
+				buf[at] = hostile[h];
+				breq_read_check(buf, len, &rq);
+			}
+			buf[at] = was;
+		}
+	}
+}
+
+/* Valid requests (or not) that are not exactly the library's form: all jansson's. */
+TEST(batch_req_leaves_other_forms_to_jansson)
+{
+	static struct xp_batch_req rq;
+	char tag[XP_MAX_TAG + 2], text[1024], *many = malloc(XP_MAX_MSG);
+#define BREQ_HEAD "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"op.batch\",\"params\":{\"ops\":["
+	static const char *const left[] = {
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]]}}x",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]] }}",
+		BREQ_HEAD "[\"get\", 1,0,[[1,0,8]]]]}}",
+		BREQ_HEAD "[\"get\",01,0,[[1,0,8]]]]}}",
+		BREQ_HEAD "[\"get\",-1,0,[[1,0,8]]]]}}",
+		BREQ_HEAD "[\"get\",1.0,0,[[1,0,8]]]]}}",
+		BREQ_HEAD "[\"get\",1,9223372036854775808,[[1,0,8]]]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,18446744073709551616]]]]}}",
+		BREQ_HEAD "[\"get\",1,0,[]]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0]]]]}}",
+		BREQ_HEAD "[\"get\",1,0,[{\"region\":1,\"offset\":0,\"length\":8}]]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]],\"a\\\"b\"]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]],\"\\u0041\"]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]],\"\xc3\xa9\"]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]],\"a\tb\"]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]],7]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]],\"t\",\"u\"]]}}",
+		BREQ_HEAD "[\"readable\",[[1,0,8]]]]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]],[\"read\",\"xfer1.e30\",[[1,0,8]]]]}}",
+		BREQ_HEAD "{\"method\":\"op.get\",\"params\":{}}]}}",
+		BREQ_HEAD "]}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]],\"event\":\"batch\",\"release_on_end\":true}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]],\"event\":\"batch\",\"event\":\"each\"}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]],\"event\":\"all\"}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]],\"release_on_end\":1}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]],\"timeout_ms\":-5}}",
+		BREQ_HEAD "[\"get\",1,0,[[1,0,8]]]],\"other\":1}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":9007199254740992,\"method\":\"op.batch\",\"params\":"
+		"{\"ops\":[[\"get\",1,0,[[1,0,8]]]]}}",
+		"{\"id\":7,\"jsonrpc\":\"2.0\",\"method\":\"op.batch\",\"params\":"
+		"{\"ops\":[[\"get\",1,0,[[1,0,8]]]]}}",
+		"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"op.get\",\"params\":{\"ops\":[]}}",
+		"",
+	};
+
+	for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++)
+		if (xp_batch_req_read(left[i], strlen(left[i]), &rq) != 1)
+			harness_fail(__FILE__, __LINE__, "read: %s", left[i]);
+	/* the bounds: XP_MAX_TAG bytes of tag, XP_BREQ_ENTRIES entries, XP_BREQ_DESCS descriptors */
+	for (size_t taglen = XP_MAX_TAG; taglen <= XP_MAX_TAG + 1; taglen++) {
+		memset(tag, 'x', taglen);
+		tag[taglen] = '\0';
+		snprintf(text, sizeof(text), BREQ_HEAD "[\"put\",1,0,[[1,0,8]],\"%s\"]]}}", tag);
+		CHECK_EQ_INT(breq_read_check(text, strlen(text), &rq), taglen > XP_MAX_TAG);
+	}
+	for (size_t n = XP_BREQ_ENTRIES; n <= XP_BREQ_ENTRIES + 1; n++) {
+		struct xp_text t = { many, XP_MAX_MSG, 0 };
+		xp_text_put(&t, BREQ_HEAD);
+		for (size_t i = 0; i < n; i++)
+			xp_text_put(&t, i ? ",[\"get\",1,0,[[1,0,8],[1,8,8]]]" :
+					    "[\"get\",1,0,[[1,0,8]]]");
+		xp_text_put(&t, "]}}");
+		CHECK_EQ_INT(breq_read_check(many, t.len, &rq), n > XP_BREQ_ENTRIES);
+	}
+	for (size_t nd = XP_BREQ_DESCS; nd <= XP_BREQ_DESCS + 1; nd++) {
+		struct xp_text t = { many, XP_MAX_MSG, 0 };
+		xp_text_put(&t, BREQ_HEAD "[\"get\",1,0,[");
+		for (size_t k = 0; k < nd; k++)
+			xp_text_put(&t, k ? ",[1,0,8]" : "[1,0,8]");
+		xp_text_put(&t, "]]]}}");
+		CHECK_EQ_INT(breq_read_check(many, t.len, &rq), nd > XP_BREQ_DESCS);
+	}
+	free(many);
+#undef BREQ_HEAD
+}
+
+/* The reply written as text is jansson's dump of the same result, and reads back. */
+TEST(batch_reply_text_is_what_jansson_writes)
+{
+	uint64_t ops[XP_BREQ_ENTRIES], back[XP_BREQ_ENTRIES], batch, seed = 0x5deece66dull;
+	char text[XP_BREQ_ENTRIES * 32 + 128];
+
+	for (int round = 0; round < 100; round++) {
+		size_t n = 1 + breq_next(&seed) % XP_BREQ_ENTRIES;
+		int64_t id = round % 2 ? round : ((int64_t)1 << 53) - 1;
+		bool has_batch = round % 3 != 0;
+		json_t *results = json_array();
+		for (size_t i = 0; i < n; i++) {
+			ops[i] = breq_value(&seed);
+			json_array_append_new(results,
+					      json_pack("{s:I}", "op", (json_int_t)ops[i]));
+		}
+		json_t *result = json_pack("{s:o}", "results", results);
+		if (has_batch)
+			json_object_set_new(result, "batch", json_integer(round));
+		json_t *msg = xp_build_result(id, result);
+		char *want;
+		int wlen = xp_dump(msg, &want);
+		json_decref(msg);
+		int len = xp_batch_reply_text(text, sizeof(text), id, ops, n, has_batch,
+					      (uint64_t)round);
+		CHECK(len > 0 && len == wlen && memcmp(text, want, (size_t)len) == 0);
+		free(want);
+		CHECK_EQ_INT(xp_batch_reply_read(text, (size_t)len, id, back, n, &batch), 0);
+		CHECK(memcmp(back, ops, n * sizeof(*ops)) == 0);
+		CHECK(batch == (has_batch ? (uint64_t)round : 0));
+		CHECK_EQ_INT(xp_batch_reply_text(text, (size_t)len - 1, id, ops, n, has_batch,
+						 (uint64_t)round),
+			     -EMSGSIZE);
+	}
 }
 
 /* ---- xp_jalloc.c: jansson's allocations through a cache of freed blocks ---- */

@@ -20,10 +20,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <jansson.h>
 
 #include "daemon_util.h"
 #include "harness.h"
 #include "xferclient.h"
+#include "xp_json.h"
 
 #define KiB 1024ul
 #define MiB (1024ul * KiB)
@@ -1469,4 +1471,148 @@ TEST(cross_window_over_a_file)
 {
 	file_windows_need_tcp();
 	on_two_nodes(file_window_get_put);
+}
+
+/*
+ * One op.batch of 4 tagged puts then 4 gets through xfer_call(): @text: the params in the
+ * library's order ({"ops", "release_on_end", "event", "timeout_ms"}: their compact dump is the
+ * text the daemon reads without jansson, xp_batch_req_read()), else in another order (jansson's
+ * way). Way @way's puts fill window slots 8 * @way + i from the opener's same slots, tagged
+ * "wWAY-I"; its gets read window slots 16 + 8 * @way + i into the opener's same slots. Entry
+ * @bad, when below 8, asks for bytes past the window; @timeout_ms is the batch's. Returns the
+ * result (json_decref() it).
+ */
+static json_t *batch_call(struct xfer_client *opener, const struct win *w, const struct tbuf *lbuf,
+			  int way, bool text, int bad, long timeout_ms)
+{
+	enum { N = 8, LEN = 4096 };
+	char ops[2048], params[2300], *reply = NULL;
+	size_t o = 0;
+
+	for (int i = 0; i < N; i++) {
+		bool put = i < N / 2;
+		uint64_t slot = (uint64_t)((put ? 0 : 16) + way * N + i) * LEN;
+		o += (size_t)snprintf(
+			ops + o, sizeof(ops) - o,
+			put ? "%s[\"put\", %llu, %llu, [[%llu, %llu, %d]], \"w%d-%d\"]" :
+			      "%s[\"get\", %llu, %llu, [[%llu, %llu, %d]]]",
+			i ? ", " : "[", (unsigned long long)w->handle,
+			(unsigned long long)(i == bad ? 64 * LEN : slot),
+			(unsigned long long)lbuf->region, (unsigned long long)slot, LEN, way, i);
+	}
+	snprintf(ops + o, sizeof(ops) - o, "]");
+	if (text)
+		snprintf(params, sizeof(params),
+			 "{\"ops\": %s, \"release_on_end\": true, \"event\": \"batch\", "
+			 "\"timeout_ms\": %ld}",
+			 ops, timeout_ms);
+	else
+		snprintf(params, sizeof(params),
+			 "{\"timeout_ms\": %ld, \"ops\": %s, \"event\": \"batch\", "
+			 "\"release_on_end\": true}",
+			 timeout_ms, ops);
+	CHECK_OK(xfer_call(opener, "op.batch", params, &reply));
+	json_t *res = json_loads(reply, 0, NULL);
+	CHECK(res != NULL);
+	free(reply);
+	return res;
+}
+
+/* Waits for @ev's tags of way @way's puts @from..@to-1 after the @base it had, and checks them. */
+static void batch_tags(struct xfer_client *owner, struct wevents *ev, int base, int way, int from,
+		       int to)
+{
+	char tag[16];
+
+	WAIT_EVENTS(owner, ev->notified >= base + to - from);
+	CHECK_EQ_INT(ev->notified, base + to - from); /* exactly once */
+	for (int i = from; i < to; i++) {
+		snprintf(tag, sizeof(tag), "w%d-%d", way, i);
+		CHECK_STR_EQ(ev->tags[base + i - from], tag); /* in order */
+		CHECK_EQ_INT(ev->bytes[base + i - from], 4096);
+	}
+}
+
+/*
+ * A batch of gets and puts read as text by the daemon does what the same batch read by jansson
+ * does (two ways, one after the other on one window): the reply's op ids are the ones the
+ * batch's one event lists, all COMPLETE and released on their ends; each put's tag is notified
+ * once, in order, with its bytes; every byte lands; a bad entry stops both with the same
+ * refusal, the entries before it standing.
+ */
+static void batch_text_as_jansson(struct xfer_client *owner, struct xfer_client *opener)
+{
+	enum { N = 8, LEN = 4096 };
+	static struct wevents ev;
+	static struct bevents b;
+	struct xfer_op_info info;
+	struct tbuf lbuf;
+	struct win w;
+	char *why[4] = { NULL, NULL, NULL, NULL };
+
+	tagged_rig(owner, opener, 32 * LEN, 31, &ev, &w, &lbuf);
+	xfer_set_batch_cb(opener, batch_cb, &b);
+	for (int way = 0; way < 2; way++) {
+		uint8_t *lb = lbuf.buf.addr, *wb = w.obuf.buf.addr;
+		uint64_t ids[N];
+		memset(&b, 0, sizeof(b));
+		json_t *res = batch_call(opener, &w, &lbuf, way, way == 0, N, 60000);
+		json_t *results = json_object_get(res, "results");
+		CHECK_EQ_INT(json_array_size(results), N);
+		for (int i = 0; i < N; i++)
+			CHECK_OK(xp_get_u64(json_array_get(results, (size_t)i), "op", &ids[i]));
+		WAIT_EVENTS(opener, b.events == 1);
+		CHECK(json_integer_value(json_object_get(res, "batch")) == (json_int_t)b.batch);
+		CHECK_EQ_INT(b.n, N);
+		CHECK_EQ_INT(b.complete, N);
+		qsort(ids, N, sizeof(ids[0]), cmp_u64);
+		qsort(b.seen, N, sizeof(b.seen[0]), cmp_u64);
+		CHECK_MEM_EQ(b.seen, ids, sizeof(ids));
+		free(b.seen);
+		CHECK_ERR(xfer_status(opener, ids[0], &info), -ENOENT); /* released on its end */
+		batch_tags(owner, &ev, way * 6, way, 0, N / 2);
+		CHECK_MEM_EQ(wb + way * N * LEN, lb + way * N * LEN, N / 2 * LEN);
+		CHECK_MEM_EQ(lb + (16 + way * N + N / 2) * LEN, wb + (16 + way * N + N / 2) * LEN,
+			     N / 2 * LEN);
+		json_decref(res);
+		memset(&b, 0, sizeof(b));
+		res = batch_call(opener, &w, &lbuf, way, way == 0, 2, 60000);
+		CHECK_EQ_INT(json_array_size(json_object_get(res, "results")), 2);
+		CHECK_EQ_INT(json_integer_value(json_object_get(res, "failed")), 2);
+		why[way] = strdup(json_string_value(json_object_get(res, "message")));
+		WAIT_EVENTS(opener, b.events == 1); /* (the two before it, and the refusal) */
+		free(b.seen);
+		batch_tags(owner, &ev, way * 6 + 4, way, 0, 2);
+		json_decref(res);
+		/* a timeout out of range: refused at the first entry, by the same rule */
+		memset(&b, 0, sizeof(b));
+		res = batch_call(opener, &w, &lbuf, way, way == 0, N, 0);
+		CHECK_EQ_INT(json_array_size(json_object_get(res, "results")), 0);
+		why[2 + way] = strdup(json_string_value(json_object_get(res, "message")));
+		WAIT_EVENTS(opener, b.events == 1); /* (an event of no ends) */
+		CHECK_EQ_INT(b.n, 0);
+		free(b.seen);
+		json_decref(res);
+	}
+	CHECK(why[0] && strstr(why[0], "op.batch entry 2: ") == why[0]);
+	CHECK_STR_EQ(why[0], why[1]);
+	CHECK(why[2] && strstr(why[2], "op.batch entry 0: timeout_ms must be") == why[2]);
+	CHECK_STR_EQ(why[2], why[3]);
+	for (int k = 0; k < 4; k++)
+		free(why[k]);
+	xfer_set_batch_cb(opener, NULL, NULL);
+	CHECK_OK(xfer_window_close(owner, w.window));
+	free(w.meta);
+	xfer_buf_free(&w.obuf.buf);
+	xfer_buf_free(&lbuf.buf);
+}
+
+TEST(local_batch_text_as_jansson)
+{
+	on_one_node(batch_text_as_jansson);
+}
+
+TEST(cross_batch_text_as_jansson)
+{
+	on_two_nodes(batch_text_as_jansson);
 }

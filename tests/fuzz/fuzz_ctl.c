@@ -258,7 +258,8 @@ static int pick_fds(unsigned opts, int *fds)
 /*
  * Every request gets one reply, an error with a null id when its id could not be read; an
  * empty packet reads as EOF and gets none. op.wait replies when its op ends, which may be
- * after the client has hung up.
+ * after the client has hung up. A posted op.batch ("reply": false) is answered by its event,
+ * and by an error reply only when it is refused as a whole.
  */
 static struct expect expected_replies(const uint8_t *pkt, size_t len)
 {
@@ -272,7 +273,9 @@ static struct expect expected_replies(const uint8_t *pkt, size_t len)
 		return e;
 	int code = xp_request_parse(pkt, len, &req, err, sizeof(err));
 	e.id = req.id;
-	if (code == 0 && req.method == XP_M_OP_WAIT)
+	if (code == 0 &&
+	    (req.method == XP_M_OP_WAIT ||
+	     (req.method == XP_M_OP_BATCH && json_is_false(json_object_get(req.params, "reply")))))
 		e.min = 0;
 	xp_request_fini(&req);
 	return e;
