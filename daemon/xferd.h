@@ -77,8 +77,8 @@ _Static_assert(XD_NOTIFY_LOW < XD_NOTIFY_HIGH && XD_NOTIFY_HIGH * 4 <= XD_MAX_QU
  * The peer connections' congestion control unless the config says otherwise (tcp_congestion).
  * Not the host's default: where that is BBR without the fq qdisc, the kernel paces each
  * connection with its own timers, and over a link of microseconds that never drops, this cost
- * the sending daemon CPU per byte and reordered segments into spurious retransmits (README
- * "Peer connections' congestion control").
+ * the sending daemon CPU per byte and reordered segments into spurious retransmits (README's
+ * configuration table, tcp_congestion; scripts/BENCHMARKS.md, "TCP congestion control").
  */
 #define XD_TCP_CONGESTION_DEFAULT "cubic"
 /*

@@ -5,8 +5,9 @@
 # namespaces joined by veths (scripts/netns.sh), beside iperf3 on the same veths in the same run.
 #
 #   1. iperf3, node 0 -> node 1: one stream, and -P N with N = the daemons' peer_connections
-#      (each with iperf3's default 128 KiB writes and with -l 1M; the better one is the
-#      reference), before and after the xferd runs (the mean is used: the machine is shared);
+#      (each with iperf3's default 128 KiB writes and with -l 1M, each on the host's default
+#      congestion control and on the daemons' cubic; the best one is the reference), before and
+#      after the xferd runs (the mean is used: the machine is shared);
 #      and one stream sending a 2 GiB file in tmpfs (-F), whose bytes, like xferd's, come from
 #      DRAM rather than from a buffer that stays in the cache (informational)
 #   2. xferd, $BUILD/xferbench_net: readable on node 0 / read on node 1 (bytes flow 0 -> 1), and
@@ -156,13 +157,14 @@ xn_wait_tcp 0 "$A1" "$IPORT" 10 || {
 	exit 1
 }
 
-# iperf3_gbps STREAMS LEN: Gbit/s received over $SECS s (1 s omitted), node 0 -> node 1.
+# iperf3_gbps STREAMS LEN CC: Gbit/s received over $SECS s (1 s omitted), node 0 -> node 1;
+# LEN and CC (congestion control) empty: iperf3's and the host's defaults.
 iperf3_gbps()
 {
-	local p=$1 len=$2 out
+	local p=$1 len=$2 cc=$3 out
 	out=$(xn_exec 0 timeout $((SECS + 30)) iperf3 -c "$A1" -p "$IPORT" -t "$SECS" -O 1 -P "$p" \
-		${len:+-l "$len"} -J) || {
-		echo "bench-net.sh: iperf3 -P $p ${len:+-l $len} failed" >&2
+		${len:+-l "$len"} ${cc:+-C "$cc"} -J) || {
+		echo "bench-net.sh: iperf3 -P $p ${len:+-l $len} ${cc:+-C $cc} failed" >&2
 		echo 0
 		return 0
 	}
@@ -191,14 +193,21 @@ iperf3_file_gbps()
 	"$XN_PY" -c 'import json,sys; d=json.load(sys.stdin); print("%.3f" % (d["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$out"
 }
 
+# The daemons' connections run cubic (tcp_congestion's default), whatever the host's default is
+# (here BBR, which ran iperf3 up to 1.9x slower); iperf3 runs both, and the reference is the
+# best variant, so xferd is never compared with a handicapped peer. A host without cubic: 0,
+# left out.
+IPERF_CC=cubic
 declare -A IP
-# iperf3_round TAG: every variant once.
+# iperf3_round TAG: every variant once (keys TAG,STREAMS,VARIANT: def, 1M, def-cubic, 1M-cubic).
 iperf3_round()
 {
-	local tag=$1 p len
+	local tag=$1 p len cc
 	for p in 1 "$CONNS"; do
 		for len in "" 1M; do
-			IP["$tag,$p,${len:-def}"]=$(iperf3_gbps "$p" "$len")
+			for cc in "" "$IPERF_CC"; do
+				IP["$tag,$p,${len:-def}${cc:+-$cc}"]=$(iperf3_gbps "$p" "$len" "$cc")
+			done
 		done
 		if [ "$CONNS" = 1 ]; then
 			break
@@ -342,8 +351,10 @@ if [ "$FILES_ONLY" = 0 ]; then
 	kill "$LOADPID" 2>/dev/null || true
 	wait "$LOADPID" 2>/dev/null || true
 	echo "xferd: registration ..."
+	pool_args=()
+	[ "$POOL" = 0 ] || pool_args=(--pool "$POOL") # (--pool 0: no pool; xferbench_net refuses 0)
 	if ! timeout 600 "$BUILD/xferbench_net" reg --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-		--pool "$POOL" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
+		"${pool_args[@]}" --json >>"$RUN/xferd.json" 2>"$RUN/reg.err"; then
 		echo "bench-net.sh: xferbench_net reg failed:" >&2
 		cat "$RUN/reg.err" >&2
 		exit 1
@@ -469,20 +480,25 @@ def mean(tag_p, ln):
     vals = [v for v in vals if v > 0]
     return sum(vals) / len(vals) if vals else 0.0
 
-i1 = {ln: mean(1, ln) for ln in ("def", "1M")}
-iN = {ln: mean(conns, ln) for ln in ("def", "1M")}
+VARIANTS = ("def", "1M", "def-cubic", "1M-cubic")  # (iperf3_round's keys)
+i1 = {ln: mean(1, ln) for ln in VARIANTS}
+iN = {ln: mean(conns, ln) for ln in VARIANTS}
 ref1 = max(i1.values())
 refN = max(iN.values())
 
 print()
 print("iperf3, node 0 -> node 1 (Gbit/s; mean of before and after):")
-print(f"  1 stream:   default writes {i1['def']:7.2f}   -l 1M {i1['1M']:7.2f}")
-if conns > 1:
-    print(f"  -P {conns}:       default writes {iN['def']:7.2f}   -l 1M {iN['1M']:7.2f}")
+for cc, sfx in (("the host's default", ""), ("-C cubic, the daemons'", "-cubic")):
+    print(f"  congestion control {cc}:")
+    print(f"    1 stream:   default writes {i1['def' + sfx]:7.2f}   -l 1M {i1['1M' + sfx]:7.2f}")
+    if conns > 1:
+        print(f"    -P {conns}:       default writes {iN['def' + sfx]:7.2f}   -l 1M {iN['1M' + sfx]:7.2f}")
 for t in ("before", "after"):
-    print(f"  ({t}: 1 stream {ip.get(f'{t},1,def', 0):.2f} / {ip.get(f'{t},1,1M', 0):.2f}"
-          + (f", -P {conns} {ip.get(f'{t},{conns},def', 0):.2f} / {ip.get(f'{t},{conns},1M', 0):.2f})" if conns > 1 else ")"))
-print(f"  reference: 1 stream {ref1:.2f} Gbit/s, -P {conns} {refN:.2f} Gbit/s (the better of the two write sizes)")
+    print(f"  ({t}: 1 stream " + " / ".join(f"{ip.get(f'{t},1,{v}', 0):.2f}" for v in VARIANTS)
+          + (f", -P {conns} " + " / ".join(f"{ip.get(f'{t},{conns},{v}', 0):.2f}" for v in VARIANTS)
+             if conns > 1 else "") + ")")
+print(f"  reference: 1 stream {ref1:.2f} Gbit/s, -P {conns} {refN:.2f} Gbit/s (the best of the two write"
+      " sizes and the two congestion controls)")
 i1file = mean(1, "file")
 print(f"  1 stream sending a file in tmpfs (-F -l 1M; its bytes in DRAM, not the cache): {i1file:.2f} Gbit/s")
 
@@ -667,15 +683,16 @@ size = int(sys.argv[1])
 times = {k: sorted(int(t) / 1e9 for t in a.split()) for k, a in zip(("read", "write", "socat"),
                                                                       sys.argv[2:5])}
 ip = dict(l.split("=", 1) for l in sys.argv[5].split("\n") if "=" in l)
+VARIANTS = ("def", "1M", "def-cubic", "1M-cubic")  # (iperf3_round's keys)
 ref1 = max((sum(float(ip.get(f"{t},1,{ln}", 0)) for t in ("before", "after")) / 2
-            for ln in ("def", "1M")), default=0)
+            for ln in VARIANTS), default=0)
 g = lambda s: size * 8 / s / 1e9
 so50 = statistics.median(times["socat"])
 print()
 print(f"files, node 0 -> node 1, {size / 2**30:g} GiB in the page cache, whole commands timed,"
       f" {len(times['read'])} rounds; iperf3 single stream {ref1:.2f} Gbit/s (before/after:"
-      f" {max(float(ip.get('before,1,def', 0)), float(ip.get('before,1,1M', 0))):.2f}"
-      f" / {max(float(ip.get('after,1,def', 0)), float(ip.get('after,1,1M', 0))):.2f}):")
+      f" {max(float(ip.get(f'before,1,{v}', 0)) for v in VARIANTS):.2f}"
+      f" / {max(float(ip.get(f'after,1,{v}', 0)) for v in VARIANTS):.2f}):")
 print(f"  {'':14} {'p50 s':>7} {'Gbit/s':>7} {'/iperf3':>8} {'/socat':>7} {'worst s':>8}"
       f" {'Gbit/s':>7} {'/iperf3':>8} {'best s':>7}")
 for name, k in (("xferctl read", "read"), ("xferctl write", "write"), ("socat pipe", "socat")):
