@@ -13,11 +13,6 @@
 
 #define BREQ_MAX_ID ((uint64_t)1 << 53) /* as xp_request_parse(): ids survive a double */
 
-static bool lit(struct xp_cursor *s, const char *l)
-{
-	return xp_cursor_lit(s, l);
-}
-
 static bool i63(struct xp_cursor *s, int64_t *v)
 {
 	uint64_t x;
@@ -31,9 +26,9 @@ static bool i63(struct xp_cursor *s, int64_t *v)
 /* A boolean member's value: "true" or "false". */
 static bool boolean(struct xp_cursor *s, bool *v)
 {
-	if (lit(s, "true"))
+	if (xp_cursor_lit(s, "true"))
 		*v = true;
-	else if (lit(s, "false"))
+	else if (xp_cursor_lit(s, "false"))
 		*v = false;
 	else
 		return false;
@@ -48,7 +43,7 @@ static bool plain_string(struct xp_cursor *s, const char **str, size_t *len, siz
 {
 	const char *q;
 
-	if (!lit(s, "\""))
+	if (!xp_cursor_lit(s, "\""))
 		return false;
 	for (q = s->p; q < s->end && *q != '"'; q++)
 		if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e || *q == '\\')
@@ -65,18 +60,18 @@ static bool plain_string(struct xp_cursor *s, const char **str, size_t *len, siz
 static bool descs(struct xp_cursor *s, struct xp_batch_req *rq, struct xp_breq_entry *e)
 {
 	e->desc0 = (uint32_t)rq->ndescs;
-	if (!lit(s, "["))
+	if (!xp_cursor_lit(s, "["))
 		return false;
 	do {
 		struct xp_breq_desc *d = &rq->d[rq->ndescs];
-		if (rq->ndescs == XP_BREQ_DESCS || !lit(s, "[") || !i63(s, &d->region) ||
-		    !lit(s, ",") || !i63(s, &d->offset) || !lit(s, ",") || !i63(s, &d->length) ||
-		    !lit(s, "]"))
+		if (rq->ndescs == XP_BREQ_DESCS || !xp_cursor_lit(s, "[") || !i63(s, &d->region) ||
+		    !xp_cursor_lit(s, ",") || !i63(s, &d->offset) || !xp_cursor_lit(s, ",") ||
+		    !i63(s, &d->length) || !xp_cursor_lit(s, "]"))
 			return false;
 		rq->ndescs++;
-	} while (lit(s, ","));
+	} while (xp_cursor_lit(s, ","));
 	e->ndescs = (uint32_t)(rq->ndescs - e->desc0);
-	return lit(s, "]");
+	return xp_cursor_lit(s, "]");
 }
 
 /* One entry ["get"|"put",window,offset,[descs],"tag"?] into rq->e[rq->n]. */
@@ -84,20 +79,20 @@ static bool entry(struct xp_cursor *s, struct xp_batch_req *rq)
 {
 	struct xp_breq_entry *e = &rq->e[rq->n];
 
-	if (lit(s, "[\"get\","))
+	if (xp_cursor_lit(s, "[\"get\","))
 		e->put = false;
-	else if (lit(s, "[\"put\","))
+	else if (xp_cursor_lit(s, "[\"put\","))
 		e->put = true;
 	else
 		return false;
-	if (!i63(s, &e->window) || !lit(s, ",") || !i63(s, &e->offset) || !lit(s, ",") ||
-	    !descs(s, rq, e))
+	if (!i63(s, &e->window) || !xp_cursor_lit(s, ",") || !i63(s, &e->offset) ||
+	    !xp_cursor_lit(s, ",") || !descs(s, rq, e))
 		return false;
 	e->tag = NULL;
 	e->taglen = 0;
-	if (lit(s, ",") && !plain_string(s, &e->tag, &e->taglen, XP_MAX_TAG))
+	if (xp_cursor_lit(s, ",") && !plain_string(s, &e->tag, &e->taglen, XP_MAX_TAG))
 		return false;
-	return lit(s, "]");
+	return xp_cursor_lit(s, "]");
 }
 
 /* The batch's options after "ops", each optional, in the order batch_text() writes them. */
@@ -107,19 +102,19 @@ static bool options(struct xp_cursor *s, struct xp_batch_req *rq)
 
 	rq->release_on_end = rq->end_only = rq->event_batch = false;
 	rq->timeout_ms = -1;
-	if (lit(s, ",\"release_on_end\":") && !boolean(s, &rq->release_on_end))
+	if (xp_cursor_lit(s, ",\"release_on_end\":") && !boolean(s, &rq->release_on_end))
 		return false;
-	if (lit(s, ",\"event\":")) {
-		if (lit(s, "\"batch\""))
+	if (xp_cursor_lit(s, ",\"event\":")) {
+		if (xp_cursor_lit(s, "\"batch\""))
 			rq->event_batch = true;
-		else if (!lit(s, "\"each\""))
+		else if (!xp_cursor_lit(s, "\"each\""))
 			return false;
 	}
-	if (lit(s, ",\"timeout_ms\":") && !i63(s, &rq->timeout_ms))
+	if (xp_cursor_lit(s, ",\"timeout_ms\":") && !i63(s, &rq->timeout_ms))
 		return false;
-	if (lit(s, ",\"end_only\":") && !boolean(s, &rq->end_only))
+	if (xp_cursor_lit(s, ",\"end_only\":") && !boolean(s, &rq->end_only))
 		return false;
-	if (lit(s, ",\"reply\":") && !boolean(s, &reply))
+	if (xp_cursor_lit(s, ",\"reply\":") && !boolean(s, &reply))
 		return false;
 	rq->posted = !reply;
 	return true;
@@ -130,8 +125,9 @@ int xp_batch_req_read(const char *buf, size_t len, struct xp_batch_req *rq)
 	struct xp_cursor s = { buf, buf + len };
 	uint64_t id;
 
-	if (!lit(&s, "{\"jsonrpc\":\"2.0\",\"id\":") || !xp_cursor_u63(&s, &id) ||
-	    id >= BREQ_MAX_ID || !lit(&s, ",\"method\":\"op.batch\",\"params\":{\"ops\":["))
+	if (!xp_cursor_lit(&s, "{\"jsonrpc\":\"2.0\",\"id\":") || !xp_cursor_u63(&s, &id) ||
+	    id >= BREQ_MAX_ID ||
+	    !xp_cursor_lit(&s, ",\"method\":\"op.batch\",\"params\":{\"ops\":["))
 		return 1;
 	rq->id = (int64_t)id;
 	rq->n = rq->ndescs = 0;
@@ -139,8 +135,8 @@ int xp_batch_req_read(const char *buf, size_t len, struct xp_batch_req *rq)
 		if (rq->n == XP_BREQ_ENTRIES || !entry(&s, rq))
 			return 1;
 		rq->n++;
-	} while (lit(&s, ","));
-	if (!lit(&s, "]") || !options(&s, rq) || !lit(&s, "}}") || s.p != s.end)
+	} while (xp_cursor_lit(&s, ","));
+	if (!xp_cursor_lit(&s, "]") || !options(&s, rq) || !xp_cursor_lit(&s, "}}") || s.p != s.end)
 		return 1;
 	return 0;
 }

@@ -40,7 +40,9 @@ class OperationStatus(enum.IntEnum):
 
 
 _TERMINAL = (OperationStatus.COMPLETE, OperationStatus.CANCELLED, OperationStatus.ERRORED)
-_COMPLETE = OperationStatus.COMPLETE  # (module globals: looked up faster than the enum's)
+# (module globals: looked up faster than the enum's). States below COMPLETE are live, COMPLETE
+# and above are ends (enum xfer_state's order): `status < _COMPLETE` is "not ended yet".
+_COMPLETE = OperationStatus.COMPLETE
 _INITIALIZED, _IN_PROGRESS = OperationStatus.INITIALIZED, OperationStatus.IN_PROGRESS
 
 
