@@ -90,17 +90,23 @@ on()
 	show "$@"
 	xn_exec "$@"
 }
-# bg_on NODE OUT ERR CMD...: the same in the background; BG is the command's own pid.
+# bg_on NODE OUT ERR CMD...: the same in the background, its stdout into file OUT and its stderr
+# into ERR, or the script's own where OUT or ERR is "-" (inherited: opening /dev/stdout instead
+# would truncate the file a caller sent the demo's output to, and the command would write over
+# it from its start); BG is the command's own pid (the subshell execs into it).
 bg_on()
 {
 	local node=$1 out=$2 err=$3
 	shift 3
 	show "$node" "$@"
-	if [ "$(xn_mode)" = netns ]; then
-		ip netns exec "$(xn_ns "$node")" "$@" >"$out" 2>"$err" &
-	else
-		"$@" >"$out" 2>"$err" &
-	fi
+	(
+		[ "$out" = - ] || exec >"$out"
+		[ "$err" = - ] || exec 2>"$err"
+		if [ "$(xn_mode)" = netns ]; then
+			exec ip netns exec "$(xn_ns "$node")" "$@"
+		fi
+		exec "$@"
+	) &
 	BG=$!
 	CLIENT_PIDS+=("$BG")
 }
@@ -229,7 +235,7 @@ mkfifo -m 600 "$FILES/to-decode" "$FILES/to-prefill"
 export XFERD_LIBRARY
 XFERD_LIBRARY=$(cd "$BUILD" && pwd)/libxferclient.so.1
 KV=client/python/examples/kv_transfer.py
-bg_on 0 /dev/stdout /dev/stderr /usr/bin/python3 "$KV" prefill --socket "$S0" \
+bg_on 0 - - /usr/bin/python3 "$KV" prefill --socket "$S0" \
 	--send "$FILES/to-decode" --recv "$FILES/to-prefill"
 PPID_KV=$BG
 on 1 /usr/bin/python3 "$KV" decode --socket "$S1" --recv "$FILES/to-decode" \
@@ -241,7 +247,7 @@ echo "4. Python windows: decode on node 1 exposes its KV cache once as a write w
 echo "   node 0 opens it and puts each request's per-layer blocks into its slot with one notify tag"
 echo "   per request (8 requests per op.batch); decode checks a request's blocks when its tag arrives"
 mkfifo -m 600 "$FILES/window-md"
-bg_on 1 /dev/stdout /dev/stderr /usr/bin/python3 client/python/examples/kv_window.py decode \
+bg_on 1 - - /usr/bin/python3 client/python/examples/kv_window.py decode \
 	--socket "$S1" --send "$FILES/window-md"
 DPID_KV=$BG
 on 0 /usr/bin/python3 client/python/examples/kv_window.py prefill --socket "$S0" \
