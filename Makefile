@@ -28,6 +28,7 @@ INCDIR := $(PREFIX)/include
 PCDIR := $(LIBDIR)/pkgconfig
 UNITDIR := $(PREFIX)/lib/systemd/system
 SYSUSERSDIR := $(PREFIX)/lib/sysusers.d
+SYSCTLDIR := $(PREFIX)/lib/sysctl.d
 MANDIR := $(PREFIX)/share/man
 COMPLETIONDIR := $(PREFIX)/share/bash-completion/completions
 MAN_PAGES := man/xferctl.1 man/libxferclient.3 man/xferd.conf.5 man/xferd.8
@@ -303,6 +304,7 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory $(BINS)
 	$(Q)BUILD=$(B) scripts/bench.sh
 	$(Q)BUILD=$(B) scripts/bench-net.sh
+	$(Q)BUILD=$(B) scripts/bench-idle.sh $(B)
 	$(Q)BUILD=$(B) scripts/bench-metrics.sh
 
 bench-serving: deps
@@ -311,7 +313,8 @@ bench-serving: deps
 
 install: $(BINS) $(B)/xferclient.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
-		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
+		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(SYSCTLDIR)
 	install -m 755 $(B)/xferd $(DESTDIR)$(SBINDIR)/xferd
 	install -m 755 $(B)/xferctl $(DESTDIR)$(BINDIR)/xferctl
 	install -m 755 $(LIB_REAL) $(DESTDIR)$(LIBDIR)/
@@ -323,6 +326,7 @@ install: $(BINS) $(B)/xferclient.pc
 		systemd/xferd.service.in > $(DESTDIR)$(UNITDIR)/xferd.service
 	install -m 644 systemd/xferd.socket $(DESTDIR)$(UNITDIR)/xferd.socket
 	install -m 644 systemd/xferd-sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/xferd.conf
+	install -m 644 systemd/60-xferd.conf $(DESTDIR)$(SYSCTLDIR)/60-xferd.conf
 	$(foreach m,$(MAN_PAGES),install -D -m 644 $(m) \
 		$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))$(newline))
 	install -D -m 644 client/xferctl.bash $(DESTDIR)$(COMPLETIONDIR)/xferctl
@@ -339,6 +343,7 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/$(LIBNAME)* $(DESTDIR)$(INCDIR)/xferclient.h \
 		$(DESTDIR)$(PCDIR)/xferclient.pc $(DESTDIR)$(UNITDIR)/xferd.service \
 		$(DESTDIR)$(UNITDIR)/xferd.socket $(DESTDIR)$(SYSUSERSDIR)/xferd.conf \
+		$(DESTDIR)$(SYSCTLDIR)/60-xferd.conf \
 		$(foreach m,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 		$(DESTDIR)$(COMPLETIONDIR)/xferctl \
 		$(DESTDIR)$(SYSCONFDIR)/xferd/xferd.conf.example

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "benchutil.h"
 
@@ -42,6 +43,7 @@ struct opts {
 	int lat_iters;
 	uint64_t lat_size;
 	double seconds; /* time budget per size and kind */
+	int gap_ms;	/* bench --gap: idle time before each transfer (the peer link idles) */
 	bool json;
 	const char *expect_transport; /* check: "tcp" unless told */
 	uint64_t sizes[16];	      /* pipe: --sizes */
@@ -159,6 +161,8 @@ static int bench_one(struct bench *b, bool write, uint64_t size, struct result *
 		memset((char *)dst->buf.addr + k * size, 0, size);
 	}
 	for (i = 0; i < iters && !err; i++) {
+		if (o->gap_ms) /* (untimed: the peer link idles meanwhile) */
+			usleep((useconds_t)o->gap_ms * 1000);
 		err = transfer(b, write, inflight, pd, pn, ad, an, size, NULL, &ns[i]);
 		total_ns += ns[i];
 		/* Within the time budget, but at least 3 transfers. */
@@ -1194,6 +1198,8 @@ static void usage(FILE *f)
 		"  --max SIZE        bench: largest size (default 1G); check: buffer size (64M)\n"
 		"  --iters N         bench: transfers per size (default: ~2 GiB per size, 3..2000)\n"
 		"  --seconds S       bench: time budget per size and kind when --iters is not set (2)\n"
+		"  --gap MS          bench: idle MS milliseconds before each transfer (default 0),\n"
+		"                    as between a node's sporadic transfers; give --iters too\n"
 		"  --inflight N      bench: operations in flight at once (default 1, max %d)\n"
 		"  --lat-iters N     latency round trips (default 1000; 0 skips latency)\n"
 		"  --lat-size SIZE   latency operation size (default 64)\n"
@@ -1263,6 +1269,9 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'f':
 		o->inflight = atoi(arg);
 		break;
+	case 'g':
+		o->gap_ms = atoi(arg);
+		break;
 	case 'l':
 		o->lat_iters = atoi(arg);
 		break;
@@ -1330,6 +1339,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "iters", required_argument, NULL, 'i' },
 		{ "seconds", required_argument, NULL, 's' },
 		{ "inflight", required_argument, NULL, 'f' },
+		{ "gap", required_argument, NULL, 'g' },
 		{ "lat-iters", required_argument, NULL, 'l' },
 		{ "lat-size", required_argument, NULL, 'L' },
 		{ "transport", required_argument, NULL, 't' },
@@ -1350,7 +1360,8 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 	if (rc)
 		return rc;
 	if (optind != argc - 1 || !o->passive || !o->active || o->iters < 0 || o->lat_iters < 0 ||
-	    o->inflight < 1 || o->inflight > MAX_INFLIGHT || o->seconds <= 0)
+	    o->inflight < 1 || o->inflight > MAX_INFLIGHT || o->seconds <= 0 || o->gap_ms < 0 ||
+	    o->gap_ms > 60000)
 		goto bad;
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
 		if (!strcmp(argv[optind], modes[i].name))

@@ -164,6 +164,7 @@ struct xd_tcp {
 	/* What DATA for a file is spliced through (mem.c), made on first use; -1: not yet. */
 	int splice_pipe[2];
 	bool cc_unusable; /**< cfg.tcp_congestion cannot be set here (tcp_congestion_check()) */
+	bool idle_restart_checked; /**< idle_restart_check() ran (at the first connection) */
 	struct xd_file_lane lane;
 	TAILQ_HEAD(, xd_pconn) lane_waiters; /**< connections waiting for the lane, oldest first */
 };
@@ -551,8 +552,8 @@ static bool pconn_start_wframe(struct xd_pconn *pc)
 }
 
 /*
- * Writes what it can of the queued control frames, up to XD_XFER_IOV_MAX of them in one sendmsg: the
- * CLAIMs (or CLAIM_OKs, DONEs) of a batch of pairings cost one system call, not one each.
+ * Writes what it can of the queued control frames, up to XD_XFER_IOV_MAX of them in one sendmsg:
+ * the CLAIMs (or CLAIM_OKs, DONEs) of a batch of pairings cost one system call, not one each.
  * Returns bytes written, or -errno.
  */
 static ssize_t pconn_write_ctrl(struct xd_pconn *pc)
@@ -1317,6 +1318,52 @@ static struct xd_pconn *pconn_new(struct xd_daemon *d, int fd, bool outgoing)
 	return pc;
 }
 
+/* Reads the integer sysctl at @path (a file under /proc/sys). Returns it, or -1 if unreadable. */
+static int sysctl_int(const char *path)
+{
+	char buf[32];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), v = -1;
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (n > 0) {
+		buf[n] = '\0';
+		v = atoi(buf);
+	}
+	if (fd >= 0)
+		close(fd);
+	return v;
+}
+
+/*
+ * Warns once, at the first peer connection (@fd, its options set), where the kernel will shrink
+ * the connections' congestion window whenever they pause: with net.ipv4.tcp_slow_start_after_idle
+ * at 1, its default, a connection that sent nothing for one retransmission timeout (200 ms or
+ * more) starts its next transfer from slow start again, and one whose sends do not fill the
+ * window has it cut every timeout. Sporadic transfers between two nodes, the usual traffic of
+ * KV-cache hand-offs, then never run at the link's speed (reads after 3 s idle took 2-7x as long
+ * over the test rig; scripts/BENCHMARKS.md, "TCP after an idle pause"). BBR is exempt (the kernel
+ * leaves the window of a congestion control that paces itself alone). The sysctl is the host's,
+ * so xferd only says it.
+ */
+static void idle_restart_check(struct xd_daemon *d, int fd)
+{
+	char cc[16] = "";
+	socklen_t len = sizeof(cc) - 1;
+
+	if (d->tcp->idle_restart_checked)
+		return;
+	d->tcp->idle_restart_checked = true;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) < 0 || !strncmp(cc, "bbr", 3))
+		return;
+	if (sysctl_int("/proc/sys/net/ipv4/tcp_slow_start_after_idle") == 1)
+		xd_log(XD_LOG_WARN,
+		       "net.ipv4.tcp_slow_start_after_idle is 1: peer connections (%s) restart "
+		       "from slow start after 200 ms idle, so sporadic transfers run well below "
+		       "the link's speed; set it to 0 (the sysctl.d file 60-xferd.conf that xferd "
+		       "installs does, from the next boot or `sysctl --system`)",
+		       cc);
+}
+
 static void set_tcp_options(struct xd_daemon *d, int fd)
 {
 	int one = 1;
@@ -1329,6 +1376,7 @@ static void set_tcp_options(struct xd_daemon *d, int fd)
 	if (d->cfg.tcp_congestion[0] && !d->tcp->cc_unusable)
 		setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, d->cfg.tcp_congestion,
 			   (socklen_t)strlen(d->cfg.tcp_congestion));
+	idle_restart_check(d, fd);
 }
 
 /*

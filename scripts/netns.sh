@@ -30,9 +30,15 @@
 # (see its header); 1500 is the MTU an Ethernet-attached node without jumbo frames has, and the
 # benchmark compares xferd with iperf3 on the same veth whatever the MTU is.
 #
+# TCP after an idle pause: each node has net.ipv4.tcp_slow_start_after_idle at 0, as a node set
+# up by the README has (systemd/60-xferd.conf; the kernel's default, 1, restarts a connection that
+# paused for 200 ms from slow start); XN_SLOW_START_AFTER_IDLE=1 gives a node the kernel's
+# default. Loopback mode leaves the host's setting alone.
+#
 # Environment: XN_MODE=auto|netns|loopback (default auto), XN_MTU (default 1500),
 # XN_BASE_PORT (loopback mode: first port to try, default random in 20000..59999),
-# XN_PORT (netns mode: the port every node's daemon listens on, default 7700).
+# XN_PORT (netns mode: the port every node's daemon listens on, default 7700),
+# XN_SLOW_START_AFTER_IDLE (netns mode: 0 or 1, default 0).
 
 XN_DIR=${XN_DIR:-}
 # Debian's own python3 starts in a third of the time of a pyenv shim; polling loops notice.
@@ -123,6 +129,8 @@ xn__up_netns()
 		ip netns add "$ns" || return 1
 		echo "$ns" >>"$XN_DIR/namespaces"
 		ip -n "$ns" link set lo up || return 1
+		ip netns exec "$ns" sysctl -qw \
+			net.ipv4.tcp_slow_start_after_idle="${XN_SLOW_START_AFTER_IDLE:-0}" || return 1
 		# Made inside the hub, one end moved straight into the node: the host's namespace never
 		# sees either end, so concurrent runs cannot clash on interface names.
 		ip -n "$hub" link add "n$i" mtu "$mtu" type veth peer name eth0 mtu "$mtu" \

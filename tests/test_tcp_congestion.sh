@@ -86,5 +86,54 @@ for n in 0 1; do
 	fi
 done
 
+# The warning on net.ipv4.tcp_slow_start_after_idle (tcp.c idle_restart_check()): once per
+# daemon, at its first peer connection, where the sysctl is 1 and the connections run anything
+# but BBR (which the kernel exempts); never where it is 0, as on the rig's nodes (scripts/netns.sh)
+# and on a node set up as the README says (systemd/60-xferd.conf). Netns mode only: in loopback
+# mode the host's own setting decides.
+idle_warnings() { grep -c 'tcp_slow_start_after_idle is 1' "$(xc_log "$1")"; }
+
+# case_idle NAME SYSCTL WANT CONFIG-EXTRA: both nodes' sysctl at SYSCTL, both daemons with
+# CONFIG-EXTRA, bytes moved both ways, then each daemon's log must hold WANT new warnings.
+case_idle()
+{
+	local name=$1 want=$3 n before=() out
+	for n in 0 1; do
+		xn_exec "$n" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$2"
+		before[n]=$(idle_warnings "$n")
+		rm -f "$(xc_config "$n")"
+		XC_CONFIG_EXTRA=$4 xc_start "$n" || {
+			fail "$name" "node $n did not start: $(logtail "$n")"
+			return
+		}
+	done
+	if ! out=$("$BUILD/xferbench_net" check --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--max $((4 << 20)) 2>&1); then
+		fail "$name" "transfers failed: $(tail -n 2 <<<"$out" | tr '\n' '|') / $(logtail 0)"
+		stop_both_nodes
+		return
+	fi
+	stop_both_nodes
+	for n in 0 1; do
+		if [ $(($(idle_warnings "$n") - before[n])) -eq "$want" ]; then
+			ok "$name: node $n logged $want warning(s) on tcp_slow_start_after_idle"
+		else
+			fail "$name" "node $n logged $(($(idle_warnings "$n") - before[n])), want $want"
+		fi
+	done
+}
+
+if [ "$(xn_mode)" = netns ]; then
+	case_idle "tcp_slow_start_after_idle 1, cubic: warned once" 1 1 ''
+	case_idle "tcp_slow_start_after_idle 0, cubic: no warning" 0 0 ''
+	if xn_exec 0 sysctl -qw net.ipv4.tcp_congestion_control=bbr 2>/dev/null; then
+		xn_exec 0 sysctl -qw net.ipv4.tcp_congestion_control=reno
+		case_idle "tcp_slow_start_after_idle 1, bbr (exempt): no warning" 1 0 \
+			'"tcp_congestion": "bbr"'
+	else
+		skip "tcp_slow_start_after_idle 1, bbr: no warning" "bbr is not built here"
+	fi
+fi
+
 summary
 [ "$failed" -eq 0 ]

@@ -120,5 +120,24 @@ else
 	fail "systemd-sysusers creates user and group xferd" "$(cat "$DIR/root/etc/passwd" 2>&1)"
 fi
 
+# The sysctl.d file: installed, and valid: applied inside a network namespace of its own (root),
+# so the host's setting is never touched; without root only its line is checked.
+sysctl_file=$P/lib/sysctl.d/60-xferd.conf
+want='net.ipv4.tcp_slow_start_after_idle = 0'
+if [ ! -f "$sysctl_file" ]; then
+	fail "the sysctl.d file is installed" "no $sysctl_file"
+elif [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null; then
+	if grep -qx "$want" "$sysctl_file"; then
+		ok "60-xferd.conf installed with '$want' (not applied: needs root and unshare)"
+	else
+		fail "60-xferd.conf holds '$want'" "$(grep -v '^#' "$sysctl_file")"
+	fi
+elif got=$(unshare -n sh -c 'sysctl -q -p "$1" && sysctl -n net.ipv4.tcp_slow_start_after_idle' \
+	sh "$sysctl_file" 2>&1) && [ "$got" = 0 ]; then
+	ok "60-xferd.conf installed; applied, it sets net.ipv4.tcp_slow_start_after_idle to 0"
+else
+	fail "60-xferd.conf applies" "$got"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
