@@ -43,21 +43,29 @@ conn_ccs()
 		grep -oE ' [a-z0-9_]+ (wscale|rto):' | awk '{ print $1 }'
 }
 
+# start_and_move NAME CONFIG-EXTRA: both daemons started afresh with CONFIG-EXTRA, then bytes
+# moved both ways between them and compared. Returns 1 after failing NAME (the daemons may run).
+start_and_move()
+{
+	local name=$1 n out
+	for n in 0 1; do
+		rm -f "$(xc_config "$n")"
+		XC_CONFIG_EXTRA=$2 xc_start "$n" || {
+			fail "$name" "node $n did not start: $(logtail "$n")"
+			return 1
+		}
+	done
+	out=$("$BUILD/xferbench_net" check --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--max $((4 << 20)) 2>&1) && return 0
+	fail "$name" "transfers failed: $(tail -n 2 <<<"$out" | tr '\n' '|') / $(logtail 0)"
+	return 1
+}
+
 # case NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved, every connection WANT.
 case_cc()
 {
-	local name=$1 want=$2 out got
-	for n in 0 1; do
-		rm -f "$(xc_config "$n")"
-		XC_CONFIG_EXTRA=$3 xc_start "$n" || {
-			fail "$name" "node $n did not start: $(logtail "$n")"
-			return
-		}
-	done
-	if ! out=$("$BUILD/xferbench_net" check --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-		--max $((4 << 20)) 2>&1); then
-		fail "$name" "transfers failed: $(tail -n 2 <<<"$out" | tr '\n' '|') / $(logtail 0)"
-	else
+	local name=$1 want=$2 got
+	if start_and_move "$name" "$3"; then
 		got=$(conn_ccs | sort | uniq -c | tr -s ' \n' ' ')
 		if [ -z "$got" ]; then
 			fail "$name" "no connection between the daemons' ports in ss -tin"
@@ -97,23 +105,14 @@ idle_warnings() { grep -c 'tcp_slow_start_after_idle is 1' "$(xc_log "$1")"; }
 # CONFIG-EXTRA, bytes moved both ways, then each daemon's log must hold WANT new warnings.
 case_idle()
 {
-	local name=$1 want=$3 n before=() out
+	local name=$1 want=$3 n before=() moved=yes
 	for n in 0 1; do
 		xn_exec "$n" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$2"
 		before[n]=$(idle_warnings "$n")
-		rm -f "$(xc_config "$n")"
-		XC_CONFIG_EXTRA=$4 xc_start "$n" || {
-			fail "$name" "node $n did not start: $(logtail "$n")"
-			return
-		}
 	done
-	if ! out=$("$BUILD/xferbench_net" check --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
-		--max $((4 << 20)) 2>&1); then
-		fail "$name" "transfers failed: $(tail -n 2 <<<"$out" | tr '\n' '|') / $(logtail 0)"
-		stop_both_nodes
-		return
-	fi
+	start_and_move "$name" "$4" || moved=no
 	stop_both_nodes
+	[ "$moved" = yes ] || return
 	for n in 0 1; do
 		if [ $(($(idle_warnings "$n") - before[n])) -eq "$want" ]; then
 			ok "$name: node $n logged $want warning(s) on tcp_slow_start_after_idle"
