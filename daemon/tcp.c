@@ -1359,8 +1359,8 @@ static void idle_restart_check(struct xd_daemon *d, int fd)
 		xd_log(XD_LOG_WARN,
 		       "net.ipv4.tcp_slow_start_after_idle is 1: peer connections (%s) restart "
 		       "from slow start after 200 ms idle, so sporadic transfers run well below "
-		       "the link's speed; set it to 0 (the sysctl.d file 60-xferd.conf that xferd "
-		       "installs does, from the next boot or `sysctl --system`)",
+		       "the link's speed; set it to 0: `sysctl -w net.ipv4.tcp_slow_start_after_idle=0` "
+		       "now, and at every boot lib/sysctl.d/60-xferd.conf (make install) does",
 		       cc);
 }
 
