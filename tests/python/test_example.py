@@ -39,3 +39,16 @@ def run_window_example(*sockets):
 
 def test_kv_window_example_one_daemon(daemon):
     assert "over local" in run_window_example(daemon.sock)
+
+
+def test_kv_window_decode_gives_up_without_prefill(daemon, tmp_path):
+    """A decode worker whose prefill never comes (died before its first put) ends after its
+    --timeout with a clear line and exit status 1, instead of waiting forever."""
+    out = subprocess.run(
+        [sys.executable, str(WINDOW_EXAMPLE), "decode", "--socket", daemon.sock, "--requests", "3",
+         "--send", str(tmp_path / "metadata"), "--timeout", "1"],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+    )
+    assert out.returncode == 1, out.stderr
+    assert "no notification for 1 s after 0 of 3 requests: giving up" in out.stderr
+    assert (tmp_path / "metadata").read_text().startswith("xfer1.")
