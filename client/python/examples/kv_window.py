@@ -108,7 +108,8 @@ async def prefill(a, recv):
                     for layer in range(a.layers):
                         t = kv[req, layer] = pool.empty(block_shape(a), torch.bfloat16, like="torch")
                         t.copy_(request_kv(a, req, layer))
-                entries = [(req * slot_bytes(a), [xferd.Descriptor(kv[req, layer]) for layer in range(a.layers)],
+                entries = [(req * slot_bytes(a),
+                            [xferd.Descriptor(kv[req, layer]) for layer in range(a.layers)],
                             "req-%d" % req) for req in reqs]
                 t1 = time.monotonic()
                 ops = await rw.put_many(entries)
@@ -119,8 +120,8 @@ async def prefill(a, recv):
             s = time.monotonic() - t0
             say("prefill", "put %d requests (%.1f MiB), each with its tag, over %s: %.1f ms in "
                 "put_many (%.2f GB/s), %.1f ms in all with building the blocks"
-                % (a.requests, moved / 2**20, transport, putting * 1e3, moved / putting / 1e9,
-                   s * 1e3))
+                % (a.requests, moved / 2**20, transport, putting * 1e3,
+                   moved / max(putting, 1e-9) / 1e9, s * 1e3))
     return 0
 
 
