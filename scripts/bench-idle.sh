@@ -40,13 +40,13 @@ while [ $# -gt 0 ]; do
 	esac
 done
 BUILD=${1:-build}
+cd "$(dirname "$0")/.." # (BUILD, like the default "build", is relative to the source tree)
 for f in xferd xferctl xferbench_net; do
 	[ -x "$BUILD/$f" ] || {
 		echo "bench-idle.sh: $BUILD/$f is missing (run make)" >&2
 		exit 1
 	}
 done
-cd "$(dirname "$0")/.."
 # shellcheck source=scripts/cluster.sh
 . scripts/cluster.sh
 export BUILD
