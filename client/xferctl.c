@@ -16,7 +16,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <libgen.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <termios.h>
@@ -884,9 +886,11 @@ struct file_op {
 	uint64_t region;
 	uint64_t op;
 	/* File mode: the file itself is the region, no buffer between it and the daemon. */
-	int file_fd;	/* the file registered, or -1 (a buffer, for "-") */
-	char *in_mem;	/* readable -, write -: stdin, read whole, copied into the buffer */
-	char *tmp_path; /* read, writable: where the bytes land, renamed to out_path */
+	int file_fd;  /* the file registered, or -1 (a buffer, for "-") */
+	char *in_mem; /* readable -, write -: stdin, read whole, copied into the buffer */
+	/* read, writable into a file: file_fd is the landing file, named out_path on COMPLETE */
+	bool landing;
+	char *tmp_path; /* the landing file's name before the rename, or NULL while it has none */
 	/* --direct: the body (a multiple of the direct I/O alignment) O_DIRECT, the tail not */
 	int direct_fd;
 	struct xfer_desc desc[2];
@@ -1090,41 +1094,150 @@ static int target_size(int fd, size_t size)
 	return ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
 }
 
+/* Writes into @buf the name by which this process reaches @fd, /proc/self/fd/FD. */
+static void fd_proc_path(int fd, char buf[static 32])
+{
+	snprintf(buf, 32, "/proc/self/fd/%d", fd);
+}
+
 /*
- * A target's landing file: a new file of mode 0600 beside @fo->out_path, @fo->size bytes long,
- * renamed over out_path only once the operation is COMPLETE (target_commit), removed otherwise.
+ * A new file of mode 0600 with no name (O_TMPFILE) in the directory of @out_path. Returns the
+ * fd, -EOPNOTSUPP where that cannot be done (file system, kernel, or no /proc to link it
+ * through at the end), or another -errno.
  */
-static int target_create(const struct ctl *ctl, struct file_op *fo)
+static int landing_open_unnamed(const char *out_path)
+{
+	char *copy = strdup(out_path);
+	char proc[32];
+
+	if (!copy)
+		return -ENOMEM;
+	int fd = open(dirname(copy), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int err = errno;
+	free(copy);
+	if (fd < 0)
+		return err == EISDIR ? -EOPNOTSUPP : -err; /* EISDIR: a kernel without O_TMPFILE */
+	fd_proc_path(fd, proc);
+	if (access(proc, F_OK) < 0) {
+		close(fd);
+		return -EOPNOTSUPP;
+	}
+	return fd;
+}
+
+/* The named landing file, for a file system without O_TMPFILE. Returns the fd or -errno. */
+static int landing_open_named(struct file_op *fo)
 {
 	if (asprintf(&fo->tmp_path, "%s.xferctl-XXXXXX", fo->out_path) < 0) {
 		fo->tmp_path = NULL;
-		return ctl_fail(ctl, ENOMEM, "out of memory");
+		return -ENOMEM;
 	}
-	fo->file_fd = mkostemp(fo->tmp_path, O_CLOEXEC);
-	if (fo->file_fd < 0) {
+	int fd = mkostemp(fo->tmp_path, O_CLOEXEC);
+	if (fd < 0) {
 		int err = errno;
 		free(fo->tmp_path);
 		fo->tmp_path = NULL;
+		return -err;
+	}
+	return fd;
+}
+
+/*
+ * A target's landing file, @fo->size bytes of mode 0600 in out_path's directory, which becomes
+ * out_path only once the operation is COMPLETE (target_commit). Where the file system has
+ * O_TMPFILE it has no name until then, so an xferctl killed mid-transfer leaves nothing behind
+ * (the inode goes with the last fd, ours or the daemon's); elsewhere it is a named
+ * OUTFILE.xferctl-XXXXXX, removed on failure but left behind by a SIGKILL.
+ */
+static int target_create(const struct ctl *ctl, struct file_op *fo)
+{
+	fo->landing = true;
+	fo->file_fd = landing_open_unnamed(fo->out_path);
+	if (fo->file_fd == -EOPNOTSUPP)
+		fo->file_fd = landing_open_named(fo);
+	if (fo->file_fd < 0) {
+		int err = -fo->file_fd;
+		fo->file_fd = -1;
 		return ctl_fail(ctl, err, "cannot create a file beside %s: %s", fo->out_path,
 				strerror(err));
 	}
 	int rc = target_size(fo->file_fd, fo->size);
 	if (rc < 0)
-		return ctl_fail(ctl, -rc, "cannot size %s to %zu bytes: %s", fo->tmp_path, fo->size,
-				strerror(-rc));
+		return ctl_fail(ctl, -rc, "cannot size the file for %s to %zu bytes: %s",
+				fo->out_path, fo->size, strerror(-rc));
 	return EXIT_OK;
 }
 
+/*
+ * Gives the unnamed landing file a fresh name beside out_path, OUTFILE.xferctl-XXXXXX, so that
+ * rename() then replaces out_path in one step. The link goes through /proc/self/fd:
+ * linkat(AT_EMPTY_PATH) would need CAP_DAC_READ_SEARCH. Returns a status.
+ */
+static int landing_link(const struct ctl *ctl, struct file_op *fo)
+{
+	static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz"
+				       "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	char proc[32], suffix[7];
+	uint8_t rnd[6];
+
+	fd_proc_path(fo->file_fd, proc);
+	for (int attempt = 0; attempt < 100; attempt++) {
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+			return ctl_fail(ctl, errno, "getrandom: %s", strerror(errno));
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			suffix[i] = alphabet[rnd[i] % (sizeof(alphabet) - 1)];
+		suffix[6] = '\0';
+		if (asprintf(&fo->tmp_path, "%s.xferctl-%s", fo->out_path, suffix) < 0) {
+			fo->tmp_path = NULL;
+			return ctl_fail(ctl, ENOMEM, "out of memory");
+		}
+		if (linkat(AT_FDCWD, proc, AT_FDCWD, fo->tmp_path, AT_SYMLINK_FOLLOW) == 0)
+			return EXIT_OK;
+		int err = errno;
+		free(fo->tmp_path);
+		fo->tmp_path = NULL;
+		if (err != EEXIST)
+			return ctl_fail(ctl, err, "cannot give the file for %s a name: %s",
+					fo->out_path, strerror(err));
+	}
+	return ctl_fail(ctl, EEXIST, "cannot give the file for %s a name: 100 names taken",
+			fo->out_path);
+}
+
+/* fsync()s the directory that holds @path. Returns 0 or -errno. */
+static int dir_sync(const char *path)
+{
+	char *copy = strdup(path);
+
+	if (!copy)
+		return -ENOMEM;
+	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int rc = fd < 0 || fsync(fd) < 0 ? -errno : 0;
+	if (fd >= 0)
+		close(fd);
+	free(copy);
+	return rc;
+}
+
+/*
+ * The operation is COMPLETE: the landing file becomes out_path (named first if it has no
+ * name). Returns a status.
+ */
 static int target_commit(const struct ctl *ctl, struct file_op *fo)
 {
 	if (fo->direct_fd >= 0 && close(fo->direct_fd) < 0) {
 		fo->direct_fd = -1;
-		return ctl_fail(ctl, errno, "writing %s: %s", fo->tmp_path, strerror(errno));
+		return ctl_fail(ctl, errno, "writing %s: %s", fo->out_path, strerror(errno));
 	}
 	fo->direct_fd = -1;
+	if (!fo->tmp_path) {
+		int rc = landing_link(ctl, fo);
+		if (rc)
+			return rc;
+	}
 	if (close(fo->file_fd) < 0) {
 		fo->file_fd = -1;
-		return ctl_fail(ctl, errno, "writing %s: %s", fo->tmp_path, strerror(errno));
+		return ctl_fail(ctl, errno, "writing %s: %s", fo->out_path, strerror(errno));
 	}
 	fo->file_fd = -1;
 	if (rename(fo->tmp_path, fo->out_path) < 0)
@@ -1132,6 +1245,11 @@ static int target_commit(const struct ctl *ctl, struct file_op *fo)
 				fo->out_path, strerror(errno));
 	free(fo->tmp_path);
 	fo->tmp_path = NULL;
+	/* --sync: the daemon synced the bytes; the new name lives in the directory */
+	int rc = ctl->sync ? dir_sync(fo->out_path) : 0;
+	if (rc < 0)
+		return ctl_fail(ctl, -rc, "cannot sync the directory of %s: %s", fo->out_path,
+				strerror(-rc));
 	return EXIT_OK;
 }
 
@@ -1177,10 +1295,14 @@ static int fanout_run(struct ctl *ctl, struct file_op *fo)
  */
 static int direct_open(const struct ctl *ctl, struct file_op *fo, uint32_t *align)
 {
-	const char *path = fo->tmp_path ? fo->tmp_path : fo->in_path;
+	const char *path = fo->landing ? fo->out_path : fo->in_path;
+	char proc[32];
 	struct statx stx;
 
-	fo->direct_fd = open(path, (fo->tmp_path ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+	/* the landing file may have no name yet: opened again through this process's fd */
+	fd_proc_path(fo->file_fd, proc);
+	fo->direct_fd = open(fo->landing ? proc : path,
+			     (fo->landing ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
 	if (fo->direct_fd < 0)
 		return ctl_fail(ctl, errno, "--direct: cannot open %s with O_DIRECT: %s", path,
 				strerror(errno));
@@ -1202,7 +1324,7 @@ static int direct_open(const struct ctl *ctl, struct file_op *fo, uint32_t *alig
  */
 static int direct_regions(struct ctl *ctl, struct file_op *fo)
 {
-	unsigned flags = fo->tmp_path && ctl->sync ? XFER_FILE_SYNC : 0;
+	unsigned flags = fo->landing && ctl->sync ? XFER_FILE_SYNC : 0;
 	uint32_t align;
 	int rc = direct_open(ctl, fo, &align);
 
@@ -1237,7 +1359,7 @@ static int file_mode_run(struct ctl *ctl, struct file_op *fo)
 		return rc;
 	rc = ctl->direct ? direct_regions(ctl, fo) :
 			   xfer_region_register_file(ctl->c, fo->file_fd, 0, fo->size,
-						     fo->tmp_path && ctl->sync ? XFER_FILE_SYNC : 0,
+						     fo->landing && ctl->sync ? XFER_FILE_SYNC : 0,
 						     CTL_CLIENT_NAME, &fo->region);
 	if (rc < 0)
 		return ctl_refused(ctl, rc);
@@ -1250,7 +1372,7 @@ static int file_mode_run(struct ctl *ctl, struct file_op *fo)
 		rc = meta_finish(ctl, fo);
 	if (!rc)
 		rc = file_op_wait(ctl, fo);
-	if (!rc && fo->tmp_path)
+	if (!rc && fo->landing)
 		rc = target_commit(ctl, fo);
 	return rc;
 }
@@ -1994,8 +2116,9 @@ static void usage(FILE *f)
 		"/proc/PID/cmdline, so xferctl warns. OUTFILE '-' writes to stdout, FILE or\n"
 		"INFILE '-' reads stdin (both through a buffer).\n"
 		"Files are registered themselves (the daemon moves them with file I/O); an\n"
-		"OUTFILE lands in a new file of mode 0600 beside it, renamed into place once\n"
-		"complete and removed on failure. On a terminal a progress line shows after 1 s.\n"
+		"OUTFILE lands in a new file of mode 0600 with no name (O_TMPFILE), named\n"
+		"OUTFILE once complete: a failed or killed xferctl leaves nothing behind.\n"
+		"On a terminal a progress line shows after 1 s.\n"
 		"SIZE takes a K, M or G suffix (KiB, MiB, GiB).\n"
 		"top quits on q or Ctrl-C; watch --json prints each event as JSON.\n"
 		"exit status: 0 done, 1 failed, 2 usage error\n",

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 #
 # xferctl against a real xferd on a private socket: file transfers both ways (bytes compared
-# with cmp), every listing with and without --json, and the exit statuses (0 done, 1 failed,
-# 2 usage). Prints "ok - " / "FAIL - " lines and a final "N passed, N failed".
+# with cmp), every listing with and without --json, the exit statuses (0 done, 1 failed,
+# 2 usage), and landing files (none left by an xferctl killed -9; the named fallback). Prints "ok - " / "FAIL - " lines and a final "N passed, N failed".
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -526,6 +526,101 @@ test_no_daemon() {
 	fi
 }
 
+# ---- landing files (OUTFILE of read and writable) ----
+
+# Prints the daemon's region and operation counts: "REGIONS OPS".
+daemon_counts() {
+	ctl --json status | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["stats"]
+print(s["regions"], s["ops"])'
+}
+
+# Waits up to 5 s for the daemon's region and operation counts to be back at $1.
+wait_daemon_counts() {
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[ "$(daemon_counts)" = "$1" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# test_landing_killed [--direct]: `writable SIZE OUT` SIGKILLed while it waits for a writer
+# leaves nothing in OUT's directory (its landing file has no name until the transfer is done)
+# and no region or operation in the daemon.
+test_landing_killed() {
+	local name=landing_killed${1:+_direct} d=$DIR/lk${1:+d} pid before
+	mkdir -p "$d"
+	before=$(daemon_counts)
+	# (not through ctl: the SIGKILL must reach xferctl, not timeout(1))
+	"$CTL" --socket "$SOCK" ${1:+"$1"} writable -m "$d.meta" 1048576 "$d/out" 2>"$d.err" &
+	pid=$!
+	bg_pids+=("$pid")
+	if ! wait_line "$d.meta" >/dev/null; then
+		if [ -n "${1:-}" ] && grep -q 'O_DIRECT\|direct I/O' "$d.err"; then
+			ok "$name # SKIP $(head -c 120 "$d.err")"
+		else
+			fail "$name" "writable wrote no metadata: $(cat "$d.err")"
+		fi
+		kill -9 "$pid" 2>/dev/null
+		return
+	fi
+	local waiting
+	waiting=$(ls -A "$d" | tr '\n' ' ')
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null
+	if [ -n "$waiting" ]; then
+		fail "$name" "while waiting for a writer, OUT's directory held: $waiting"
+	elif [ -n "$(ls -A "$d")" ]; then
+		fail "$name" "left behind: $(ls -A "$d" | tr '\n' ' ')"
+	elif ! wait_daemon_counts "$before"; then
+		fail "$name" "the daemon's regions and ops went from $before to $(daemon_counts)"
+	else
+		ok "$name"
+	fi
+}
+
+# test_landing_named: on a file system without O_TMPFILE (tests/preload/notmpfile.c makes it
+# so), the landing file is OUT.xferctl-XXXXXX while `writable` waits; the write lands in OUT
+# byte for byte and that name is gone.
+test_landing_named() {
+	local name=landing_named d=$DIR/ln pid rc waiting
+	mkdir -p "$d"
+	if ! cc -shared -fPIC -O2 -o "$DIR/notmpfile.so" "$ROOT/tests/preload/notmpfile.c" -ldl; then
+		fail "$name" "could not build tests/preload/notmpfile.c"
+		return
+	fi
+	head -c 3000017 /dev/urandom >"$DIR/ln-in"
+	# (ASan wants its runtime first among the libraries; the shim comes before it here.)
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		LD_PRELOAD=$DIR/notmpfile.so ctl writable -m "$d.meta" 3000017 "$d/out" 2>"$d.err" &
+	pid=$!
+	bg_pids+=("$pid")
+	if ! wait_line "$d.meta" >/dev/null; then
+		fail "$name" "writable wrote no metadata: $(cat "$d.err")"
+		return
+	fi
+	waiting=$(ls -A "$d" | tr '\n' ' ')
+	ctl write "@$d.meta" "$DIR/ln-in" 2>"$d.err2" || {
+		fail "$name" "write exited $?: $(cat "$d.err2")"
+		return
+	}
+	wait_bg "$pid"
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		fail "$name" "writable exited $rc: $(cat "$d.err")"
+	elif ! [[ $waiting =~ ^out\.xferctl-[A-Za-z0-9]{6}\ $ ]]; then
+		fail "$name" "while waiting, OUT's directory held '$waiting', not one out.xferctl-XXXXXX"
+	elif ! cmp -s "$DIR/ln-in" "$d/out"; then
+		fail "$name" "bytes differ"
+	elif [ "$(ls -A "$d")" != out ]; then
+		fail "$name" "left behind: $(ls -A "$d" | tr '\n' ' ')"
+	else
+		ok "$name"
+	fi
+}
+
 test_daemon_stops_cleanly() {
 	local rc
 	kill -TERM "$DPID"
@@ -558,6 +653,9 @@ if start_daemon; then
 	test_daemon_text_escaped
 	test_usage_errors
 	test_bad_metadata
+	test_landing_killed
+	test_landing_killed --direct
+	test_landing_named
 	test_no_daemon
 	test_daemon_stops_cleanly
 fi
