@@ -1142,6 +1142,46 @@ static int landing_open_named(struct file_op *fo)
 	return fd;
 }
 
+/* What an existing OUTFILE that is not a regular file is, for the error. */
+static const char *file_kind(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFDIR:
+		return "a directory";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFIFO:
+		return "a FIFO";
+	case S_IFSOCK:
+		return "a socket";
+	}
+	return "not a regular file";
+}
+
+/*
+ * The landing file replaces OUTFILE at the end, as mv would: an existing OUTFILE that is not
+ * a regular file (or a symlink, which is replaced itself) is refused before any byte moves,
+ * not after the transfer (a directory), nor replaced (a device: xferctl read @M /dev/null as
+ * root). Returns a status.
+ */
+static int target_check(const struct ctl *ctl, const char *out_path)
+{
+	struct stat st;
+
+	if (lstat(out_path, &st) < 0)
+		return errno == ENOENT ? EXIT_OK :
+					 ctl_fail(ctl, errno, "cannot look at %s: %s", out_path,
+						  strerror(errno));
+	if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))
+		return EXIT_OK;
+	return ctl_fail(ctl, S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
+			"%s is %s: OUTFILE must be a regular file, which the bytes replace once "
+			"they are all in (- writes to stdout)",
+			out_path, file_kind(st.st_mode));
+}
+
 /*
  * A target's landing file, @fo->size bytes of mode 0600 in out_path's directory, which becomes
  * out_path only once the operation is COMPLETE (target_commit). Where the file system has
@@ -1151,6 +1191,10 @@ static int landing_open_named(struct file_op *fo)
  */
 static int target_create(const struct ctl *ctl, struct file_op *fo)
 {
+	int rc = target_check(ctl, fo->out_path);
+
+	if (rc)
+		return rc;
 	fo->landing = true;
 	fo->file_fd = landing_open_unnamed(fo->out_path);
 	if (fo->file_fd == -EOPNOTSUPP)
@@ -1161,7 +1205,7 @@ static int target_create(const struct ctl *ctl, struct file_op *fo)
 		return ctl_fail(ctl, err, "cannot create a file beside %s: %s", fo->out_path,
 				strerror(err));
 	}
-	int rc = target_size(fo->file_fd, fo->size);
+	rc = target_size(fo->file_fd, fo->size);
 	if (rc < 0)
 		return ctl_fail(ctl, -rc, "cannot size the file for %s to %zu bytes: %s",
 				fo->out_path, fo->size, strerror(-rc));

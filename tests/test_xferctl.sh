@@ -621,6 +621,42 @@ test_landing_named() {
 	fi
 }
 
+# test_outfile_not_regular: read into a directory and writable onto a FIFO are refused before
+# any byte moves, naming the rule: the offer is still there for a read into a file, and
+# writable does not wait for a writer first.
+test_outfile_not_regular() {
+	local name=outfile_not_regular d=$DIR/onr pid rc=0
+	mkdir -p "$d/dir"
+	mkfifo "$d/fifo"
+	head -c 65536 /dev/urandom >"$d.in"
+	ctl readable -m "$d.meta" "$d.in" 2>"$d.perr" &
+	pid=$!
+	bg_pids+=("$pid")
+	if ! wait_line "$d.meta" >/dev/null; then
+		fail "$name" "readable wrote no metadata: $(cat "$d.perr")"
+		return
+	fi
+	ctl read "@$d.meta" "$d/dir" 2>"$d.err" || rc=$?
+	if [ $rc -ne 1 ] || ! grep -q 'dir is a directory: OUTFILE must be a regular file' "$d.err"; then
+		fail "$name" "read into a directory: exit $rc: $(cat "$d.err")"
+		return
+	fi
+	if ! ctl read "@$d.meta" "$d/out" 2>"$d.err" || ! wait_bg "$pid" ||
+		! cmp -s "$d.in" "$d/out"; then
+		fail "$name" "the offer was taken by the refused read: $(cat "$d.err" "$d.perr")"
+		return
+	fi
+	rc=0
+	ctl --timeout 5000 writable 10 "$d/fifo" 2>"$d.err" || rc=$?
+	if [ $rc -ne 1 ] || ! grep -q 'fifo is a FIFO: OUTFILE must be' "$d.err"; then
+		fail "$name" "writable onto a FIFO: exit $rc: $(cat "$d.err")"
+	elif [ "$(ls -A "$d" | tr '\n' ' ')" != "dir fifo out " ]; then
+		fail "$name" "the directory holds: $(ls -A "$d" | tr '\n' ' ')"
+	else
+		ok "$name"
+	fi
+}
+
 test_daemon_stops_cleanly() {
 	local rc
 	kill -TERM "$DPID"
@@ -656,6 +692,7 @@ if start_daemon; then
 	test_landing_killed
 	test_landing_killed --direct
 	test_landing_named
+	test_outfile_not_regular
 	test_no_daemon
 	test_daemon_stops_cleanly
 fi
