@@ -709,21 +709,49 @@ static int cmd_status(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 /* ------------------------------------------------------------------------------------------ */
 /* Files */
 
-/* Opens @path for reading; it must be a regular file of at least one byte. */
+/* What a file that is not a regular one is, for an error. */
+static const char *file_kind(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFDIR:
+		return "a directory";
+	case S_IFCHR:
+		return "a character device";
+	case S_IFBLK:
+		return "a block device";
+	case S_IFIFO:
+		return "a FIFO";
+	case S_IFSOCK:
+		return "a socket";
+	}
+	return "of an unknown kind";
+}
+
+/*
+ * Opens @path for reading; it must be a regular file of at least one byte. Opened O_NONBLOCK,
+ * which a FIFO needs to be refused rather than wait for a writer, and cleared again.
+ */
 static int file_open_in(const struct ctl *ctl, const char *path, int *fd, size_t *size)
 {
 	struct stat st;
 	int rc;
 
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	*fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (*fd < 0)
 		return ctl_fail(ctl, errno, "cannot open %s: %s", path, strerror(errno));
 	if (fstat(*fd, &st) < 0)
 		rc = ctl_fail(ctl, errno, "cannot stat %s: %s", path, strerror(errno));
 	else if (!S_ISREG(st.st_mode))
-		rc = ctl_fail(ctl, EINVAL, "%s is not a regular file", path);
+		rc = ctl_fail(ctl, EINVAL, "%s is %s, not a regular file (- reads stdin)", path,
+			      file_kind(st.st_mode));
 	else if (st.st_size == 0)
-		rc = ctl_fail(ctl, EINVAL, "%s is empty; a region must be at least 1 byte", path);
+		rc = ctl_fail(ctl, EINVAL,
+			      "%s is empty; a region must be at least 1 byte (a /proc or /sys file "
+			      "shows size 0: give it on stdin, -)",
+			      path);
+	else if (fcntl(*fd, F_SETFL, 0) < 0)
+		rc = ctl_fail(ctl, errno, "cannot clear O_NONBLOCK on %s: %s", path,
+			      strerror(errno));
 	else
 		rc = EXIT_OK;
 	if (rc) {
@@ -1140,24 +1168,6 @@ static int landing_open_named(struct file_op *fo)
 		return -err;
 	}
 	return fd;
-}
-
-/* What an existing OUTFILE that is not a regular file is, for the error. */
-static const char *file_kind(mode_t mode)
-{
-	switch (mode & S_IFMT) {
-	case S_IFDIR:
-		return "a directory";
-	case S_IFCHR:
-		return "a character device";
-	case S_IFBLK:
-		return "a block device";
-	case S_IFIFO:
-		return "a FIFO";
-	case S_IFSOCK:
-		return "a socket";
-	}
-	return "not a regular file";
 }
 
 /*

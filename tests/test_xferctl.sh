@@ -657,6 +657,19 @@ test_outfile_not_regular() {
 	fi
 }
 
+# test_infile_fifo: readable of a FIFO with no writer is refused at once, naming what it is
+# (it used to wait in open() for a writer).
+test_infile_fifo() {
+	local name=infile_fifo d=$DIR/inf rc=0
+	mkfifo "$d"
+	timeout 5 "$CTL" --socket "$SOCK" readable -m "$d.meta" "$d" 2>"$d.err" || rc=$?
+	if [ $rc -eq 1 ] && grep -q 'inf is a FIFO, not a regular file' "$d.err" && [ ! -e "$d.meta" ]; then
+		ok "$name"
+	else
+		fail "$name" "exit $rc: $(cat "$d.err")"
+	fi
+}
+
 test_daemon_stops_cleanly() {
 	local rc
 	kill -TERM "$DPID"
@@ -693,6 +706,7 @@ if start_daemon; then
 	test_landing_killed --direct
 	test_landing_named
 	test_outfile_not_regular
+	test_infile_fifo
 	test_no_daemon
 	test_daemon_stops_cleanly
 fi
