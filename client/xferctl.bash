@@ -9,7 +9,7 @@ _xferctl()
 
 	local commands="status regions ops clients windows peers devices stats top watch readable read
 		writable write help"
-	local options="--socket --json --timeout --meta-file --count --once --readers --sync --direct --help"
+	local options="--socket --json --timeout --meta-file --count --once --readers --sync --direct --tcp --help"
 
 	case $prev in
 	-s | --socket)
@@ -49,6 +49,9 @@ _xferctl()
 	case $cmd in
 	top | watch)
 		COMPREPLY=($(compgen -W "--count --once --json" -- "$cur"))
+		;;
+	peers)
+		COMPREPLY=($(compgen -W "--tcp --json" -- "$cur"))
 		;;
 	readable | read | write | writable)
 		_filedir

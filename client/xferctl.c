@@ -57,6 +57,7 @@ struct ctl {
 	int readers;	       /* readable: operations over the one file (--readers) */
 	bool sync;	       /* read, writable: OUTFILE fdatasynced before COMPLETE (--sync) */
 	bool direct; /* file commands: the file's aligned body opened O_DIRECT (--direct) */
+	bool tcp;    /* peers: one row per TCP connection, what its kernel says (--tcp) */
 	struct xfer_client *c;
 };
 
@@ -375,6 +376,104 @@ static const struct col window_cols[] = {
 	{ NULL, NULL, NULL, false },
 };
 
+/* A node id's first 8 digits and "..": enough to tell a cluster's nodes apart in a table. */
+static void fmt_node(const json_t *row, const char *key, char *out, size_t len)
+{
+	char node[16];
+
+	esc(obj_str(row, key), node, 9);
+	snprintf(out, len, "%s..", node);
+}
+
+/* A set's endpoint, "from ADDR" for "accepted from ADDR": the table stays within 100 columns. */
+static void fmt_endpoint(const json_t *row, const char *key, char *out, size_t len)
+{
+	const char *ep = obj_str(row, key), *from = "accepted from ";
+	char text[CELL_MAX];
+
+	if (!strncmp(ep, from, strlen(from)))
+		snprintf(text, sizeof(text), "from %s", ep + strlen(from));
+	else
+		snprintf(text, sizeof(text), "%s", *ep ? ep : "-");
+	esc(text, out, len);
+}
+
+/*
+ * The default peer table: the sets' counts, within 100 columns; the transfers running on each
+ * and the read counts are in --json, the connections' TCP under --tcp.
+ */
+static const struct col peer_cols[] = {
+	{ "NODE", "node", fmt_node, false },
+	{ "TRANSPORT", "transport", fmt_text, false },
+	{ "ENDPOINT", "endpoint", fmt_endpoint, false },
+	{ "STATE", "state", fmt_text, false },
+	{ "CONNS", "connections", fmt_text, true },
+	{ "SENT", "bytes_sent", fmt_size, true },
+	{ "RECEIVED", "bytes_received", fmt_size, true },
+	{ "AGE", "age_ms", fmt_age, true },
+	{ "IDLE", "idle_ms", fmt_age, true },
+	{ NULL, NULL, NULL, false },
+};
+
+/* A byte count of a connection's "tcp", "-" where its kernel does not report it. */
+static void fmt_tcp_size(const json_t *row, const char *key, char *out, size_t len)
+{
+	if (json_is_integer(json_object_get(row, key)))
+		human_size(obj_u64(row, key), out, len);
+	else
+		snprintf(out, len, "-");
+}
+
+/* A connection's TCP state, "estab" for "established" as in ss(8): the usual one, kept short. */
+static void fmt_tcp_state(const json_t *row, const char *key, char *out, size_t len)
+{
+	if (!strcmp(obj_str(row, key), "established"))
+		snprintf(out, len, "estab");
+	else
+		fmt_text(row, key, out, len);
+}
+
+/* "RTT/RTTVAR" in ms, as ss(8) shows them. */
+static void fmt_rtt(const json_t *row, const char *key, char *out, size_t len)
+{
+	if (!json_is_integer(json_object_get(row, "rtt_us")))
+		snprintf(out, len, "-");
+	else
+		snprintf(out, len, "%.2f/%.2f", (double)obj_u64(row, "rtt_us") / 1000,
+			 (double)obj_u64(row, "rttvar_us") / 1000);
+}
+
+/* The delivery rate (bytes/s), or what went wrong reading the connection's TCP. */
+static void fmt_rate(const json_t *row, const char *key, char *out, size_t len)
+{
+	char size[32];
+
+	if (*obj_str(row, "tcp_error")) {
+		esc(obj_str(row, "tcp_error"), out, len);
+	} else if (!json_is_integer(json_object_get(row, key))) {
+		snprintf(out, len, "-");
+	} else {
+		human_size(obj_u64(row, key), size, sizeof(size));
+		snprintf(out, len, "%s/s", size);
+	}
+}
+
+/* xferctl peers --tcp: a row per connection (conn_rows()); the rest is in --json. */
+static const struct col conn_cols[] = {
+	{ "NODE", "node", fmt_node, false },
+	{ "CONN", "id", fmt_text, true },
+	{ "ROLE", "role", fmt_text, false },
+	{ "CC", "cc", fmt_text, false },
+	{ "STATE", "state", fmt_tcp_state, false },
+	{ "RTT/VAR_MS", "rtt_us", fmt_rtt, true },
+	{ "CWND", "snd_cwnd", fmt_text, true },
+	{ "RETRANS", "total_retrans", fmt_text, true },
+	{ "NOTSENT", "notsent_bytes", fmt_tcp_size, true },
+	{ "ACKED", "bytes_acked", fmt_tcp_size, true },
+	{ "RATE", "delivery_rate", fmt_rate, false },
+	{ NULL, NULL, NULL, false },
+};
+
 /* Prints one line: the titles when @row is NULL, else @row's cells, padded to @width. */
 static void table_line(const struct col *cols, const size_t *width, const json_t *row)
 {
@@ -471,15 +570,60 @@ struct ctl_cmd {
 	bool meta_out;		/* readable, writable: takes --meta-file */
 	bool live;		/* top, watch: take --count and --once */
 	const struct col *cols; /* listings: its columns (NULL: generic) */
-	void (*render)(const struct ctl_cmd *cmd, const json_t *result);
+	void (*render)(const struct ctl *ctl, const struct ctl_cmd *cmd, const json_t *result);
 };
 
-static void render_table(const struct ctl_cmd *cmd, const json_t *result)
+static void render_table(const struct ctl *ctl, const struct ctl_cmd *cmd, const json_t *result)
 {
 	render_rows(result, cmd->key, cmd->cols);
 }
 
-static void render_devices(const struct ctl_cmd *cmd, const json_t *result)
+/*
+ * A row per connection of every peer that lists them (TCP): its node, id and role beside the
+ * members of its "tcp" (or its "tcp_error"). NULL when out of memory.
+ */
+static json_t *conn_rows(const json_t *peers)
+{
+	json_t *rows = json_array(), *peer, *conn, *row;
+	size_t i, j;
+
+	json_array_foreach(peers, i, peer) {
+		json_array_foreach(json_object_get(peer, "conns"), j, conn) {
+			row = json_deep_copy(json_object_get(conn, "tcp"));
+			if (!row)
+				row = json_object();
+			if (!rows || !row || json_object_update_missing(row, conn) ||
+			    json_object_set(row, "node", json_object_get(peer, "node")) ||
+			    json_array_append_new(rows, row)) {
+				json_decref(row);
+				json_decref(rows);
+				return NULL;
+			}
+		}
+	}
+	return rows;
+}
+
+/* xferctl peers: the sets, or with --tcp their connections (PROTOCOL.md §7). */
+static void render_peers(const struct ctl *ctl, const struct ctl_cmd *cmd, const json_t *result)
+{
+	json_t *rows;
+
+	if (!ctl->tcp) {
+		render_rows(result, cmd->key, cmd->cols);
+		return;
+	}
+	rows = conn_rows(json_object_get(result, cmd->key));
+	if (!rows)
+		printf("out of memory\n");
+	else if (!json_array_size(rows))
+		printf("no TCP connections\n");
+	else
+		table_print(conn_cols, rows);
+	json_decref(rows);
+}
+
+static void render_devices(const struct ctl *ctl, const struct ctl_cmd *cmd, const json_t *result)
 {
 	const char *rdma = obj_str(result, "rdma");
 	char safe[CELL_MAX];
@@ -505,7 +649,7 @@ static void stat_value(const char *key, const json_t *v, char *out, size_t len)
 	}
 }
 
-static void render_stats(const struct ctl_cmd *cmd, const json_t *result)
+static void render_stats(const struct ctl *ctl, const struct ctl_cmd *cmd, const json_t *result)
 {
 	char cell[CELL_MAX], safe[CELL_MAX];
 	const char *key;
@@ -597,7 +741,7 @@ static int cmd_list(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 	if (rc)
 		return rc;
 	if (!ctl->json) {
-		cmd->render(cmd, result);
+		cmd->render(ctl, cmd, result);
 		json_decref(result);
 		return EXIT_OK;
 	}
@@ -2100,7 +2244,10 @@ static const struct ctl_cmd commands[] = {
 	{ .name = "windows",
 	  .help = "windows owned (range, access, openers) and opened (owner, state)",
 	  PAGED("list.windows", "windows", window_cols) },
-	{ .name = "peers", .help = "peer daemons", PAGED("list.peers", "peers", NULL) },
+	{ .name = "peers",
+	  .help = "peer daemons; with --tcp their TCP connections",
+	  LISTING("list.peers", "peers", peer_cols, render_peers),
+	  .paged = true },
 	{ .name = "devices",
 	  .help = "RDMA devices",
 	  LISTING("list.devices", "devices", NULL, render_devices) },
@@ -2160,6 +2307,8 @@ static void usage(FILE *f)
 		"      --once         top: one frame (after one second), then exit\n"
 		"  -r, --readers N    readable: N operations over the one file, N metadata lines\n"
 		"  -y, --sync         read, writable: OUTFILE is fdatasynced before COMPLETE\n"
+		"      --tcp          peers: a row per TCP connection: congestion control, state,\n"
+		"                     round trip, window, retransmits, bytes acked, delivery rate\n"
 		"  -d, --direct       readable, read, writable, write: the file is read or written\n"
 		"                     with O_DIRECT (its tail past the last whole direct I/O\n"
 		"                     block, if any, through the page cache)\n"
@@ -2249,6 +2398,7 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 		{ "readers", required_argument, NULL, 'r' },
 		{ "sync", no_argument, NULL, 'y' },
 		{ "direct", no_argument, NULL, 'd' },
+		{ "tcp", no_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -2268,6 +2418,8 @@ static int parse_options(struct ctl *ctl, int argc, char **argv)
 			ctl->sync = true;
 		} else if (o == 'd') {
 			ctl->direct = true;
+		} else if (o == 'T') {
+			ctl->tcp = true;
 		} else if (o == 'm') {
 			ctl->meta_file = optarg;
 		} else if (o == 's') {
@@ -2315,6 +2467,10 @@ int main(int argc, char **argv)
 	}
 	if (ctl.meta_file && !cmd->meta_out) {
 		fprintf(stderr, "xferctl: --meta-file is for readable and writable only\n");
+		return EXIT_USAGE;
+	}
+	if (ctl.tcp && cmd->render != render_peers) {
+		fprintf(stderr, "xferctl: --tcp is for peers only\n");
 		return EXIT_USAGE;
 	}
 	if (ctl.count && !cmd->live) {

@@ -190,11 +190,6 @@ static int handle_stats(struct xd_call *call)
 	return 0;
 }
 
-static json_t *peer_entry(const void *all, void *index)
-{
-	return json_incref(json_array_get(all, *(const size_t *)index));
-}
-
 /*
  * Peers have no id: the cursor is a peer's position (0-based) in the daemon's list, which is in
  * the order the sets were made. A set that goes away between two pages shifts the later ones
@@ -202,23 +197,12 @@ static json_t *peer_entry(const void *all, void *index)
  */
 static int handle_list_peers(struct xd_call *call)
 {
-	struct xd_page_item item = { 0 };
 	struct xd_page pg;
-	size_t i;
 	int rc = xd_page_begin(call, &pg);
 
 	if (rc)
 		return rc;
-	json_t *peers = xd_peers_json(call->conn->d);
-	if (!peers)
-		return xd_page_finish(call, &pg, "peers", -ENOMEM);
-	rc = 0;
-	for (i = (size_t)(pg.after + 1); i < json_array_size(peers) && rc == 0 && !pg.more; i++) {
-		item = (struct xd_page_item){ i, peers };
-		rc = xd_page_fill(&pg, &item, 1, peer_entry, &i);
-	}
-	json_decref(peers);
-	return xd_page_finish(call, &pg, "peers", rc);
+	return xd_page_finish(call, &pg, "peers", xd_peers_page(call->conn->d, &pg));
 }
 
 /* Every transport's devices, each under its own keys ({"rdma": ..., "devices": [...]}). */

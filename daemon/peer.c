@@ -464,24 +464,35 @@ static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 			 (json_int_t)((now - last_rx) / 1000));
 }
 
-json_t *xd_peers_json(struct xd_daemon *d)
+/*
+ * @p's entry: the set, its read counts and, where the transport has them, its connections
+ * (conns_json: what the kernel says of each socket, read now).
+ */
+static json_t *peer_entry(const struct xd_peer *p, uint64_t now)
 {
-	uint64_t now = xd_now_us();
-	json_t *arr = json_array();
+	json_t *o = peer_to_json(p, now);
+
+	if (o && (peer_reads_json(p, o) ||
+		  (p->transport->conns_json &&
+		   json_object_set_new(o, "conns", p->transport->conns_json(p))))) {
+		json_decref(o);
+		o = NULL;
+	}
+	return o;
+}
+
+int xd_peers_page(struct xd_daemon *d, struct xd_page *pg)
+{
+	uint64_t now = xd_now_us(), i = 0;
 	struct xd_peer *p;
+	int rc = 1;
 
 	TAILQ_FOREACH(p, &d->peers, link) {
-		json_t *o = arr ? peer_to_json(p, now) : NULL;
-		if (o && peer_reads_json(p, o)) {
-			json_decref(o);
-			o = NULL;
-		}
-		if (!arr || json_array_append_new(arr, o)) {
-			json_decref(arr);
-			return NULL;
-		}
+		if ((json_int_t)i > pg->after && (rc = xd_page_add(pg, i, peer_entry(p, now))) <= 0)
+			break;
+		i++;
 	}
-	return arr;
+	return rc < 0 ? rc : 0;
 }
 
 bool xd_peer_window_frames(const struct xd_peer *p)

@@ -2085,6 +2085,65 @@ static uint64_t tcp_last_rx_us(const struct xd_peer *p)
 	return last;
 }
 
+/*
+ * What @pc carries, as this daemon sends (the peer decides for its own side): "control" (the
+ * control lane), "data", "control+data" (the set's only connection through the handshake), or
+ * "handshake" (HELLO or AUTH still due).
+ */
+static const char *pconn_role(const struct xd_pconn *pc)
+{
+	const struct xd_pconn *q;
+	int ready = 0;
+
+	if (!pconn_ready(pc))
+		return "handshake";
+	if (pconn_control_lane(pc))
+		return "control";
+	TAILQ_FOREACH(q, &tcp_set(pc->peer)->conns, link)
+		ready += pconn_ready(q);
+	return ready > 1 ? "data" : "control+data";
+}
+
+/* The local port of socket @fd (0 if unknown): with "remote", what ss(8) shows of it. */
+static int local_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port) : 0;
+}
+
+static json_t *pconn_json(const struct xd_pconn *pc)
+{
+	json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:i}", "id", (json_int_t)pc->id, "role",
+			      pconn_role(pc), "direction", pc->outgoing ? "out" : "in", "remote",
+			      pc->addr, "local_port", local_port(pc->fd));
+
+	if (o && xd_tcp_info_add(o, pc->fd)) {
+		json_decref(o);
+		o = NULL;
+	}
+	return o;
+}
+
+static json_t *tcp_conns_json(const struct xd_peer *p)
+{
+	json_t *arr = json_array();
+	const struct xd_pconn *pc;
+
+	if (arr && tcp_set(p))
+		TAILQ_FOREACH(pc, &tcp_set(p)->conns, link)
+			if (json_array_append_new(arr, pconn_json(pc))) {
+				json_decref(arr);
+				return NULL;
+			}
+	return arr;
+}
+
 static bool tcp_pending_output(const struct xd_peer *p)
 {
 	const struct xd_pconn *pc;
@@ -2195,5 +2254,6 @@ const struct xd_transport_ops xd_transport_tcp_ops = {
 	.close = tcp_close,
 	.nconns = tcp_nconns,
 	.last_rx_us = tcp_last_rx_us,
+	.conns_json = tcp_conns_json,
 	.pending_output = tcp_pending_output,
 };

@@ -106,6 +106,12 @@ struct xd_transport_ops {
 	/* Connections of @p that are open, and when any last received (monotonic us, 0: never). */
 	int (*nconns)(const struct xd_peer *p);
 	uint64_t (*last_rx_us)(const struct xd_peer *p);
+	/*
+	 * Transports whose connections are kernel sockets (tcp; NULL elsewhere, and list.peers
+	 * then has no "conns"): one object per connection of @p, with what the kernel says of it
+	 * now (PROTOCOL.md §7), or NULL when out of memory.
+	 */
+	json_t *(*conns_json)(const struct xd_peer *p);
 	/* Whether a control message of @p still waits to be sent (shutdown waits for it). */
 	bool (*pending_output)(const struct xd_peer *p);
 	/*
@@ -204,6 +210,13 @@ int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(vo
 		   void *arg);
 /* tcp.c: frames over TCP connections, DATA straight to and from the mappings */
 extern const struct xd_transport_ops xd_transport_tcp_ops;
+/* tcp_info.c: what the kernel says of a peer connection's TCP, for list.peers */
+/*
+ * Adds "tcp" to @o: socket @fd's congestion control, state and tcp_info numbers (PROTOCOL.md
+ * §7), read now; or "tcp_error" with the cause when getsockopt fails. Returns 0 or -1 (no
+ * memory).
+ */
+int xd_tcp_info_add(json_t *o, int fd);
 /* rdma_conn.c: rdma_cm connections, SEND/RECV control, one-sided READ/WRITE (rdma.h) */
 extern const struct xd_transport_ops xd_transport_rdma_ops;
 

@@ -1210,8 +1210,12 @@ void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x);
 /* Fails @p: every transfer on it ends with @err and the cause. */
 void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* [{node, transport, state, ...}] of every set (list.peers), or NULL. */
-json_t *xd_peers_json(struct xd_daemon *d);
+/*
+ * Fills page @pg of list.peers with {node, transport, state, ..., conns} of the sets after
+ * position pg->after, making only the entries the page takes (each reads its sockets' TCP
+ * state). Returns 0 or -ENOMEM.
+ */
+int xd_peers_page(struct xd_daemon *d, struct xd_page *pg);
 
 /* window.c: windows (PROTOCOL.md §5.1, §10.6) */
 #define XD_WINDOW_MAX_OPENERS 64 /* openers of one window with openers "many" */

@@ -15,6 +15,9 @@
 #       prints one JSON line {"answered": HELLOs that came back, "refused": connections closed}
 #   unixhold PATH N HOLD                    N connections to a control socket; prints "opened K",
 #       holds them HOLD seconds (or until killed)
+#   sets HOST PORT NSETS PER HOLD           NSETS peer sets of PER connections each (every
+#       connection of a set says HELLO as its node); prints "sets S conns C" once they are
+#       answered, then keeps them alive (answers PINGs) HOLD seconds (or until killed)
 import json
 import os
 import select
@@ -23,7 +26,7 @@ import struct
 import sys
 import time
 
-HELLO, PING = 1, 9
+HELLO, PING, PONG = 1, 9, 10
 HDR = struct.Struct("<BBHIQQ")  # type, flags, credits, length, xfer, offset
 
 
@@ -31,9 +34,9 @@ def frame(ftype, payload=b""):
     return HDR.pack(ftype, 0, 0, len(payload), 0, 0) + payload
 
 
-def hello_frame():
+def hello_frame(node=None):
     # Our HELLO: the one place that knows the handshake (update it when the handshake changes).
-    body = {"version": 1, "node": os.urandom(16).hex(), "epoch": int(time.time() * 1e6)}
+    body = {"version": 1, "node": node or os.urandom(16).hex(), "epoch": int(time.time() * 1e6)}
     return frame(HELLO, json.dumps(body).encode())
 
 
@@ -128,6 +131,65 @@ def hellos(host, port, n):
     print(json.dumps({"answered": answered, "refused": refused}))
 
 
+def hello_answered(s):
+    # Whether a whole HELLO frame (header and payload) comes back on s.
+    try:
+        got = s.recv(HDR.size, socket.MSG_WAITALL)
+        if len(got) != HDR.size or got[0] != HELLO:
+            return False
+        length = HDR.unpack(got)[3]
+        return len(s.recv(length, socket.MSG_WAITALL)) == length
+    except OSError:
+        return False
+
+
+def pong_pings(s, buf):
+    # Reads what s has; answers each whole PING in buf + it with a PONG. Returns what is left,
+    # None once the daemon closed s.
+    try:
+        more = s.recv(65536)
+    except BlockingIOError:
+        return buf
+    except OSError:
+        return None
+    if not more:
+        return None
+    buf += more
+    while len(buf) >= HDR.size:
+        ftype, length = buf[0], HDR.unpack(buf[:HDR.size])[3]
+        if len(buf) < HDR.size + length:
+            break
+        if ftype == PING:
+            s.sendall(frame(PONG))
+        buf = buf[HDR.size + length:]
+    return buf
+
+
+def sets(host, port, nsets, per, hold):
+    # nsets sets of per connections, each set one node (one epoch: HELLO's time, the same
+    # for a set's connections, which are made within a second), kept alive by PONGs.
+    socks, answered = [], 0
+    for _ in range(nsets):
+        node = os.urandom(16).hex()
+        hello = hello_frame(node)
+        for _ in range(per):
+            s = connect(host, port, timeout=3.0)
+            s.sendall(hello)
+            answered += hello_answered(s)
+            s.setblocking(False)
+            socks.append(s)
+    print("sets %d conns %d" % (nsets, answered), flush=True)
+    bufs, t0 = {s: b"" for s in socks}, time.monotonic()
+    while time.monotonic() - t0 < hold:
+        ready, _, _ = select.select(socks, [], [], 0.05)
+        for s in ready:
+            bufs[s] = pong_pings(s, bufs[s])
+            if bufs[s] is None:
+                socks.remove(s)
+        if not socks:
+            time.sleep(0.05)
+
+
 def unixhold(path, n, hold):
     socks = []
     for _ in range(n):
@@ -153,6 +215,8 @@ def main(argv):
         hello(args[0], int(args[1]), float(args[2]))
     elif cmd == "hellos":
         hellos(args[0], int(args[1]), int(args[2]))
+    elif cmd == "sets":
+        sets(args[0], int(args[1]), int(args[2]), int(args[3]), float(args[4]))
     elif cmd == "unixhold":
         unixhold(args[0], int(args[1]), float(args[2]))
     else:

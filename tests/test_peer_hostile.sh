@@ -13,6 +13,8 @@
 #   c. a PING flood from a peer that never reads: the daemon's RSS stays bounded and the set is
 #      cut with a cause
 #   e. HELLOs under new node ids beyond max_peer_sets are refused
+#   g. list.peers with 24 sets of 17 connections (the cap) and their TCP: in pages, each within
+#      one control packet
 #   f. out-of-range values of the new config keys are refused at start
 #   d. at the fd limit: peers cannot take the last fds (a local client registers a region during
 #      the flood), the daemon does not spin (CPU time over 2 s) even when local connections take
@@ -248,6 +250,56 @@ if want "e. peer sets"; then
 	fi
 	# Their sets end by keepalive (they never answer a PING) before the fd-limit cases.
 	sleep 2
+fi
+
+# =============================================================================================
+# list.peers with each set's connections and their TCP (PROTOCOL.md §7): sets at the cap of
+# connections (17: peer_connections' 16 and the control lane) still come back in pages that
+# each fit one control packet, and together list every set and connection.
+if want "g. listing"; then
+	NSETS=24 PER=17
+	out=$DATA/sets
+	"$XN_PY" "$HOSTILE" sets 127.0.0.1 "$(port_of 1)" $NSETS $PER 30 >"$out" & # (kill9 reaches it)
+	hp=$!
+	opened=$(wait_line "$out" 20)
+	res=$("$XN_PY" - "$(node_sock 1)" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.settimeout(10)
+s.connect(sys.argv[1])
+def call(i, method, params):
+    s.send(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode())
+    data = s.recv(1 << 20)
+    return len(data), json.loads(data)["result"]
+call(1, "hello", {"version": 1, "client": "pages"})
+after, sizes, peers = None, [], []
+while True:
+    n, r = call(len(sizes) + 2, "list.peers", {"limit": 10000, **({"after": after} if after is not None else {})})
+    sizes.append(n)
+    peers += r["peers"]
+    if "next" not in r:
+        break
+    after = r["next"]
+full = [p for p in peers if len(p.get("conns", [])) == 17 and
+        all(c["tcp"]["state"] == "established" and c["role"] in ("control", "data") for c in p["conns"])]
+print(json.dumps({"pages": len(sizes), "largest": max(sizes), "sets": len(peers), "full": len(full)}))
+PY
+)
+	note "$opened; list.peers on node 1 by pages: $res"
+	if [[ $opened == "sets $NSETS conns $((NSETS * PER))" ]] &&
+		[[ $res =~ \"pages\":\ ([0-9]+),\ \"largest\":\ ([0-9]+),\ \"sets\":\ $((NSETS + 1)),\ \"full\":\ $NSETS\} ]] &&
+		[ "${BASH_REMATCH[1]}" -gt 1 ] && [ "${BASH_REMATCH[2]}" -le 65536 ]; then
+		ok "g: $NSETS sets of $PER connections listed with their TCP in ${BASH_REMATCH[1]} pages of at most ${BASH_REMATCH[2]} bytes"
+	else
+		fail "g: sets of $PER connections listed in pages within a packet" "$opened; $res"
+	fi
+	rows=$(ctl 1 peers --tcp | grep -c ' estab ')
+	if [ "$rows" -ge $((NSETS * PER)) ]; then
+		ok "g: xferctl peers --tcp shows a row per connection ($rows)"
+	else
+		fail "g: xferctl peers --tcp shows a row per connection" "$rows rows: $(ctl 1 peers --tcp 2>&1 | head -n 3)"
+	fi
+	kill9 "$hp"
 fi
 
 # =============================================================================================

@@ -7,8 +7,9 @@
 # "tcp_congestion": "reno" gives reno, "" the host's default; a name the host has not built is
 # logged once at start and the connections run the host's default. Each case moves bytes both
 # ways between the two daemons first (xferbench_net check compares every byte), then reads the
-# algorithm of each established connection between their two ports with ss(8). In loopback mode
-# (no namespaces) the host's default is whatever it is, and the "" case checks nothing.
+# algorithm of each established connection between their two ports with ss(8), which node 0's
+# list.peers must show too (tcp_info.c). In loopback mode (no namespaces) the host's default is
+# whatever it is, and the "" case checks nothing.
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,18 +62,33 @@ start_and_move()
 	return 1
 }
 
-# case NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved, every connection WANT.
+# listed_ccs: the congestion control of each connection node 0's list.peers shows ("conns"), one
+# a line: what an operator sees there must be what ss sees.
+listed_ccs()
+{
+	"$BUILD/xferctl" --socket "$(xc_sock 0)" --json peers |
+		"$XN_PY" -c 'import json, sys
+for p in json.load(sys.stdin)["peers"]:
+    for c in p.get("conns", []):
+        print(c.get("tcp", {}).get("cc", "(none)"))'
+}
+
+# case NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved, every connection WANT
+# in ss and in list.peers.
 case_cc()
 {
-	local name=$1 want=$2 got
+	local name=$1 want=$2 got listed
 	if start_and_move "$name" "$3"; then
 		got=$(conn_ccs | sort | uniq -c | tr -s ' \n' ' ')
+		listed=$(listed_ccs | sort | uniq -c | tr -s ' \n' ' ')
 		if [ -z "$got" ]; then
 			fail "$name" "no connection between the daemons' ports in ss -tin"
 		elif [ -n "$want" ] && [ "$got" != " $(conn_ccs | wc -l) $want " ]; then
 			fail "$name" "connections run:$got(want $want)"
+		elif [ "$listed" != "$got" ]; then
+			fail "$name" "list.peers shows:$listed, ss:$got"
 		else
-			ok "$name: bytes checked both ways, connections run:$got"
+			ok "$name: bytes checked both ways, connections run:$got(ss and list.peers)"
 		fi
 	fi
 	stop_both_nodes

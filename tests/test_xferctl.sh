@@ -421,7 +421,10 @@ results = {
                           "timeout_ms": 1, "age_ms": 1, "errno": "EIO",
                           "cause": "c" + EVIL}]},
     "stats": {"daemon": "xferd fake" + EVIL, "node": "n" + EVIL, "uptime_ms": 1},
-    "list.peers": {"peers": [{"node": "n", "endpoint": "e" + EVIL, "state": "connected"}]},
+    "list.peers": {"peers": [{"node": "n", "endpoint": "e" + EVIL, "state": "connected",
+                              "conns": [{"id": 1, "role": "r" + EVIL, "remote": "a" + EVIL,
+                                         "tcp": {"cc": "c" + EVIL, "state": "s" + EVIL}},
+                                        {"id": 2, "role": "data", "tcp_error": "t" + EVIL}]}]},
 }
 while True:
     c, _ = ls.accept()
@@ -442,14 +445,16 @@ PY
 )
 
 test_daemon_text_escaped() {
-	local fake=$DIR/fake.sock pid c out
+	local fake=$DIR/fake.sock pid c out args
 	python3 -c "$FAKE" "$fake" >"$DIR/fake.out" 2>"$DIR/fake.err" &
 	pid=$!
 	bg_pids+=("$pid")
 	wait_line "$DIR/fake.out" >/dev/null || { fail daemon_text_escaped "no fake daemon"; return; }
-	for c in status regions ops peers clients; do
-		timeout $T "$CTL" --socket "$fake" "$c" >"$DIR/fake-$c" 2>&1
-		timeout $T "$CTL" --socket "$fake" --json "$c" >>"$DIR/fake-$c" 2>&1
+	for c in status regions ops peers peers-tcp clients; do
+		args=("$c")
+		[ "$c" = peers-tcp ] && args=(peers --tcp)
+		timeout $T "$CTL" --socket "$fake" "${args[@]}" >"$DIR/fake-$c" 2>&1
+		timeout $T "$CTL" --socket "$fake" --json "${args[@]}" >>"$DIR/fake-$c" 2>&1
 		if LC_ALL=C grep -q "$(printf '[\001-\037\177\302]')" <(tr -d '\n' <"$DIR/fake-$c"); then
 			fail "daemon_text_escaped_$c" "raw control bytes: $(od -c "$DIR/fake-$c" | head -5)"
 		elif ! grep -qF '\x1b]0;pwned\x07\x1b[2J\x7f\xc2\x9b' "$DIR/fake-$c" ||
@@ -485,6 +490,8 @@ writable 0 out
 --meta-file x ops
 -m x read @m out
 --timeout 0 status
+--tcp ops
+peers --tcp extra
 --no-such-option status
 EOF
 }

@@ -10,7 +10,8 @@
 #
 #   - devices: each daemon uses its rxe device, port ACTIVE, Ethernet, MTU, RoCE v2 GID
 #   - the four operations byte-exact (cmp) at 4 KiB .. 32 MiB, both directions; each passive op
-#     (and each active op seen while it ran) lists transport "rdma"; peers list transport rdma;
+#     (and each active op seen while it ran) lists transport "rdma"; peers list transport rdma
+#     and no TCP connections (over TCP: their TCP, "conns");
 #     the devices count RDMA READ/WRITE bytes, in requests of at most the node's
 #     rdma_request_size (128 KiB on node 0, 16 KiB on node 1); regions list per-device keys
 #   - registrations too large to pin on the event loop are made and dropped on a worker
@@ -369,6 +370,15 @@ if want sizes; then
 			ok "node $n's peer listing: connected, transport $TRANSPORT$([ "$TRANSPORT" = rdma ] && echo ", a control and a data connection")"
 		else
 			fail "node $n's peer listing: connected, transport $TRANSPORT" "$j"
+		fi
+		# TCP's numbers (PROTOCOL.md §7, "conns") only where the set is TCP: none to misread.
+		t=$(ctl "$n" peers --tcp 2>&1)
+		if [ "$TRANSPORT" = rdma ] && [[ $j != *\"conns\"* && $j != *\"tcp\"* && $t == "no TCP connections" ]]; then
+			ok "node $n's peer listing over RDMA has no TCP connections"
+		elif [ "$TRANSPORT" = tcp ] && [[ $j == *\"conns\":\[\{* && $t == *" estab "* ]]; then
+			ok "node $n's peer listing over TCP shows its connections' TCP"
+		else
+			fail "node $n's peer listing: TCP connections only over TCP" "$t / $j"
 		fi
 	done
 	check_baseline "sizes"
