@@ -37,10 +37,13 @@
 /*
  * Request ids must survive a trip through a double (< 2^53). A posted op.batch (XFER_OP_POST)
  * has bit 52 set, the others never: an error reply to such an id is a posted batch's refusal
- * (no one waits for it), and its id, which is its batch's, never meets a daemon-made one.
+ * (no one waits for it), and its id, which is its batch's, never meets a daemon-made one. A
+ * request of xfer_post_op() has bit 51 set (and not 52): its reply, whatever it is, goes to
+ * the reply callback, never to a call waiting for its own reply. Other ids stay below 2^51.
  */
 #define CLIENT_POSTED_ID ((int64_t)1 << 52)
-#define CLIENT_MAX_ID CLIENT_POSTED_ID
+#define CLIENT_POSTED_OP ((int64_t)1 << 51)
+#define CLIENT_MAX_ID CLIENT_POSTED_OP
 #define CLIENT_SPIN_ENV "XFER_SPIN_US"
 #define CLIENT_SPIN_UNSET UINT_MAX /* neither xfer_set_spin() nor XFER_SPIN_US: spin_for() */
 /*
@@ -69,13 +72,18 @@ CLIENT_SAME(XFER_ACCESS_READ, XP_ACCESS_READ);
 CLIENT_SAME(XFER_ACCESS_WRITE, XP_ACCESS_WRITE);
 CLIENT_SAME(XFER_ACCESS_READWRITE, XP_ACCESS_READWRITE);
 
-/* One notification waiting for delivery: op.changed, a window's, or a batch's. */
+/*
+ * One notification waiting for delivery: op.changed, a window's, or a batch's; or the reply to
+ * a request of xfer_post_op(), queued with them so that the order they arrived in is kept.
+ */
 struct client_event {
 	struct client_event *next;
-	bool is_window, is_batch;
+	bool is_window, is_batch, is_reply;
 	struct xfer_op_info info;
 	struct xfer_window_event wev;
 	struct xfer_batch_event bev; /* bev.ends: owned */
+	struct xfer_reply rep;	     /* its metadata is meta, its message why */
+	char *meta;		     /* owned */
 	char *why; /* a posted batch's refusal, for xfer_last_error() in its callback; owned */
 };
 
@@ -91,6 +99,8 @@ struct xfer_client {
 	void *wcb_arg;
 	xfer_batch_cb bcb;
 	void *bcb_arg;
+	xfer_reply_cb rcb;
+	void *rcb_arg;
 	struct client_event *ev_head;
 	struct client_event **ev_tail;
 	bool delivering;       /* inside client_deliver(): no nested delivery */
@@ -134,6 +144,7 @@ static void event_free(struct client_event *ev)
 {
 	if (ev) {
 		free((void *)ev->bev.ends);
+		free(ev->meta);
 		free(ev->why);
 	}
 	free(ev);
@@ -449,7 +460,11 @@ static int client_deliver(struct xfer_client *c)
 				copy_str(c->last_error, sizeof(c->last_error), ev->why);
 			c->bcb(c, &ev->bev, c->bcb_arg);
 			n++;
-		} else if (!ev->is_window && !ev->is_batch && c->cb && !c->close_pending) {
+		} else if (ev->is_reply && c->rcb && !c->close_pending) {
+			c->rcb(c, &ev->rep, c->rcb_arg);
+			n++;
+		} else if (!ev->is_window && !ev->is_batch && !ev->is_reply && c->cb &&
+			   !c->close_pending) {
 			c->cb(c, &ev->info, c->cb_arg);
 			n++;
 		}
@@ -525,11 +540,11 @@ static int client_send_packet(struct xfer_client *c, const char *buf, size_t len
 
 /*
  * Sends request @method with @params (consumed, even on failure; NULL: none) and fd @fd
- * (borrowed; -1: none). Returns 0 and the request's *id (@posted: marked CLIENT_POSTED_ID, for
- * a request no one will wait for), or -errno.
+ * (borrowed; -1: none). Returns 0 and the request's *id (@mark: 0, or CLIENT_POSTED_ID or
+ * CLIENT_POSTED_OP for a request no call will wait for), or -errno.
  */
 static int client_send(struct xfer_client *c, const char *method, json_t *params, int fd,
-		       bool posted, int64_t *id)
+		       int64_t mark, int64_t *id)
 {
 	json_t *req;
 	char *buf;
@@ -539,7 +554,7 @@ static int client_send(struct xfer_client *c, const char *method, json_t *params
 		json_decref(params);
 		return client_io_error(c, -ENOTCONN);
 	}
-	*id = posted ? c->next_id | CLIENT_POSTED_ID : c->next_id;
+	*id = c->next_id | mark;
 	c->next_id = c->next_id + 1 < CLIENT_MAX_ID ? c->next_id + 1 : 1;
 	req = xp_build_request(*id, method, params);
 	if (!req) {
@@ -630,10 +645,9 @@ static bool reply_has_errno(const struct xp_reply *rep)
 	return json_is_string(json_object_get(data, "errno"));
 }
 
-/* Turns an error reply into -errno and keeps its message for xfer_last_error(). */
-static int client_reply_error(struct xfer_client *c, const struct xp_reply *rep)
+/* The -errno of an error reply. */
+static int reply_errno(const struct xp_reply *rep)
 {
-	copy_str(c->last_error, sizeof(c->last_error), rep->message);
 	if (reply_has_errno(rep))
 		return -rep->err;
 	switch (rep->code) {
@@ -647,6 +661,68 @@ static int client_reply_error(struct xfer_client *c, const struct xp_reply *rep)
 	default:
 		return -rep->err;
 	}
+}
+
+/* Turns an error reply into -errno and keeps its message for xfer_last_error(). */
+static int client_reply_error(struct xfer_client *c, const struct xp_reply *rep)
+{
+	copy_str(c->last_error, sizeof(c->last_error), rep->message);
+	return reply_errno(rep);
+}
+
+/* Whether @rep answers a request of xfer_post_op() (bit 51 of its id set, and not bit 52). */
+static bool reply_is_posted_op(const struct xp_reply *rep)
+{
+	return rep->id > 0 && (rep->id & CLIENT_POSTED_OP) && !(rep->id & CLIENT_POSTED_ID);
+}
+
+/*
+ * Fills @ev from @rep, the reply to a request of xfer_post_op(): the operation made (and its
+ * metadata), or the refusal's -errno and sentence. Returns 0, or -ENOMEM.
+ */
+static int posted_reply_parse(const struct xp_reply *rep, struct client_event *ev)
+{
+	const char *meta = NULL, *why = "";
+
+	ev->is_reply = true;
+	ev->rep.request = (uint64_t)rep->id;
+	if (!rep->result) {
+		ev->rep.error = reply_errno(rep);
+		why = rep->message ? rep->message : "";
+	} else if (xp_get_u64(rep->result, "op", &ev->rep.op) < 0) {
+		ev->rep.error = -EPROTO;
+		why = "xferd's reply lacks a valid \"op\"";
+	} else {
+		meta = obj_str(rep->result, "metadata");
+	}
+	ev->why = strdup(why);
+	ev->meta = meta ? strdup(meta) : NULL;
+	if (!ev->why || (meta && !ev->meta))
+		return -ENOMEM;
+	ev->rep.message = ev->why;
+	ev->rep.metadata = ev->meta;
+	return 0;
+}
+
+/*
+ * Queues the reply to a request of xfer_post_op() for the reply callback, in arrival order
+ * with the events (an operation's events may come before the reply that names it). Dropped
+ * without a callback, as events are.
+ */
+static void client_queue_posted_reply(struct xfer_client *c, const struct xp_reply *rep)
+{
+	struct client_event *ev;
+
+	if (!c->rcb || !(ev = calloc(1, sizeof(*ev))))
+		return;
+	if (posted_reply_parse(rep, ev) < 0) {
+		/* Its waiter still hears of it, without the words (the op, if any, stays unnamed). */
+		ev->rep = (struct xfer_reply){ .request = ev->rep.request,
+					       .error = -ENOMEM,
+					       .message = "" };
+	}
+	*c->ev_tail = ev;
+	c->ev_tail = &ev->next;
 }
 
 /* Whether @rep answers request @want. An id-less error answers whatever was outstanding. */
@@ -693,6 +769,8 @@ static int client_handle_packet(struct xfer_client *c, int len, int64_t want, js
 			rc = client_reply_error(c, &rep);
 		else if (result)
 			*result = json_incref(rep.result);
+	} else if (reply_is_posted_op(&rep)) {
+		client_queue_posted_reply(c, &rep);
 	} else if (rep.id != XP_ID_NONE && (rep.id & CLIENT_POSTED_ID) && !rep.result) {
 		client_queue_refused_post(c, &rep);
 	} else if (rep.id == XP_ID_NONE && !rep.result) {
@@ -757,7 +835,7 @@ static int client_request(struct xfer_client *c, const char *method, json_t *par
 
 	if (result)
 		*result = NULL;
-	rc = client_send(c, method, params, fd, false, &id);
+	rc = client_send(c, method, params, fd, 0, &id);
 	if (rc < 0)
 		return rc;
 	return client_request_sent(c, method, id, result);
@@ -1307,6 +1385,66 @@ XFER_EXPORT int xfer_write(struct xfer_client *c, const char *metadata,
 			   uint64_t *op)
 {
 	return op_active(c, "op.write", metadata, descs, n, opts, op);
+}
+
+XFER_EXPORT void xfer_set_reply_cb(struct xfer_client *c, xfer_reply_cb cb, void *arg)
+{
+	if (c) {
+		c->rcb = cb;
+		c->rcb_arg = arg;
+	}
+}
+
+/* The method xfer_post_op() sends for @kind, or NULL (last_error set) when it makes none. */
+static const char *post_method(struct xfer_client *c, enum xfer_kind kind, const char *metadata)
+{
+	static const char *const methods[] = {
+		[XFER_READABLE] = "op.readable",
+		[XFER_WRITABLE] = "op.writable",
+		[XFER_READ] = "op.read",
+		[XFER_WRITE] = "op.write",
+	};
+	bool active = kind == XFER_READ || kind == XFER_WRITE;
+
+	if ((unsigned)kind > XFER_WRITE) {
+		client_set_error(c,
+				 "xfer_post_op makes readables, writables, reads and writes, not "
+				 "%s",
+				 xfer_kind_name(kind));
+		return NULL;
+	}
+	if (active != (metadata != NULL)) {
+		client_set_error(c, active ? "%s needs metadata" : "%s takes no metadata",
+				 methods[kind]);
+		return NULL;
+	}
+	return methods[kind];
+}
+
+XFER_EXPORT int xfer_post_op(struct xfer_client *c, enum xfer_kind kind, const char *metadata,
+			     const struct xfer_desc *descs, size_t n,
+			     const struct xfer_op_opts *opts, uint64_t *request)
+{
+	const char *method;
+	json_t *params;
+	int64_t id;
+	int rc;
+
+	if (!c || !request)
+		return -EINVAL;
+	*request = 0;
+	if (!c->rcb) {
+		client_set_error(c, "xfer_post_op needs a reply callback (xfer_set_reply_cb): the "
+				    "reply is the request's only answer");
+		return client_finish(c, -EINVAL);
+	}
+	method = post_method(c, kind, metadata);
+	rc = method ? op_params(c, metadata, descs, n, opts, &params) : -EINVAL;
+	if (!rc)
+		rc = client_send(c, method, params, -1, CLIENT_POSTED_OP, &id);
+	if (!rc)
+		*request = (uint64_t)id;
+	return client_finish(c, rc);
 }
 
 /*
@@ -2065,7 +2203,8 @@ static int batch_send(struct xfer_client *c, const struct xfer_batch_op *ops, si
 
 	if (!rc && (rc = batch_send_text(c, ops, n, opts, id)) > 0)
 		rc = batch_params(c, ops, n, opts, &params) ?:
-			     client_send(c, "op.batch", params, -1, posted, id);
+			     client_send(c, "op.batch", params, -1, posted ? CLIENT_POSTED_ID : 0,
+					 id);
 	return rc;
 }
 

@@ -201,6 +201,38 @@ XFER_EXPORT int xfer_write(struct xfer_client *c, const char *metadata,
 			   uint64_t *op);
 
 /*
+ * Posted submission, for an event loop that keeps several pairings in flight on one thread:
+ * xfer_post_op() writes the request of a readable, writable, read or write (as xfer_readable()
+ * ... xfer_write() would send it; @metadata for a read or write only, NULL otherwise) and
+ * returns at once with *request, an id of this connection's, without waiting for the reply.
+ * The reply arrives later, through the connection's fd, and is delivered like an event (from
+ * inside xfer_dispatch(), xfer_dispatch_end() or any call on @c, in the order it arrived with
+ * the events) to the reply callback: the operation it made, or the refusal. Events of that
+ * operation may be delivered before its reply (keep them until the reply names the op). The
+ * reply callback must be set first (else -EINVAL); requests whose reply has not come when the
+ * connection is lost or closed get no callback. Returns 0 and *request, or -errno when the
+ * request could not be sent (bad arguments: xfer_last_error() says which rule). Take replies
+ * and events (xfer_dispatch()) between posts: the daemon cuts a client that stopped reading.
+ * The reply's strings are valid during the callback only: copy what you keep.
+ */
+struct xfer_reply {
+	uint64_t request;     /* the id xfer_post_op() returned */
+	int error;	      /* 0, or -errno: refused, no operation was made */
+	uint64_t op;	      /* error 0: the operation made */
+	const char *metadata; /* error 0 and a readable or writable: its metadata, else NULL */
+	const char *message;  /* "" or, when refused, the daemon's sentence naming the rule */
+};
+
+typedef void (*xfer_reply_cb)(struct xfer_client *c, const struct xfer_reply *reply, void *arg);
+
+/* Sets (or with NULL clears) the callback for posted requests' replies (dropped without one). */
+XFER_EXPORT void xfer_set_reply_cb(struct xfer_client *c, xfer_reply_cb cb, void *arg);
+
+XFER_EXPORT int xfer_post_op(struct xfer_client *c, enum xfer_kind kind, const char *metadata,
+			     const struct xfer_desc *descs, size_t n,
+			     const struct xfer_op_opts *opts, uint64_t *request);
+
+/*
  * Waits until @op has ended (COMPLETE, CANCELLED or ERRORED) or @timeout_ms passed (< 0: no
  * limit but the operation's own deadline). Returns 0 and fills @info (may be NULL) once it has
  * ended, whatever the final state: check info->state. Returns -ETIMEDOUT if it had not ended in

@@ -58,6 +58,13 @@ int main(void)
 	FIELD(xfer_batch_op, tag);
 	FIELD(xfer_batch_op, op);
 	END(xfer_batch_op);
+	printf(", \"xfer_reply\": {");
+	FIELD(xfer_reply, request);
+	FIELD(xfer_reply, error);
+	FIELD(xfer_reply, op);
+	FIELD(xfer_reply, metadata);
+	FIELD(xfer_reply, message);
+	END(xfer_reply);
 	printf(", \"enums\": {\"XFER_COMPLETE\": %d, \"XFER_ERRORED\": %d, \"XFER_WRITE\": %d, "
 	       "\"XFER_GET\": %d, \"XFER_PUT\": %d, \"XFER_OP_RELEASE_ON_END\": %u, "
 	       "\"XFER_OP_NOWAIT\": %u, \"XFER_WINDOW_ONE_OPENER\": %u, \"XFER_FILE_SYNC\": %u, "

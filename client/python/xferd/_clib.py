@@ -71,6 +71,16 @@ class XferBatchOp(ctypes.Structure):
     ]
 
 
+class XferReply(ctypes.Structure):
+    _fields_ = [
+        ("request", ctypes.c_uint64),
+        ("error", ctypes.c_int),
+        ("op", ctypes.c_uint64),
+        ("metadata", ctypes.c_char_p),  # (read as bytes: a copy, as the callback must take)
+        ("message", ctypes.c_char_p),
+    ]
+
+
 # The structs test_layout.py checks against the header, by C name.
 MIRRORED = {
     "xfer_desc": XferDesc,
@@ -78,6 +88,7 @@ MIRRORED = {
     "xfer_op_opts": XferOpOpts,
     "xfer_window_event": XferWindowEvent,
     "xfer_batch_op": XferBatchOp,
+    "xfer_reply": XferReply,
 }
 
 XFER_OP_RELEASE_ON_END = 0x1
@@ -92,6 +103,7 @@ KIND_READABLE, KIND_WRITABLE, KIND_READ, KIND_WRITE, KIND_GET, KIND_PUT = range(
 
 EVENT_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(XferOpInfo), ctypes.c_void_p)
 WINDOW_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(XferWindowEvent), ctypes.c_void_p)
+REPLY_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(XferReply), ctypes.c_void_p)
 
 
 class XferError(Exception):
@@ -167,6 +179,8 @@ def _prototypes(lib):
         "xfer_writable": (I, [P, DESCP, ctypes.c_size_t, OPTSP, U64P, ctypes.POINTER(P)]),
         "xfer_read": (I, [P, S, DESCP, ctypes.c_size_t, OPTSP, U64P]),
         "xfer_write": (I, [P, S, DESCP, ctypes.c_size_t, OPTSP, U64P]),
+        "xfer_post_op": (I, [P, I, S, DESCP, ctypes.c_size_t, OPTSP, U64P]),
+        "xfer_set_reply_cb": (None, [P, REPLY_CB, P]),
         "xfer_wait": (I, [P, U64, I, INFOP]),
         "xfer_status": (I, [P, U64, INFOP]),
         "xfer_cancel": (I, [P, U64]),

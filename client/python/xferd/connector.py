@@ -3,7 +3,11 @@
 Connector and operations, in the shape of Dynamo's nixl_connect, on asyncio without polling:
 the connection's fd is on the event loop (loop.add_reader), readable only when the daemon pushed
 something, and xfer_dispatch() hands each op.changed to the operation it names. Active
-operations are submitted with XFER_OP_NOWAIT, so no call waits for a remote owner.
+operations are submitted with XFER_OP_NOWAIT, so no call waits for a remote owner. While other
+tasks of the process make such calls (or other work is due), the async calls post their request
+(xfer_post_op()) and suspend until the reply comes through the fd the loop watches, so several
+tasks' round trips to the local daemon overlap instead of running one after the other on the
+loop's thread.
 """
 import asyncio
 import base64
@@ -97,6 +101,53 @@ def _metadata_node(metadata):
 
 
 _node_cache = {}
+
+# The tasks of this process that made create_* / begin_* calls and have not finished: id(task)
+# -> task (each removed by its own done callback). While another task than the caller's is
+# here, or other work of the loop is due to run, create_* / begin_* post their request instead
+# of blocking the loop's thread (and those tasks) for the round trip. A task alone keeps the
+# blocking round trip: posting costs it a wakeup of the loop per reply (scripts/BENCHMARKS.md,
+# pyasync: 1 MiB pairings one at a time 215-275 -> 300-330 us). Counting tasks with operations
+# in flight was not enough: with blocking calls, and ends already in the socket when awaited
+# (a 1 MiB op.read's reply comes after its copy), the first of four tasks never yielded and
+# made every pairing of the round alone, before the others ran at all.
+_tasks = {}
+
+
+def _others_due(loop):
+    """Whether other work of @loop waits to run: asyncio's own loop keeps it in ``_ready``
+    (callbacks and task steps due); on another loop (uvloop), whether it has other unfinished
+    tasks (asyncio.all_tasks(), which costs more: it walks every task)."""
+    ready = getattr(loop, "_ready", None)
+    if ready is not None:
+        return len(ready) > 0
+    return len(asyncio.all_tasks(loop)) > 1
+
+
+def _task_key(loop):
+    """The running task's key in _tasks, entered there on its first call."""
+    task = asyncio.current_task(loop)
+    key = id(task)
+    if key not in _tasks and task is not None:
+        _tasks[key] = task
+        task.add_done_callback(_task_done)
+    return key
+
+
+def _task_done(task):
+    _tasks.pop(id(task), None)
+
+
+class _Request:
+    """A posted create_* / begin_* whose reply has not been delivered: what the reply needs to
+    make the operation, and the Waiter its task is suspended on."""
+
+    __slots__ = ("method", "cls", "descs", "status", "waiter", "op", "error")
+
+    def __init__(self, method, cls, descs, status, waiter):
+        self.method, self.cls, self.descs, self.status = method, cls, descs, status
+        self.waiter = waiter
+        self.op = self.error = None
 
 
 async def _within(fut, timeout):
@@ -354,9 +405,22 @@ class Connector:
     A connection to the node's xferd (``socket``: its path; None: $XFERD_SOCKET, else
     /run/xferd/xferd.sock), named ``name`` in listings. Not for use from several threads at
     once without your own lock... it has one: calls are serialised.
+
+    ``posting``: how the async create_* / begin_* calls reach the daemon. "auto" (default):
+    posted (the task suspends until the reply, the loop runs other tasks meanwhile) while
+    another unfinished task of the process has made such calls or other work of the loop is
+    due, else one blocking round trip (cheaper for a task alone); "always"; "never" (every call
+    blocks the loop's thread for its round trip, as before).
     """
 
-    def __init__(self, socket=None, name=None):
+    POSTING = ("auto", "always", "never")
+
+    def __init__(self, socket=None, name=None, posting="auto"):
+        if posting not in self.POSTING:
+            raise XferError(errno.EINVAL, "posting is one of %s, not %r" % (", ".join(self.POSTING), posting))
+        self.posting = posting
+        self._post_always, self._post_never = posting == "always", posting == "never"
+        self._pending = {}  # request id -> _Request: posted, its reply not delivered yet
         self._lock = threading.RLock()
         self._serial = next(_serials)  # unlike id(), never reused: keys Descriptor's caches
         self._c = ctypes.c_void_p()
@@ -404,10 +468,20 @@ class Connector:
                 except Exception as e:
                     conn._error_lost = e
 
+        def on_reply(c, reply, arg):
+            conn = me()
+            if conn is not None:
+                try:
+                    conn._on_reply(reply[0])
+                except Exception as e:
+                    conn._error_lost = e
+
         self._cb = _clib.EVENT_CB(on_event)
         self._wcb = _clib.WINDOW_CB(on_window_event)
+        self._rcb = _clib.REPLY_CB(on_reply)
         lib.xfer_set_event_cb(self._c, self._cb, None)
         lib.xfer_set_window_cb(self._c, self._wcb, None)
+        lib.xfer_set_reply_cb(self._c, self._rcb, None)
         self.fd = lib.xfer_get_fd(self._c)
         self.client_id = lib.xfer_client_id(self._c)
         self.node = self._call_json("stats").get("node")
@@ -428,6 +502,7 @@ class Connector:
             lib.xfer_close(self._c)
             self._closed = True
             self._c = ctypes.c_void_p()
+        self._fail_requests(errno.ENOTCONN, "the connector was closed before xferd answered %s")
         for op in list(self._ops.values()):
             op._end_locally(OperationStatus.CANCELLED, errno.ECANCELED, "its connector was closed")
         self._ops.clear()
@@ -491,9 +566,50 @@ class Connector:
         op = self._ops.get(info.op)
         if op is not None:
             op._apply(info)
-        elif self._creating:
-            # The op's end may come inside the call that creates it, before its object exists.
+        elif self._creating or self._pending:
+            # The op's end may come inside the call that creates it, or before the reply to its
+            # posted request, before its object exists.
             self._early.setdefault(info.op, []).append(_Event(info))
+
+    def _on_reply(self, reply):
+        """The reply to a posted request (struct xfer_reply, valid during this call): makes
+        its operation (with the events that came before it) or keeps the refusal, and resumes
+        the task that posted it. A task cancelled meanwhile gets nothing: its op is released."""
+        r = self._pending.pop(reply.request, None)
+        if r is None:
+            return
+        if reply.error:
+            msg = (reply.message or b"").decode("utf-8", "replace")
+            r.error = XferError(-reply.error, msg or _clib.strerror(reply.error))
+        else:
+            if r.status is None:  # passive: its metadata is in the reply
+                op = r.cls(self, reply.op, r.descs, (reply.metadata or b"").decode())
+            else:
+                op = r.cls(self, reply.op, r.descs, r.status)
+            self._adopt(op, self._early)
+            if r.waiter.cancelled():
+                op.release()
+            else:
+                r.op = op
+        if not self._pending and not self._creating:
+            self._early = {}
+        self._wake_request(r.waiter)
+
+    def _wake_request(self, waiter):
+        if waiter.done():
+            return
+        if self._resume_here is not None:  # inside the reader callback: resumed after dispatch
+            self._resume_here.append(waiter)
+        else:
+            waiter.set_result(None)
+
+    def _fail_requests(self, err, message):
+        """Every posted request still unanswered fails with @err and @message (%s: its
+        method): the connection that would carry its reply is gone."""
+        pending, self._pending = self._pending, {}
+        for r in pending.values():
+            r.error = XferError(err, message % r.method)
+            self._wake_request(r.waiter)
 
     def _on_window_event(self, ev):
         if ev.type == _clib.WINDOW_NOTIFIED:
@@ -560,6 +676,8 @@ class Connector:
         """The daemon went away: every live operation ends ERRORED with why."""
         err = self._error(rc)
         self._detach_loop()
+        self._fail_requests(err.errno, "connection to xferd lost before it answered %s: "
+                            + err.message.replace("%", "%%"))
         for op in list(self._ops.values()):
             op._end_locally(OperationStatus.ERRORED, err.errno, "connection to xferd lost: " + err.message)
 
@@ -598,7 +716,8 @@ class Connector:
         self._loop = None
 
     def _needs_reader(self):
-        return self._waiting > 0 or self._windows or len(self._ops) >= self._MANY_OPS
+        return (self._waiting > 0 or self._pending or self._windows
+                or len(self._ops) >= self._MANY_OPS)
 
     def _on_readable(self):
         # Only a wakeup that nobody waited for takes the fd off the loop: one that ended a wait
@@ -699,7 +818,7 @@ class Connector:
             finally:
                 self._creating -= 1
                 early = self._early
-                if not self._creating and early:
+                if not self._creating and early and not self._pending:
                     self._early = {}
             if rc < 0 and raise_error:
                 raise self._error(rc)
@@ -708,16 +827,21 @@ class Connector:
     def _adopt(self, op, early):
         self._ops[op.id] = op
         if early:
-            for ev in early.get(op.id, ()):
+            for ev in early.pop(op.id, ()):
                 op._apply(ev)
         return op
 
-    def _passive(self, fn, cls, descs, timeout, end_only):
+    @staticmethod
+    def _passive_descs(cls, descs):
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
         if cls is ReadableOperation:
             for d in descs:
                 if d.staged:
                     d._stage_in()
+        return descs
+
+    def _passive(self, fn, cls, descs, timeout, end_only):
+        descs = self._passive_descs(cls, descs)
         meta = ctypes.c_void_p()
         op_id = ctypes.c_uint64()
         _, early = self._creating_call(fn, (
@@ -725,7 +849,8 @@ class Connector:
             ctypes.byref(op_id), ctypes.byref(meta)))
         return self._adopt(cls(self, op_id.value, descs, _clib.take_string(meta.value)), early)
 
-    def _active(self, fn, cls, metadata, descs, timeout, end_only):
+    @staticmethod
+    def _active_descs(cls, metadata, descs):
         if type(metadata) is not str:
             raise XferError(errno.EINVAL, "metadata must be the str from the passive side's metadata()")
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
@@ -733,6 +858,10 @@ class Connector:
             for d in descs:
                 if d.staged:
                     d._stage_in()
+        return descs
+
+    def _active(self, fn, cls, metadata, descs, timeout, end_only):
+        descs = self._active_descs(cls, metadata, descs)
         op_id = ctypes.c_uint64()
         _, early = self._creating_call(fn, (
             metadata.encode(), self._c_descs(descs), len(descs),
@@ -757,13 +886,60 @@ class Connector:
     def write(self, metadata, descs, timeout=None, end_only=False):
         return self._active(lib.xfer_write, WriteOperation, metadata, descs, timeout, end_only)
 
-    # nixl_connect's names, on asyncio.
+    def _posts(self, loop):
+        """Whether an async create_* / begin_* posts its request now: with posting "auto",
+        while another unfinished task of this process has made such calls, or other work of
+        @loop is due (see _tasks)."""
+        if self._post_never:
+            return False
+        return (self._post_always or len(_tasks) > (_task_key(loop) in _tasks)
+                or _others_due(loop))
+
+    async def _posted(self, loop, kind, cls, metadata, descs, opts, status):
+        """Posts one creating request (xfer_post_op()) and suspends until its reply. Returns
+        the operation; raises the refusal, or the connection's loss or close. Cancelled before
+        the reply: the op it makes is released when the reply comes (or here, if it came)."""
+        c_descs = self._c_descs(descs)
+        req = ctypes.c_uint64()
+        self._c_call(lib.xfer_post_op, kind, metadata, c_descs, len(descs), opts, ctypes.byref(req))
+        r = self._pending[req.value] = _Request("op." + cls.kind, cls, descs, status, Waiter(loop))
+        if not self._reading or self._loop is not loop:
+            self._attach_loop(loop)
+        try:
+            await r.waiter
+        except BaseException:
+            if r.op is not None:  # the reply came, the task did not resume: nobody holds it
+                r.op.release()
+            raise
+        if r.error is not None:
+            raise r.error
+        return r.op
+
+    async def _create(self, loop, kind, cls, descs, timeout, end_only):
+        """create_* posted (_posts() said so)."""
+        descs = self._passive_descs(cls, descs)
+        return await self._posted(loop, kind, cls, None, descs,
+                                  self._opts(timeout, False, end_only), None)
+
+    async def _begin(self, loop, kind, cls, metadata, descs, timeout, end_only):
+        """begin_* posted (_posts() said so)."""
+        descs = self._active_descs(cls, metadata, descs)
+        status = _IN_PROGRESS if _metadata_node(metadata) == self.node else _INITIALIZED
+        return await self._posted(loop, kind, cls, metadata.encode(), descs,
+                                  self._opts(timeout, True, end_only), status)
+
+    # nixl_connect's names, on asyncio. Each posts its request while other tasks work
+    # (``posting``), else makes one round trip to the local daemon on the loop's thread (inline
+    # here: a coroutine more per call is CPU a lone pairing's path would spend).
     async def create_readable(self, descs, timeout=None, end_only=False):
         """Offers @descs to be read once. Returns a ReadableOperation (its metadata() to send).
         end_only=True: no IN_PROGRESS event, only the end (see readable())."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._use_loop(loop)
+        if self._posts(loop):
+            return await self._create(loop, _clib.KIND_READABLE, ReadableOperation, descs,
+                                      timeout, end_only)
         return self._passive(lib.xfer_readable, ReadableOperation, descs, timeout, end_only)
 
     async def create_writable(self, descs, timeout=None, end_only=False):
@@ -771,6 +947,9 @@ class Connector:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._use_loop(loop)
+        if self._posts(loop):
+            return await self._create(loop, _clib.KIND_WRITABLE, WritableOperation, descs,
+                                      timeout, end_only)
         return self._passive(lib.xfer_writable, WritableOperation, descs, timeout, end_only)
 
     async def begin_read(self, metadata, descs, timeout=None, end_only=False):
@@ -779,6 +958,9 @@ class Connector:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._use_loop(loop)
+        if self._posts(loop):
+            return await self._begin(loop, _clib.KIND_READ, ReadOperation, metadata, descs,
+                                     timeout, end_only)
         return self._active(lib.xfer_read, ReadOperation, metadata, descs, timeout, end_only)
 
     async def begin_write(self, metadata, descs, timeout=None, end_only=False):
@@ -786,6 +968,9 @@ class Connector:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._use_loop(loop)
+        if self._posts(loop):
+            return await self._begin(loop, _clib.KIND_WRITE, WriteOperation, metadata, descs,
+                                     timeout, end_only)
         return self._active(lib.xfer_write, WriteOperation, metadata, descs, timeout, end_only)
 
     # -- windows (PROTOCOL.md §5.1) --
