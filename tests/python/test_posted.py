@@ -94,6 +94,39 @@ def test_auto_posts_only_while_others_wait(daemon, posts):
     assert xferd.connector._tasks == {}
 
 
+def test_auto_does_not_walk_every_task_per_call(daemon, monkeypatch):
+    """A server holds many idle tasks: "auto" must not walk them all on every call (uvloop,
+    which shows no ready queue: asyncio.all_tasks() once, its answer kept a while; asyncio's
+    own loop never walks them)."""
+    real, walks = asyncio.all_tasks, [0]
+
+    def counted(*args):
+        walks[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(asyncio, "all_tasks", counted)
+    calls = 20
+
+    async def main():
+        idle = [asyncio.create_task(asyncio.sleep(60)) for _ in range(300)]
+        await asyncio.sleep(0)
+        with xferd.Connector(daemon.sock, "a") as a, xferd.Connector(daemon.sock, "b") as b:
+            pa, pb = a.pool(1 << 20), b.pool(1 << 20)
+            t0 = asyncio.get_running_loop().time()
+            for i in range(calls // 2):
+                await pairing(a, b, i, False, pa, pb)
+            elapsed = asyncio.get_running_loop().time() - t0
+        for t in idle:
+            t.cancel()
+        await asyncio.gather(*idle, return_exceptions=True)
+        return elapsed
+
+    elapsed = run(main())
+    # one walk per _OTHERS_KEEP_S at most (and one more for the boundary), not one per call
+    assert walks[0] <= 2 + int(elapsed / xferd.connector._OTHERS_KEEP_S), \
+        "%d walks of every task for %d calls in %.3f s" % (walks[0], calls, elapsed)
+
+
 def test_posting_must_be_known(daemon):
     with pytest.raises(XferError) as e:
         xferd.Connector(daemon.sock, posting="sometimes")
