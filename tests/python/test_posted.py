@@ -206,6 +206,28 @@ def resumed(d):
     os.kill(d.pid, signal.SIGCONT)
 
 
+def test_events_of_released_ops_are_not_kept(daemon):
+    """With requests always outstanding, an event of an op whose reply came already (released
+    since) is not kept for a reply that will never name it: _early stays bounded."""
+
+    async def main():
+        with xferd.Connector(daemon.sock, "a", posting="always") as a:
+            pool = a.pool(1 << 20)
+            ops = [await a.create_readable(Descriptor(pool.empty(4096, "uint8"))) for _ in range(3)]
+            for op in ops:
+                op.release()
+            a._pending[1 << 62] = None  # as if another task's request were outstanding
+            try:
+                for op in ops:  # (the shape of a CANCELLED op.changed for each)
+                    a._on_event(xferd.connector._Event.local(op, OperationStatus.CANCELLED,
+                                                             errno.ECANCELED, "released"))
+                assert a._early == {}, "events of released ops kept: %r" % list(a._early)
+            finally:
+                del a._pending[1 << 62]
+
+    run(main())
+
+
 def test_cancel_before_the_reply_releases_the_op(fresh_daemon):
     base = census(fresh_daemon.sock)
     fds = steady_fds(fresh_daemon.nfds)

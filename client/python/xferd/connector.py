@@ -440,6 +440,7 @@ class Connector:
         self.posting = posting
         self._post_always, self._post_never = posting == "always", posting == "never"
         self._pending = {}  # request id -> _Request: posted, its reply not delivered yet
+        self._replied_max = 0  # the highest op id a delivered reply to a posted request named
         self._lock = threading.RLock()
         self._serial = next(_serials)  # unlike id(), never reused: keys Descriptor's caches
         self._c = ctypes.c_void_p()
@@ -585,15 +586,19 @@ class Connector:
         op = self._ops.get(info.op)
         if op is not None:
             op._apply(info)
-        elif self._creating or self._pending:
+        elif self._creating or (self._pending and info.op > self._replied_max):
             # The op's end may come inside the call that creates it, or before the reply to its
-            # posted request, before its object exists.
+            # posted request, before its object exists. Not an op named by a reply delivered
+            # already (the daemon numbers ops in the order of its replies, which come in order):
+            # that one was released, and a connector that always has requests outstanding
+            # would keep such events forever.
             self._early.setdefault(info.op, []).append(_Event(info))
 
     def _on_reply(self, reply):
         """The reply to a posted request (struct xfer_reply, valid during this call): makes
         its operation (with the events that came before it) or keeps the refusal, and resumes
         the task that posted it. A task cancelled meanwhile gets nothing: its op is released."""
+        self._replied_max = max(self._replied_max, reply.op)
         r = self._pending.pop(reply.request, None)
         if r is None:
             return
