@@ -570,6 +570,18 @@ int td_raw_call(int sock, const char *text, const int *fds, int nfds, struct xp_
 	return td_raw_recv(sock, rep);
 }
 
+void td_raw_send_json(int sock, json_t *msg)
+{
+	char *text;
+	int len = xp_dump(msg, &text);
+
+	if (len > 0) {
+		xp_packet_send(sock, text, (size_t)len, NULL, 0);
+		free(text);
+	}
+	json_decref(msg);
+}
+
 int td_raw_hello(int sock)
 {
 	struct xp_reply rep;

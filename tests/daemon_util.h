@@ -126,6 +126,8 @@ int td_raw_recv(int sock, struct xp_reply *rep);
 
 /* Sends hello (version 1) and checks the reply succeeded. Returns 0 or -errno. */
 int td_raw_hello(int sock);
+/* Sends @msg (consumed) as one packet, as a daemon or client would: fake peers of the tests. */
+void td_raw_send_json(int sock, json_t *msg);
 
 /* Whether the daemon has closed @sock: the next receive (up to 10 s) says so. */
 bool td_raw_closed(int sock);

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon_util.h"
 #include "harness.h"
 #include "xfer_proto.h"
 #include "xferclient.h"
@@ -73,14 +74,7 @@ static void fake_reply(int sock, json_t *req)
 		json_object_set_new(result, "results", results);
 		json_object_set_new(result, "batch", json_integer(7));
 	}
-	json_t *msg = xp_build_result(json_integer_value(id), result);
-	char *text;
-	int len = xp_dump(msg, &text);
-	if (len > 0) {
-		xp_packet_send(sock, text, (size_t)len, NULL, 0);
-		free(text);
-	}
-	json_decref(msg);
+	td_raw_send_json(sock, xp_build_result(json_integer_value(id), result));
 }
 
 /* The child: one client, every packet after hello copied to @seen, each answered. */

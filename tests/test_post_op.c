@@ -318,18 +318,6 @@ TEST(post_op_rules)
 /* ------------------------------------------------------------------------------------------ */
 /* A fake daemon: answers hello, and a posted request with an op's end first, then its reply. */
 
-static void fake_send(int sock, json_t *msg)
-{
-	char *text;
-	int len = xp_dump(msg, &text);
-
-	if (len > 0) {
-		xp_packet_send(sock, text, (size_t)len, NULL, 0);
-		free(text);
-	}
-	json_decref(msg);
-}
-
 static void fake_serve(int lfd)
 {
 	static char buf[XP_MAX_MSG];
@@ -342,15 +330,16 @@ static void fake_serve(int lfd)
 		json_t *req = json_loadb(buf, (size_t)n, 0, NULL);
 		json_int_t id = json_integer_value(json_object_get(req, "id"));
 		if (strcmp(json_string_value(json_object_get(req, "method")), "hello") == 0) {
-			fake_send(sock,
-				  xp_build_result(id, json_pack("{s:i, s:i}", "client", 1,
-								"version", XP_PROTO_VERSION)));
+			td_raw_send_json(sock, xp_build_result(id, json_pack("{s:i, s:i}", "client",
+									     1, "version",
+									     XP_PROTO_VERSION)));
 		} else {
-			fake_send(sock, json_pack("{s:s, s:s, s:{s:i, s:s, s:s, s:i, s:i}}",
-						  "jsonrpc", "2.0", "method", XP_NOTIFY_OP_CHANGED,
-						  "params", "op", 77, "kind", "read", "state",
-						  "COMPLETE", "length", 4096, "bytes", 4096));
-			fake_send(sock, xp_build_result(id, json_pack("{s:i}", "op", 77)));
+			td_raw_send_json(sock,
+					 json_pack("{s:s, s:s, s:{s:i, s:s, s:s, s:i, s:i}}",
+						   "jsonrpc", "2.0", "method", XP_NOTIFY_OP_CHANGED,
+						   "params", "op", 77, "kind", "read", "state",
+						   "COMPLETE", "length", 4096, "bytes", 4096));
+			td_raw_send_json(sock, xp_build_result(id, json_pack("{s:i}", "op", 77)));
 		}
 		json_decref(req);
 	}

@@ -472,33 +472,24 @@ class Connector:
             )
         me = weakref.ref(self)
 
-        def on_event(c, info, arg):
-            conn = me()
-            if conn is not None:
-                try:
-                    conn._on_event(info[0])
-                except Exception as e:  # never into C: ctypes would only print it
-                    conn._error_lost = e
+        def to_connector(method):
+            """A ctypes callback handing the struct it points at to this connector's @method
+            (by name: looked up per call) while it lives; an exception is kept for the call
+            that dispatched, never raised into C (ctypes would only print it)."""
 
-        def on_window_event(c, ev, arg):
-            conn = me()
-            if conn is not None:
-                try:
-                    conn._on_window_event(ev[0])
-                except Exception as e:
-                    conn._error_lost = e
+            def cb(c, ptr, arg):
+                conn = me()
+                if conn is not None:
+                    try:
+                        getattr(conn, method)(ptr[0])
+                    except Exception as e:
+                        conn._error_lost = e
 
-        def on_reply(c, reply, arg):
-            conn = me()
-            if conn is not None:
-                try:
-                    conn._on_reply(reply[0])
-                except Exception as e:
-                    conn._error_lost = e
+            return cb
 
-        self._cb = _clib.EVENT_CB(on_event)
-        self._wcb = _clib.WINDOW_CB(on_window_event)
-        self._rcb = _clib.REPLY_CB(on_reply)
+        self._cb = _clib.EVENT_CB(to_connector("_on_event"))
+        self._wcb = _clib.WINDOW_CB(to_connector("_on_window_event"))
+        self._rcb = _clib.REPLY_CB(to_connector("_on_reply"))
         lib.xfer_set_event_cb(self._c, self._cb, None)
         lib.xfer_set_window_cb(self._c, self._wcb, None)
         lib.xfer_set_reply_cb(self._c, self._rcb, None)
