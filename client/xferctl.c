@@ -593,9 +593,12 @@ static json_t *conn_rows(const json_t *peers)
 			if (!row)
 				row = json_object();
 			if (!rows || !row || json_object_update_missing(row, conn) ||
-			    json_object_set(row, "node", json_object_get(peer, "node")) ||
-			    json_array_append_new(rows, row)) {
+			    json_object_set(row, "node", json_object_get(peer, "node"))) {
 				json_decref(row);
+				json_decref(rows);
+				return NULL;
+			}
+			if (json_array_append_new(rows, row)) { /* (it took row, even failing) */
 				json_decref(rows);
 				return NULL;
 			}
