@@ -1275,6 +1275,19 @@ static void fd_proc_path(int fd, char buf[static 32])
 	snprintf(buf, 32, "/proc/self/fd/%d", fd);
 }
 
+/* open()s the directory that holds @path with @flags and @mode. Returns the fd or -errno. */
+static int open_dir_of(const char *path, int flags, mode_t mode)
+{
+	char *copy = strdup(path);
+
+	if (!copy)
+		return -ENOMEM;
+	int fd = open(dirname(copy), flags, mode);
+	int err = errno;
+	free(copy);
+	return fd < 0 ? -err : fd;
+}
+
 /*
  * A new file of mode 0600 with no name (O_TMPFILE) in the directory of @out_path. Returns the
  * fd, -EOPNOTSUPP where that cannot be done (file system, kernel, or no /proc to link it
@@ -1282,16 +1295,11 @@ static void fd_proc_path(int fd, char buf[static 32])
  */
 static int landing_open_unnamed(const char *out_path)
 {
-	char *copy = strdup(out_path);
 	char proc[32];
+	int fd = open_dir_of(out_path, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 
-	if (!copy)
-		return -ENOMEM;
-	int fd = open(dirname(copy), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	int err = errno;
-	free(copy);
 	if (fd < 0)
-		return err == EISDIR ? -EOPNOTSUPP : -err; /* EISDIR: a kernel without O_TMPFILE */
+		return fd == -EISDIR ? -EOPNOTSUPP : fd; /* EISDIR: a kernel without O_TMPFILE */
 	fd_proc_path(fd, proc);
 	if (access(proc, F_OK) < 0) {
 		close(fd);
@@ -1408,15 +1416,12 @@ static int landing_link(const struct ctl *ctl, struct file_op *fo)
 /* fsync()s the directory that holds @path. Returns 0 or -errno. */
 static int dir_sync(const char *path)
 {
-	char *copy = strdup(path);
+	int fd = open_dir_of(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 
-	if (!copy)
-		return -ENOMEM;
-	int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rc = fd < 0 || fsync(fd) < 0 ? -errno : 0;
-	if (fd >= 0)
-		close(fd);
-	free(copy);
+	if (fd < 0)
+		return fd;
+	int rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
 	return rc;
 }
 
