@@ -43,7 +43,12 @@
 #include <unistd.h>
 #include "transport.h"
 
-#define XD_COPY_INLINE (64ull << 10) /* smaller copies run on the loop thread */
+/*
+ * Smaller copies run on the loop thread. Not more: 1 MiB copies between mappings inline made the
+ * clients' 1 MiB pairings ~30% slower here, likely since a woken worker runs on the idle vCPU,
+ * the waiting client's, whose L2 holds the buffers (scripts/BENCHMARKS.md, "1 MiB local copies").
+ */
+#define XD_COPY_INLINE (64ull << 10)
 /*
  * Local copies of at least this many bytes use streaming stores. Measured here (one thread,
  * between two memfd mappings, the source just written and the destination just read as a
