@@ -570,6 +570,7 @@ struct ctl_cmd {
 	bool meta_out;		/* readable, writable: takes --meta-file */
 	bool live;		/* top, watch: take --count and --once */
 	const struct col *cols; /* listings: its columns (NULL: generic) */
+	const char *brief;	/* listings: params that leave out what a table does not show */
 	void (*render)(const struct ctl *ctl, const struct ctl_cmd *cmd, const json_t *result);
 };
 
@@ -686,20 +687,33 @@ static int ctl_call_json(struct ctl *ctl, const char *method, const char *params
 	return EXIT_OK;
 }
 
+/* Into @buf: the params of a page's call, @more and the cursor @after (-1: none); NULL if neither. */
+static const char *page_params(char *buf, size_t len, const char *more, json_int_t after)
+{
+	if (after < 0)
+		snprintf(buf, len, "{%s}", more ? more : "");
+	else
+		snprintf(buf, len, "{%s%s\"after\": %lld}", more ? more : "", more ? ", " : "",
+			 (long long)after);
+	return more || after >= 0 ? buf : NULL;
+}
+
 /*
  * The whole listing: a paged method is called again from each page's "next" until a page has
- * none, and the pages' arrays are joined into the first page's object (without "next").
+ * none, and the pages' arrays are joined into the first page's object (without "next"). With
+ * @brief, cmd->brief's params go with each call (for a table: cmd_list(), top).
  */
-static int list_fetch(struct ctl *ctl, const struct ctl_cmd *cmd, json_t **out)
+static int list_fetch(struct ctl *ctl, const struct ctl_cmd *cmd, bool brief, json_t **out)
 {
 	json_t *all = NULL, *page = NULL, *next;
+	const char *more = brief ? cmd->brief : NULL;
 	json_int_t after = -1;
-	char params[64];
+	char params[128];
 	int rc;
 
 	for (;;) {
-		snprintf(params, sizeof(params), "{\"after\": %lld}", (long long)after);
-		rc = ctl_call_json(ctl, cmd->method, after >= 0 ? params : NULL, &page);
+		rc = ctl_call_json(ctl, cmd->method,
+				   page_params(params, sizeof(params), more, after), &page);
 		if (rc)
 			break;
 		if (!cmd->paged) {
@@ -740,7 +754,7 @@ static int cmd_list(struct ctl *ctl, const struct ctl_cmd *cmd, char **argv)
 
 	rc = ctl_connect(ctl);
 	if (!rc)
-		rc = list_fetch(ctl, cmd, &result);
+		rc = list_fetch(ctl, cmd, !ctl->json && !ctl->tcp, &result);
 	if (rc)
 		return rc;
 	if (!ctl->json) {
@@ -1876,11 +1890,11 @@ static int top_sample_take(struct ctl *ctl, struct top_sample *s)
 	memset(s, 0, sizeof(*s));
 	rc = ctl_call_json(ctl, "stats", NULL, &s->stats);
 	if (!rc)
-		rc = list_fetch(ctl, cmd_find("peers"), &s->peers);
+		rc = list_fetch(ctl, cmd_find("peers"), true, &s->peers);
 	if (!rc)
-		rc = list_fetch(ctl, cmd_find("ops"), &s->ops);
+		rc = list_fetch(ctl, cmd_find("ops"), true, &s->ops);
 	if (!rc)
-		rc = list_fetch(ctl, cmd_find("clients"), &s->clients);
+		rc = list_fetch(ctl, cmd_find("clients"), true, &s->clients);
 	s->at_ms = live_now_ms();
 	if (rc)
 		top_sample_clear(s);
@@ -2255,6 +2269,7 @@ static const struct ctl_cmd commands[] = {
 	{ .name = "peers",
 	  .help = "peer daemons; with --tcp their TCP connections",
 	  LISTING("list.peers", "peers", peer_cols, render_peers),
+	  .brief = "\"conns\": false", /* (their TCP costs the daemon ~24 us per connection) */
 	  .paged = true },
 	{ .name = "devices",
 	  .help = "RDMA devices",

@@ -25,17 +25,22 @@ int xd_fail(struct xd_call *call, int code, int cause_errno, const char *fmt, ..
 }
 
 /*
- * The key whose value failed a validation at @pos of @fmt. jansson reports the position in the
- * format string, not the key, so walk the (flat, "{s:X, s?X}") format and the arguments in
- * step: a key takes a const char *, each value one pointer.
+ * The key whose value failed a validation (@err) just before @pos of @fmt. jansson reports
+ * the position in the format string (one past the value's letter), not the key, so walk the
+ * (flat, "{s:X, s?X}") format and the arguments in step: a key takes a const char *, each value
+ * one pointer. Errors about the object as a whole (keys left unpacked, a key missing, whose
+ * text names it) are about no one value. The last value's position is the closing '}'.
  */
-static const char *failed_key(const char *fmt, int pos, va_list ap)
+static const char *failed_key(const char *fmt, const json_error_t *err, va_list ap)
 {
+	enum json_error_code code = json_error_code(err);
+	int pos = err->position;
 	const char *key = NULL;
 	bool want_key = true;
 
-	if (pos <= 0 || pos >= (int)strlen(fmt) || fmt[pos] == '}')
-		return NULL; /* not about one value: unknown keys, say */
+	if (code == json_error_end_of_input_expected || code == json_error_item_not_found ||
+	    pos <= 0 || pos >= (int)strlen(fmt))
+		return NULL;
 	for (int i = 1; fmt[i] && i <= pos; i++) {
 		char ch = fmt[i];
 		if (ch == ' ' || ch == ',' || ch == ':' || ch == '?' || ch == '}')
@@ -59,7 +64,7 @@ int xd_unpack_params(struct xd_call *call, const char *fmt, ...)
 	int rc = json_vunpack_ex(call->params, &jerr, JSON_STRICT, fmt, ap);
 	va_end(ap);
 	const char *key = rc && strcmp(jerr.source, "<validation>") == 0 && fmt[0] == '{' ?
-				  failed_key(fmt, jerr.position, keys) :
+				  failed_key(fmt, &jerr, keys) :
 				  NULL;
 	va_end(keys);
 	if (rc == 0)
@@ -83,9 +88,14 @@ int xd_page_begin(struct xd_call *call, struct xd_page *pg)
 {
 	json_int_t after = -1, limit = XD_PAGE_LIMIT;
 
-	memset(pg, 0, sizeof(*pg));
 	if (xd_unpack_params(call, "{s?I, s?I}", "after", &after, "limit", &limit))
 		return -EINVAL;
+	return xd_page_start(call, pg, after, limit);
+}
+
+int xd_page_start(struct xd_call *call, struct xd_page *pg, json_int_t after, json_int_t limit)
+{
+	memset(pg, 0, sizeof(*pg));
 	if (after < -1 || limit < 1 || limit > XD_PAGE_LIMIT_MAX)
 		return xd_fail(call, XP_E_FAILED, EINVAL,
 			       "after must not be negative and limit must be 1 to %d",

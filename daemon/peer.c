@@ -465,15 +465,15 @@ static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 }
 
 /*
- * @p's entry: the set, its read counts and, where the transport has them, its connections
- * (conns_json: what the kernel says of each socket, read now).
+ * @p's entry: the set, its read counts and, with @conns and where the transport has them, its
+ * connections (conns_json: what the kernel says of each socket, read now).
  */
-static json_t *peer_entry(const struct xd_peer *p, uint64_t now)
+static json_t *peer_entry(const struct xd_peer *p, uint64_t now, bool conns)
 {
 	json_t *o = peer_to_json(p, now);
 
 	if (o && (peer_reads_json(p, o) ||
-		  (p->transport->conns_json &&
+		  (conns && p->transport->conns_json &&
 		   json_object_set_new(o, "conns", p->transport->conns_json(p))))) {
 		json_decref(o);
 		o = NULL;
@@ -481,14 +481,15 @@ static json_t *peer_entry(const struct xd_peer *p, uint64_t now)
 	return o;
 }
 
-int xd_peers_page(struct xd_daemon *d, struct xd_page *pg)
+int xd_peers_page(struct xd_daemon *d, struct xd_page *pg, bool conns)
 {
 	uint64_t now = xd_now_us(), i = 0;
 	struct xd_peer *p;
 	int rc = 1;
 
 	TAILQ_FOREACH(p, &d->peers, link) {
-		if ((json_int_t)i > pg->after && (rc = xd_page_add(pg, i, peer_entry(p, now))) <= 0)
+		if ((json_int_t)i > pg->after &&
+		    (rc = xd_page_add(pg, i, peer_entry(p, now, conns))) <= 0)
 			break;
 		i++;
 	}

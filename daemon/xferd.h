@@ -399,6 +399,11 @@ struct xd_page_item {
 /* Unpacks {"after", "limit"} and starts an empty page. Returns 0 or -errno (refused). */
 int xd_page_begin(struct xd_call *call, struct xd_page *pg);
 /*
+ * Starts an empty page after cursor @after (-1: from the first) of at most @limit entries, both
+ * unpacked by a caller whose method takes more params. Returns 0 or -errno (refused).
+ */
+int xd_page_start(struct xd_call *call, struct xd_page *pg, json_int_t after, json_int_t limit);
+/*
  * Sorts @items by id (lists are not always in id order: an op's id can be taken before it is
  * listed) and adds entry(item, @arg) for each until the page is full. Returns 0 or -ENOMEM.
  */
@@ -1211,11 +1216,11 @@ void xd_peer_stream_remove(struct xd_peer *p, struct xd_xfer *x);
 void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /*
- * Fills page @pg of list.peers with {node, transport, state, ..., conns} of the sets after
- * position pg->after, making only the entries the page takes (each reads its sockets' TCP
- * state). Returns 0 or -ENOMEM.
+ * Fills page @pg of list.peers with {node, transport, state, ...} of the sets after position
+ * pg->after, making only the entries the page takes; with @conns also each set's connections
+ * (reading their sockets' TCP state). Returns 0 or -ENOMEM.
  */
-int xd_peers_page(struct xd_daemon *d, struct xd_page *pg);
+int xd_peers_page(struct xd_daemon *d, struct xd_page *pg, bool conns);
 
 /* window.c: windows (PROTOCOL.md §5.1, §10.6) */
 #define XD_WINDOW_MAX_OPENERS 64 /* openers of one window with openers "many" */

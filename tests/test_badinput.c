@@ -837,6 +837,13 @@ static const struct bad_case cases[] = {
 	  "after" },
 	{ "list_peers_unknown_param", NULL, SETUP_HELLO, REQ("list.peers", "{\"cursor\":1}"),
 	  FD_NONE, XP_E_PARAMS, "EINVAL", false, false, "cursor|unknown|unexpected" },
+	{ "list_ops_limit_not_integer", NULL, SETUP_HELLO, REQ("list.ops", "{\"limit\":\"x\"}"),
+	  FD_NONE, XP_E_PARAMS, "EINVAL", false, false, "\"limit\"" }, /* (the format's last) */
+	{ "list_peers_conns_not_bool", NULL, SETUP_HELLO, REQ("list.peers", "{\"conns\":0}"),
+	  FD_NONE, XP_E_PARAMS, "EINVAL", false, false, "conns" },
+	{ "list_peers_brief_limit_zero", NULL, SETUP_HELLO,
+	  REQ("list.peers", "{\"conns\":false,\"limit\":0}"), FD_NONE, XP_E_FAILED, "EINVAL", false,
+	  false, "limit" },
 	{ "register_zero_length", NULL, SETUP_HELLO, REQ("region.register", "{\"offset\":8192}"),
 	  FD_SEALED, XP_E_FAILED, "EINVAL", false, false, E_RANGE "|zero|empty" },
 	{ "register_offset_length_overflow", NULL, SETUP_HELLO,

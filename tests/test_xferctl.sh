@@ -434,6 +434,8 @@ while True:
             break
         req = json.loads(data)
         m = req["method"]
+        if m == "list.peers":  # (what each form of xferctl peers asks: test_peers_brief)
+            print("list.peers", json.dumps(req.get("params"), sort_keys=True), flush=True)
         if m in results:
             rep = {"jsonrpc": "2.0", "id": req["id"], "result": results[m]}
         else:
@@ -462,6 +464,31 @@ test_daemon_text_escaped() {
 			fail "daemon_text_escaped_$c" "no escaped text: $(cat "$DIR/fake-$c")"
 		else
 			ok "daemon_text_escaped_$c"
+		fi
+	done
+	kill "$pid" 2>/dev/null
+}
+
+# xferctl peers as a table asks list.peers without the connections' TCP ("conns": false, which
+# costs the daemon ~24 us per connection); --json and --tcp show them, so they ask with.
+test_peers_brief() {
+	local fake=$DIR/brief.sock pid args want got form seen=0
+	python3 -c "$FAKE" "$fake" >"$DIR/brief.out" 2>"$DIR/brief.err" &
+	pid=$!
+	bg_pids+=("$pid")
+	wait_line "$DIR/brief.out" >/dev/null || { fail peers_brief "no fake daemon"; return; }
+	for form in table json tcp; do
+		args=(peers)
+		want='list.peers {"conns": false}'
+		[ "$form" = json ] && args=(--json peers) && want='list.peers {}'
+		[ "$form" = tcp ] && args=(peers --tcp) && want='list.peers {}'
+		timeout $T "$CTL" --socket "$fake" "${args[@]}" >/dev/null 2>&1
+		got=$(grep '^list.peers ' "$DIR/brief.out" | tail -n +$((seen + 1)))
+		seen=$((seen + 1))
+		if [ "$got" = "$want" ]; then
+			ok "peers_brief_$form: $got"
+		else
+			fail "peers_brief_$form" "asked '$got', not '$want'"
 		fi
 	done
 	kill "$pid" 2>/dev/null
@@ -707,6 +734,7 @@ if start_daemon; then
 	test_meta_refused_sizes
 	test_listings_of_any_size
 	test_daemon_text_escaped
+	test_peers_brief
 	test_usage_errors
 	test_bad_metadata
 	test_landing_killed
