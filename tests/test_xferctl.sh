@@ -691,6 +691,31 @@ test_outfile_not_regular() {
 	fi
 }
 
+# test_outfile_symlink: a symlink at OUTFILE is replaced by the landed file, as mv replaces one
+# (README, xferctl.1): its target keeps its bytes, and a target in another directory is never
+# written through the link.
+test_outfile_symlink() {
+	local name=outfile_symlink d=$DIR/osl pid
+	mkdir -p "$d/other"
+	echo "the target's own bytes" >"$d/other/target"
+	ln -s other/target "$d/link"
+	head -c 100000 /dev/urandom >"$d.in"
+	ctl readable -m "$d.meta" "$d.in" 2>"$d.perr" &
+	pid=$!
+	bg_pids+=("$pid")
+	if ! wait_line "$d.meta" >/dev/null; then
+		fail "$name" "readable wrote no metadata: $(cat "$d.perr")"
+	elif ! ctl read "@$d.meta" "$d/link" 2>"$d.err" || ! wait_bg "$pid"; then
+		fail "$name" "read onto a symlink failed: $(cat "$d.err" "$d.perr")"
+	elif [ -L "$d/link" ] || ! cmp -s "$d.in" "$d/link"; then
+		fail "$name" "OUTFILE is not the landed file: $(ls -l "$d/link")"
+	elif [ "$(cat "$d/other/target")" != "the target's own bytes" ]; then
+		fail "$name" "the link's target was written through"
+	else
+		ok "$name"
+	fi
+}
+
 # test_infile_fifo: readable of a FIFO with no writer is refused at once, naming what it is
 # (it used to wait in open() for a writer).
 test_infile_fifo() {
@@ -741,6 +766,7 @@ if start_daemon; then
 	test_landing_killed --direct
 	test_landing_named
 	test_outfile_not_regular
+	test_outfile_symlink
 	test_infile_fifo
 	test_no_daemon
 	test_daemon_stops_cleanly
