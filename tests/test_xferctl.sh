@@ -658,15 +658,21 @@ test_landing_named() {
 # test_outfile_not_regular: read into a directory and writable onto a FIFO are refused before
 # any byte moves, naming the rule: the offer is still there for a read into a file, and
 # writable does not wait for a writer first.
+# offer_file D SIZE: D.in, SIZE random bytes, offered by xferctl readable in the background (its
+# pid in offer_pid, its metadata in D.meta, its stderr in D.perr). Fails if no metadata came.
+offer_file() {
+	head -c "$2" /dev/urandom >"$1.in"
+	ctl readable -m "$1.meta" "$1.in" 2>"$1.perr" &
+	offer_pid=$!
+	bg_pids+=("$offer_pid")
+	wait_line "$1.meta" >/dev/null
+}
+
 test_outfile_not_regular() {
-	local name=outfile_not_regular d=$DIR/onr pid rc=0
+	local name=outfile_not_regular d=$DIR/onr rc=0
 	mkdir -p "$d/dir"
 	mkfifo "$d/fifo"
-	head -c 65536 /dev/urandom >"$d.in"
-	ctl readable -m "$d.meta" "$d.in" 2>"$d.perr" &
-	pid=$!
-	bg_pids+=("$pid")
-	if ! wait_line "$d.meta" >/dev/null; then
+	if ! offer_file "$d" 65536; then
 		fail "$name" "readable wrote no metadata: $(cat "$d.perr")"
 		return
 	fi
@@ -675,7 +681,7 @@ test_outfile_not_regular() {
 		fail "$name" "read into a directory: exit $rc: $(cat "$d.err")"
 		return
 	fi
-	if ! ctl read "@$d.meta" "$d/out" 2>"$d.err" || ! wait_bg "$pid" ||
+	if ! ctl read "@$d.meta" "$d/out" 2>"$d.err" || ! wait_bg "$offer_pid" ||
 		! cmp -s "$d.in" "$d/out"; then
 		fail "$name" "the offer was taken by the refused read: $(cat "$d.err" "$d.perr")"
 		return
@@ -695,17 +701,13 @@ test_outfile_not_regular() {
 # (README, xferctl.1): its target keeps its bytes, and a target in another directory is never
 # written through the link.
 test_outfile_symlink() {
-	local name=outfile_symlink d=$DIR/osl pid
+	local name=outfile_symlink d=$DIR/osl
 	mkdir -p "$d/other"
 	echo "the target's own bytes" >"$d/other/target"
 	ln -s other/target "$d/link"
-	head -c 100000 /dev/urandom >"$d.in"
-	ctl readable -m "$d.meta" "$d.in" 2>"$d.perr" &
-	pid=$!
-	bg_pids+=("$pid")
-	if ! wait_line "$d.meta" >/dev/null; then
+	if ! offer_file "$d" 100000; then
 		fail "$name" "readable wrote no metadata: $(cat "$d.perr")"
-	elif ! ctl read "@$d.meta" "$d/link" 2>"$d.err" || ! wait_bg "$pid"; then
+	elif ! ctl read "@$d.meta" "$d/link" 2>"$d.err" || ! wait_bg "$offer_pid"; then
 		fail "$name" "read onto a symlink failed: $(cat "$d.err" "$d.perr")"
 	elif [ -L "$d/link" ] || ! cmp -s "$d.in" "$d/link"; then
 		fail "$name" "OUTFILE is not the landed file: $(ls -l "$d/link")"
