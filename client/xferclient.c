@@ -682,7 +682,7 @@ static bool reply_is_posted_op(const struct xp_reply *rep)
  */
 static int posted_reply_parse(const struct xp_reply *rep, struct client_event *ev)
 {
-	const char *meta = NULL, *why = "";
+	const char *meta = NULL, *why = NULL;
 
 	ev->is_reply = true;
 	ev->rep.request = (uint64_t)rep->id;
@@ -695,11 +695,12 @@ static int posted_reply_parse(const struct xp_reply *rep, struct client_event *e
 	} else {
 		meta = obj_str(rep->result, "metadata");
 	}
-	ev->why = strdup(why);
+	/* (copied only when there is one: an accepted reply, the common case, allocates less) */
+	ev->why = why ? strdup(why) : NULL;
 	ev->meta = meta ? strdup(meta) : NULL;
-	if (!ev->why || (meta && !ev->meta))
+	if ((why && !ev->why) || (meta && !ev->meta))
 		return -ENOMEM;
-	ev->rep.message = ev->why;
+	ev->rep.message = ev->why ? ev->why : "";
 	ev->rep.metadata = ev->meta;
 	return 0;
 }

@@ -847,13 +847,19 @@ class Connector:
         return op
 
     @staticmethod
-    def _passive_descs(cls, descs):
+    def _op_descs(descs, source):
+        """The Descriptors of an operation; @source: its bytes leave from them, so those that
+        stage (copy=True) take the caller's bytes in first."""
         descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
-        if cls is ReadableOperation:
+        if source:
             for d in descs:
                 if d.staged:
                     d._stage_in()
         return descs
+
+    @classmethod
+    def _passive_descs(cls, op_cls, descs):
+        return cls._op_descs(descs, op_cls is ReadableOperation)
 
     def _passive(self, fn, cls, descs, timeout, end_only):
         descs = self._passive_descs(cls, descs)
@@ -864,16 +870,11 @@ class Connector:
             ctypes.byref(op_id), ctypes.byref(meta)))
         return self._adopt(cls(self, op_id.value, descs, _clib.take_string(meta.value)), early)
 
-    @staticmethod
-    def _active_descs(cls, metadata, descs):
+    @classmethod
+    def _active_descs(cls, op_cls, metadata, descs):
         if type(metadata) is not str:
             raise XferError(errno.EINVAL, "metadata must be the str from the passive side's metadata()")
-        descs = [descs] if type(descs) is Descriptor else _descriptors(descs)
-        if cls is WriteOperation:
-            for d in descs:
-                if d.staged:
-                    d._stage_in()
-        return descs
+        return cls._op_descs(descs, op_cls is WriteOperation)
 
     def _active(self, fn, cls, metadata, descs, timeout, end_only):
         descs = self._active_descs(cls, metadata, descs)
