@@ -22,6 +22,7 @@ PKGS=(
 	liburing-dev # make bench: xferbench_fileio measures io_uring beside sendfile/splice
 	ucx-utils # make bench: ucx_perftest beside xferd (scripts/bench-net.sh)
 	clang-format # make format-check (tests/test_format.sh)
+	valgrind # make test-valgrind: the daemon under memcheck (tests/valgrind.sh)
 	# tests/test_unit.sh (systemd-analyze verify/security, systemd-sysusers) and
 	# make test-systemd (systemd as PID 1 in the VM); tests/test_man.sh (mandoc -T lint, man for
 	# systemd-analyze verify's Documentation= check, the completion run by bash-completion).
