@@ -539,6 +539,7 @@ int main(int argc, char **argv)
 		xd_log(XD_LOG_INFO, "stopped");
 	}
 	daemon_fini(&d);
+	xd_log_fini();
 	xp_jalloc_drop(ja);
 	return rc == 0 ? 0 : 1;
 }

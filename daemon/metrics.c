@@ -531,6 +531,10 @@ static void metrics_render(struct xd_metrics *m, struct evbuffer *out)
 	write_limits(d, out);
 	write_windows(d, out);
 	write_loop(d, out);
+	counter(out, "xferd_log_lines_suppressed_total",
+		"Log lines not written: a function that logged 100 lines in 10 s is silent for the "
+		"rest of that window (its next line says how many it dropped).",
+		xd_log_suppressed());
 	write_rdma(d, out);
 }
 

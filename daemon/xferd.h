@@ -168,8 +168,14 @@ int xd_log_parse_level(const char *name);
 int xd_log_set_level(const char *name);
 /* @systemd: prefix lines with <N> (daemon(7)) instead of a timestamp. */
 void xd_log_init(bool systemd);
+/* Writes the counts of lines still suppressed (each function's; see log.c). At exit. */
+void xd_log_fini(void);
+/* Writes one line of @level from function @func, unless @func is over its rate (log.c):
+ * at most 100 lines in 10 s per function but for debug lines. Use xd_log(). */
 void xd_log_write(int level, const char *func, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Lines suppressed by the rate limit since start (any thread). */
+uint64_t xd_log_suppressed(void);
 /* Checks the level before formatting; preserves errno. */
 #define xd_log(level, ...)                                            \
 	do {                                                          \

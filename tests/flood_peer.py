@@ -15,6 +15,10 @@
 #       prints one JSON line {"answered": HELLOs that came back, "refused": connections closed}
 #   unixhold PATH N HOLD                    N connections to a control socket; prints "opened K",
 #       holds them HOLD seconds (or until killed)
+#   garbage HOST PORT N                     N connections one after another, each sending a
+#       header of no known type and closing; prints one JSON line {"sent": connections made}
+#   unixbad PATH N                          N control connections one after another, each
+#       sending a packet that is not JSON; prints one JSON line {"sent": packets sent}
 #   sets HOST PORT NSETS PER HOLD           NSETS peer sets of PER connections each (every
 #       connection of a set says HELLO as its node); prints "sets S conns C" once they are
 #       answered, then keeps them alive (answers PINGs) HOLD seconds (or until killed)
@@ -204,6 +208,33 @@ def unixhold(path, n, hold):
     time.sleep(hold)
 
 
+def garbage(host, port, n):
+    sent = 0
+    for _ in range(n):
+        try:
+            with socket.create_connection((host, port), timeout=5) as s:
+                s.sendall(HDR.pack(0xEE, 0, 0, 0, 0, 0))
+            sent += 1
+        except OSError:
+            pass
+    print(json.dumps({"sent": sent}), flush=True)
+
+
+def unixbad(path, n):
+    sent = 0
+    for _ in range(n):
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                s.settimeout(5)
+                s.connect(path)
+                s.send(b"not json")
+                s.recv(4096)  # the daemon's one error before it closes
+            sent += 1
+        except OSError:
+            pass
+    print(json.dumps({"sent": sent}), flush=True)
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "conns":
@@ -219,6 +250,10 @@ def main(argv):
         sets(args[0], int(args[1]), int(args[2]), int(args[3]), float(args[4]))
     elif cmd == "unixhold":
         unixhold(args[0], int(args[1]), float(args[2]))
+    elif cmd == "garbage":
+        garbage(args[0], int(args[1]), int(args[2]))
+    elif cmd == "unixbad":
+        unixbad(args[0], int(args[1]))
     else:
         sys.exit("unknown command " + cmd)
 

@@ -16,6 +16,9 @@
 #   g. list.peers with 24 sets of 17 connections (the cap) and their TCP: in pages, each within
 #      one control packet; without the connections ("conns": false), every set in one page
 #   f. out-of-range values of the new config keys are refused at start
+#   h. a log flood: 600 peer connections that send garbage and 600 local clients that send a
+#      packet that is not JSON leave at most 100 lines per function in the log, the daemon
+#      serves on, and at its exit it says how many lines it dropped
 #   d. at the fd limit: peers cannot take the last fds (a local client registers a region during
 #      the flood), the daemon does not spin (CPU time over 2 s) even when local connections take
 #      every fd, and it accepts peers and clients again afterwards
@@ -106,7 +109,9 @@ SRC=$(mkdata mid 3000001)
 # authentication, which tests/test_peer_auth.sh covers; flood_peer.py speaks no AUTH.
 export XN_MODE=loopback XC_INSECURE=1 XC_CONFIG_EXTRA="\"handshake_timeout_ms\": $HANDSHAKE_MS"
 xn_up 3 || abort_setup "no loopback ports"
-xc_start 0 && xc_start 1 || abort_setup "daemons did not start"
+# Node 0 logs at info, the daemon's default (what a flood of bad peers and clients provokes is
+# logged there: h).
+XC_LOG_LEVEL=info xc_start 0 && xc_start 1 || abort_setup "daemons did not start"
 (ulimit -n "$LOW_NOFILE" && XC_CONFIG_EXTRA="$XC_CONFIG_EXTRA, \"max_peer_sets\": $MAX_SETS" xc_start 2) || abort_setup "node 2 (ulimit -n $LOW_NOFILE) did not start"
 # A set between nodes 0 and 1 exists before the floods, as in a running cluster.
 xfer read 0 1 "$SMALL_SRC" "$DATA/out" || abort_setup "first transfer: $WHY"
@@ -205,6 +210,32 @@ sys.exit(not (r['opened'] >= 400 and early >= r['opened'] - 64 and len(r['closed
 	else
 		fail "b: after the flood: a write is identical, fds back to baseline" \
 			"${WHY:-$(fds 0) fds, baseline $base}"
+	fi
+fi
+
+# =============================================================================================
+if want "h. log flood"; then
+	log=$(node_log 0)
+	before=$(wc -l <"$log")
+	t0=$SECONDS
+	peers=$(hostile garbage 127.0.0.1 "$P0" 600)
+	clients=$(hostile unixbad "$(node_sock 0)" 600)
+	sleep 0.3
+	# Each function may write 100 lines in each 10 s window the flood touched.
+	limit=$((100 * ((SECONDS - t0) / 10 + 2)))
+	most=$(tail -n +"$((before + 1))" "$log" | awk '{ n[$3]++ } END { for (f in n) if (n[f] > m) { m = n[f]; w = f }
+		print m + 0, w }')
+	note "log flood: peers $peers, clients $clients in $((SECONDS - t0)) s: $(($(wc -l <"$log") - before)) new log lines, at most ${most% *} from ${most#* }"
+	if [ "$peers" = '{"sent": 600}' ] && [ "$clients" = '{"sent": 600}' ] && [ "${most% *}" -le "$limit" ]; then
+		ok "h: 600 garbage peer connections and 600 bad client packets: at most ${most% *} log lines from one function (limit $limit)"
+	else
+		fail "h: a flood of bad peers and clients leaves a bounded log" \
+			"peers $peers, clients $clients, ${most% *} lines from ${most#* } (limit $limit); $(logtail 0)"
+	fi
+	if xfer read 1 0 "$SRC" "$DATA/out" && registers 0; then
+		ok "h: after the log flood: a read is identical, a local client registers"
+	else
+		fail "h: after the log flood: transfers and local clients are served" "$WHY"
 	fi
 fi
 
@@ -385,6 +416,13 @@ if xc_stop_all; then
 	ok "every daemon exited 0 on SIGTERM"
 else
 	fail "every daemon exits 0 on SIGTERM" "see above"
+fi
+if want "h. log flood"; then
+	if log_has 0 "[0-9]+ more lines from here suppressed over the last [0-9]+ s"; then
+		ok "h: at exit the daemon says how many lines it dropped"
+	else
+		fail "h: at exit the daemon says how many lines it dropped" "$(logtail 0)"
+	fi
 fi
 summary
 [ "$failed" -eq 0 ]
