@@ -477,13 +477,14 @@ static int daemon_init(struct xd_daemon *d, const struct xd_main_options *o)
 		xd_log(XD_LOG_ERR, "control socket %s: %s", d->cfg.socket_path, strerror(-rc));
 		return rc;
 	}
-	return 0;
+	return xd_sd_watchdog_start(d);
 }
 
 /* The reverse of daemon_init, safe on a partly initialised daemon. */
 static void daemon_fini(struct xd_daemon *d)
 {
 	xd_transport_local(d)->fini(d); /* first: no worker may touch a mapping after this */
+	xd_sd_watchdog_stop(d);
 	xd_metrics_stop(d);
 	xd_ctl_fini(d);
 	xd_windows_fini(d);

@@ -584,6 +584,7 @@ struct xd_daemon {
 	int listen_fd;
 	bool listen_from_systemd;
 	bool systemd;
+	struct event *watchdog_ev; /**< sd.c: WATCHDOG=1 to systemd (NULL: no WatchdogSec=) */
 	struct event *listen_ev, *shutdown_ev;
 	TAILQ_HEAD(, xd_deferred) deferred; /**< defer.c: work for the next loop turn */
 	struct event *defer_ev;
@@ -661,6 +662,12 @@ json_t *xd_busypoll_json(const struct xd_daemon *d);
 /* Returns the listening fd systemd passed (>= 0), -ENOENT if none, or -errno. */
 int xd_sd_listen_fd(void);
 void xd_sd_notify(struct xd_daemon *d, const char *state);
+/* Under systemd with WatchdogSec= (WATCHDOG_USEC), sends WATCHDOG=1 from the event loop at half
+ * that interval, so that a loop that stops turning gets the daemon restarted. Returns 0 (also
+ * when there is no watchdog) or -errno. */
+int xd_sd_watchdog_start(struct xd_daemon *d);
+/* Stops the pings (NULL-safe on a daemon without them). */
+void xd_sd_watchdog_stop(struct xd_daemon *d);
 
 /* ctl.c: the control socket and client connections */
 struct xd_outq_item;

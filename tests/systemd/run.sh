@@ -25,6 +25,8 @@
 #     socket stays and the next client starts the service again
 #   - systemctl restart keeps the socket (same inode, the socket unit untouched) and clients
 #     get through; systemd-analyze security on the live unit <= 2.5
+#   - WatchdogSec=30: the event loop pings; a daemon SIGSTOPped under WatchdogSec=5 (node B, a
+#     drop-in) is killed by systemd and started again, and serves
 #   - /etc/xferd/xferd.conf is the configuration: a key added there (metrics_listen) takes
 #     effect after systemctl restart; systemctl reload (SIGHUP) applies a log_level change
 #     (the journal names it, debug entries follow)
@@ -368,6 +370,45 @@ else
 fi
 sed -i 's/"log_level": "debug"/"log_level": "info"/' /etc/xferd/xferd.conf
 systemctl reload xferd.service
+
+# ---------------------------------------------------------------------------------------------
+note "--- watchdog (at ${SECONDS} s)"
+if [ "$(prop xferd.service WatchdogUSec)" = 30s ] &&
+	journal_has xferd.service 6 'systemd watchdog: WATCHDOG=1 every 15000 ms' 10; then
+	ok "WatchdogSec=30: the daemon's event loop pings every 15 s (journal: $(journalctl --no-pager -q -u xferd.service -p 6..6 -o cat | grep -m1 'systemd watchdog'))"
+else
+	fail "the watchdog is on and pinged" "WatchdogUSec=$(prop xferd.service WatchdogUSec); $(why_unit xferd.service)"
+fi
+# A loop that stops turning: node B with WatchdogSec=5 (and SIGKILL 3 s after the SIGABRT, which
+# a stopped process does not take) is SIGSTOPped; systemd must kill it and start a new one.
+WD_DROPIN=/run/systemd/system/xferd-b.service.d/watchdog.conf
+mkdir -p "${WD_DROPIN%/*}"
+printf '[Service]\nWatchdogSec=5\nTimeoutAbortSec=3\n' >"$WD_DROPIN"
+systemctl daemon-reload
+systemctl restart xferd-b.service
+wait_state xferd-b.service active 30
+pid0=$(prop xferd-b.service MainPID)
+kill -STOP "$pid0"
+end=$((SECONDS + 60))
+while [ $SECONDS -lt $end ]; do
+	pid1=$(prop xferd-b.service MainPID)
+	[ "$pid1" != 0 ] && [ "$pid1" != "$pid0" ] && [ "$(prop xferd-b.service ActiveState)" = active ] && break
+	sleep 0.5
+done
+if [ "$pid1" != "$pid0" ] && [ "$pid1" != 0 ] &&
+	journalctl --no-pager -q -u xferd-b.service -o cat | grep -q 'Watchdog timeout'; then
+	ok "a stopped event loop: systemd's watchdog killed xferd-b (pid $pid0) and started pid $pid1"
+else
+	fail "a stopped loop is killed and restarted by the watchdog" "MainPID $pid0 -> $pid1; $(why_unit xferd-b.service)"
+fi
+kill -KILL "$pid0" 2>/dev/null
+rm -f "$WD_DROPIN" # (the daemon now running keeps WatchdogSec=5 until its next start)
+systemctl daemon-reload
+if wait_state xferd-b.service active 30 && why=$(transfer read "$SOCK_A" "$SOCK_B" $((1 * MIB))); then
+	ok "the daemon the watchdog restarted serves: a transfer to node B identical"
+else
+	fail "a transfer after the watchdog's restart" "${why:-$(why_unit xferd-b.service)}"
+fi
 
 # ---------------------------------------------------------------------------------------------
 note "--- journal (at ${SECONDS} s)"
