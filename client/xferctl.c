@@ -778,7 +778,7 @@ static void limit_cell(const json_t *limits, const char *scope, const char *res,
 		snprintf(out, len, "-");
 		return;
 	}
-	if (strcmp(res, "bytes") == 0) {
+	if (strcmp(res, "bytes") == 0 || strcmp(res, "queued_bytes") == 0) {
 		human_size(obj_u64(e, "used"), used, sizeof(used));
 		human_size(obj_u64(e, "limit"), limit, sizeof(limit));
 	} else {
@@ -791,20 +791,19 @@ static void limit_cell(const json_t *limits, const char *scope, const char *res,
 /* Usage against each limit: global, and per uid for the caller's uid. */
 static void status_print_limits(const json_t *s)
 {
-	static const char *const res[] = {
-		"bytes", "regions", "ops", "clients", "waits", "windows"
-	};
+	static const char *const res[] = { "bytes", "regions", "ops",	      "clients",
+					   "waits", "windows", "queued_bytes" };
 	const json_t *limits = json_object_get(s, "limits");
 	char uid[32], g[80], u[80];
 
 	if (!json_is_object(limits))
 		return; /* an older daemon */
 	snprintf(uid, sizeof(uid), "uid %llu", (unsigned long long)obj_u64(limits, "uid"));
-	printf("limits:   %-10s%-26s%s\n", "", "global", uid);
+	printf("limits:   %-14s%-26s%s\n", "", "global", uid);
 	for (size_t i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
 		limit_cell(limits, "global", res[i], g, sizeof(g));
 		limit_cell(limits, "per_uid", res[i], u, sizeof(u));
-		printf("          %-10s%-26s%s\n", res[i], g, u);
+		printf("          %-14s%-26s%s\n", res[i], g, u);
 	}
 }
 

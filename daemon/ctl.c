@@ -48,15 +48,29 @@ static int bind_socket(const char *path, unsigned mode)
 	return fd;
 }
 
+/* Takes @it, the first packet of @c's queue, off it, gives its bytes back and frees it. */
+static void outq_pop(struct xd_conn *c, struct xd_outq_item *it)
+{
+	STAILQ_REMOVE_HEAD(&c->outq, link);
+	c->queued--;
+	xd_uncharge(c->d, c->use, c->uid, XD_RES_QUEUED, it->len);
+	free(it);
+}
+
+/* Drops what is still queued for @c (it will not be sent). */
+static void outq_drop(struct xd_conn *c)
+{
+	struct xd_outq_item *it;
+
+	while ((it = STAILQ_FIRST(&c->outq)))
+		outq_pop(c, it);
+}
+
 static void conn_free(void *arg)
 {
 	struct xd_conn *c = arg;
-	struct xd_outq_item *it;
 
-	while ((it = STAILQ_FIRST(&c->outq))) {
-		STAILQ_REMOVE_HEAD(&c->outq, link);
-		free(it);
-	}
+	outq_drop(c);
 	xd_event_free(c->rev);
 	xd_event_free(c->wev);
 	if (c->fd >= 0)
@@ -83,6 +97,7 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 	       (unsigned long long)c->id, c->name, (int)c->pid, (unsigned)c->uid, why);
 	event_del(c->rev);
 	flush_queue(c); /* what is queued (an error naming why it closes) still goes, if it can */
+	outq_drop(c);	/* the rest never will: its bytes go back to the uid's budget now */
 	event_del(c->wev);
 	xd_windows_conn_closed(c); /* (first: a window's ops end with its cause) */
 	xd_ops_conn_closed(c);
@@ -133,10 +148,7 @@ static int send_queued(struct xd_conn *c)
 		it = STAILQ_FIRST(&c->outq);
 		if (mm[i].msg_len != it->len)
 			return -EMSGSIZE; /* (a SEQPACKET packet goes whole or not at all) */
-		STAILQ_REMOVE_HEAD(&c->outq, link);
-		c->queued--;
-		c->queued_bytes -= it->len;
-		free(it);
+		outq_pop(c, it);
 	}
 	return sent;
 }
@@ -178,25 +190,48 @@ void xd_conn_flush(struct xd_conn *c)
 		conn_close_later(c, "send failed (client gone)");
 }
 
+/* Why @c is dropped when a packet would pass a queued_bytes limit (@msg: xd_charge()'s). */
+static const char *queued_over(const char *msg)
+{
+	if (strncmp(msg, "per-connection", 14) == 0)
+		return "client stopped reading (per-connection queued_bytes limit reached)";
+	if (strncmp(msg, "per-uid", 7) == 0)
+		return "client stopped reading (its uid's queued_bytes limit reached)";
+	return "client stopped reading (global queued_bytes limit reached)";
+}
+
 int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len)
 {
+	char msg[160];
+	int rc;
+
 	if (c->closing || c->close_reason)
 		return -ENOTCONN;
-	/* Bounded in packets and in bytes: a reply can be 64 KiB, and 4096 of them 256 MiB. */
-	if (c->queued >= XD_MAX_QUEUED || c->queued_bytes + len > XD_MAX_QUEUED_BYTES) {
-		conn_close_later(c, c->queued >= XD_MAX_QUEUED ?
-					    "client stopped reading (4096 packets queued)" :
-					    "client stopped reading (16 MiB of replies queued)");
+	/*
+	 * Bounded in packets and in bytes (a reply can be 64 KiB, and 4096 of them 256 MiB), per
+	 * connection and, for the bytes, per uid and in all (limits.c): what the daemon holds for
+	 * clients that do not read is bounded however many connections a local user opens.
+	 */
+	if (c->queued >= XD_MAX_QUEUED) {
+		conn_close_later(c, "client stopped reading (4096 packets queued)");
 		return -ENOBUFS;
 	}
+	rc = xd_charge(c->d, c->use, c->uid, XD_RES_QUEUED, len, msg, sizeof(msg));
+	if (rc == -EDQUOT) {
+		conn_close_later(c, queued_over(msg));
+		return -ENOBUFS;
+	}
+	if (rc < 0)
+		return rc; /* (-ENOMEM, as a failed malloc of the packet below) */
 	struct xd_outq_item *it = malloc(sizeof(*it) + len);
-	if (!it)
+	if (!it) {
+		xd_uncharge(c->d, c->use, c->uid, XD_RES_QUEUED, len);
 		return -ENOMEM;
+	}
 	it->len = len;
 	memcpy(it->data, text, len);
 	STAILQ_INSERT_TAIL(&c->outq, it, link);
 	c->queued++;
-	c->queued_bytes += it->len;
 	if (c->queued > c->queued_max)
 		c->queued_max = c->queued;
 	/*

@@ -13,15 +13,24 @@
 #include "xferd.h"
 
 static const char *const res_names[XD_NRES] = {
-	[XD_RES_BYTES] = "bytes",     [XD_RES_REGIONS] = "regions", [XD_RES_OPS] = "ops",
-	[XD_RES_CLIENTS] = "clients", [XD_RES_WAITS] = "waits",	    [XD_RES_WINDOWS] = "windows",
+	[XD_RES_BYTES] = "bytes",
+	[XD_RES_REGIONS] = "regions",
+	[XD_RES_OPS] = "ops",
+	[XD_RES_CLIENTS] = "clients",
+	[XD_RES_WAITS] = "waits",
+	[XD_RES_WINDOWS] = "windows",
+	[XD_RES_QUEUED] = "queued_bytes",
 };
 
 /* What a limit counts, for messages ("12 GiB registered bytes", "4 regions"). */
 static const char *const res_nouns[XD_NRES] = {
-	[XD_RES_BYTES] = "registered bytes", [XD_RES_REGIONS] = "regions",
-	[XD_RES_OPS] = "operations",	     [XD_RES_CLIENTS] = "connections",
-	[XD_RES_WAITS] = "pending waits",    [XD_RES_WINDOWS] = "windows",
+	[XD_RES_BYTES] = "registered bytes",
+	[XD_RES_REGIONS] = "regions",
+	[XD_RES_OPS] = "operations",
+	[XD_RES_CLIENTS] = "connections",
+	[XD_RES_WAITS] = "pending waits",
+	[XD_RES_WINDOWS] = "windows",
+	[XD_RES_QUEUED] = "bytes of replies queued",
 };
 
 const char *xd_res_name(enum xd_res res)
@@ -76,6 +85,15 @@ void xd_limits_defaults(struct xd_config *cfg)
 	conn->max[XD_RES_WINDOWS] = 1024;
 	uid->max[XD_RES_WINDOWS] = 4096;
 	all->max[XD_RES_WINDOWS] = 16384;
+	/*
+	 * Replies and events wait in the daemon's memory while a client does not read them: 16 MiB
+	 * per connection, but one local user with 256 connections would hold 4 GiB of it, so the
+	 * uid and the daemon have budgets of their own. A connection that would pass one is
+	 * dropped (it is the one not reading).
+	 */
+	conn->max[XD_RES_QUEUED] = 16ull << 20;
+	uid->max[XD_RES_QUEUED] = 128ull << 20;
+	all->max[XD_RES_QUEUED] = 512ull << 20;
 }
 
 int xd_limits_load(struct xd_limits *lim, const json_t *obj, unsigned allowed, const char *key,
@@ -138,7 +156,7 @@ static void fmt_amount(enum xd_res res, uint64_t v, char *out, size_t len)
 	double x = (double)v;
 	int u = 0;
 
-	if (res != XD_RES_BYTES) {
+	if (res != XD_RES_BYTES && res != XD_RES_QUEUED) {
 		snprintf(out, len, "%" PRIu64, v);
 		return;
 	}

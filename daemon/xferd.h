@@ -34,8 +34,8 @@
 	     (var) = (tvar))
 #endif
 
-#define XD_MAX_QUEUED 4096		/* packets queued to one client before it is dropped */
-#define XD_MAX_QUEUED_BYTES (16u << 20) /* ... or bytes of them */
+#define XD_MAX_QUEUED 4096 /* packets queued to one client before it is dropped */
+/* (and bytes of them: the queued_bytes limits, at every scope) */
 /*
  * Window notifications (PROTOCOL.md §10.9): once a window owner's client has XD_NOTIFY_HIGH
  * packets queued, window.notified waits at the daemon (and a TCP opener's WACKs with it), till
@@ -197,6 +197,7 @@ enum xd_res {
 	XD_RES_CLIENTS, /**< control connections (per uid and global) */
 	XD_RES_WAITS,	/**< pending op.wait and op.cancel replies (per connection and global) */
 	XD_RES_WINDOWS, /**< windows created and window handles opened */
+	XD_RES_QUEUED,	/**< bytes of replies and events queued for a client that is not reading */
 	XD_NRES,
 };
 #define XD_NO_LIMIT UINT64_MAX
@@ -686,8 +687,7 @@ struct xd_conn {
 	const char *close_reason;      /**< set: close at the next turn of the loop */
 	struct xd_deferred free_later; /**< freed at the next loop turn once closed */
 	STAILQ_HEAD(, xd_outq_item) outq;
-	unsigned queued;
-	size_t queued_bytes;   /**< of the packets in outq */
+	unsigned queued;       /**< packets in outq (their bytes: use[XD_RES_QUEUED]) */
 	uint64_t use[XD_NRES]; /**< charged to this connection (limits.c) */
 	bool charged;	       /**< its XD_RES_CLIENTS charge is held */
 	uint64_t created_us;
