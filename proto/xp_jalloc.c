@@ -84,11 +84,12 @@ static void *ja_malloc(size_t size)
 static void ja_free(void *p)
 {
 	struct xp_jalloc *c = ja_cache;
-	unsigned char *b = (unsigned char *)p - JA_HDR;
+	unsigned char *b;
 	size_t cls;
 
 	if (!p)
-		return;
+		return; /* (before the step back to the header: NULL - JA_HDR is undefined) */
+	b = (unsigned char *)p - JA_HDR;
 	memcpy(&cls, b, sizeof(cls));
 	if (cls < XP_JALLOC_CLASSES && c && c->count[cls] < XP_JALLOC_KEEP) {
 		struct ja_free *f = (struct ja_free *)(void *)b;
