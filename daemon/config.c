@@ -134,7 +134,7 @@ static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	if (load_post_thread(cfg, post_thread, err, errlen) < 0)
 		return -EINVAL;
 	if (sbufs < 1 || sbufs > XD_STAGE_BUFFERS_MAX) {
-		snprintf(err, errlen, "rdma_staging_buffers must be 1 to %u", XD_STAGE_BUFFERS_MAX);
+		snprintf(err, errlen, "rdma_staging_buffers must be 1 to %d", XD_STAGE_BUFFERS_MAX);
 		return -EINVAL;
 	}
 	if (ssize < XD_STAGE_SIZE_MIN || ssize > XD_STAGE_SIZE_MAX || ssize % XD_STAGE_ALIGN) {
@@ -346,7 +346,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	    threads > 64 || busy_poll < 0 || busy_poll > XD_BUSY_POLL_MAX_CFG_US) {
 		snprintf(err, errlen,
 			 "out of range: socket_mode 0..0777, default_timeout_ms 1..86400000, "
-			 "copy_threads 1..64, busy_poll_us 0..%u",
+			 "copy_threads 1..64, busy_poll_us 0..%d",
 			 XD_BUSY_POLL_MAX_CFG_US);
 		return -EINVAL;
 	}
