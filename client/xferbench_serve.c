@@ -747,6 +747,7 @@ int main(int argc, char **argv)
 	s.units = (size_t)(o.pool / UNIT);
 	s.used = calloc(s.units, 1);
 	if (!s.n || !s.used) {
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): main() returns, the exit frees it */
 		fprintf(stderr, "xferbench_serve: no requests (or out of memory)\n");
 		return 1;
 	}

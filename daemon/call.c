@@ -41,6 +41,7 @@ static const char *failed_key(const char *fmt, const json_error_t *err, va_list 
 	if (code == json_error_end_of_input_expected || code == json_error_item_not_found ||
 	    pos <= 0 || pos >= (int)strlen(fmt))
 		return NULL;
+	/* cppcheck-suppress arrayIndexThenCheck ; i stops at fmt's NUL: pos only stops it sooner */
 	for (int i = 1; fmt[i] && i <= pos; i++) {
 		char ch = fmt[i];
 		if (ch == ' ' || ch == ',' || ch == ':' || ch == '?' || ch == '}')

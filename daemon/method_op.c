@@ -102,6 +102,8 @@ static int parse_descs(struct xd_call *call, json_t *arr, struct xd_op *op)
 /* The descriptors of a batch read as text (xp_batch_req_read()): as parse_descs() reads JSON. */
 static int raw_descs(struct xd_call *call, const struct xp_breq_desc *d, size_t n, struct xd_op *op)
 {
+	/* (n >= 1: descs is required, and xp_batch_req_read() refuses an empty list) */
+	/* NOLINTNEXTLINE(clang-analyzer-optin.portability.UnixAPI) */
 	op->segs = calloc(n, sizeof(*op->segs));
 	if (!op->segs)
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
@@ -124,11 +126,13 @@ static int check_access(struct xd_call *call, const struct xd_op *op)
 
 	for (uint32_t i = 0; i < op->nsegs; i++) {
 		const struct xd_region *r = op->segs[i].region;
+		/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): desc_check set it */
 		if (source && !r->may_read)
 			return xd_fail(call, XP_E_FAILED, EBADF,
 				       "region %llu's file is open write-only: it cannot be the "
 				       "source of %s",
 				       (unsigned long long)r->id, xp_kind_name(op->kind));
+		/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): desc_check set it */
 		if (!source && !r->may_write)
 			return xd_fail(call, XP_E_FAILED, EBADF,
 				       "region %llu's file is open read-only: it cannot be the "

@@ -168,6 +168,7 @@ static void batch_push_cb(void *arg)
 
 	if (cap > XP_MAX_MSG)
 		cap = XP_MAX_MSG;
+	/* cppcheck-suppress legacyUninitvar ; its address, not its bytes */
 	if (c && !b->refusal && (text = cap > sizeof(stack) ? malloc(cap) : stack)) {
 		len = xp_batch_done_text(text, cap, b->id, b->ends, b->nends);
 		if (len > 0)
@@ -590,6 +591,7 @@ static void op_free(struct xd_op *op)
 	struct xd_waiter *w;
 
 	while ((w = TAILQ_FIRST(&op->waiters))) {
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		xd_client_reply_error(w->conn, w->id, XP_E_FAILED, ENOENT,
 				      "operation was released while waiting for it");
 		waiter_free(w);
@@ -929,6 +931,7 @@ void xd_ops_conn_closed(struct xd_conn *c)
 	struct xd_op *op, *tmp;
 
 	while ((w = TAILQ_FIRST(&c->waiters)))
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		waiter_free(w);
 	TAILQ_FOREACH_SAFE(op, &c->d->ops, link, tmp) {
 		if (op->owner != c)
@@ -953,6 +956,7 @@ void xd_ops_fini(struct xd_daemon *d)
 	struct xd_op *op;
 
 	while ((op = TAILQ_FIRST(&d->ops))) {
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		op->job = NULL; /* the copier has stopped and freed its jobs */
 		op_free(op);
 	}

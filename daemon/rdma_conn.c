@@ -2480,6 +2480,7 @@ static int rdma_start(struct xd_daemon *d)
 	if (d->rdma)
 		d->rdma->post_failed = rconn_post_failed;
 
+	/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): d->rdma is set when rc is 0 */
 	if (rc == 0 && d->rdma->ndevs)
 		rc = rconn_start(d);
 	if (rc == 0 && forced && !xd_rdma_available(d)) {

@@ -58,6 +58,6 @@ void xd_transport_names(char *buf, size_t len)
 			 i == 0	    ? "" :
 			 i == n - 1 ? " or " :
 				      ", ",
-			 net[i]->name);
+			 net[i]->name); /* cppcheck-suppress uninitvar ; net[0..n) were set above */
 	}
 }

@@ -326,6 +326,7 @@ static void deliver(struct xd_wopener *o)
 	struct xd_wnote *n;
 	bool acks = false;
 
+	/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 	while ((n = TAILQ_FIRST(&o->notes)) && n->done) {
 		bool tell = n->visible && w->owner && !w->closing;
 		if (n->order && n->order != o->next_order)
@@ -405,6 +406,7 @@ static void window_free(struct xd_window *w)
 	struct xd_wopener *o;
 
 	while ((o = TAILQ_FIRST(&w->openers)))
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		opener_free(o);
 	TAILQ_REMOVE(&w->d->windows, w, link);
 	xd_defer_cancel(w->d, &w->reap);
@@ -1052,6 +1054,7 @@ static void send_notes(struct xd_whandle *h)
 {
 	struct xd_hnote *n;
 
+	/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 	while ((n = TAILQ_FIRST(&h->notes)) && n->done) {
 		if (n->complete && h->credit && h->notes_sent - h->notes_acked >= h->credit)
 			return; /* spent: the owner's client is behind (WNOTIFY_ACK resumes) */
@@ -2386,8 +2389,10 @@ void xd_windows_fini(struct xd_daemon *d)
 	struct xd_whandle *h;
 
 	while ((w = TAILQ_FIRST(&d->windows)))
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		window_free(w);
 	while ((h = TAILQ_FIRST(&d->whandles))) {
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		h->conn = NULL;
 		handle_free(h);
 	}

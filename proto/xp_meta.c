@@ -119,6 +119,7 @@ int xp_hex_decode(const char *in, uint8_t *out, size_t n)
 	if (strlen(in) != 2 * n)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
+		/* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): strlen(in) is 2 * n */
 		int hi = hex_value(in[2 * i]), lo = hex_value(in[2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return -EINVAL;

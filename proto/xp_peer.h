@@ -44,6 +44,7 @@
 	X(WNOTIFY_ACK, 24)
 
 enum xp_peer_type {
+/* NOLINTNEXTLINE(bugprone-macro-parentheses): each value is an integer literal */
 #define XP_PEER_TYPE_ENUM(name, value) XP_PEER_##name = value,
 	XP_PEER_TYPES(XP_PEER_TYPE_ENUM)
 #undef XP_PEER_TYPE_ENUM

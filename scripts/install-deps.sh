@@ -23,6 +23,8 @@ PKGS=(
 	ucx-utils # make bench: ucx_perftest beside xferd (scripts/bench-net.sh)
 	clang-format # make format-check (tests/test_format.sh)
 	valgrind # make test-valgrind: the daemon under memcheck (tests/valgrind.sh)
+	cppcheck # make analyze (scripts/analyze.sh)
+	clang-tidy # make analyze
 	# tests/test_unit.sh (systemd-analyze verify/security, systemd-sysusers) and
 	# make test-systemd (systemd as PID 1 in the VM); tests/test_man.sh (mandoc -T lint, man for
 	# systemd-analyze verify's Documentation= check, the completion run by bash-completion).
