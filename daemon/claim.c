@@ -941,6 +941,18 @@ static int parse_rsegs(struct xd_xfer *x, json_t *json)
 
 static void data_received(struct xd_xfer *x);
 
+/*
+ * A transfer has one CLAIM_OK (PROTOCOL.md §10.3): a second, from a rogue or broken owner, fails
+ * the set. Taken, it replaced a one-sided transfer's ranges under the requests in flight, and
+ * the first ones' memory was lost. Returns -EPROTO.
+ */
+static int claim_ok_again(struct xd_xfer *x)
+{
+	xd_link_fail(x->peer, EPROTO, "transfer %llu: a second CLAIM_OK (§10.3)",
+		     (unsigned long long)x->id);
+	return -EPROTO;
+}
+
 /* The owner's CLAIM_OK (JSON or binary): the transfer starts on this side. Returns 0. */
 static int claim_ok_received(struct xd_xfer *x, uint32_t via, bool staged, bool quick)
 {
@@ -968,6 +980,8 @@ static int handle_claim_ok(struct xd_xfer *x, uint32_t via, json_t *json)
 		return 0;
 	if (x->ok_in_data)
 		return -EPROTO; /* (its DATA answers: the owner said so in its HELLO) */
+	if (x->ok_rx)
+		return claim_ok_again(x);
 	/* An owner whose buffer is a file grants it one staged chunk at a time instead. */
 	bool staged = x->one_sided && json && json_is_true(json_object_get(json, "staged"));
 	if (x->one_sided && !staged && parse_rsegs(x, json) < 0)
@@ -1137,6 +1151,8 @@ static int ctrl_bin_received(struct xd_peer *p, uint32_t via, const struct xp_pe
 	case XP_PEER_CLAIM_OK:
 		if (!x->active || x->ok_in_data)
 			return -EPROTO; /* (a read's DATA answers when the owner said so) */
+		if (x->ok_rx)
+			return claim_ok_again(x);
 		return x->op ? claim_ok_received(x, via, false, ok_flags & XP_CLAIM_OK_QUICK) : 0;
 	case XP_PEER_DONE:
 		return done_received(x);

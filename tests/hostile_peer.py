@@ -56,6 +56,13 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  to the owner daemon at HOST PORT, but raises
                                                  the count of the first WACK it carries by 5:
                                                  it acknowledges puts never sent (§10.7)
+  hostile_peer.py claimok_relay LPORT HOST PORT [json]
+                                                 (a rogue owner) forwards a set's connections
+                                                 to the owner daemon at HOST PORT, but passes
+                                                 each CLAIM_OK twice, back to back: a transfer
+                                                 has one (§10.3); with json, each HELLO loses
+                                                 its binary_pairing, so that every CLAIM_OK is
+                                                 JSON (as to and from an older daemon)
   hostile_peer.py wack_opener SOCKET METAFILE    (helper) a local client opening the window
                                                  METAFILE names and putting 4 KiB twice; exit
                                                  0 when both puts end ERRORED, none COMPLETE,
@@ -968,6 +975,40 @@ def mode_wack_relay(lport, host, port):
     return True
 
 
+def mode_claimok_relay(lport, host, port, json_only=None):
+    def tamper(fields, body):
+        if fields[0] == HELLO and json_only:
+            hello = json.loads(body)
+            hello.pop("binary_pairing", None)
+            body = json.dumps(hello, separators=(",", ":")).encode()
+            fields[3] = len(body)
+        out = HDR.pack(*fields) + body
+        if fields[0] == CLAIM_OK:
+            fields[2] = 0  # (the copy returns no credits)
+            out += HDR.pack(*fields) + body
+        return out
+
+    def pump_tampered(src, dst):
+        try:
+            while True:
+                hdr = recv_exact(src, HDR.size)
+                if hdr is None:
+                    break
+                fields = list(HDR.unpack(hdr))
+                body = recv_exact(src, fields[3]) if fields[3] else b""
+                if body is None:
+                    break
+                dst.sendall(tamper(fields, body))
+        except OSError:
+            pass
+        shut_both(src, dst)
+
+    for client, server in relay_pairs(lport, host, port):
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=pump_tampered, args=(a, b), daemon=True).start()
+    return True
+
+
 def mode_wack_opener(path, metafile):
     import array
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -1021,7 +1062,8 @@ def main(argv):
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
              "windows": mode_windows, "owner": mode_owner, "wframes": mode_wframes,
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
-             "wack_opener": mode_wack_opener, "binpair": mode_binpair,
+             "claimok_relay": mode_claimok_relay, "wack_opener": mode_wack_opener,
+             "binpair": mode_binpair,
              "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)

@@ -292,5 +292,42 @@ fi
 kill "$OWNER" 2>/dev/null
 wait "$OWNER" 2>/dev/null
 
+# --- a rogue owner: a relay that passes each CLAIM_OK twice, back to back. A transfer has one
+# (PROTOCOL.md §10.3): the claimer fails the set on the second, never takes it (one-sided, its
+# ranges replaced the first ones under the requests in flight, whose memory was lost). Binary
+# (§10.8) between these daemons; in JSON, as with an older daemon, when the relay also takes
+# binary_pairing out of each HELLO.
+# claimok_case NAME PORT [json]: daemon NAME on PORT + 1 behind the relay on PORT; a 1 MiB write
+# from B into a writable on NAME must end ERRORED, naming the rule, and B serve on.
+claimok_case()
+{
+	local name=$1 port=$2 how=${3:-binary} wp
+	start "$name" $((port + 1)) --peer-key "$D/key" --advertise "127.0.0.1:$port" ||
+		abort_setup "daemon $name did not start"
+	$PY tests/hostile_peer.py claimok_relay "$port" 127.0.0.1 $((port + 1)) ${3:+"$3"} &
+	PIDS+=($!)
+	head -c $((1 << 20)) /dev/urandom >"$D/$name.src"
+	"$BUILD/xferctl" --socket "$D/$name.sock" writable $((1 << 20)) "$D/$name.dst" \
+		>"$D/$name.meta" 2>"$D/$name.oerr" &
+	wp=$!
+	for _ in $(seq 100); do
+		[ -s "$D/$name.meta" ] && [ -n "$(ss -Hltn "sport = :$port")" ] && break
+		sleep 0.05
+	done
+	if ! timeout 20 "$BUILD/xferctl" --socket "$D/B.sock" write "@$D/$name.meta" \
+		"$D/$name.src" 2>"$D/$name.err" && grep -q "a second CLAIM_OK" "$D/$name.err" &&
+		kill -0 "$(pid_of B)" 2>/dev/null && transfer A B "t$name"; then
+		ok "a second CLAIM_OK ($how) for one transfer fails the claimer's set, and B keeps\
+ serving: $(cat "$D/$name.err")"
+	else
+		fail "a second CLAIM_OK ($how) for one transfer" \
+			"$(cat "$D/$name.err"); $(tail -n 3 "$D/B.log")"
+	fi
+	kill "$wp" 2>/dev/null
+	wait "$wp" 2>/dev/null
+}
+claimok_case C $((BASE + 10))
+claimok_case E $((BASE + 12)) json
+
 summary
 [ "$failed" -eq 0 ]
