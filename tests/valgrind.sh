@@ -49,6 +49,9 @@ run_suite()
 	echo "# ---- $name under valgrind ----"
 	BUILD="$WORK/build" XFER_SRCDIR=$ROOT timeout -k 10 1200 bash "$ROOT/tests/$name" 2>&1 |
 		tee "$out"
+	for f in "$WORK"/logs/xferd.*.log; do
+		[ -f "$f" ] && mv "$f" "${f%.log}.$name"
+	done
 	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
 	if [ -z "$last" ]; then
 		fail "$name under valgrind" "no summary line: crashed or timed out?"
@@ -59,9 +62,6 @@ run_suite()
 	f=${f%% failed*}
 	passed=$((passed + p))
 	failed=$((failed + f))
-	for f in "$WORK"/logs/xferd.*.log; do
-		[ -f "$f" ] && mv "$f" "${f%.log}.$name"
-	done
 }
 
 # check_log FILE: one test per daemon process (see the top).
@@ -75,7 +75,7 @@ check_log()
 	errs=$(grep -E '== (Invalid|Conditional jump|Use of uninitialised|Syscall param|Mismatched|Source and destination overlap|[0-9,]+ bytes in [0-9,]+ blocks are (definitely|indirectly) lost)' <<<"$body" | head -n 3)
 	# An fd open at exit is reported as "Open file descriptor N: WHAT" followed by where it was
 	# opened; those the daemon inherited (stdio, the log file) say "<inherited from parent>".
-	fds=$(awk '/Open (file|AF_UNIX socket|AF_INET socket)/ { what = $0; getline
+	fds=$(awk '/Open (file descriptor|AF_[A-Z0-9]+ socket)/ { what = $0; getline
 		if ($0 !~ /inherited from parent/) print what }' <<<"$body" | head -n 3)
 	if [ -n "$errs" ]; then
 		fail "xferd pid $pid ($suite): memcheck" "$(tr '\n' '|' <<<"$errs")see the log below"
