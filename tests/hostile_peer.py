@@ -941,7 +941,8 @@ def mode_relay(lport, host, port, logpath):
 
 
 def pump_frames(src, dst, tamper):
-    """Forwards whole frames from @src to @dst; @tamper(header fields) may change them."""
+    """Forwards whole frames from @src to @dst: what @tamper(header fields, body) returns (the
+    bytes to send in the frame's place)."""
     try:
         while True:
             hdr = recv_exact(src, HDR.size)
@@ -951,7 +952,7 @@ def pump_frames(src, dst, tamper):
             body = recv_exact(src, fields[3]) if fields[3] else b""
             if body is None:
                 break
-            dst.sendall(HDR.pack(*tamper(fields)) + body)
+            dst.sendall(tamper(fields, body))
     except OSError:
         pass
     shut_both(src, dst)
@@ -961,12 +962,12 @@ def mode_wack_relay(lport, host, port):
     lock = threading.Lock()
     done = []
 
-    def inflate(fields):  # type, flags, credits, length, xfer, offset
+    def inflate(fields, body):  # type, flags, credits, length, xfer, offset
         with lock:
             if fields[0] == WACK and not done:
                 done.append(fields[5])
                 fields[5] += 5
-        return fields
+        return HDR.pack(*fields) + body
 
     for client, server in relay_pairs(lport, host, port):
         threading.Thread(target=pump, args=(client, server, open(os.devnull, "wb"), lock),
@@ -988,24 +989,9 @@ def mode_claimok_relay(lport, host, port, json_only=None):
             out += HDR.pack(*fields) + body
         return out
 
-    def pump_tampered(src, dst):
-        try:
-            while True:
-                hdr = recv_exact(src, HDR.size)
-                if hdr is None:
-                    break
-                fields = list(HDR.unpack(hdr))
-                body = recv_exact(src, fields[3]) if fields[3] else b""
-                if body is None:
-                    break
-                dst.sendall(tamper(fields, body))
-        except OSError:
-            pass
-        shut_both(src, dst)
-
     for client, server in relay_pairs(lport, host, port):
         for a, b in ((client, server), (server, client)):
-            threading.Thread(target=pump_tampered, args=(a, b), daemon=True).start()
+            threading.Thread(target=pump_frames, args=(a, b, tamper), daemon=True).start()
     return True
 
 
