@@ -138,14 +138,27 @@ static size_t make_requests(const struct opts *o, struct req **out)
 	return r ? n : 0;
 }
 
+/* calloc() for the report's arrays: a benchmark that cannot hold them has nothing to report. */
+static void *report_calloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+
+	if (!p) {
+		fprintf(stderr, "xferbench_serve: out of memory for the report of %zu requests\n",
+			n);
+		exit(1);
+	}
+	return p;
+}
+
 /*
  * A perfectly shared link on the same arrivals (processor sharing at @link bytes/s: every
  * request in the system gets an equal share at every instant): each request's finish time.
  */
 static void simulate_shared(const struct req *r, size_t n, double link, double *finish)
 {
-	double *left = malloc(n * sizeof(*left)), t = 0;
-	bool *live = calloc(n, sizeof(*live));
+	double *left = report_calloc(n, sizeof(*left)), t = 0;
+	bool *live = report_calloc(n, sizeof(*live));
 	size_t next = 0, active = 0;
 
 	for (;;) {
@@ -508,9 +521,9 @@ static double pct(double *v, size_t n, double p)
 static void report(struct serve *s)
 {
 	size_t n = s->n;
-	double *lat = malloc(n * sizeof(double)), *ps = malloc(n * sizeof(double));
-	double *fin = malloc(n * sizeof(double)), *sz = malloc(n * sizeof(double));
-	double *ff = malloc(n * sizeof(double)), *fi = malloc(n * sizeof(double));
+	double *lat = report_calloc(n, sizeof(double)), *ps = report_calloc(n, sizeof(double));
+	double *fin = report_calloc(n, sizeof(double)), *sz = report_calloc(n, sizeof(double));
+	double *ff = report_calloc(n, sizeof(double)), *fi = report_calloc(n, sizeof(double));
 	uint64_t bytes = 0;
 
 	simulate_shared(s->reqs, n, s->o->link_Bps, fin);
