@@ -48,9 +48,11 @@ static int bind_socket(const char *path, unsigned mode)
 	return fd;
 }
 
-/* Takes @it, the first packet of @c's queue, off it, gives its bytes back and frees it. */
-static void outq_pop(struct xd_conn *c, struct xd_outq_item *it)
+/* Takes the first packet of @c's queue off it, gives its bytes back and frees it. */
+static void outq_pop(struct xd_conn *c)
 {
+	struct xd_outq_item *it = STAILQ_FIRST(&c->outq);
+
 	STAILQ_REMOVE_HEAD(&c->outq, link);
 	c->queued--;
 	xd_uncharge(c->d, c->use, c->uid, XD_RES_QUEUED, it->len);
@@ -60,10 +62,8 @@ static void outq_pop(struct xd_conn *c, struct xd_outq_item *it)
 /* Drops what is still queued for @c (it will not be sent). */
 static void outq_drop(struct xd_conn *c)
 {
-	struct xd_outq_item *it;
-
-	while ((it = STAILQ_FIRST(&c->outq)))
-		outq_pop(c, it);
+	while (!STAILQ_EMPTY(&c->outq))
+		outq_pop(c);
 }
 
 static void conn_free(void *arg)
@@ -148,7 +148,7 @@ static int send_queued(struct xd_conn *c)
 		it = STAILQ_FIRST(&c->outq);
 		if (mm[i].msg_len != it->len)
 			return -EMSGSIZE; /* (a SEQPACKET packet goes whole or not at all) */
-		outq_pop(c, it);
+		outq_pop(c);
 	}
 	return sent;
 }

@@ -45,12 +45,12 @@ chmod +x "$WORK/build/xferd"
 # run_suite NAME: tests/NAME with the wrapper build; its summary line adds to the counts.
 run_suite()
 {
-	local name=$1 out="$WORK/$1.out" last p f
+	local name=$1 out="$WORK/$1.out" last p f log
 	echo "# ---- $name under valgrind ----"
 	BUILD="$WORK/build" XFER_SRCDIR=$ROOT timeout -k 10 1200 bash "$ROOT/tests/$name" 2>&1 |
 		tee "$out"
-	for f in "$WORK"/logs/xferd.*.log; do
-		[ -f "$f" ] && mv "$f" "${f%.log}.$name"
+	for log in "$WORK"/logs/xferd.*.log; do
+		[ -f "$log" ] && mv "$log" "${log%.log}.$name"
 	done
 	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
 	if [ -z "$last" ]; then
