@@ -515,6 +515,7 @@ void xd_ctl_fini(struct xd_daemon *d)
 
 	while ((c = TAILQ_FIRST(&d->conns)))
 		xd_conn_close(c, "daemon stopping");
+	xd_idmap_fini(&d->region_ids); /* (closing released every region: none is listed) */
 	xd_defer_flush(d);
 	xd_ctl_stop_listening(d);
 	xd_event_free(d->listen_ev);

@@ -424,6 +424,10 @@ void xd_daemon_clear(struct xd_daemon *d)
 	TAILQ_INIT(&d->conns);
 	TAILQ_INIT(&d->regions);
 	TAILQ_INIT(&d->ops);
+	xd_idmap_init(&d->region_ids);
+	xd_idmap_init(&d->op_ids);
+	xd_idmap_init(&d->window_ids);
+	xd_idmap_init(&d->handle_ids);
 	TAILQ_INIT(&d->peers);
 	TAILQ_INIT(&d->xfers);
 	TAILQ_INIT(&d->windows);

@@ -20,14 +20,10 @@
 
 /* ---- lookup, listing, notification ---- */
 
+/* (by the index, not a walk of d->ops: a batch names up to 1024, a peer one a claim) */
 static struct xd_op *op_find(struct xd_daemon *d, uint64_t id)
 {
-	struct xd_op *op;
-
-	TAILQ_FOREACH(op, &d->ops, link)
-		if (op->id == id)
-			return op;
-	return NULL;
+	return XD_IDMAP_OBJ(xd_idmap_get(&d->op_ids, id), struct xd_op, by_id);
 }
 
 struct xd_op *xd_op_lookup(struct xd_call *call, uint64_t id)
@@ -603,6 +599,7 @@ static void op_free(struct xd_op *op)
 	if (life_holds_regions(op->life))
 		drop_regions(op);
 	TAILQ_REMOVE(&op->d->ops, op, link);
+	xd_idmap_del(&op->d->op_ids, &op->by_id);
 	xd_event_free(op->deadline);
 	xd_defer_cancel(op->d, &op->forget_later);
 	free(op->segs);
@@ -756,6 +753,7 @@ static void op_start(struct xd_call *call, struct xd_op *op, enum xp_state state
 	if (!op->charged)
 		xd_log(XD_LOG_ERR, "op %llu not counted: %s", (unsigned long long)op->id, msg);
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
+	xd_idmap_add(&op->d->op_ids, &op->by_id, op->id);
 	op_enter(op, life);
 	arm_deadline(op);
 	notify(op, false); /* the owner gets the reply; subscribers see the new operation */
@@ -768,6 +766,7 @@ void xd_op_start_internal(struct xd_op *op)
 	op->state = XP_ST_INITIALIZED;
 	op->created_us = xd_now_us();
 	TAILQ_INSERT_TAIL(&op->d->ops, op, link);
+	xd_idmap_add(&op->d->op_ids, &op->by_id, op->id);
 	op_enter(op, XD_OP_OPEN);
 	arm_deadline(op);
 }
@@ -960,4 +959,5 @@ void xd_ops_fini(struct xd_daemon *d)
 		op->job = NULL; /* the copier has stopped and freed its jobs */
 		op_free(op);
 	}
+	xd_idmap_fini(&d->op_ids);
 }

@@ -180,6 +180,7 @@ static void region_file(struct xd_conn *c, struct xd_region *r, uint64_t t0)
 	r->refs = 1;
 	r->register_us = xd_now_us() - t0;
 	TAILQ_INSERT_TAIL(&d->regions, r, link);
+	xd_idmap_add(&d->region_ids, &r->by_id, r->id);
 }
 
 /*
@@ -386,6 +387,7 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 	r->owner = c;
 	r->refs = 1;
 	TAILQ_INSERT_TAIL(&c->d->regions, r, link);
+	xd_idmap_add(&c->d->region_ids, &r->by_id, r->id);
 	call->result = region_result(r);
 	return 0;
 }
@@ -457,25 +459,26 @@ out:
 
 struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id)
 {
-	struct xd_region *r;
+	/* (by the index, not a walk of d->regions: a request names up to 1024 of them) */
+	struct xd_region *r =
+		XD_IDMAP_OBJ(xd_idmap_get(&call->conn->d->region_ids, id), struct xd_region, by_id);
 
-	TAILQ_FOREACH(r, &call->conn->d->regions, link) {
-		if (r->id != id)
-			continue;
-		if (r->owner != call->conn) {
-			xd_fail(call, XP_E_FAILED, EPERM, "region %llu belongs to another client",
-				(unsigned long long)id);
-			return NULL;
-		}
-		return r;
+	if (!r) {
+		xd_fail(call, XP_E_FAILED, ENOENT, "no region %llu", (unsigned long long)id);
+		return NULL;
 	}
-	xd_fail(call, XP_E_FAILED, ENOENT, "no region %llu", (unsigned long long)id);
-	return NULL;
+	if (r->owner != call->conn) {
+		xd_fail(call, XP_E_FAILED, EPERM, "region %llu belongs to another client",
+			(unsigned long long)id);
+		return NULL;
+	}
+	return r;
 }
 
 void xd_region_release(struct xd_region *r)
 {
 	TAILQ_REMOVE(&r->d->regions, r, link);
+	xd_idmap_del(&r->d->region_ids, &r->by_id);
 	/*
 	 * The connection's charge goes now; its uid's and the daemon's when the mapping does
 	 * (xd_region_unref): an operation may hold the pages after deregistration.

@@ -97,6 +97,7 @@ struct xd_wopener {
 struct xd_window {
 	bool is_handle; /**< false (listings tell the two apart by this first field) */
 	TAILQ_ENTRY(xd_window) link;
+	struct xd_idnode by_id; /**< in d->window_ids while in d->windows */
 	struct xd_daemon *d;
 	uint64_t id;
 	struct xd_conn *owner; /**< NULL once closed */
@@ -120,6 +121,7 @@ struct xd_window {
 struct xd_whandle {
 	bool is_handle; /**< true */
 	TAILQ_ENTRY(xd_whandle) link;
+	struct xd_idnode by_id; /**< in d->handle_ids while in d->whandles */
 	struct xd_daemon *d;
 	uint64_t id;
 	struct xd_conn *conn; /**< NULL: its client went while it was opening */
@@ -204,24 +206,15 @@ static struct xd_wlane *wlane_get(struct xd_wlane *lanes, uint32_t id)
 	return l;
 }
 
+/* (by the index, not a walk of d->windows: every get and put, and every frame of one, names it) */
 static struct xd_window *window_find(struct xd_daemon *d, uint64_t id)
 {
-	struct xd_window *w;
-
-	TAILQ_FOREACH(w, &d->windows, link)
-		if (w->id == id)
-			return w;
-	return NULL;
+	return XD_IDMAP_OBJ(xd_idmap_get(&d->window_ids, id), struct xd_window, by_id);
 }
 
 static struct xd_whandle *handle_find(struct xd_daemon *d, uint64_t id)
 {
-	struct xd_whandle *h;
-
-	TAILQ_FOREACH(h, &d->whandles, link)
-		if (h->id == id)
-			return h;
-	return NULL;
+	return XD_IDMAP_OBJ(xd_idmap_get(&d->handle_ids, id), struct xd_whandle, by_id);
 }
 
 static struct xd_whandle *handle_of_peer(struct xd_peer *p, uint64_t id)
@@ -409,6 +402,7 @@ static void window_free(struct xd_window *w)
 		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): the free unlinked it from here */
 		opener_free(o);
 	TAILQ_REMOVE(&w->d->windows, w, link);
+	xd_idmap_del(&w->d->window_ids, &w->by_id);
 	xd_defer_cancel(w->d, &w->reap);
 	w->region->live_ops--;
 	xd_region_unref(w->region);
@@ -522,6 +516,7 @@ static void handle_free(struct xd_whandle *h)
 	if (h->conn)
 		uncharge_window(h->conn);
 	TAILQ_REMOVE(&h->d->whandles, h, link);
+	xd_idmap_del(&h->d->handle_ids, &h->by_id);
 	free(h);
 }
 
@@ -607,6 +602,7 @@ static struct xd_whandle *handle_new(struct xd_call *call, const struct xp_meta 
 	TAILQ_INIT(&h->gets);
 	TAILQ_INIT(&h->notes);
 	TAILQ_INSERT_TAIL(&h->d->whandles, h, link);
+	xd_idmap_add(&h->d->handle_ids, &h->by_id, h->id);
 	return h;
 }
 
@@ -836,6 +832,7 @@ int xd_window_create(struct xd_call *call, uint64_t region, uint64_t offset, uin
 	w->created_us = xd_now_us();
 	TAILQ_INIT(&w->openers);
 	TAILQ_INSERT_TAIL(&w->d->windows, w, link);
+	xd_idmap_add(&w->d->window_ids, &w->by_id, w->id);
 	call->result = create_result(w);
 	if (!call->result) { /* nothing was given out: take it back */
 		uncharge_window(w->owner);
@@ -2396,6 +2393,8 @@ void xd_windows_fini(struct xd_daemon *d)
 		h->conn = NULL;
 		handle_free(h);
 	}
+	xd_idmap_fini(&d->window_ids);
+	xd_idmap_fini(&d->handle_ids);
 }
 
 /* ---- listing ---- */

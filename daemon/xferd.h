@@ -14,6 +14,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -338,6 +339,32 @@ void xd_uid_usage_get(const struct xd_daemon *d, uid_t uid, uint64_t use[XD_NRES
  */
 json_t *xd_limits_json(const struct xd_daemon *d, const uint64_t conn_use[XD_NRES], uid_t uid);
 
+/* idmap.c: objects by id (regions, operations, windows, handles), the nodes in the objects */
+struct xd_idnode {
+	struct xd_idnode *next;
+	uint64_t id;
+};
+#define XD_IDMAP_SMALL_BITS 4 /* chains held in the map itself: adding never allocates first */
+struct xd_idmap {
+	struct xd_idnode *small[1u << XD_IDMAP_SMALL_BITS];
+	struct xd_idnode **heap; /**< the chains once grown past small (NULL: small) */
+	unsigned bits;		 /**< log2 of the number of chains */
+	size_t count;
+};
+/* The object of type @type whose member @member is @node (NULL: NULL). */
+#define XD_IDMAP_OBJ(node, type, member) \
+	((node) ? (type *)(void *)((char *)(node)-offsetof(type, member)) : (type *)NULL)
+/* An empty map (no allocation). */
+void xd_idmap_init(struct xd_idmap *m);
+/* Files @node under @id (unique: not in the map). Cannot fail. */
+void xd_idmap_add(struct xd_idmap *m, struct xd_idnode *node, uint64_t id);
+/* Takes @node (added) out. */
+void xd_idmap_del(struct xd_idmap *m, struct xd_idnode *node);
+/* The node of @id, or NULL. */
+struct xd_idnode *xd_idmap_get(struct xd_idmap *m, uint64_t id);
+/* Frees what the map allocated; it is empty again (its nodes are the objects' to free). */
+void xd_idmap_fini(struct xd_idmap *m);
+
 /* defer.c: the one deferred-free mechanism */
 struct xd_daemon;
 /* A node embedded in an object that may be queued to be handled at the next loop turn. */
@@ -593,6 +620,7 @@ struct xd_daemon {
 	TAILQ_HEAD(, xd_conn) conns;
 	TAILQ_HEAD(, xd_region) regions;
 	TAILQ_HEAD(, xd_op) ops;
+	struct xd_idmap region_ids, op_ids; /**< idmap.c: d->regions and d->ops by id */
 	uint64_t next_client, next_region, next_op, next_batch;
 	struct xd_copier *copier;
 	/*
@@ -620,6 +648,7 @@ struct xd_daemon {
 	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< claim.c: every cross-node transfer */
 	TAILQ_HEAD(, xd_window) windows;	 /**< window.c: windows this daemon's clients own */
 	TAILQ_HEAD(, xd_whandle) whandles;	 /**< window.c: windows its clients opened */
+	struct xd_idmap window_ids, handle_ids;	 /**< window.c: the two lists by id */
 	uint64_t next_window;			 /**< ids of windows and handles, one space */
 	bool stopping;
 	unsigned shutdown_ticks; /**< main.c: 10 ms turns spent draining after SIGTERM */
@@ -787,6 +816,7 @@ void xd_dispatch_packet(struct xd_conn *c, const char *buf, size_t len, struct x
 /* region.c */
 struct xd_region {
 	TAILQ_ENTRY(xd_region) link; /**< in d->regions while registered */
+	struct xd_idnode by_id;	     /**< in d->region_ids while in d->regions */
 	struct xd_daemon *d;
 	uint64_t id;
 	struct xd_conn *owner; /**< NULL once deregistered */
@@ -880,6 +910,7 @@ enum xd_op_life {
 
 struct xd_op {
 	TAILQ_ENTRY(xd_op) link; /**< in d->ops until released */
+	struct xd_idnode by_id;	 /**< in d->op_ids while in d->ops */
 	struct xd_daemon *d;
 	uint64_t id;
 	enum xp_kind kind;
