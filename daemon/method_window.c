@@ -230,6 +230,7 @@ struct batch_opts {
 	bool end_only;		/**< for the pairing entries (false: as when absent) */
 	struct xd_batch *batch; /**< "event": "batch": the ops' ends go there */
 	bool posted;		/**< "reply": false: no reply, refusals go into the event */
+	size_t reply_bytes;	/**< what the entries' results take of the reply, at most */
 };
 
 /* @params (a copy the entry owns) gets the batch's options it does not name itself. */
@@ -306,15 +307,68 @@ static struct xd_op *batch_op(struct xd_call *call, const struct batch_opts *bo,
 		       NULL;
 }
 
+/*
+ * The reply to a batch is one packet (XP_MAX_MSG): its results, the envelope, and a refusal's
+ * message beside them (call->message, up to 6 bytes a byte once escaped). A result is {"op"},
+ * or with a readable's or writable's metadata ~300 bytes: 1024 of those would not fit, and a
+ * reply that does not fit is never sent (the client would wait for it, its ops made unknown).
+ */
+#define BATCH_RESULTS_MAX (XP_MAX_MSG - 2048)
+#define BATCH_RESULT_SMALL 32 /* {"op": N} and a comma, at most */
+
+/* Bytes result @r takes in the reply, at most. */
+static size_t result_bytes(const json_t *r)
+{
+	const char *metadata = json_string_value(json_object_get(r, "metadata"));
+
+	return BATCH_RESULT_SMALL + (metadata ? strlen(metadata) + 16 : 0);
+}
+
+static int batch_reply_full(struct xd_call *call, size_t i)
+{
+	return xd_fail(
+		call, XP_E_FAILED, EMSGSIZE,
+		"op.batch entry %zu: the reply would pass %d bytes (XP_MAX_MSG; a readable's "
+		"or writable's metadata takes ~300): it and the entries after it were not "
+		"run, send them in another batch",
+		i, XP_MAX_MSG);
+}
+
+/*
+ * Entry @i's result @r (@sub's) takes its place in the reply, or it does not fit: then its
+ * passive op, which nobody was given (its metadata is in @r only), is taken back and @call
+ * fails. An entry with a result of another kind ran only with room for it (batch_entry()).
+ */
+static int batch_reply_take(struct xd_call *call, size_t i, struct xd_call *sub,
+			    struct batch_opts *bo)
+{
+	size_t bytes = result_bytes(sub->result);
+
+	if (bo->reply_bytes + bytes <= BATCH_RESULTS_MAX) {
+		bo->reply_bytes += bytes;
+		return 0;
+	}
+	json_t *id = json_object_get(sub->result, "op");
+	struct xd_op *op =
+		json_is_integer(id) ? xd_op_find_own(call, (uint64_t)json_integer_value(id)) : NULL;
+	if (op && xp_kind_passive(op->kind) && op->state == XP_ST_INITIALIZED)
+		xd_op_forget(op);
+	json_decref(sub->result);
+	sub->result = NULL;
+	return batch_reply_full(call, i);
+}
+
 /* Entry @i's @sub ended in @rc: its result into @results (with @op into the batch), or why. */
 static int batch_entry_end(struct xd_call *call, size_t i, struct xd_call *sub, int rc,
-			   struct xd_op *op, json_t *results, const struct batch_opts *bo)
+			   struct xd_op *op, json_t *results, struct batch_opts *bo)
 {
 	if (rc < 0) {
 		json_decref(sub->result);
 		return xd_fail(call, sub->code, sub->cause_errno, "op.batch entry %zu: %s", i,
 			       sub->message);
 	}
+	if (results && !sub->no_reply && batch_reply_take(call, i, sub, bo) < 0)
+		return -call->cause_errno;
 	if ((op && bo->batch && xd_batch_join(bo->batch, op) < 0) ||
 	    (results && !sub->no_reply && json_array_append_new(results, sub->result)))
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "op.batch entry %zu: out of memory", i);
@@ -323,7 +377,7 @@ static int batch_entry_end(struct xd_call *call, size_t i, struct xd_call *sub, 
 
 /* Runs compact get or put entry @i (@rq) as its own request. */
 static int batch_compact(struct xd_call *call, size_t i, const struct wreq_in *rq, json_t *results,
-			 const struct batch_opts *bo)
+			 struct batch_opts *bo)
 {
 	struct xd_call sub = { .conn = call->conn,
 			       .id = call->id,
@@ -343,7 +397,7 @@ static int batch_compact(struct xd_call *call, size_t i, const struct wreq_in *r
 
 /* Runs compact pairing entry @i (@in) as its own request. */
 static int batch_compact_pair(struct xd_call *call, size_t i, const struct xd_pair_in *in,
-			      json_t *results, const struct batch_opts *bo)
+			      json_t *results, struct batch_opts *bo)
 {
 	static const enum xp_method methods[] = {
 		[XP_KIND_READABLE] = XP_M_OP_READABLE,
@@ -367,7 +421,7 @@ static int batch_compact_pair(struct xd_call *call, size_t i, const struct xd_pa
 
 /* Runs entry @i of a batch as its own request; its result or error goes into @results. */
 static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *results,
-		       const struct batch_opts *bo)
+		       struct batch_opts *bo)
 {
 	struct xd_call sub = { .conn = call->conn, .id = call->id, .code = XP_E_FAILED };
 	const char *name;
@@ -377,6 +431,9 @@ static int batch_entry(struct xd_call *call, size_t i, json_t *entry, json_t *re
 	struct xd_pair_in pin;
 	int rc;
 
+	/* (room for the smallest result first: only a passive op's can be taken back) */
+	if (results && !bo->posted && bo->reply_bytes + BATCH_RESULT_SMALL > BATCH_RESULTS_MAX)
+		return batch_reply_full(call, i);
 	if (json_is_array(entry) && compact_entry(entry, bo, &rq) == 0)
 		return batch_compact(call, i, &rq, results, bo);
 	if (json_is_array(entry) && compact_pair_entry(entry, bo, &pin) == 0)
@@ -551,7 +608,7 @@ int xd_handle_op_batch(struct xd_call *call)
 
 /* Runs entry @i of @rq as batch_compact() runs a compact one; its op's id into *@id. */
 static int batch_text_entry(struct xd_call *call, const struct xp_batch_req *rq, size_t i,
-			    const struct batch_opts *bo, uint64_t *id)
+			    struct batch_opts *bo, uint64_t *id)
 {
 	const struct xp_breq_entry *e = &rq->e[i];
 	char tag[XP_MAX_TAG + 1];

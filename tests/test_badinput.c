@@ -1087,3 +1087,60 @@ TEST_TIMEOUT(unread_replies_bounded_by_bytes, 120)
 	close(other);
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
+
+/* op.batch of @n compact readables of one byte each on @region: its text, malloc'd. */
+static char *readables_batch(long long region, int n)
+{
+	size_t cap = (size_t)n * 40 + 256, len = 0;
+	char *text = malloc(cap);
+
+	CHECK(text != NULL);
+	len += (size_t)snprintf(text + len, cap - len,
+				"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"op.batch\",\"params\":"
+				"{\"ops\":[");
+	for (int i = 0; i < n; i++)
+		len += (size_t)snprintf(text + len, cap - len, "%s[\"readable\",[[%lld,%d,1]]]",
+					i ? "," : "", region, i);
+	snprintf(text + len, cap - len, "]}}");
+	return text;
+}
+
+/*
+ * A batch of 1024 readables (~25 bytes each in the request) asks for ~300 KiB of metadata in
+ * the reply: no reply was sent at all (it passed 64 KiB), the client waited for it forever, and
+ * the ops it made stayed, their ids unknown. The reply must come, in one packet: the entries
+ * whose results fit stand, the first that does not is refused (EMSGSIZE, naming the rule) and
+ * taken back, the rest not run, and the daemon holds exactly the ops the reply names.
+ */
+TEST_TIMEOUT(batch_reply_fits_one_packet, 60)
+{
+	struct td d;
+	struct xp_reply rep;
+	long long ops = -1;
+
+	CHECK_OK(td_start(&d, NULL));
+	int sock = hello_conn(&d);
+	long long region = raw_register(sock, 4096);
+	char *text = readables_batch(region, 1024);
+	CHECK_OK(td_raw_call(sock, text, NULL, 0, &rep));
+	free(text);
+	CHECK(rep.result != NULL);
+	json_t *results = json_object_get(rep.result, "results");
+	size_t made = json_array_size(results);
+	const char *message = json_string_value(json_object_get(rep.result, "message"));
+	harness_note("%zu readables made; entry %lld refused: %s", made,
+		     (long long)json_integer_value(json_object_get(rep.result, "failed")),
+		     message ? message : "(none)");
+	CHECK(made >= 100 && made < 1024);
+	CHECK(json_integer_value(json_object_get(rep.result, "failed")) == (json_int_t)made);
+	CHECK_STR_EQ(json_string_value(json_object_get(rep.result, "errno")), "EMSGSIZE");
+	CHECK(message && strstr(message, "65536 bytes") && strstr(message, "another batch"));
+	for (size_t i = 0; i < made; i++)
+		CHECK(json_string_value(json_object_get(json_array_get(results, i), "metadata")));
+	xp_reply_fini(&rep);
+	CHECK_OK(td_stat(&d, "ops", &ops));
+	CHECK(ops == (long long)made); /* (the refused entry's op was taken back) */
+	close(sock);
+	CHECK_OK(td_wait_stat(&d, "ops", 0, 10000, NULL));
+	CHECK_EQ_INT(td_stop(&d), 0);
+}
