@@ -1546,6 +1546,26 @@ static int fast_check(struct xd_wopener *o, enum xp_kind kind, uint64_t off, uin
 	return 0;
 }
 
+/*
+ * A one-sided frame's tag (@len bytes at @tag) is told to the owner's client in JSON
+ * (window.notified): bytes that make no JSON string (a NUL, anything but UTF-8) would fail to
+ * build that notification, which then went missing without a word while the opener was
+ * acknowledged. Such a frame breaks the protocol (PROTOCOL.md §10.7). jansson checks, as the
+ * notification itself would.
+ */
+static bool frame_tag_ok(const uint8_t *tag, uint16_t len)
+{
+	json_t *s;
+
+	if (len == 0)
+		return true;
+	if (memchr(tag, 0, len))
+		return false;
+	s = json_stringn((const char *)tag, len);
+	json_decref(s);
+	return s != NULL;
+}
+
 struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 				     const uint8_t *meta, uint32_t metalen, int *err)
 {
@@ -1555,7 +1575,7 @@ struct xd_xfer *xd_window_put_target(struct xd_peer *p, uint32_t via, const stru
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(meta, &wp) < 0 ||
 	    metalen != xp_win_meta_len(&wp) || (wp.tag_len && !(wp.flags & XP_WIN_LAST)) ||
 	    ((wp.flags & XP_WIN_PIECE) && (!(wp.flags & XP_WIN_LAST) || wp.tag_len)) ||
-	    memchr(meta + metalen - wp.tag_len, 0, wp.tag_len)) {
+	    !frame_tag_ok(meta + metalen - wp.tag_len, wp.tag_len)) {
 		*err = -EPROTO;
 		return NULL;
 	}
@@ -1604,7 +1624,7 @@ static int owner_wget(struct xd_peer *p, const struct xp_peer_hdr *h, const uint
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || xp_win_prefix_unpack(pl, &wp) < 0 ||
 	    len != xp_win_meta_len(&wp) || (wp.flags & ~XP_WIN_SEQ) || wp.length == 0 ||
-	    memchr(pl + len - wp.tag_len, 0, wp.tag_len))
+	    !frame_tag_ok(pl + len - wp.tag_len, wp.tag_len))
 		return -EPROTO;
 	struct xd_wopener *o = fast_opener(p, &wp, &err);
 	uint64_t order = o ? frame_order(o, &wp, pl, &err) : 0;

@@ -806,7 +806,14 @@ def mode_wframes_cut(host, port, keyfile, metafile):
                 lambda w: HDR.pack(WGET, FROM_ACTIVE, 0, 24, 1, 0) + WPRE.pack(w, 7, 1, 0, 2),
                 lambda w: wget(w, 7, 1, 0, 0),  # an empty get
                 lambda w: HDR.pack(WPUT, 0, 0, 25, 1, 0) + WPRE.pack(w, 7, 1, 0, 1) + b"x",
-                lambda w: HDR.pack(WACK, 0, 0, 4, 7, 0) + b"abcd"):
+                lambda w: HDR.pack(WACK, 0, 0, 4, 7, 0) + b"abcd",
+                # tags the owner's client could not be told in JSON (window.notified)
+                lambda w: wput(w, 7, 1, 0, b"x", b"a\0b"),  # a NUL
+                lambda w: wput(w, 7, 1, 0, b"x", b"\xff\xfe"),  # not UTF-8
+                lambda w: wput(w, 7, 1, 0, b"x", b"\xc0\xaf"),  # an overlong '/'
+                lambda w: wput(w, 7, 1, 0, b"x", b"\xed\xa0\x80"),  # a surrogate
+                lambda w: wput(w, 7, 1, 0, b"x", b"ok\xe2\x82"),  # a cut sequence
+                lambda w: wget(w, 7, 1, 0, 4, b"\x80")):  # a get's, not UTF-8
         ok = cut_after(host, port, key, meta, bad) and ok
     return ok
 
