@@ -15,7 +15,9 @@
  * window OWNER's daemon listening there, whose window the real daemon (OWNER_SOCKET's) opens as
  * the opener; after the opener's tagged puts it sends WNOTIFY_ACKs no owner may send (§10.9),
  * and each must end the opener's set with a cause naming the rule, its held puts ERRORED, the
- * daemon serving on (test_fake_owner()).
+ * daemon serving on (test_fake_owner()); then (cases p) it holds readables and writables that
+ * the real daemon claims, and answers with a CLAIM_OK sent twice, or granting ranges that do
+ * not cover the claim: each must fail the claimer's set EPROTO with a cause naming the rule.
  *
  *   rdma_rogue OWNER_SOCKET OWNER_RDMA_ADDR:PORT [SOURCE_ADDR [KEY_FILE]]
  * With KEY_FILE (the owner's cluster key, hex) the rogue proves the key as a daemon does
@@ -2462,11 +2464,16 @@ struct fake_owner {
 	const struct fake_case *c;
 	uint32_t seed; /* the case's put bytes */
 	struct rogue ctl, data;
-	uint64_t handle; /* the opener's handle (WOPEN's xfer) */
+	uint64_t handle; /* the opener's handle (WOPEN's xfer), or the claimer's transfer */
 	int all_posted;	 /* the opener's client posted every put (set by the main thread) */
-	int notes;	 /* WNOTIFYs taken */
-	bool cut;	 /* the opener closed the set after the bad WNOTIFY_ACK */
-	char why[512];	 /* what went wrong on the owner's side, "" if nothing */
+	/* One pairing case (claim_cases), served on the owner's thread: */
+	const struct claim_case *cc;
+	struct xp_meta pm; /* the case's readable or writable: what its metadata says */
+	char *pmetadata;   /* its metadata, for the claimer's client */
+	int client_ended;  /* the claimer's client saw its op end (set by the main thread) */
+	int notes;	   /* WNOTIFYs taken */
+	bool cut;	   /* the real daemon closed the set after the bad message */
+	char why[512];	   /* what went wrong on the owner's side, "" if nothing */
 };
 
 static int fake_fail(struct fake_owner *f, const char *fmt, ...)
@@ -2729,23 +2736,27 @@ static void fake_good(struct fake_owner *f)
 }
 
 /*
- * Pumps (answering PINGs) until the opener's client posted every put: the bad ack must find
- * the later ones held for credit, not refused at posting because the set is gone.
+ * Pumps @r (and r->also, answering PINGs) until the main thread sets *@flag; @what names what
+ * that waits for, for the failure. 0, or -1 with why not in f->why.
  */
-static int await_posted(struct fake_owner *f)
+static int await_client(struct fake_owner *f, struct rogue *r, int *flag, const char *what)
 {
 	uint64_t deadline = now_ms() + WAIT_MS;
 
-	while (!__atomic_load_n(&f->all_posted, __ATOMIC_ACQUIRE)) {
-		int rc = pump(&f->ctl, 20);
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+		int rc = pump(r, 20);
 		if (rc < 0 && rc != -ETIMEDOUT)
-			return fake_fail(f, "while the puts were posted: %s", f->ctl.why);
+			return fake_fail(f, "while waiting for %s: %s", what, r->why);
 		if (now_ms() > deadline)
-			return fake_fail(f,
-					 "the opener's client did not post its puts within %d ms",
-					 WAIT_MS);
+			return fake_fail(f, "waited %d ms for %s", WAIT_MS, what);
 	}
 	return 0;
+}
+
+/* The bad ack must find the later puts held for credit, not refused at posting (set gone). */
+static int await_posted(struct fake_owner *f)
+{
+	return await_client(f, &f->ctl, &f->all_posted, "the opener's client to post its puts");
 }
 
 /* A bad case: the credit's WNOTIFYs (and two more after a right ack), the bad ack, the cut. */
@@ -2792,6 +2803,7 @@ static void fake_owner_free(struct fake_owner *f)
 	if (f->ech)
 		rdma_destroy_event_channel(f->ech);
 	free(f->metadata);
+	free(f->pmetadata);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -3074,6 +3086,267 @@ static void fake_leftovers(struct ctx *t, struct fake_owner *f)
 		ok("%s", name);
 }
 
+/* ---- a fake pairing owner (PROTOCOL.md §10.3-§10.5): the real daemon is the claimer ---- */
+
+/*
+ * The same fake owner's daemon, now holding a readable or writable of its own (FAKE_LEN bytes
+ * of its MR): the real daemon's client reads or writes it by its metadata, so the real daemon
+ * claims it. The fake owner checks the CLAIM (its proof) and answers as the case says: one
+ * CLAIM_OK granting its MR's range, then DONE_ACK to the claimer's DONE (the bytes checked); or
+ * a CLAIM_OK no owner may send, which must fail the claimer's set EPROTO with a cause naming
+ * the rule, its client's operation ended (not hung), and the daemon claim again afterwards.
+ * A second CLAIM_OK once replaced a one-sided transfer's ranges under its requests in flight
+ * and leaked the first ones (up to 24 KiB a frame, as often as the owner liked).
+ */
+#define FAKE_OP 40 /* the fake owner's op ids: FAKE_OP + the case's index */
+
+enum fake_grant {
+	GRANT_GOOD,	 /**< one CLAIM_OK granting the range; DONE answered by DONE_ACK */
+	GRANT_TWICE,	 /**< the same CLAIM_OK twice, back to back */
+	GRANT_SHORT,	 /**< one range a byte short of the claimed length */
+	GRANT_NO_SEGS,	 /**< a CLAIM_OK without "segs" */
+	GRANT_WIDE_RKEY, /**< an rkey of 2^32 */
+};
+
+struct claim_case {
+	enum fake_grant grant;
+	bool write; /* the fake owner holds a writable (the claimer writes), else a readable */
+	const char *name;
+	const char *rule; /* what the claimer's cause must name; NULL: the transfer COMPLETEs */
+};
+
+#define PROTO_CLAIM_OK "protocol error in a control message (type CLAIM_OK)"
+
+static const struct claim_case claim_cases[] = {
+	{ GRANT_GOOD, false, "p. a fake owner's readable: one CLAIM_OK, READ, DONE, DONE_ACK",
+	  NULL },
+	{ GRANT_GOOD, true, "p. a fake owner's writable: one CLAIM_OK, WRITE, DONE, DONE_ACK",
+	  NULL },
+	{ GRANT_TWICE, false, "p. a readable's CLAIM_OK sent twice", "a second CLAIM_OK (§10.3)" },
+	{ GRANT_TWICE, true, "p. a writable's CLAIM_OK sent twice", "a second CLAIM_OK (§10.3)" },
+	{ GRANT_SHORT, false, "p. a CLAIM_OK whose ranges are a byte short of the claim",
+	  PROTO_CLAIM_OK },
+	{ GRANT_NO_SEGS, false, "p. a CLAIM_OK without ranges", PROTO_CLAIM_OK },
+	{ GRANT_WIDE_RKEY, false, "p. a CLAIM_OK whose rkey does not fit 32 bits", PROTO_CLAIM_OK },
+	{ GRANT_GOOD, false, "p. after the refused CLAIM_OKs the claimer still reads", NULL },
+};
+
+/* The case's readable or writable of FAKE_LEN bytes, op FAKE_OP + @index, and its metadata. */
+static int fake_offer(struct fake_owner *f, const struct claim_case *c, size_t index)
+{
+	uint64_t length = FAKE_LEN;
+
+	free(f->pmetadata);
+	f->pmetadata = NULL;
+	f->pm = f->m; /* (node, epoch, endpoint and token of the fake owner) */
+	f->pm.kind = c->write ? XP_KIND_WRITABLE : XP_KIND_READABLE;
+	f->pm.op = FAKE_OP + index;
+	f->pm.access = 0;
+	f->pm.lengths = &length;
+	int err = xp_meta_encode(&f->pm, &f->pmetadata);
+	f->pm.lengths = NULL; /* (on this stack frame: the metadata has it now) */
+	return err;
+}
+
+/* The claimer's CLAIM: the case's op and kind, node, epoch, length, a proof for its transfer. */
+static int check_claim(struct fake_owner *f, json_t *j)
+{
+	const struct rogue *r = &f->ctl;
+	const char *want_kind = xp_kind_name(f->cc->write ? XP_KIND_WRITE : XP_KIND_READ);
+	json_int_t op = 0, epoch = 0, length = 0;
+	const char *kind = "", *node = "", *proof = "";
+	char mine[2 * XP_ID_BYTES + 1], want[65];
+	uint8_t mac[32];
+
+	xp_hex_encode(f->pm.node, XP_ID_BYTES, mine);
+	if (token_proof(&f->pm, r->peer_node, r->peer_epoch, f->handle, mac))
+		return fake_fail(f, "HMAC failed");
+	xp_hex_encode(mac, sizeof(mac), want);
+	if (json_unpack(j, "{s:I, s:s, s:s, s:I, s:I, s:s}", "op", &op, "kind", &kind, "node",
+			&node, "epoch", &epoch, "length", &length, "proof", &proof) ||
+	    (uint64_t)op != f->pm.op || strcmp(kind, want_kind) != 0 || strcmp(node, mine) != 0 ||
+	    (uint64_t)epoch != f->pm.epoch || length != FAKE_LEN || strcmp(proof, want) != 0)
+		return fake_fail(f,
+				 "the claimer's CLAIM is not a %s of the metadata's op %llu with a "
+				 "proof (op %lld, kind %s, epoch %lld, length %lld, proof %s)",
+				 want_kind, (unsigned long long)f->pm.op, (long long)op, kind,
+				 (long long)epoch, (long long)length,
+				 strcmp(proof, want) ? "wrong" : "right");
+	return 0;
+}
+
+/* The case's CLAIM_OK: the fake owner's MR as the op's one range, or what the case makes of it. */
+static json_t *grant_json(const struct fake_owner *f)
+{
+	json_int_t len = FAKE_LEN, rkey = f->win_mr->rkey;
+
+	if (f->cc->grant == GRANT_NO_SEGS)
+		return json_object();
+	if (f->cc->grant == GRANT_SHORT)
+		len--;
+	if (f->cc->grant == GRANT_WIDE_RKEY)
+		rkey = (json_int_t)1 << 32;
+	return json_pack("{s:[{s:I, s:I, s:I}]}", "segs", "addr", (json_int_t)(uintptr_t)f->win,
+			 "len", len, "rkey", rkey);
+}
+
+/* Takes the claimer's connections and its CLAIM (checked), answered as the case says. */
+static int fake_grant(struct fake_owner *f)
+{
+	json_t *j = NULL;
+	int err;
+
+	if (fake_accept(f, &f->ctl, true))
+		return fake_fail(f, "the claimer's control connection: %s", f->ctl.why);
+	if (fake_accept(f, &f->data, false))
+		return fake_fail(f, "the claimer's data connection: %s", f->data.why);
+	f->ctl.also = &f->data; /* (each one's PINGs answered while we wait on the other) */
+	f->data.also = &f->ctl;
+	f->ctl.xfer = ANY_XFER;
+	if (wait_msg(&f->ctl, XP_PEER_CLAIM, &j))
+		return fake_fail(f, "CLAIM: %s", f->ctl.why);
+	f->handle = f->ctl.got_xfer;
+	err = check_claim(f, j);
+	json_decref(j);
+	if (err)
+		return -1;
+	/* The answer goes on the data connection, and the transfer stays there (§10.5). */
+	f->data.xfer = f->handle;
+	j = grant_json(f);
+	err = j ? send_msg(&f->data, XP_PEER_CLAIM_OK, 0, f->handle, j) : -ENOMEM;
+	if (!err && f->cc->grant == GRANT_TWICE)
+		err = send_msg(&f->data, XP_PEER_CLAIM_OK, 0, f->handle, j);
+	json_decref(j);
+	return err ? fake_fail(f, "CLAIM_OK: %s", f->data.why) : 0;
+}
+
+/* GRANT_GOOD: the claimer's DONE, its write's bytes in place by then, and DONE_ACK. */
+static void fake_done(struct fake_owner *f)
+{
+	json_t *j = NULL;
+	long at;
+
+	if (wait_msg(&f->data, XP_PEER_DONE, &j)) {
+		fake_fail(f, "DONE: %s", f->data.why);
+		return;
+	}
+	json_decref(j);
+	if (f->cc->write && (at = mismatch(f->win, 0, FAKE_LEN, f->seed)) >= 0) {
+		fake_fail(f, "DONE came, but byte %ld of the write is not in the buffer", at);
+		return;
+	}
+	j = json_object();
+	if (!j || send_msg(&f->data, XP_PEER_DONE_ACK, 0, f->handle, j))
+		fake_fail(f, "DONE_ACK: %s", f->data.why);
+	json_decref(j);
+	/* (closing before the claimer's client saw COMPLETE could flush the DONE_ACK) */
+	await_client(f, &f->data, &f->client_ended, "the claimer's client to see its op end");
+}
+
+static void *fake_claim_serve(void *arg)
+{
+	struct fake_owner *f = arg;
+
+	if (fake_grant(f) == 0) {
+		if (f->cc->grant == GRANT_GOOD) {
+			fake_done(f);
+		} else {
+			linger(&f->data, WAIT_MS);
+			f->cut = f->data.disconnected || f->data.qp_error;
+			if (!f->cut)
+				fake_fail(f,
+					  "the claimer kept the connection %d ms after the bad "
+					  "CLAIM_OK",
+					  WAIT_MS);
+		}
+	}
+	rogue_close(&f->data);
+	rogue_close(&f->ctl);
+	return NULL;
+}
+
+/*
+ * The claimer's client: reads the fake owner's readable into the buffer's first slice (checked)
+ * or writes that slice (the case's pattern) into its writable. "" in @why when the op ended as
+ * the case says: COMPLETE, or refused or ERRORED EPROTO with a cause naming the rule.
+ */
+static void claim_client(struct ctx *t, struct fake_owner *f, bool *refused, char *why, size_t len)
+{
+	const struct claim_case *c = f->cc;
+	struct xfer_op_opts opts = { .timeout_ms = OP_TIMEOUT_MS };
+	struct xfer_desc d = { t->region, 0, FAKE_LEN };
+	struct xfer_op_info info = { 0 };
+	uint64_t op = 0;
+	long at;
+	int rc = c->write ? xfer_write(t->c, f->pmetadata, &d, 1, &opts, &op) :
+			    xfer_read(t->c, f->pmetadata, &d, 1, &opts, &op);
+
+	*refused = rc < 0;
+	if (rc < 0) { /* refused at the claim: the client is told why */
+		if (!c->rule || rc != -EPROTO || !strstr(xfer_last_error(t->c), c->rule))
+			snprintf(why, len, "%s refused: %s (%s)", c->write ? "op.write" : "op.read",
+				 xfer_strerror(rc), xfer_last_error(t->c));
+		return;
+	}
+	rc = xfer_wait(t->c, op, WAIT_MS, &info);
+	xfer_release(t->c, op);
+	__atomic_store_n(&f->client_ended, 1, __ATOMIC_RELEASE);
+	if (rc < 0)
+		snprintf(why, len, "the op did not end within %d ms: %s", WAIT_MS,
+			 xfer_strerror(rc));
+	else if (!c->rule && (info.state != XFER_COMPLETE || strcmp(info.transport, "rdma") != 0))
+		snprintf(why, len, "the op ended %s over '%s': %s", state_name(&info),
+			 info.transport, info.cause);
+	else if (c->rule && (info.state != XFER_ERRORED || info.error != -EPROTO ||
+			     !strstr(info.cause, c->rule)))
+		snprintf(why, len, "the op ended %s (%s): '%s', not ERRORED EPROTO naming '%s'",
+			 state_name(&info), info.error ? xfer_strerror(info.error) : "-",
+			 info.cause, c->rule);
+	else if (!c->rule && !c->write &&
+		 (at = mismatch(t->buf.addr, 0, FAKE_LEN, SEED_OWNER)) >= 0)
+		snprintf(why, len, "byte %ld of the read is not the owner's", at);
+}
+
+/* One pairing case: the fake owner on its thread, the claimer's client here. */
+static void claim_case(struct ctx *t, struct fake_owner *f, size_t index, uint32_t seed)
+{
+	const struct claim_case *c = &claim_cases[index];
+	char why[512] = "";
+	bool refused = false;
+	pthread_t th;
+
+	f->c = NULL;
+	f->cc = c;
+	f->seed = seed;
+	f->client_ended = 0;
+	f->cut = false;
+	f->why[0] = '\0';
+	fill(f->win, 0, FAKE_LEN, SEED_OWNER);
+	fill(t->buf.addr, 0, FAKE_LEN, c->write ? seed : SEED_ROGUE); /* (a read must replace it) */
+	if (fake_offer(f, c, index)) {
+		fail(c->name, "the fake owner's metadata could not be made");
+		return;
+	}
+	if (pthread_create(&th, NULL, fake_claim_serve, f)) {
+		fail(c->name, "pthread_create failed");
+		return;
+	}
+	claim_client(t, f, &refused, why, sizeof(why));
+	__atomic_store_n(&f->client_ended, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	if (!why[0] && f->why[0])
+		snprintf(why, sizeof(why), "the fake owner: %.480s", f->why);
+	if (!why[0] && fake_listed(t, f, why, sizeof(why)))
+		snprintf(why + strlen(why), sizeof(why) - strlen(why), " after the case");
+	if (why[0])
+		fail(c->name, "%s", why);
+	else if (!c->rule)
+		ok("%s: %u bytes equal, COMPLETE on both sides", c->name, (unsigned)FAKE_LEN);
+	else
+		ok("%s: the claimer closed the set, its op %s EPROTO: %s", c->name,
+		   refused ? "refused" : "ERRORED", c->rule);
+}
+
 /*
  * o: the opener's side of §10.9. A real xferd opens a window of the fake owner, puts with tags,
  * and gets WNOTIFY_ACKs no owner may send: each ends the connection set (a protocol error,
@@ -3098,6 +3371,8 @@ static void test_fake_owner(struct ctx *t)
 	}
 	for (size_t i = 0; i < sizeof(fake_cases) / sizeof(fake_cases[0]); i++)
 		fake_case(t, &f, &fake_cases[i], SEED_ROGUE + 1 + (uint32_t)i);
+	for (size_t i = 0; i < sizeof(claim_cases) / sizeof(claim_cases[0]); i++)
+		claim_case(t, &f, i, SEED_ROGUE + 100 + (uint32_t)i);
 	fake_leftovers(t, &f);
 	fake_owner_free(&f);
 }

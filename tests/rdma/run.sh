@@ -45,7 +45,11 @@
 #     sent, without an integer count, unparsable, with a lying header length or the opener's
 #     direction flag each end node 1's set to it (PROTOCOL.md §10.9), its held tagged puts end
 #     ERRORED with the cause, its handle closed; node 1 then opens, puts and gets again (bytes
-#     checked on both sides) and lists nothing of the fake owner
+#     checked on both sides) and lists nothing of the fake owner; then the same fake owner holds
+#     readables and writables node 1 claims: a CLAIM_OK sent twice (PROTOCOL.md §10.4), ranges
+#     a byte short of the claim, none, or an rkey past 32 bits each end node 1's set EPROTO,
+#     its op ERRORED (or refused) naming the rule; good claims before and after read and
+#     write byte-exact
 #   - windows: tests/test_windows.c on these two nodes (gets/puts, notify, revocation, kills,
 #     batches; 6000 tagged puts at an owner that reads nothing slow the keyed opener by its
 #     notification credit, PROTOCOL.md §10.9), every cross-node get and put over this transport
