@@ -180,7 +180,7 @@ static int claim_cred(struct xd_xfer *x, uint8_t out[XD_MAC_LEN], bool *proof)
 {
 	struct xd_daemon *d = x->peer->d;
 
-	*proof = d->peer_key_len > 0;
+	*proof = d->keys.n > 0;
 	if (!*proof) {
 		memcpy(out, x->op->token, XP_ID_BYTES);
 		return 0;
@@ -626,13 +626,13 @@ static int parse_claim(json_t *json, struct xd_claim *cl, uint32_t *stage_max, b
  */
 static int check_credential(struct xd_daemon *d, const struct xd_claim *cl, char *msg, size_t len)
 {
-	if (d->peer_key_len && !cl->has_proof) {
+	if (d->keys.n && !cl->has_proof) {
 		snprintf(msg, len,
 			 "the owner takes claims with a proof of the token only (it has "
 			 "a cluster key); this claim carries the token in clear");
 		return -EACCES;
 	}
-	if (!d->peer_key_len && cl->has_proof) {
+	if (!d->keys.n && cl->has_proof) {
 		snprintf(msg, len, "the owner has no cluster key to check the claim's proof");
 		return -EACCES;
 	}

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * The cluster key and what is computed with it (PROTOCOL.md §10.2): loading the key file
- * (hex, at least 32 bytes, readable by its owner only), fresh nonces, and HMAC-SHA256 over a
- * list of parts, from OpenSSL's libcrypto. No cryptography is written here.
+ * The cluster keys and what is computed with them (PROTOCOL.md §10.2): loading the key file
+ * (one to four keys, one per line, each hex of at least 32 bytes; the file readable by its
+ * owner only), fresh nonces, and HMAC-SHA256 over a list of parts, from OpenSSL's libcrypto.
+ * No cryptography is written here.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -40,7 +41,7 @@ static int key_from_hex(const char *text, uint8_t *key, size_t cap)
 {
 	size_t n = 0;
 
-	while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r')
+	while (*text == ' ' || *text == '\t' || *text == '\r')
 		text++;
 	for (; text[0] && text[1] && isxdigit((unsigned char)text[0]) &&
 	       isxdigit((unsigned char)text[1]) && n < cap;
@@ -50,17 +51,80 @@ static int key_from_hex(const char *text, uint8_t *key, size_t cap)
 			return -EINVAL;
 		key[n++] = (uint8_t)v;
 	}
-	while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r')
+	while (*text == ' ' || *text == '\t' || *text == '\r')
 		text++;
 	return *text ? -EINVAL : (int)n;
 }
 
-int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t errlen)
+/* The key's name in logs and listings: the first 4 bytes of its SHA-256. Returns 0 or -EIO. */
+static int key_id(const uint8_t *key, size_t len, uint32_t *id)
 {
-	char text[2 * XD_KEY_MAX + 64];
+	uint8_t md[EVP_MAX_MD_SIZE];
+	unsigned mdlen = 0;
+
+	if (!EVP_Digest(key, len, md, &mdlen, EVP_sha256(), NULL) || mdlen < 4)
+		return -EIO;
+	*id = (uint32_t)md[0] << 24 | (uint32_t)md[1] << 16 | (uint32_t)md[2] << 8 | md[3];
+	return 0;
+}
+
+/* The keys of @text, one per line (blank lines skipped), into @kr. Returns 0 or -errno + @err. */
+static int keys_from_text(char *text, struct xd_keyring *kr, const char *path, char *err,
+			  size_t errlen)
+{
+	int line = 0;
+
+	for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save)) {
+		line++;
+		if (strspn(l, " \t\r") == strlen(l))
+			continue;
+		if (kr->n == XD_KEYS_MAX) {
+			snprintf(err, errlen, "peer key %s holds more than %d keys", path,
+				 XD_KEYS_MAX);
+			return -EINVAL;
+		}
+		struct xd_key *k = &kr->keys[kr->n];
+		int bytes = key_from_hex(l, k->bytes, XD_KEY_MAX);
+		if (bytes < XD_KEY_MIN) {
+			snprintf(err, errlen,
+				 "peer key %s, line %d: a key is at least %d (at most %d) random "
+				 "bytes as hex digits, e.g. 64 digits from /dev/urandom",
+				 path, line, XD_KEY_MIN, XD_KEY_MAX);
+			return -EINVAL;
+		}
+		k->len = (size_t)bytes;
+		if (key_id(k->bytes, k->len, &k->id) < 0) {
+			snprintf(err, errlen, "peer key %s: SHA-256 failed", path);
+			return -EIO;
+		}
+		for (int i = 0; i < kr->n; i++)
+			if (kr->keys[i].id == k->id) {
+				snprintf(err, errlen,
+					 "peer key %s, line %d: the key of line %d again", path,
+					 line, i + 1);
+				return -EINVAL;
+			}
+		k->mac = xd_hmac_keyed_new(k->bytes, k->len); /* (NULL: keyed per call) */
+		kr->n++;
+	}
+	if (kr->n == 0) {
+		snprintf(err, errlen,
+			 "peer key %s holds no key (at least %d random bytes as hex digits, e.g. "
+			 "64 digits from /dev/urandom)",
+			 path, XD_KEY_MIN);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int xd_keyring_load(const char *path, struct xd_keyring *kr, char *err, size_t errlen)
+{
+	char text[XD_KEYS_MAX * (2 * XD_KEY_MAX + 8) + 64];
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
+	memset(kr, 0, sizeof(*kr));
 	if (fd < 0) {
 		int e = errno;
 		snprintf(err, errlen, "peer key %s: %s", path, strerror(e));
@@ -81,18 +145,45 @@ int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t e
 		return (int)n;
 	}
 	text[n] = '\0';
-	int bytes = key_from_hex(text, key, XD_KEY_MAX);
+	int rc = n == (ssize_t)sizeof(text) - 1 ? -EFBIG :
+						  keys_from_text(text, kr, path, err, errlen);
 	explicit_bzero(text, sizeof(text));
-	if (bytes < XD_KEY_MIN) {
-		snprintf(err, errlen,
-			 "peer key %s must hold at least %d (at most %d) random bytes as hex "
-			 "digits, e.g. 64 digits from /dev/urandom",
-			 path, XD_KEY_MIN, XD_KEY_MAX);
-		explicit_bzero(key, XD_KEY_MAX);
-		return -EINVAL;
+	if (rc == -EFBIG)
+		snprintf(err, errlen, "peer key %s is longer than %d keys of %d bytes", path,
+			 XD_KEYS_MAX, XD_KEY_MAX);
+	if (rc < 0)
+		xd_keyring_clear(kr);
+	return rc;
+}
+
+void xd_keyring_clear(struct xd_keyring *kr)
+{
+	for (int i = 0; i < kr->n; i++)
+		xd_hmac_keyed_free(kr->keys[i].mac);
+	explicit_bzero(kr, sizeof(*kr)); /* (the cluster keys leave no copy) */
+}
+
+const struct xd_key *xd_keyring_find(const struct xd_keyring *kr, uint32_t id)
+{
+	for (int i = 0; i < kr->n; i++)
+		if (kr->keys[i].id == id)
+			return &kr->keys[i];
+	return NULL;
+}
+
+json_t *xd_key_ids_json(const uint32_t *ids, int n)
+{
+	json_t *out = json_array();
+	char id[9];
+
+	for (int i = 0; out && i < n; i++) {
+		snprintf(id, sizeof(id), "%08x", (unsigned)ids[i]);
+		if (json_array_append_new(out, json_string(id))) {
+			json_decref(out);
+			return NULL;
+		}
 	}
-	*len = (size_t)bytes;
-	return 0;
+	return out;
 }
 
 int xd_random(void *buf, size_t len)
@@ -191,10 +282,10 @@ static void put_ident(uint8_t out[XP_ID_BYTES + 8], const uint8_t node[XP_ID_BYT
 		out[XP_ID_BYTES + i] = (uint8_t)(epoch >> (8 * i));
 }
 
-int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
-		   uint64_t owner_epoch, const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch,
-		   uint64_t op, uint64_t xfer, const uint8_t token[XP_ID_BYTES],
-		   uint8_t out[XD_MAC_LEN])
+/* The claim proof of xd_claim_proof() under @k. Returns 0 or -EIO. */
+static int claim_mac(const struct xd_key *k, const uint8_t owner[XP_ID_BYTES], uint64_t owner_epoch,
+		     const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch, uint64_t op,
+		     uint64_t xfer, const uint8_t token[XP_ID_BYTES], uint8_t out[XD_MAC_LEN])
 {
 	static const char label[] = "xferd-claim-v1";
 	uint8_t o[XP_ID_BYTES + 8], c[XP_ID_BYTES + 8], ids[16];
@@ -209,9 +300,20 @@ int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
 		{ label, sizeof(label) }, { o, sizeof(o) },	  { c, sizeof(c) },
 		{ ids, sizeof(ids) },	  { token, XP_ID_BYTES },
 	};
-	if (d->peer_mac)
-		return hmac_from_keyed(d->peer_mac, parts, 5, out);
-	return xd_hmac(d->peer_key, d->peer_key_len, parts, 5, out);
+	if (k->mac)
+		return hmac_from_keyed(k->mac, parts, 5, out);
+	return xd_hmac(k->bytes, k->len, parts, 5, out);
+}
+
+int xd_claim_proof(const struct xd_daemon *d, const uint8_t owner[XP_ID_BYTES],
+		   uint64_t owner_epoch, const uint8_t claimer[XP_ID_BYTES], uint64_t claimer_epoch,
+		   uint64_t op, uint64_t xfer, const uint8_t token[XP_ID_BYTES],
+		   uint8_t out[XD_MAC_LEN])
+{
+	if (d->keys.n == 0)
+		return -EIO;
+	return claim_mac(&d->keys.keys[0], owner, owner_epoch, claimer, claimer_epoch, op, xfer,
+			 token, out);
 }
 
 bool xd_token_held(const struct xd_daemon *d, const uint8_t *proof, const uint8_t *sent,
@@ -221,10 +323,14 @@ bool xd_token_held(const struct xd_daemon *d, const uint8_t *proof, const uint8_
 	uint8_t want[XD_MAC_LEN];
 	unsigned char diff = 0;
 
+	/* A peer proves with the first key of its own file: any of ours (a key being rolled). */
+	for (int i = 0; proof && i < d->keys.n; i++)
+		if (claim_mac(&d->keys.keys[i], d->node, d->epoch, claimer, claimer_epoch, op, xfer,
+			      token, want) == 0 &&
+		    xd_mac_equal(want, proof))
+			return true;
 	if (proof)
-		return xd_claim_proof(d, d->node, d->epoch, claimer, claimer_epoch, op, xfer, token,
-				      want) == 0 &&
-		       xd_mac_equal(want, proof);
+		return false;
 	for (int i = 0; i < XP_ID_BYTES; i++)
 		diff |= (unsigned char)(sent[i] ^ token[i]);
 	return diff == 0;

@@ -150,6 +150,16 @@ static int count_open_fds(void)
 }
 
 /* The daemon's counters, and its limits with their usage as @c (its uid) sees them. */
+/* The ids of the cluster keys, the one this daemon proves with first; [] when it has none. */
+static json_t *cluster_keys_json(const struct xd_daemon *d)
+{
+	uint32_t ids[XD_KEYS_MAX];
+
+	for (int i = 0; i < d->keys.n; i++)
+		ids[i] = d->keys.keys[i].id;
+	return xd_key_ids_json(ids, d->keys.n);
+}
+
 static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)
 {
 	uint64_t regions = 0, bytes = 0, ops = 0, active = 0;
@@ -169,7 +179,7 @@ static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)
 	TAILQ_FOREACH(other, &d->conns, link)
 		nclients++;
 	return json_pack("{s:s, s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
-			 "s:o, s:o}",
+			 "s:o, s:o, s:o}",
 			 "daemon", "xferd " XFERD_VERSION, "node", d->node_hex, "epoch",
 			 (json_int_t)d->epoch, "uptime_ms",
 			 (json_int_t)((xd_now_us() - d->start_us) / 1000), "clients", nclients,
@@ -179,7 +189,8 @@ static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)
 			 (json_int_t)d->stats.ops_failed, "ops_cancelled",
 			 (json_int_t)d->stats.ops_cancelled, "bytes_moved",
 			 (json_int_t)d->stats.bytes_moved, "fds", count_open_fds(), "limits",
-			 xd_limits_json(d, c->use, c->uid), "busy_poll", xd_busypoll_json(d));
+			 xd_limits_json(d, c->use, c->uid), "busy_poll", xd_busypoll_json(d),
+			 "cluster_keys", cluster_keys_json(d));
 }
 
 static int handle_stats(struct xd_call *call)

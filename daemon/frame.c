@@ -108,8 +108,8 @@ static void ident_fill(struct mac_ident *id, const uint8_t node[XP_ID_BYTES], ui
 		id->epoch[i] = (uint8_t)(epoch >> (8 * i));
 }
 
-/* The MAC of an AUTH whose sender is (@from, @from_nonce) and receiver (@to, @challenge). */
-static int auth_mac(const struct xd_daemon *d, bool from_connector, const struct mac_ident *from,
+/* The MAC under @k of an AUTH whose sender is (@from, @from_nonce), receiver (@to, @challenge). */
+static int auth_mac(const struct xd_key *k, bool from_connector, const struct mac_ident *from,
 		    const struct mac_ident *to, const uint8_t challenge[XD_NONCE_LEN],
 		    const uint8_t from_nonce[XD_NONCE_LEN], uint8_t out[XD_MAC_LEN])
 {
@@ -121,7 +121,7 @@ static int auth_mac(const struct xd_daemon *d, bool from_connector, const struct
 		{ challenge, XD_NONCE_LEN }, { from_nonce, XD_NONCE_LEN },
 	};
 
-	return xd_hmac(d->peer_key, d->peer_key_len, parts, 6, out);
+	return xd_hmac(k->bytes, k->len, parts, 6, out);
 }
 
 int xd_auth_mac_out(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
@@ -129,23 +129,34 @@ int xd_auth_mac_out(const struct xd_daemon *d, bool connector, const struct xd_h
 {
 	struct mac_ident me, them;
 
+	if (d->keys.n == 0)
+		return -EIO;
 	ident_fill(&me, d->node, d->epoch);
 	ident_fill(&them, peer->node, peer->epoch);
-	return auth_mac(d, connector, &me, &them, peer->nonce, my_nonce, out);
+	return auth_mac(&d->keys.keys[0], connector, &me, &them, peer->nonce, my_nonce, out);
 }
 
 int xd_auth_check(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
-		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN])
+		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN],
+		  uint32_t *key_id)
 {
 	struct mac_ident me, them;
 	uint8_t want[XD_MAC_LEN];
 
 	ident_fill(&me, d->node, d->epoch);
 	ident_fill(&them, peer->node, peer->epoch);
-	/* The peer is the other role: a MAC reflected back at its maker does not pass. */
-	if (auth_mac(d, !connector, &them, &me, my_nonce, peer->nonce, want) < 0)
-		return -EIO;
-	return xd_mac_equal(want, mac) ? 0 : -EACCES;
+	/* The peer proves with the first key of its file: any of ours (a key being rolled). */
+	for (int i = 0; i < d->keys.n; i++) {
+		/* The peer is the other role: a MAC reflected back at its maker does not pass. */
+		if (auth_mac(&d->keys.keys[i], !connector, &them, &me, my_nonce, peer->nonce,
+			     want) < 0)
+			return -EIO;
+		if (xd_mac_equal(want, mac)) {
+			*key_id = d->keys.keys[i].id;
+			return 0;
+		}
+	}
+	return -EACCES;
 }
 
 void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
@@ -157,6 +168,18 @@ void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	vsnprintf(cause, sizeof(cause), fmt, ap);
 	va_end(ap);
 	p->d->link_events->failed(p, err, cause);
+}
+
+void xd_link_key_proven(struct xd_peer *p, uint32_t key_id)
+{
+	for (int i = 0; i < p->nkey_ids; i++)
+		if (p->key_ids[i] == key_id)
+			return;
+	if (p->nkey_ids == XD_KEYS_MAX) { /* (keys rolled more often than the set lived) */
+		memmove(p->key_ids, p->key_ids + 1, sizeof(p->key_ids[0]) * (XD_KEYS_MAX - 1));
+		p->nkey_ids--;
+	}
+	p->key_ids[p->nkey_ids++] = key_id;
 }
 
 bool xd_link_silent(struct xd_peer *p, uint64_t last_rx_us, uint64_t now)

@@ -175,6 +175,17 @@ static void replace_addrs(char **list, int *n, const char *const *with, int nwit
 		xd_config_add_addr(list, n, with[i]);
 }
 
+/* "a1b2c3d4, e5f6a7b8" of @kr's key ids, into @out. */
+static void key_ids_text(const struct xd_keyring *kr, char *out, size_t len)
+{
+	size_t at = 0;
+
+	out[0] = '\0';
+	for (int i = 0; i < kr->n && at < len; i++)
+		at += (size_t)snprintf(out + at, len - at, "%s%08x", i ? ", " : "",
+				       (unsigned)kr->keys[i].id);
+}
+
 /*
  * The cluster key authenticates peer daemons (PROTOCOL.md §10.2). Without one, any host that
  * reaches the peer port could pose as a node: listening then takes an explicit
@@ -185,13 +196,15 @@ static int init_peer_key(struct xd_daemon *d)
 	char err[300];
 
 	if (d->cfg.peer_key_file) {
-		int rc = xd_key_load(d->cfg.peer_key_file, d->peer_key, &d->peer_key_len, err,
-				     sizeof(err));
-		if (rc < 0)
+		char ids[XD_KEYS_MAX * 10 + 8];
+		int rc = xd_keyring_load(d->cfg.peer_key_file, &d->keys, err, sizeof(err));
+		if (rc < 0) {
 			xd_log(XD_LOG_ERR, "%s", err);
-		else
-			d->peer_mac = xd_hmac_keyed_new(d->peer_key, d->peer_key_len);
-		return rc;
+			return rc;
+		}
+		key_ids_text(&d->keys, ids, sizeof(ids));
+		xd_log(XD_LOG_INFO, "cluster keys %s (this daemon proves with the first)", ids);
+		return 0;
 	}
 	if (d->cfg.nlisten && !d->cfg.insecure_peers) {
 		xd_log(XD_LOG_ERR,
@@ -323,8 +336,7 @@ static int check_config_main(const struct xd_main_options *o)
 		json_decref(j);
 	}
 	xd_config_fini(&d.cfg);
-	xd_hmac_keyed_free(d.peer_mac);
-	explicit_bzero(d.peer_key, sizeof(d.peer_key));
+	xd_keyring_clear(&d.keys);
 	if (rc == 0)
 		fprintf(stderr, "xferd: configuration %s is valid\n",
 			o->config ? o->config : "(defaults)");
@@ -375,6 +387,34 @@ static void reload_config(struct xd_daemon *d)
 	       changed);
 }
 
+/*
+ * SIGHUP: reads the cluster key file again (a keyed daemon's: one started without a key stays
+ * without, and the reverse). The first key proves this daemon from now on; a peer may prove any;
+ * every set with a connection that proved a key no longer in the file fails at once. A file
+ * that does not load changes nothing.
+ */
+static void reload_keys(struct xd_daemon *d)
+{
+	struct xd_keyring fresh;
+	char err[300], ids[XD_KEYS_MAX * 10 + 8];
+
+	if (!d->keys.n)
+		return;
+	if (xd_keyring_load(d->cfg.peer_key_file, &fresh, err, sizeof(err)) < 0) {
+		xd_log(XD_LOG_ERR, "SIGHUP: %s; the cluster keys stay as they were", err);
+		return;
+	}
+	xd_keyring_clear(&d->keys);
+	d->keys = fresh; /* (the keyed MAC states move with it: fresh is not cleared) */
+	explicit_bzero(&fresh, sizeof(fresh));
+	key_ids_text(&d->keys, ids, sizeof(ids));
+	int dropped = xd_peers_key_check(d);
+	xd_log(XD_LOG_INFO,
+	       "SIGHUP: cluster keys %s (this daemon proves with the first); %d peer sets that "
+	       "proved a key no longer there closed",
+	       ids, dropped);
+}
+
 static void shutdown_check_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct xd_daemon *d = arg;
@@ -392,6 +432,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 	if (sig == SIGHUP) {
 		reload_config(d);
+		reload_keys(d);
 		return;
 	}
 	if (d->stopping)
@@ -504,8 +545,7 @@ static void daemon_fini(struct xd_daemon *d)
 	if (d->base)
 		event_base_free(d->base);
 	xd_config_fini(&d->cfg);
-	xd_hmac_keyed_free(d->peer_mac);
-	explicit_bzero(d->peer_key, sizeof(d->peer_key));	/* the cluster key leaves no copy */
+	xd_keyring_clear(&d->keys);				/* the cluster keys leave no copy */
 	explicit_bzero(d->random_pool, sizeof(d->random_pool)); /* (unused tokens, too) */
 }
 

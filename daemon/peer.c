@@ -64,7 +64,7 @@ static void peer_free(void *arg)
 static void unreachable_cause(struct xd_daemon *d, const char *endpoint, char *buf, size_t len)
 {
 	snprintf(buf, len, "cannot reach the owner at %s%s", endpoint,
-		 d->peer_key_len ? "" : " (does it want a cluster key?)");
+		 d->keys.n ? "" : " (does it want a cluster key?)");
 }
 
 void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
@@ -404,6 +404,33 @@ void xd_peers_stop(struct xd_daemon *d)
 	xd_defer_flush(d);
 }
 
+/* The first key @p's connections proved that is no longer this daemon's, or NULL. */
+static const uint32_t *key_removed(const struct xd_peer *p)
+{
+	for (int i = 0; i < p->nkey_ids; i++)
+		if (!xd_keyring_find(&p->d->keys, p->key_ids[i]))
+			return &p->key_ids[i];
+	return NULL;
+}
+
+int xd_peers_key_check(struct xd_daemon *d)
+{
+	struct xd_peer *p, *next;
+	const uint32_t *gone;
+	int failed = 0;
+
+	for (p = TAILQ_FIRST(&d->peers); p; p = next) {
+		next = TAILQ_NEXT(p, link);
+		if (!(gone = key_removed(p)))
+			continue;
+		xd_peer_fail(p, EACCES,
+			     "the peer proved cluster key %08x, which is no longer in the key file",
+			     (unsigned)*gone);
+		failed++;
+	}
+	return failed;
+}
+
 void xd_peers_fini(struct xd_daemon *d)
 {
 	int n = 0;
@@ -446,11 +473,19 @@ static int peer_reads_json(const struct xd_peer *p, json_t *o)
 	       json_object_set_new(o, "file_receivers", json_integer(p->file_receivers));
 }
 
+/* Adds the cluster keys @p's connections proved to its entry @o ([] unkeyed). 0 or -1. */
+static int peer_keys_json(const struct xd_peer *p, json_t *o)
+{
+	json_t *ids = xd_key_ids_json(p->key_ids, p->nkey_ids);
+
+	return ids ? json_object_set_new(o, "keys", ids) : -1;
+}
+
 static json_t *peer_to_json(const struct xd_peer *p, uint64_t now)
 {
 	static const char *const states[] = { "connecting", "connected", "failed" };
 	uint64_t last_rx = p->transport->last_rx_us(p);
-	bool authenticated = p->d->peer_key_len && p->transport->authenticates;
+	bool authenticated = p->d->keys.n && p->transport->authenticates;
 
 	if (last_rx < p->created_us)
 		last_rx = p->created_us;
@@ -472,7 +507,7 @@ static json_t *peer_entry(const struct xd_peer *p, uint64_t now, bool conns)
 {
 	json_t *o = peer_to_json(p, now);
 
-	if (o && (peer_reads_json(p, o) ||
+	if (o && (peer_reads_json(p, o) || peer_keys_json(p, o) ||
 		  (conns && p->transport->conns_json &&
 		   json_object_set_new(o, "conns", p->transport->conns_json(p))))) {
 		json_decref(o);

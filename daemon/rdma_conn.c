@@ -120,6 +120,7 @@ struct xd_rconn {
 	 * AUTH is taken, and an accepted connection belongs to no set (peer NULL).
 	 */
 	bool authenticated;
+	uint32_t key_id; /**< the cluster key its AUTH proved */
 	bool hello_rx;	 /**< rc->hello is known (the connector learns it at ESTABLISHED) */
 	bool auth_early; /**< the peer's AUTH came before ESTABLISHED: auth_mac waits */
 	uint8_t auth_mac[XD_MAC_LEN];
@@ -329,7 +330,7 @@ static void rconn_fail(struct xd_rconn *rc, int err, const char *what)
 /* Whether the connection's peer is proven (keyed) or believed (unkeyed): it may carry work. */
 static bool rconn_ready(const struct xd_rconn *rc)
 {
-	return rc->peer && (rc->d->peer_key_len == 0 || rc->authenticated);
+	return rc->peer && (rc->d->keys.n == 0 || rc->authenticated);
 }
 
 /* A connection of set @p, or (@p NULL: accepted, keyed, not yet authenticated) of none. */
@@ -428,7 +429,7 @@ static void conn_params(struct xd_rconn *rc, struct rdma_conn_param *param,
 		rd = 16;
 	memcpy(mine.node, d->node, XP_ID_BYTES);
 	mine.control = rc->control;
-	if (d->peer_key_len) {
+	if (d->keys.n) {
 		mine.has_nonce = true;
 		memcpy(mine.nonce, rc->nonce, XD_NONCE_LEN);
 	}
@@ -819,7 +820,7 @@ static void rconn_trusted(struct xd_rconn *rc);
 static void auth_verify(struct xd_rconn *rc, const uint8_t mac[XD_MAC_LEN])
 {
 	char node[2 * XP_ID_BYTES + 1], cause[XD_CAUSE_MAX];
-	int err = xd_auth_check(rc->d, rc->outgoing, &rc->hello, rc->nonce, mac);
+	int err = xd_auth_check(rc->d, rc->outgoing, &rc->hello, rc->nonce, mac, &rc->key_id);
 
 	if (err < 0) {
 		xp_hex_encode(rc->hello.node, XP_ID_BYTES, node);
@@ -869,12 +870,12 @@ static int handle_message(struct xd_rconn *rc, const uint8_t *buf, uint32_t len)
 	    h.length != len - XP_PEER_HDR_LEN)
 		return -EPROTO;
 	rc->credits += h.credits;
-	if (rc->d->peer_key_len && !rc->authenticated && h.type != XP_PEER_AUTH) {
+	if (rc->d->keys.n && !rc->authenticated && h.type != XP_PEER_AUTH) {
 		xd_log(XD_LOG_WARN, "RDMA peer connection %s %s: %s before its AUTH",
 		       rc->outgoing ? "to" : "from", rc->from, xp_peer_type_name(h.type));
 		return -EPROTO;
 	}
-	if (h.type == XP_PEER_AUTH && (!rc->d->peer_key_len || rc->authenticated || rc->auth_early))
+	if (h.type == XP_PEER_AUTH && (!rc->d->keys.n || rc->authenticated || rc->auth_early))
 		return -EPROTO;
 	if (h.type == XP_PEER_PING)
 		return rconn_queue(rc, XP_PEER_PONG, 0, 0, NULL);
@@ -948,6 +949,8 @@ static void rconn_trusted(struct xd_rconn *rc)
 		rc->peer = p;
 		TAILQ_INSERT_TAIL(&rp->conns, rc, peer_link);
 	}
+	if (rc->authenticated)
+		xd_link_key_proven(p, rc->key_id);
 	d->link_events->up(p, rc->hello.epoch);
 	connect_data(rc);
 }
@@ -2076,7 +2079,7 @@ static void on_route_resolved(struct xd_rconn *rc)
 		rconn_fail(rc, -err, "could not create the queue pair");
 		return;
 	}
-	if (rc->d->peer_key_len && xd_random(rc->nonce, sizeof(rc->nonce)) < 0) {
+	if (rc->d->keys.n && xd_random(rc->nonce, sizeof(rc->nonce)) < 0) {
 		rconn_fail(rc, EIO, "no random nonce for the RDMA HELLO");
 		return;
 	}
@@ -2155,7 +2158,7 @@ static void on_established(struct xd_rconn *rc, const struct rdma_cm_event *ev)
 		}
 		hello_of(&rc->hello, &hello);
 		rc->hello_rx = true;
-		if (rc->d->peer_key_len) {
+		if (rc->d->keys.n) {
 			outgoing_keyed(rc);
 		} else {
 			rc->d->link_events->up(rc->peer, hello.epoch);
@@ -2229,7 +2232,7 @@ static struct rdma_cm_id *on_connect_request(struct xd_daemon *d, struct rdma_cm
 		rdma_reject(ev->id, NULL, 0);
 		return ev->id;
 	}
-	bool keyed = d->peer_key_len > 0;
+	bool keyed = d->keys.n > 0;
 	const char *full = keyed ? pending_full(d, from) : NULL;
 	if (full) {
 		xd_log(XD_LOG_WARN, "refused an RDMA connection from %s: %s", from, full);
@@ -2299,7 +2302,7 @@ static void on_failure_event(struct xd_rconn *rc, const struct rdma_cm_event *ev
 							    EHOSTUNREACH;
 
 	/* A keyed acceptor rejects a HELLO without a nonce: say so on an unkeyed connector. */
-	bool hint = ev->event == RDMA_CM_EVENT_REJECTED && rc->outgoing && !rc->d->peer_key_len;
+	bool hint = ev->event == RDMA_CM_EVENT_REJECTED && rc->outgoing && !rc->d->keys.n;
 
 	snprintf(what, sizeof(what), "rdma_cm %s (status %d)%s", rdma_event_str(ev->event),
 		 ev->status,

@@ -74,6 +74,7 @@ struct xd_pconn {
 	struct event *rev, *wev;
 	bool outgoing, connected, hello_rx, dead;
 	bool authenticated; /**< keyed daemons: its AUTH checked out (PROTOCOL.md §10.2) */
+	uint32_t key_id;    /**< the cluster key that AUTH proved */
 	uint8_t nonce[XD_NONCE_LEN];   /**< keyed daemons: the challenge in our HELLO */
 	struct xd_hello hello;	       /**< what the peer's HELLO said */
 	struct xd_deferred free_later; /**< freed at the next loop turn once dead */
@@ -203,7 +204,7 @@ static struct tcp_set *tcp_set_get(struct xd_peer *p)
  */
 static bool pconn_ready(const struct xd_pconn *pc)
 {
-	return pc->hello_rx && (pc->d->peer_key_len == 0 || pc->authenticated);
+	return pc->hello_rx && (pc->d->keys.n == 0 || pc->authenticated);
 }
 
 /* ---- connections ---- */
@@ -1052,7 +1053,7 @@ static void pconn_error(struct xd_pconn *pc, int err)
 		xd_link_fail(pc->peer, ECONNRESET,
 			     "protocol error on a connection (message type %s)",
 			     xp_peer_type_name(pc->rx.type));
-	} else if (err == -ECONNRESET && !pc->hello_rx && !pc->d->peer_key_len) {
+	} else if (err == -ECONNRESET && !pc->hello_rx && !pc->d->keys.n) {
 		/* A keyed daemon cuts a connection that offers no authentication at its HELLO. */
 		xd_link_fail(pc->peer, ECONNRESET,
 			     "the daemon at %s closed the connection at the handshake (does it "
@@ -1405,7 +1406,7 @@ static void tcp_congestion_check(struct xd_daemon *d)
 
 static int pconn_send_hello(struct xd_pconn *pc)
 {
-	bool keyed = pc->d->peer_key_len > 0;
+	bool keyed = pc->d->keys.n > 0;
 
 	if (keyed && xd_random(pc->nonce, sizeof(pc->nonce)) < 0)
 		return -EIO;
@@ -1449,7 +1450,7 @@ static int attach_accepted(struct xd_pconn *pc, const uint8_t node[XP_ID_BYTES],
 	pc->peer = p;
 	pc->id = ++set->next_id;
 	/* Keyed, our HELLO went out with the challenge, before the peer's AUTH. */
-	int rc = d->peer_key_len ? 0 : pconn_send_hello(pc);
+	int rc = d->keys.n ? 0 : pconn_send_hello(pc);
 	if (rc == 0)
 		d->link_events->up(p, epoch);
 	return rc;
@@ -1494,6 +1495,8 @@ static int pconn_trusted(struct xd_pconn *pc)
 	if (rc == 0 && !pc->dead && pc->peer) {
 		pc->peer->binary_pairing = pc->hello.binary_pairing;
 		pc->peer->read_ok_in_data = pc->hello.read_ok_in_data;
+		if (pc->authenticated)
+			xd_link_key_proven(pc->peer, pc->key_id);
 	}
 	/* One more connection through the handshake may make the first the control lane. */
 	if (rc == 0 && !pc->dead && pc->peer)
@@ -1504,7 +1507,7 @@ static int pconn_trusted(struct xd_pconn *pc)
 
 static int handle_hello(struct xd_pconn *pc, json_t *json)
 {
-	bool keyed = pc->d->peer_key_len > 0;
+	bool keyed = pc->d->keys.n > 0;
 	char node[2 * XP_ID_BYTES + 1];
 
 	if (pc->hello_rx || xd_hello_parse(json, &pc->hello) < 0)
@@ -1536,10 +1539,10 @@ static int handle_auth(struct xd_pconn *pc, json_t *json)
 	uint8_t mac[XD_MAC_LEN];
 	char node[2 * XP_ID_BYTES + 1];
 
-	if (!pc->d->peer_key_len || !pc->hello_rx || pc->authenticated || !json ||
+	if (!pc->d->keys.n || !pc->hello_rx || pc->authenticated || !json ||
 	    json_unpack(json, "{s:s}", "mac", &hex) || xp_hex_decode(hex, mac, sizeof(mac)))
 		return -EPROTO;
-	int rc = xd_auth_check(pc->d, pc->outgoing, &pc->hello, pc->nonce, mac);
+	int rc = xd_auth_check(pc->d, pc->outgoing, &pc->hello, pc->nonce, mac, &pc->key_id);
 	if (rc < 0) {
 		xp_hex_encode(pc->hello.node, XP_ID_BYTES, node);
 		xd_log(XD_LOG_WARN,

@@ -314,18 +314,25 @@ int xd_hello_parse(json_t *json, struct xd_hello *h);
  * The MAC of an AUTH message (PROTOCOL.md §10.2): under the cluster key, the sender's role
  * (connector or acceptor), both nodes and epochs, the receiver's nonce (the challenge) and the
  * sender's. xd_auth_mac_out() is what this daemon sends on a connection where it is
- * @connector; xd_auth_check() verifies what @peer sent there against our @my_nonce. Return
+ * @connector, under the first of its keys; xd_auth_check() verifies what @peer sent there
+ * against our @my_nonce under each of them, and names the one it matched in *@key_id. Return
  * 0, or -EIO (no MAC could be made) / -EACCES (it does not match).
  */
 int xd_auth_mac_out(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
 		    const uint8_t my_nonce[XD_NONCE_LEN], uint8_t out[XD_MAC_LEN]);
 int xd_auth_check(const struct xd_daemon *d, bool connector, const struct xd_hello *peer,
-		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN]);
+		  const uint8_t my_nonce[XD_NONCE_LEN], const uint8_t mac[XD_MAC_LEN],
+		  uint32_t *key_id);
 /*
  * Keepalive: fails set @p (ETIMEDOUT, naming keepalive_timeout_ms) when a connection last
  * received at @last_rx_us has been silent too long at @now. Returns whether it did.
  */
 bool xd_link_silent(struct xd_peer *p, uint64_t last_rx_us, uint64_t now);
+/*
+ * A connection of set @p proved the cluster key @key_id (one of this daemon's keys): kept in
+ * p->key_ids for listings and for xd_peers_key_check().
+ */
+void xd_link_key_proven(struct xd_peer *p, uint32_t key_id);
 /* Reports that a connection of set @p failed (the whole set fails: d->link_events). */
 void xd_link_fail(struct xd_peer *p, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

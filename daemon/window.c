@@ -717,15 +717,14 @@ static void send_open(struct xd_whandle *h)
 	/* notify_credit: it takes WNOTIFY_ACK (PROTOCOL.md §10.9); older owners ignore it */
 	json_t *j = json_pack("{s:I, s:s, s:I, s:b}", "window", (json_int_t)h->window, "node", node,
 			      "epoch", (json_int_t)h->epoch, "notify_credit", 1);
-	if (d->peer_key_len) {
+	if (d->keys.n) {
 		rc = xd_claim_proof(d, h->node, h->epoch, d->node, d->epoch, h->window, h->id,
 				    h->token, proof);
 		xp_hex_encode(proof, sizeof(proof), hex);
 	} else {
 		xp_hex_encode(h->token, XP_ID_BYTES, hex);
 	}
-	if (!j || rc ||
-	    json_object_set_new(j, d->peer_key_len ? "proof" : "token", json_string(hex)))
+	if (!j || rc || json_object_set_new(j, d->keys.n ? "proof" : "token", json_string(hex)))
 		rc = -ENOMEM;
 	if (!rc)
 		rc = xd_peer_send_ctrl(h->peer, 0, XP_PEER_WOPEN, XP_PEER_FROM_ACTIVE, h->id, j);
@@ -1982,12 +1981,11 @@ static int handle_wopen(struct xd_peer *p, uint32_t via, const struct xp_peer_hd
 	    (token && xp_hex_decode(token, tok, XP_ID_BYTES)) ||
 	    (proof && xp_hex_decode(proof, mac, XD_MAC_LEN)) || handle_known(d, p, h->xfer))
 		return -EPROTO;
-	if (d->peer_key_len ? !proof : !token)
+	if (d->keys.n ? !proof : !token)
 		return send_open_err(p, via, h->xfer, EACCES,
-				     d->peer_key_len ?
-					     "the owner takes a proof of the window's "
-					     "token only (it has a cluster key)" :
-					     "the owner has no cluster key to check a proof");
+				     d->keys.n ? "the owner takes a proof of the window's "
+						 "token only (it has a cluster key)" :
+						 "the owner has no cluster key to check a proof");
 	if (memcmp(nodeb, d->node, XP_ID_BYTES) != 0)
 		return send_open_err(p, via, h->xfer, EHOSTUNREACH,
 				     "window metadata names another node");

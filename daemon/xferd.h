@@ -462,11 +462,35 @@ struct xd_mac_part {
 	const void *data;
 	size_t len;
 };
+#define XD_KEYS_MAX 4 /* keys in the key file: the first proves, every one is accepted */
+/* One cluster key. */
+struct xd_key {
+	uint8_t bytes[XD_KEY_MAX];
+	size_t len;
+	uint32_t id; /**< the first 4 bytes of its SHA-256: names it in logs and listings */
+	void *mac;   /**< xd_hmac_keyed_new() of it (NULL: keyed per call) */
+};
 /*
- * Loads the cluster key from @path: at least XD_KEY_MIN bytes as hex, the file readable by its
- * owner only. Returns 0 and the key in @key (XD_KEY_MAX bytes) / @len, or -errno with @err.
+ * The cluster keys of the key file, in its order: this daemon proves itself and its claims with
+ * keys[0] and accepts a peer's proof under any of them, so that a new key can be rolled out to
+ * the nodes one at a time (README, "Rolling the cluster key").
  */
-int xd_key_load(const char *path, uint8_t *key, size_t *len, char *err, size_t errlen);
+struct xd_keyring {
+	struct xd_key keys[XD_KEYS_MAX];
+	int n; /**< 0: no key (peers are not authenticated) */
+};
+/*
+ * Loads the cluster keys from @path: one to XD_KEYS_MAX lines of at least XD_KEY_MIN bytes as
+ * hex each (blank lines skipped), the file readable by its owner only. Returns 0 and the keys in
+ * @kr (xd_keyring_clear() frees them), or -errno with @err and @kr empty.
+ */
+int xd_keyring_load(const char *path, struct xd_keyring *kr, char *err, size_t errlen);
+/* Frees and wipes @kr's keys; @kr is then empty. */
+void xd_keyring_clear(struct xd_keyring *kr);
+/* The key of @kr named @id, or NULL. */
+const struct xd_key *xd_keyring_find(const struct xd_keyring *kr, uint32_t id);
+/* The key ids @ids as a JSON array of 8 hex digits each (new reference), or NULL. */
+json_t *xd_key_ids_json(const uint32_t *ids, int n);
 /* Fills @buf with @len random bytes. Returns 0 or -EIO. */
 int xd_random(void *buf, size_t len);
 struct xd_daemon;
@@ -602,10 +626,8 @@ struct xd_daemon {
 	struct xd_config cfg;
 	uint8_t node[XP_ID_BYTES];
 	char node_hex[2 * XP_ID_BYTES + 1];
-	uint64_t epoch;		      /**< start time in us: changes on every restart */
-	uint8_t peer_key[XD_KEY_MAX]; /**< the cluster key; peer_key_len 0: none (insecure) */
-	size_t peer_key_len;
-	void *peer_mac;			     /**< xd_hmac_keyed_new() of peer_key (NULL: none) */
+	uint64_t epoch;			     /**< start time in us: changes on every restart */
+	struct xd_keyring keys;		     /**< the cluster keys; none: peers not authenticated */
 	uint8_t random_pool[XD_RANDOM_POOL]; /**< xd_random_pooled(): its unused bytes at the end */
 	size_t random_left;		     /**< how many of the pool's last bytes are unused */
 	uint64_t start_us;		     /**< monotonic start */
@@ -1212,8 +1234,16 @@ struct xd_peer {
 	uint64_t read_ahead_fills; /**< tcp.c: of those, reads into the read-ahead buffer */
 	bool binary_pairing;	   /**< its HELLO said it takes binary pairing frames (§10.8) */
 	bool read_ok_in_data;	   /**< its HELLO said a read's first DATA may be its CLAIM_OK */
+	uint32_t key_ids[XD_KEYS_MAX]; /**< the cluster keys its connections proved (frame.c) */
+	int nkey_ids;
 	struct xd_deferred free_later;
 };
+/*
+ * After the cluster keys were read again: fails every set with a connection that proved a key no
+ * longer among them (EACCES, naming the key), since what was trusted under it no longer is.
+ * Returns how many sets it failed.
+ */
+int xd_peers_key_check(struct xd_daemon *d);
 /* Starts the network transports and fills d->endpoints. Returns 0 or -errno. */
 int xd_peers_start(struct xd_daemon *d);
 /*

@@ -614,6 +614,29 @@ loopback_start()
 	return 1
 }
 
+# loopback_transfer OWNER READER NAME: a 1 MiB readable on daemon OWNER (of loopback_start) read
+# by READER; 0 when the bytes match. The reader's stderr goes to $D/NAME.err.
+loopback_transfer()
+{
+	local owner=$1 reader=$2 name=$3 rp i rc=0
+	head -c $((1 << 20)) /dev/urandom >"$D/$name.src"
+	"$BUILD/xferctl" --socket "$D/$owner.sock" readable "$D/$name.src" >"$D/$name.meta" \
+		2>"$D/$name.oerr" &
+	rp=$!
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$D/$name.meta" ] && break
+		sleep 0.05
+	done
+	timeout 20 "$BUILD/xferctl" --socket "$D/$reader.sock" read "$(head -n 1 "$D/$name.meta")" \
+		"$D/$name.dst" 2>"$D/$name.err" || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		kill "$rp" 2>/dev/null
+		wait "$rp" 2>/dev/null
+		return 1
+	fi
+	wait "$rp" && cmp -s "$D/$name.src" "$D/$name.dst"
+}
+
 # metrics_current URL FILE: GET URL (an xferd /metrics) into FILE, with a snapshot that reflects
 # everything the daemon did before this call, for comparing counters: the reply says
 # "X-Xferd-Snapshot: fresh", or its xferd_metrics_snapshot_age_seconds shows that it was

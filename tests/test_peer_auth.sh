@@ -39,29 +39,6 @@ refused_start()
 	fi
 }
 
-# transfer OWNER READER NAME: a 1 MiB readable on OWNER read by READER; 0 when the bytes match.
-# The reader's stderr goes to $D/NAME.err.
-transfer()
-{
-	local owner=$1 reader=$2 name=$3 rp i rc=0
-	head -c $((1 << 20)) /dev/urandom >"$D/$name.src"
-	"$BUILD/xferctl" --socket "$D/$owner.sock" readable "$D/$name.src" >"$D/$name.meta" \
-		2>"$D/$name.oerr" &
-	rp=$!
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$D/$name.meta" ] && break
-		sleep 0.05
-	done
-	timeout 20 "$BUILD/xferctl" --socket "$D/$reader.sock" read "$(head -n 1 "$D/$name.meta")" \
-		"$D/$name.dst" 2>"$D/$name.err" || rc=$?
-	if [ "$rc" -ne 0 ]; then
-		kill "$rp" 2>/dev/null
-		wait "$rp" 2>/dev/null
-		return 1
-	fi
-	wait "$rp" && cmp -s "$D/$name.src" "$D/$name.dst"
-}
-
 # --- starting
 chmod 644 "$D/other.key"
 refused_start "key file readable by others" "readable by its owner only" \
@@ -79,7 +56,7 @@ if start I $((BASE + 3)) --insecure-peers && grep -q "not authenticated" "$D/I.l
 else
 	fail "--insecure-peers starts without a key" "$(tail -n 2 "$D/I.log")"
 fi
-if transfer A B t1; then
+if loopback_transfer A B t1; then
 	ok "A and B (same key) move 1 MiB, bytes identical"
 else
 	fail "A and B (same key) move 1 MiB" "$(cat "$D/t1.err")"
@@ -217,7 +194,7 @@ peers = json.loads(sys.argv[1])["peers"]
 b = [p for p in peers if p["node"] == sys.argv[2]]
 sys.exit(0 if len(b) == 1 and str(b[0]["epoch"]) == sys.argv[3] and b[0]["authenticated"]
          and b[0]["state"] == "connected" else 1)' "$PEERS" "$NODE_B" "$EPOCH_B" &&
-	transfer A B t2; then
+	loopback_transfer A B t2; then
 	ok "B's set on A survives the impostor (same epoch, authenticated) and still moves bytes"
 else
 	fail "B's set on A survives the impostor" "peers: $PEERS; $(cat "$D/t2.err" 2>/dev/null)"
@@ -233,12 +210,12 @@ fi
 
 # --- wrong or no key on the other side
 start K $((BASE + 4)) --peer-key "$D/other.key" || abort_setup "daemon K did not start"
-if ! transfer A K t3 && grep -q "did not authenticate" "$D/t3.err"; then
+if ! loopback_transfer A K t3 && grep -q "did not authenticate" "$D/t3.err"; then
 	ok "a reader with another key is refused, and told why: $(cat "$D/t3.err")"
 else
 	fail "a reader with another key is refused" "$(cat "$D/t3.err")"
 fi
-if ! transfer A I t4 && grep -q "cluster key" "$D/t4.err"; then
+if ! loopback_transfer A I t4 && grep -q "cluster key" "$D/t4.err"; then
 	ok "a reader without a key is refused by a keyed owner: $(cat "$D/t4.err")"
 else
 	fail "a reader without a key is refused by a keyed owner" "$(cat "$D/t4.err")"
@@ -251,7 +228,7 @@ start M $((BASE + 6)) --peer-key "$D/key" --advertise "127.0.0.1:$PR" ||
 $PY tests/hostile_peer.py relay "$PR" 127.0.0.1 $((BASE + 6)) "$D/wire" &
 PIDS+=($!)
 sleep 0.3
-if transfer M B t5; then
+if loopback_transfer M B t5; then
 	TOKEN=$($PY -c '
 import base64, json, sys
 m = sys.argv[1].strip().split(".", 1)[1]
@@ -283,7 +260,7 @@ for _ in $(seq 100); do
 done
 if timeout 40 $PY tests/hostile_peer.py wack_opener "$D/B.sock" "$D/wack.meta" >"$D/wack.out" 2>&1 &&
 	kill -0 "$(pid_of B)" 2>/dev/null && grep -q "the owner acknowledged" "$D/B.log" &&
-	transfer A B t6; then
+	loopback_transfer A B t6; then
 	ok "a WACK acknowledging puts never sent: the opener's puts end ERRORED, none COMPLETE,\
  and B keeps serving ($(cat "$D/wack.out"))"
 else
@@ -316,7 +293,7 @@ claimok_case()
 	done
 	if ! timeout 20 "$BUILD/xferctl" --socket "$D/B.sock" write "@$D/$name.meta" \
 		"$D/$name.src" 2>"$D/$name.err" && grep -q "a second CLAIM_OK" "$D/$name.err" &&
-		kill -0 "$(pid_of B)" 2>/dev/null && transfer A B "t$name"; then
+		kill -0 "$(pid_of B)" 2>/dev/null && loopback_transfer A B "t$name"; then
 		ok "a second CLAIM_OK ($how) for one transfer fails the claimer's set, and B keeps\
  serving: $(cat "$D/$name.err")"
 	else
