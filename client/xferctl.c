@@ -403,31 +403,12 @@ static void fmt_endpoint(const json_t *row, const char *key, char *out, size_t l
  * The default peer table: the sets' counts, within 100 columns; the transfers running on each
  * and the read counts are in --json, the connections' TCP under --tcp.
  */
-/* The cluster keys a set's connections proved: the first, "+N" more; "-" for none. */
-static void fmt_keys(const json_t *row, const char *key, char *out, size_t len)
-{
-	const json_t *keys = json_object_get(row, key);
-	size_t n = json_array_size(keys);
-	char id[16];
-
-	if (n == 0) {
-		snprintf(out, len, "-");
-		return;
-	}
-	esc(json_string_value(json_array_get(keys, 0)), id, 9);
-	if (n == 1)
-		snprintf(out, len, "%s", id);
-	else
-		snprintf(out, len, "%s+%zu", id, n - 1);
-}
-
 static const struct col peer_cols[] = {
 	{ "NODE", "node", fmt_node, false },
 	{ "TRANSPORT", "transport", fmt_text, false },
 	{ "ENDPOINT", "endpoint", fmt_endpoint, false },
 	{ "STATE", "state", fmt_text, false },
 	{ "CONNS", "connections", fmt_text, true },
-	{ "KEY", "keys", fmt_keys, false },
 	{ "SENT", "bytes_sent", fmt_size, true },
 	{ "RECEIVED", "bytes_received", fmt_size, true },
 	{ "AGE", "age_ms", fmt_age, true },
@@ -827,7 +808,10 @@ static void status_print_limits(const json_t *s)
 	}
 }
 
-/* How peers authenticate: the cluster keys' ids, the one this daemon proves with first. */
+/*
+ * How peers authenticate: each cluster key's id, the one this daemon proves with first, and how
+ * many peer sets proved it (while a key is rolled out, sets still on the old one).
+ */
 static void status_print_keys(const json_t *s)
 {
 	const json_t *keys = json_object_get(s, "cluster_keys"), *k;
@@ -842,8 +826,10 @@ static void status_print_keys(const json_t *s)
 	}
 	printf("peers:    authenticated by cluster key");
 	json_array_foreach(keys, i, k) {
-		esc(json_string_value(k), id, sizeof(id));
-		printf("%s %s%s", i ? "," : "", id, i ? " (accepted)" : " (proving)");
+		unsigned long long sets = obj_u64(k, "sets");
+		printf("%s %s (%s, %llu set%s)", i ? "," : "",
+		       esc(obj_str(k, "id"), id, sizeof(id)), i ? "accepted" : "proving", sets,
+		       sets == 1 ? "" : "s");
 	}
 	printf("\n");
 }

@@ -150,14 +150,38 @@ static int count_open_fds(void)
 }
 
 /* The daemon's counters, and its limits with their usage as @c (its uid) sees them. */
-/* The ids of the cluster keys, the one this daemon proves with first; [] when it has none. */
+/* How many peer sets have a connection that proved the cluster key @id. */
+static unsigned sets_proving(const struct xd_daemon *d, uint32_t id)
+{
+	const struct xd_peer *p;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(p, &d->peers, link)
+		for (int i = 0; i < p->nkey_ids; i++)
+			n += p->key_ids[i] == id;
+	return n;
+}
+
+/*
+ * The cluster keys, the one this daemon proves with first, each with how many peer sets proved
+ * it (while a key is rolled out: the sets still on the old one); [] when it has none.
+ */
 static json_t *cluster_keys_json(const struct xd_daemon *d)
 {
-	uint32_t ids[XD_KEYS_MAX];
+	json_t *keys = json_array();
+	char id[9];
 
-	for (int i = 0; i < d->keys.n; i++)
-		ids[i] = d->keys.keys[i].id;
-	return xd_key_ids_json(ids, d->keys.n);
+	for (int i = 0; keys && i < d->keys.n; i++) {
+		uint32_t key = d->keys.keys[i].id;
+		snprintf(id, sizeof(id), "%08x", (unsigned)key);
+		json_t *entry =
+			json_pack("{s:s, s:I}", "id", id, "sets", (json_int_t)sets_proving(d, key));
+		if (json_array_append_new(keys, entry)) {
+			json_decref(keys);
+			return NULL;
+		}
+	}
+	return keys;
 }
 
 static json_t *stats_to_json(struct xd_daemon *d, const struct xd_conn *c)

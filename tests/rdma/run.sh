@@ -50,6 +50,9 @@
 #     a byte short of the claim, none, or an rkey past 32 bits each end node 1's set EPROTO,
 #     its op ERRORED (or refused) naming the rule; good claims before and after read and
 #     write byte-exact
+#   - rolling the cluster key: a second key added to the file both nodes read, then alone,
+#     SIGHUP after each: the sets that proved the old key close, new ones prove the new key,
+#     transfers both ways over RDMA at each step
 #   - windows: tests/test_windows.c on these two nodes (gets/puts, notify, revocation, kills,
 #     batches; 6000 tagged puts at an owner that reads nothing slow the keyed opener by its
 #     notification credit, PROTOCOL.md §10.9), every cross-node get and put over this transport
@@ -81,7 +84,7 @@
 # sanitizer build notices a kill); XFER_RDMA_LOG (daemon log level, default warn);
 # XFER_RDMA_KEEP=DIR copies the daemon logs there at the end (DIR must be outside the guest's
 # tmpfs, e.g. under the repository); XFER_RDMA_ONLY=REGEX runs only the matching groups of
-# sizes, regions, registration, multi, files, staging, direct, bench, hostile, fakeowner, windows, concurrency, refusals, failures,
+# sizes, regions, registration, multi, files, staging, direct, bench, hostile, fakeowner, keys, windows, concurrency, refusals, failures,
 # loopposts, postfail (setup and shutdown
 # always run).
 set -u
@@ -654,6 +657,62 @@ if [ "$TRANSPORT" = rdma ] && want fakeowner; then
 	else
 		fail "fake window owner" "$BUILD/tests/rdma_rogue is not built (make test-rdma builds it)"
 	fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Rolling the cluster key over RDMA (README, "Rolling the cluster key"; the TCP walk, node by
+# node, is tests/test_peer_keys.sh). Both nodes read the one key file: a new key added second,
+# then alone, each followed by SIGHUP; the sets that proved the old key close on the reload and
+# the next transfers make new ones under the new key, over RDMA. Then the old key alone again.
+
+# set_keys FILE...: the key file holds these keys, one per line, mode 0600.
+set_keys() { (umask 077 && for k in "$@"; do cat "$k"; echo; done >"$KEY.new" && mv "$KEY.new" "$KEY"); }
+# key_id FILE: what a daemon names the key of FILE (the first 4 bytes of its SHA-256).
+key_id() { /usr/bin/python3 -c 'import hashlib, sys; print(hashlib.sha256(bytes.fromhex(open(sys.argv[1]).read())).hexdigest()[:8])' "$1"; }
+# reload_keys IDS N...: SIGHUP to each node N, then waits until its stats list the keys IDS
+# (space-separated, in order); 1 if one does not within 5 s.
+reload_keys() {
+	local ids=$1 n i
+	shift
+	for n in "$@"; do
+		kill -HUP "$(node_pid "$n")"
+		for ((i = 0; i < 100; i++)); do
+			[ "$(ctl "$n" --json status 2>&1 | grep -o '"cluster_keys":\[[^]]*\]' |
+				grep -o '"id":"[0-9a-f]*"' | cut -d'"' -f4 | tr '\n' ' ')" = "$ids " ] && break
+			sleep 0.05
+		done
+		[ "$i" -lt 100 ] || return 1
+	done
+}
+# set_keys_of N: the keys node N lists for its live sets, one "[...]" per set.
+set_keys_of() { ctl "$1" --json peers 2>&1 | grep -o '"keys":\[[^]]*\]' | tr '\n' ' '; }
+
+if [ "$TRANSPORT" = rdma ] && want keys; then
+	cp "$KEY" "$D/old.key"
+	(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$D/new.key")
+	OLD=$(key_id "$D/old.key")
+	NEW=$(key_id "$D/new.key")
+	warm
+	set_keys "$D/old.key" "$D/new.key"
+	if reload_keys "$OLD $NEW" 0 1 && [[ $(set_keys_of 0) == *"\"$OLD\""* ]] && warm; then
+		ok "keys: the new key added second on both nodes; the sets made under the old key stay and transfer ($SEEN)"
+	else
+		fail "keys: the new key added second" "${WHY:-}; node 0 sets' keys: $(set_keys_of 0); node 0 log: $(logtail 0)"
+	fi
+	set_keys "$D/new.key"
+	if reload_keys "$NEW" 0 1 && warm && [[ $(set_keys_of 0) != *"$OLD"* ]] &&
+		[[ $(set_keys_of 0) == *"\"$NEW\""* ]]; then
+		ok "keys: the old key dropped; the sets that proved it closed, new ones proved $NEW and transfer ($SEEN)"
+	else
+		fail "keys: the old key dropped" "${WHY:-}; node 0 sets' keys: $(set_keys_of 0); node 0 log: $(logtail 0)"
+	fi
+	set_keys "$D/old.key" # (what the later groups' daemons start with)
+	if reload_keys "$OLD" 0 1 && warm; then
+		ok "keys: back to the old key alone ($SEEN)"
+	else
+		fail "keys: back to the old key alone" "${WHY:-}; node 0 log: $(logtail 0)"
+	fi
+	check_baseline "keys"
 fi
 
 # ---------------------------------------------------------------------------------------------
