@@ -137,7 +137,8 @@ struct xd_whandle {
 	int access;
 	enum whandle_state state;
 	bool open_sent;
-	int64_t reply_id; /**< WH_OPENING: the window.open to answer */
+	uint64_t open_sent_us; /**< when its WOPEN went: the owner answers within a bound */
+	int64_t reply_id;      /**< WH_OPENING: the window.open to answer */
 	char transport[8];
 	int cause_errno;
 	char cause[XD_CAUSE_MAX];
@@ -730,6 +731,7 @@ static void send_open(struct xd_whandle *h)
 		rc = xd_peer_send_ctrl(h->peer, 0, XP_PEER_WOPEN, XP_PEER_FROM_ACTIVE, h->id, j);
 	json_decref(j);
 	h->open_sent = true;
+	h->open_sent_us = xd_now_us();
 	if (rc && h->conn) {
 		xd_client_reply_error(h->conn, h->reply_id, XP_E_FAILED, -rc,
 				      "could not send the open to the owner");
@@ -2264,11 +2266,41 @@ int xd_window_ctrl(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 	}
 }
 
+/*
+ * An honest owner answers WOPEN from its loop at once (PROTOCOL.md §10.6); one whose answer has
+ * not come within keepalive_timeout_ms while its set is alive (PINGs answered) is stuck or
+ * hostile. Without this bound the client's window.open never returned, and the handle of a
+ * client that left meanwhile stayed, uncharged, as long as the set: a client that retried grew
+ * this daemon without end. The client hears ETIMEDOUT; the owner gets WCLOSE, behind the WOPEN
+ * on the same connection, so that an opener it makes on a late WOPEN is let go at once.
+ */
+static void open_timed_out(struct xd_whandle *h, uint64_t waited_ms)
+{
+	char msg[XD_CAUSE_MAX];
+
+	snprintf(msg, sizeof(msg),
+		 "the owner (node %s) did not answer the open of window %llu within %llu ms "
+		 "(keepalive_timeout_ms): it is stuck or hostile",
+		 h->node_hex, (unsigned long long)h->window, (unsigned long long)waited_ms);
+	xd_log(XD_LOG_WARN, "window handle %llu: %s", (unsigned long long)h->id, msg);
+	send_release(h); /* (not keyed yet: on the control connection, as the WOPEN went) */
+	if (h->conn)
+		xd_client_reply_error(h->conn, h->reply_id, XP_E_FAILED, ETIMEDOUT, msg);
+	handle_free(h);
+}
+
 void xd_windows_peer_tick(struct xd_peer *p)
 {
 	uint64_t limit_ms = p->d->cfg.keepalive_timeout_ms, now = xd_now_us();
 	struct xd_window *w;
 	struct xd_wopener *o;
+	struct xd_whandle *h, *tmp;
+
+	TAILQ_FOREACH_SAFE(h, &p->d->whandles, link, tmp) {
+		uint64_t waited_ms = (now - h->open_sent_us) / 1000;
+		if (h->peer == p && h->state == WH_OPENING && h->open_sent && waited_ms > limit_ms)
+			open_timed_out(h, waited_ms);
+	}
 
 	TAILQ_FOREACH(w, &p->d->windows, link) {
 		TAILQ_FOREACH(o, &w->openers, link) {

@@ -67,6 +67,15 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  METAFILE names and putting 4 KiB twice; exit
                                                  0 when both puts end ERRORED, none COMPLETE,
                                                  with a cause naming the WACK rule
+  hostile_peer.py wopen_mute_relay LPORT HOST PORT
+                                                 (a rogue owner) forwards a set's connections
+                                                 to the owner daemon at HOST PORT, but drops
+                                                 every WOPEN_OK and WOPEN_ERR: window opens
+                                                 are never answered, PINGs still are (§10.6)
+  hostile_peer.py mute_opener SOCKET METAFILE    (helper) a local client: three window.opens of
+                                                 METAFILE whose clients leave before any
+                                                 answer, then one that waits; exit 0 when it
+                                                 fails ETIMEDOUT within 20 s, naming the bound
 """
 import hashlib
 import hmac
@@ -1050,6 +1059,61 @@ def mode_wack_opener(path, metafile):
     return good
 
 
+def mode_wopen_mute_relay(lport, host, port):
+    def mute(fields, body):  # type, flags, credits, length, xfer, offset
+        return b"" if fields[0] in (WOPEN_OK, WOPEN_ERR) else HDR.pack(*fields) + body
+
+    for client, server in relay_pairs(lport, host, port):
+        threading.Thread(target=pump, args=(client, server, open(os.devnull, "wb"),
+                                            threading.Lock()), daemon=True).start()
+        threading.Thread(target=pump_frames, args=(server, client, mute), daemon=True).start()
+    return True
+
+
+def client_open(path, name, timeout=20):
+    """A client of the daemon at @path, said hello as @name: (socket, call(i, method, params)),
+    call returning the whole reply (result or error)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(path)
+    sock.settimeout(timeout)
+
+    def call(i, method, params):
+        sock.send(json.dumps({"jsonrpc": "2.0", "id": i, "method": method,
+                              "params": params}).encode())
+        while True:
+            reply = json.loads(sock.recv(65536))
+            if reply.get("id") == i:
+                return reply
+
+    call(1, "hello", {"version": 1, "client": name})
+    return sock, call
+
+
+def mode_mute_opener(path, metafile):
+    import time
+    meta = open(metafile).read().strip()
+    for i in range(3):  # clients gone while their open waits: their handles must not stay
+        sock, _ = client_open(path, f"leaver{i}")
+        sock.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "window.open",
+                              "params": {"metadata": meta}}).encode())
+        time.sleep(0.2)
+        sock.close()
+    sock, call = client_open(path, "waiter")
+    t0 = time.monotonic()
+    try:
+        reply = call(2, "window.open", {"metadata": meta})
+    except socket.timeout:
+        print("mute_opener: window.open had no answer in 20 s", file=sys.stderr)
+        return False
+    took = time.monotonic() - t0
+    err = reply.get("error", {})
+    good = (err.get("data", {}).get("errno") == "ETIMEDOUT" and
+            "keepalive_timeout_ms" in err.get("message", ""))
+    print(f"mute_opener: after {took:.1f} s: {json.dumps(reply)}",
+          file=sys.stdout if good else sys.stderr)
+    return good
+
+
 def main(argv):
     modes = {"noauth": mode_noauth, "auth": mode_auth, "wrongkey": mode_wrongkey,
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
@@ -1057,7 +1121,8 @@ def main(argv):
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
              "claimok_relay": mode_claimok_relay, "wack_opener": mode_wack_opener,
              "binpair": mode_binpair,
-             "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle}
+             "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle,
+             "wopen_mute_relay": mode_wopen_mute_relay, "mute_opener": mode_mute_opener}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

@@ -306,5 +306,45 @@ claimok_case()
 claimok_case C $((BASE + 10))
 claimok_case E $((BASE + 12)) json
 
+# --- a rogue owner that never answers a window open: a relay drops every WOPEN_OK and WOPEN_ERR
+# and passes the rest (PINGs answered: the set stays up). The opener's window.open must fail
+# ETIMEDOUT after keepalive_timeout_ms (it waited for ever), and the handles of clients that
+# left while their open waited must go too (they stayed, uncharged, as long as the set: a client
+# that retried grew the daemon without bound). O, the opener, reports its handles in /metrics.
+PM=$((BASE + 14))
+start M2 $((BASE + 15)) --peer-key "$D/key" --advertise "127.0.0.1:$PM" ||
+	abort_setup "daemon M2 did not start"
+start O $((BASE + 16)) --peer-key "$D/key" --metrics-listen "127.0.0.1:$((BASE + 17))" ||
+	abort_setup "daemon O did not start"
+$PY tests/hostile_peer.py wopen_mute_relay "$PM" 127.0.0.1 $((BASE + 15)) &
+PIDS+=($!)
+$PY tests/hostile_peer.py owner "$D/M2.sock" "$D/mute.meta" readwrite &
+OWNER=$!
+for _ in $(seq 100); do
+	[ -s "$D/mute.meta" ] && [ -n "$(ss -Hltn "sport = :$PM")" ] && break
+	sleep 0.05
+done
+handles_of_o() { curl -s --max-time 5 "http://127.0.0.1:$((BASE + 17))/metrics" |
+	awk '$1 == "xferd_window_handles" { print $2 }'; }
+if timeout 40 $PY tests/hostile_peer.py mute_opener "$D/O.sock" "$D/mute.meta" \
+	>"$D/mute.out" 2>&1; then
+	for _ in $(seq 40); do
+		[ "$(handles_of_o)" = 0 ] && break
+		sleep 0.1
+	done
+	if [ "$(handles_of_o)" = 0 ] && grep -q "did not answer the open" "$D/O.log" &&
+		kill -0 "$(pid_of O)" 2>/dev/null; then
+		ok "an owner that never answers a window open: ETIMEDOUT after keepalive_timeout_ms,\
+ no handle left of the clients that left meanwhile ($(cat "$D/mute.out"))"
+	else
+		fail "an owner that never answers a window open" \
+			"handles left on O: $(handles_of_o); $(tail -n 3 "$D/O.log")"
+	fi
+else
+	fail "an owner that never answers a window open" "$(cat "$D/mute.out")"
+fi
+kill "$OWNER" 2>/dev/null
+wait "$OWNER" 2>/dev/null
+
 summary
 [ "$failed" -eq 0 ]
