@@ -630,6 +630,23 @@ static bool open_token_ok(struct xd_daemon *d, const struct open_req *rq, const 
 		return NULL;                        \
 	} while (0)
 
+/*
+ * The openers @w keeps: open ones, and closed ones whose ops or notifications are still due
+ * (§10.9: what came before an opener went still reaches the owner's client). Those count
+ * against XD_WINDOW_MAX_OPENERS too: else an opener that closed its handle with its bound of
+ * notifications waiting and opened another brought a fresh bound each time, and a window whose
+ * owner's client is slow held them without end.
+ */
+static unsigned openers_kept(const struct xd_window *w)
+{
+	const struct xd_wopener *o;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(o, &w->openers, link)
+		n++;
+	return n;
+}
+
 /* The refusals of window.open (PROTOCOL.md §5.1). Returns the window or NULL with -errno. */
 static struct xd_window *open_lookup(struct xd_daemon *d, const struct open_req *rq, int *err,
 				     char *msg, size_t msglen)
@@ -652,9 +669,12 @@ static struct xd_window *open_lookup(struct xd_daemon *d, const struct open_req 
 	if (!w->many && w->nopeners > 0)
 		REFUSE(EBUSY, "window %llu takes one opener at a time (openers: one) and is open",
 		       (unsigned long long)rq->window);
-	if (w->nopeners >= XD_WINDOW_MAX_OPENERS)
-		REFUSE(EDQUOT, "window %llu has %d openers, the most a window takes",
-		       (unsigned long long)rq->window, XD_WINDOW_MAX_OPENERS);
+	unsigned kept = openers_kept(w);
+	if (kept >= XD_WINDOW_MAX_OPENERS)
+		REFUSE(EDQUOT,
+		       "window %llu has %u openers (%u of them closed, their notifications not yet "
+		       "taken by the owner's client), the most a window takes",
+		       (unsigned long long)rq->window, kept, kept - w->nopeners);
 	return w;
 }
 

@@ -1297,7 +1297,7 @@ void xd_peer_fail(struct xd_peer *p, int err, const char *fmt, ...)
 int xd_peers_page(struct xd_daemon *d, struct xd_page *pg, bool conns);
 
 /* window.c: windows (PROTOCOL.md §5.1, §10.6) */
-#define XD_WINDOW_MAX_OPENERS 64 /* openers of one window with openers "many" */
+#define XD_WINDOW_MAX_OPENERS 64 /* openers a window keeps: open, or closed with notes due */
 /*
  * One-sided window frames (TCP): a get's reply or an untagged put larger than this goes as
  * pieces of this size spread over the set's data connections (PROTOCOL.md §10.7), so that one

@@ -23,6 +23,16 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  reads, a notify flood against an owner client
                                                  that never reads, puts after the revocation;
                                                  refusals answered, memory bounded, misuse cut
+  hostile_peer.py wcycle HOST PORT KEYFILE META PID
+                                                 a member node that opens read-write window
+                                                 META of daemon PID, whose owner client never
+                                                 reads, puts 1024 tagged bytes, closes the
+                                                 handle and opens a new one, 100 times: each
+                                                 closed opener's notifications wait (§10.9),
+                                                 so an open past 64 openers, closed ones with
+                                                 notifications due included, must be refused
+                                                 EDQUOT (by the 66th: the first one's went to
+                                                 the owner client's queue), the set kept
   hostile_peer.py wframes_cut HOST PORT KEYFILE META
                                                  malformed window frames (a forged window id
                                                  for an open handle, bad lengths, flags, tags):
@@ -551,6 +561,47 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     sock.sendall(frame(PING))
     got = collect(sock, lambda fs: any(f[0] == PONG for f in fs), 100000)
     check(got is not None, "the flooding member's set was cut")
+    sock.close()
+    return check.ok
+
+
+def mode_wcycle(host, port, keyfile, metafile, pid):
+    key = read_key(keyfile)
+    meta = read_meta(metafile)
+    sock, hello, node, epoch = member(host, port, key)
+    owner, oep, win = hello["node"], hello["epoch"], meta["op"]
+    check = Checks("wcycle")
+    tag = b"t" * 256
+    rss0 = vm_rss_kib(pid)
+    answer = None
+    for cycle in range(100):
+        handle = 100 + cycle
+        proof = claim_proof(key, owner, oep, node, epoch, win, handle,
+                            bytes.fromhex(meta["token"]))
+        sock.sendall(frame(WOPEN, {"window": win, "node": owner, "epoch": oep,
+                                   "proof": proof.hex()}, FROM_ACTIVE, handle))
+        got = collect(sock, lambda fs: any(f[0] in (WOPEN_OK, WOPEN_ERR) for f in fs), 100000)
+        if not check(got is not None, f"cut off at open {cycle + 1}"):
+            return False
+        answer = got[-1]
+        if answer[0] == WOPEN_ERR:
+            break
+        puts = b"".join(wput(win, handle, 1000000 * cycle + i, i, b"x", tag)
+                        for i in range(1024))
+        sock.sendall(puts + frame(WCLOSE, {"window": win}, FROM_ACTIVE, handle))
+    rss1 = vm_rss_kib(pid)
+    refused = answer is not None and answer[0] == WOPEN_ERR
+    # (the first opener's notifications fill the owner client's queue, XD_NOTIFY_HIGH: they
+    # went, and that opener with them; the 64 after it are kept)
+    check(refused and json.loads(answer[4]).get("errno") == "EDQUOT" and cycle <= 65,
+          f"{cycle + 1} opens, each closed with 1024 notifications due, the last answered "
+          f"{answer and answer[:3]} {answer and answer[4]!r}: want EDQUOT by the 66th")
+    print(f"# wcycle: {cycle + 1} opens, the last answered "
+          f"{json.loads(answer[4]) if refused else 'WOPEN_OK'}: daemon +{rss1 - rss0} KiB",
+          file=sys.stderr)
+    sock.sendall(frame(PING))
+    check(collect(sock, lambda fs: any(f[0] == PONG for f in fs), 100000) is not None,
+          "the member's set was cut")
     sock.close()
     return check.ok
 
@@ -1121,7 +1172,7 @@ def main(argv):
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
              "claimok_relay": mode_claimok_relay, "wack_opener": mode_wack_opener,
              "binpair": mode_binpair,
-             "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle,
+             "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle, "wcycle": mode_wcycle,
              "wopen_mute_relay": mode_wopen_mute_relay, "mute_opener": mode_mute_opener}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)

@@ -123,6 +123,24 @@ fi
 kill "$OWNER" 2>/dev/null
 wait "$OWNER" 2>/dev/null
 
+# --- a member that closes each handle with notifications due and opens another, on a window
+# whose owner client never reads: the closed openers' notifications wait (§10.9), and each new
+# handle brought another opener's bound of them; the openers a window keeps, closed ones with
+# notifications due included, are bounded (XD_WINDOW_MAX_OPENERS)
+$PY tests/hostile_peer.py owner "$D/A.sock" "$D/cyc.meta" readwrite &
+OWNER=$!
+for _ in $(seq 100); do [ -s "$D/cyc.meta" ] && break; sleep 0.05; done
+if $PY tests/hostile_peer.py wcycle 127.0.0.1 "$PA" "$D/key" "$D/cyc.meta" "$(pid_of A)" \
+	2>"$D/cyc.err" && kill -0 "$(pid_of A)" 2>/dev/null; then
+	ok "handles closed with notifications due and opened again: refused EDQUOT past the\
+ openers a window takes, the set kept ($(grep '^#' "$D/cyc.err" | cut -c 3-))"
+else
+	fail "handles closed with notifications due and opened again" \
+		"$(cat "$D/cyc.err"); $(tail -n 3 "$D/A.log")"
+fi
+kill "$OWNER" 2>/dev/null
+wait "$OWNER" 2>/dev/null
+
 # --- a WPUT's payload in pieces with pauses, above and below the receiver's SO_RCVLOWAT mark
 # (tcp.c pconn_lowat()), into a 1 MiB window: bytes checked, a trickle kept, a stall cut
 $PY tests/hostile_peer.py owner "$D/A.sock" "$D/big.meta" readwrite 1048576 &
