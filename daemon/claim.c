@@ -317,6 +317,8 @@ static void send_claim(struct xd_xfer *x)
 		x->claim_sent = true;
 }
 
+static bool frames_out(const struct xd_xfer *x);
+
 #define XD_FILE_WINDOW_MSG                                                                       \
 	"a get or put with a file region moves over two-sided transports only (tcp); over RDMA " \
 	"only pairings stage files"
@@ -413,7 +415,10 @@ int xd_remote_window_op(struct xd_call *call, struct xd_op *op, const struct xd_
 		x->wfast = true;
 		x->claim_sent = true;
 		int rc = xd_window_fast_start(x);
-		if (rc)
+		if (rc && frames_out(x)) /* (its frames queued before go first: drain()) */
+			xd_op_end(op, XP_ST_ERRORED, -rc,
+				  "could not queue the request to the owner");
+		else if (rc)
 			xfer_fail(x, XP_ST_ERRORED, -rc,
 				  "could not queue the request to the owner");
 		return 0;
@@ -474,6 +479,16 @@ static void check_drains(struct xd_peer *p)
 	struct xd_xfer *x, *tmp;
 
 	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp) {
+		if (x->peer == p && x->tx_drain && (now - x->drain_since_us) / 1000 > limit_ms) {
+			xd_peer_fail(
+				p, ETIMEDOUT,
+				"transfer %llu ended with frames of its bytes still to send, and "
+				"the peer took none for %llu ms (keepalive_timeout_ms): connection "
+				"closed, so that none goes after its end",
+				(unsigned long long)x->id,
+				(unsigned long long)((now - x->drain_since_us) / 1000));
+			return;
+		}
 		if (x->peer == p && x->commit_wait &&
 		    (now - x->commit_since_us) / 1000 > limit_ms) {
 			commit_timeout(x);
@@ -556,11 +571,40 @@ static void op_ended(struct xd_op *op)
 	xfer_close(x);
 }
 
+/*
+ * Whether frames carrying @x's bytes from the client's buffer are under way or queued on the
+ * set's connections: two-sided, the bytes cut into DATA frames (or queued in an opener's WPUTs,
+ * window.c's put_frame()) not yet all written.
+ */
+static bool frames_out(const struct xd_xfer *x)
+{
+	return x->source && !x->one_sided && x->sent < x->next_off;
+}
+
+/* @x's last frame is out (or its bytes are zeros from here on): its op's end applies. */
+static void tx_drained(struct xd_xfer *x)
+{
+	x->tx_drain = false;
+	if (x->op)
+		xd_op_drained(x->op); /* (op_ended() closes @x: the peer is told as for any end) */
+}
+
 /* See struct xd_remote_ops. */
 static bool drain(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
+	if (frames_out(x) && !x->io_err) {
+		/*
+		 * The frames under way or queued read the buffer as they go: ended now, its client
+		 * could reuse it and the peer would get what it writes there next (a peer that stops
+		 * reading could wait for that). The end waits for the last one; no new one starts.
+		 */
+		xd_peer_stream_remove(x->peer, x);
+		x->tx_drain = true;
+		x->drain_since_us = xd_now_us();
+		return true;
+	}
 	if (x->committed) {
 		/*
 		 * Every byte is out and the other side completes at its last byte: ending here now
@@ -1005,6 +1049,12 @@ static void send_done(struct xd_xfer *x)
 
 static void data_sent(struct xd_xfer *x)
 {
+	if (x->tx_drain) {
+		x->drain_since_us = xd_now_us(); /* (the peer takes them: its time runs anew) */
+		if (!frames_out(x))
+			tx_drained(x);
+		return;
+	}
 	if (!x->op || x->sent < x->length || x->one_sided || x->wfast)
 		return;
 	/* Every DATA frame is on the wire (one-sided: see all_posted()). */
@@ -1122,7 +1172,8 @@ static int done_ack_received(struct xd_xfer *x)
 {
 	struct xd_op *op = x->op;
 
-	if (!x->active)
+	/* (the owner answers once it has every byte: never while some are still to go) */
+	if (!x->active || frames_out(x))
 		return -EPROTO;
 	xfer_close(x);
 	if (op)
@@ -1145,8 +1196,8 @@ static int ctrl_bin_received(struct xd_peer *p, uint32_t via, const struct xp_pe
 	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)
 		return 0; /* the two ends crossed: it already ended here */
-	if (x->direct || x->one_sided)
-		return -EPROTO; /* no binary frame is about a one-sided transfer */
+	if (x->direct || x->one_sided || x->wfast)
+		return -EPROTO; /* no binary frame is about a one-sided transfer, nor a window frame's */
 	switch (h->type) {
 	case XP_PEER_CLAIM_OK:
 		if (!x->active || x->ok_in_data)
@@ -1179,6 +1230,8 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 		return 0; /* the two ends crossed: it already ended here */
 	if (x->direct)
 		return -EPROTO; /* the owner never heard of a keyed get or put */
+	if (x->wfast && h->type != XP_PEER_CANCEL)
+		return -EPROTO; /* a window frame's owner refuses with CANCEL, claims nothing */
 	switch (h->type) {
 	case XP_PEER_CLAIM_OK:
 		if (!x->active)
@@ -1208,7 +1261,12 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 		if (x->one_sided && x->active)
 			defer_release(x, ECANCELED, "transfer released after the owner ended it");
 		snprintf(cause, sizeof(cause), "peer: %s", message);
-		xfer_fail(x, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err, cause);
+		if (x->op && frames_out(x)) /* (the end waits for them: drain()) */
+			xd_op_end(x->op, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err,
+				  "%s", cause);
+		else
+			xfer_fail(x, err == ECANCELED ? XP_ST_CANCELLED : XP_ST_ERRORED, err,
+				  cause);
 		return 0;
 	}
 	default:
@@ -1219,6 +1277,10 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 /* A region of @x failed under a frame (mem.c): the op ends ERRORED, and the peer is told. */
 static void io_failed(struct xd_xfer *x)
 {
+	if (x->tx_drain) { /* (zeros from here on: no byte of the buffer goes any more) */
+		tx_drained(x);
+		return;
+	}
 	if (x->op && !xd_op_ending(x->op))
 		xd_op_end(x->op, XP_ST_ERRORED, x->io_err, "%s", x->io_why);
 }

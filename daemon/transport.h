@@ -423,6 +423,13 @@ struct xd_xfer {
 	 */
 	bool draining;		 /**< owner: ended here, waiting for the active side's release */
 	uint64_t drain_since_us; /**< owner: when draining began */
+	/*
+	 * Two-sided: frames of its bytes (DATA, an opener's WPUTs) were under way or queued when
+	 * an end was asked. They read the client's buffer as they go, so the end (which frees the
+	 * client to reuse it) waits until they are out (tx_drain, since the last one's progress
+	 * drain_since_us), at most keepalive_timeout_ms between frames (claim.c).
+	 */
+	bool tx_drain;
 	bool release_pending, release_sent;
 	int release_cause_errno;
 	char release_msg[XD_CAUSE_MAX];

@@ -1832,6 +1832,7 @@ static int put_frame(struct xd_whandle *h, struct xd_xfer *x, uint32_t *lane, ui
 		return -EPROTO;
 	}
 	l->frames++;
+	x->next_off += len; /* (bytes queued in frames, not yet all sent: claim.c's drain()) */
 	x->wl_lane[i] = *lane;
 	x->wl_seq[i] = l->frames;
 	x->nwl = i == x->nwl ? (uint8_t)(i + 1) : x->nwl;

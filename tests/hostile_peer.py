@@ -77,6 +77,20 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  METAFILE names and putting 4 KiB twice; exit
                                                  0 when both puts end ERRORED, none COMPLETE,
                                                  with a cause naming the WACK rule
+  hostile_peer.py stall_relay LPORT HOST PORT LOG [doneack]
+                                                 (a rogue owner) forwards a set's connections
+                                                 to the owner daemon at HOST PORT, writing what
+                                                 the opener sends to LOG, but stops reading the
+                                                 opener for 3 s at its first WPUT: its frames
+                                                 queue at the opener meanwhile; with doneack,
+                                                 it also answers that WPUT's op at once with a
+                                                 DONE_ACK (no pairing frame is about a window
+                                                 frame's op, §10.7)
+  hostile_peer.py stall_putter SOCKET METAFILE   (helper) a local client putting 64 MiB of "a"
+                                                 into the window METAFILE names with a 500 ms
+                                                 deadline; once told the put ended, it writes
+                                                 LEAKED!! all over its buffer, as a client free
+                                                 to reuse it may; exit 0 when the put ended
   hostile_peer.py wopen_mute_relay LPORT HOST PORT
                                                  (a rogue owner) forwards a set's connections
                                                  to the owner daemon at HOST PORT, but drops
@@ -944,7 +958,7 @@ def mode_owner(path, metafile, access="read", size="65536"):
         return json.loads(sock.recv(65536))["result"]
 
     fd = os.memfd_create("win", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.write(fd, bytes(i % 256 for i in range(int(size))))
+    os.write(fd, (bytes(range(256)) * (int(size) // 256 + 1))[:int(size)])  # i % 256
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     call(1, "hello", {"version": 1, "client": "owner"})
     region = call(2, "region.register", {}, [fd])["region"]
@@ -1110,6 +1124,117 @@ def mode_wack_opener(path, metafile):
     return good
 
 
+def mode_stall_relay(lport, host, port, logpath, inject=None):
+    import time
+    lock = threading.Lock()
+    stall = []  # when the stall ends, once begun
+    log = open(logpath, "wb")
+
+    def opener_to_owner(src, dst, back, back_lock):
+        try:
+            while True:
+                with lock:
+                    until = stall[0] if stall else 0
+                if time.monotonic() < until:
+                    time.sleep(until - time.monotonic())
+                hdr = recv_exact(src, HDR.size)
+                body = recv_exact(src, HDR.unpack(hdr)[3]) if hdr else None
+                if body is None:
+                    break
+                with lock:
+                    log.write(hdr + body)
+                    log.flush()
+                    first = HDR.unpack(hdr)[0] == WPUT and not stall
+                    if first:
+                        stall.append(time.monotonic() + 3)
+                if first and inject:  # (the owner's word that the put is all in)
+                    with back_lock:
+                        back.sendall(frame(DONE_ACK, {}, 0, HDR.unpack(hdr)[4]))
+                dst.sendall(hdr + body)
+        except OSError:
+            pass
+        shut_both(src, dst)
+
+    def owner_to_opener(src, dst, dst_lock):
+        try:
+            while True:
+                hdr = recv_exact(src, HDR.size)
+                body = recv_exact(src, HDR.unpack(hdr)[3]) if hdr else None
+                if body is None:
+                    break
+                with dst_lock:
+                    dst.sendall(hdr + body)
+        except OSError:
+            pass
+        shut_both(src, dst)
+
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # (the opener's frames queue
+    lsock.bind(("127.0.0.1", int(lport)))                          # at the opener, not here)
+    lsock.listen(8)
+    lsock.settimeout(30)
+    while True:
+        try:
+            client, _ = lsock.accept()
+        except socket.timeout:
+            return True
+        server = socket.create_connection((host, int(port)))
+        back_lock = threading.Lock()
+        threading.Thread(target=opener_to_owner, args=(client, server, client, back_lock),
+                         daemon=True).start()
+        threading.Thread(target=owner_to_opener, args=(server, client, back_lock),
+                         daemon=True).start()
+
+
+def mode_stall_putter(path, metafile):
+    import array
+    import fcntl
+    import time
+    size = 64 << 20
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(path)
+    sock.settimeout(30)
+    ends = {}
+
+    def take(msg):
+        if msg.get("method") == "op.changed" and msg["params"]["state"] in (
+                "COMPLETE", "CANCELLED", "ERRORED"):
+            ends[msg["params"]["op"]] = msg["params"]
+
+    def call(i, method, params, fds=()):
+        msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        sock.sendmsg([msg], anc)
+        while True:
+            reply = json.loads(sock.recv(65536))
+            if reply.get("id") == i:
+                if "result" not in reply:
+                    raise OSError(f"{method}: {reply}")
+                return reply["result"]
+            take(reply)
+
+    fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    os.pwrite(fd, b"a" * size, 0)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    call(1, "hello", {"version": 1, "client": "stall_putter"})
+    region = call(2, "region.register", {}, [fd])["region"]
+    handle = call(3, "window.open", {"metadata": open(metafile).read().strip()})["window"]
+    t0 = time.monotonic()
+    op = call(4, "op.put", {"window": handle, "offset": 0,
+                            "descs": [{"region": region, "offset": 0, "length": size}],
+                            "timeout_ms": 500})["op"]
+    while op not in ends:
+        take(json.loads(sock.recv(65536)))
+    took = time.monotonic() - t0
+    os.pwrite(fd, b"LEAKED!!" * (size // 8), 0)  # (told the end: the buffer is the client's)
+    print(f"stall_putter: the put ended {ends[op]['state']} after {took:.1f} s "
+          f"({ends[op].get('cause', '')})")
+    time.sleep(5)  # (the relay's stall ends: what the opener still had queued goes)
+    return ends[op]["state"] != "COMPLETE"
+
+
 def mode_wopen_mute_relay(lport, host, port):
     def mute(fields, body):  # type, flags, credits, length, xfer, offset
         return b"" if fields[0] in (WOPEN_OK, WOPEN_ERR) else HDR.pack(*fields) + body
@@ -1173,7 +1298,8 @@ def main(argv):
              "claimok_relay": mode_claimok_relay, "wack_opener": mode_wack_opener,
              "binpair": mode_binpair,
              "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle, "wcycle": mode_wcycle,
-             "wopen_mute_relay": mode_wopen_mute_relay, "mute_opener": mode_mute_opener}
+             "wopen_mute_relay": mode_wopen_mute_relay, "stall_relay": mode_stall_relay,
+             "stall_putter": mode_stall_putter, "mute_opener": mode_mute_opener}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

@@ -324,6 +324,44 @@ claimok_case()
 claimok_case C $((BASE + 10))
 claimok_case E $((BASE + 12)) json
 
+# --- a rogue owner that stops reading the opener's WPUTs for 3 s (a relay): the opener's put of
+# 64 MiB passes its 500 ms deadline with most of its frames still queued at the opener. Its
+# client, told the end, may reuse the buffer at once (it writes LEAKED!! all over it): none of
+# those bytes may go to the owner (the frames still queued then read them, and the owner took
+# bytes the client never put)
+# With doneack the relay also answers the first WPUT's op with a DONE_ACK at once, which would
+# make the put COMPLETE with its frames still queued: a protocol error, the set fails.
+# stall_case NAME PORT WHAT [doneack]: daemon NAME on PORT + 1 behind the relay on PORT.
+stall_case()
+{
+	local name=$1 port=$2 what=$3 inject=${4:-}
+	start "$name" $((port + 1)) --peer-key "$D/key" --advertise "127.0.0.1:$port" ||
+		abort_setup "daemon $name did not start"
+	$PY tests/hostile_peer.py stall_relay "$port" 127.0.0.1 $((port + 1)) "$D/$name.wire" \
+		$inject &
+	PIDS+=($!)
+	$PY tests/hostile_peer.py owner "$D/$name.sock" "$D/$name.meta" readwrite $((64 << 20)) &
+	OWNER=$!
+	for _ in $(seq 400); do # (64 MiB to fill first)
+		[ -s "$D/$name.meta" ] && [ -n "$(ss -Hltn "sport = :$port")" ] && break
+		sleep 0.05
+	done
+	if timeout 60 $PY tests/hostile_peer.py stall_putter "$D/B.sock" "$D/$name.meta" \
+		>"$D/$name.out" 2>&1 && [ -s "$D/$name.wire" ] &&
+		! grep -q "LEAKED!!" "$D/$name.wire" && kill -0 "$(pid_of B)" 2>/dev/null; then
+		ok "$what: no byte of the buffer after its end reaches the owner\
+ ($(cat "$D/$name.out"))"
+	else
+		fail "$what" "$(grep -c "LEAKED!!" "$D/$name.wire") frames on the wire with bytes\
+ written after the end; $(cat "$D/$name.out")"
+	fi
+	kill "$OWNER" 2>/dev/null
+	wait "$OWNER" 2>/dev/null
+}
+stall_case S $((BASE + 18)) "a put whose deadline passes while the owner does not read"
+stall_case T $((BASE + 20)) "a DONE_ACK for a put of window frames, its WPUTs still queued" \
+	doneack
+
 # --- a rogue owner that never answers a window open: a relay drops every WOPEN_OK and WOPEN_ERR
 # and passes the rest (PINGs answered: the set stays up). The opener's window.open must fail
 # ETIMEDOUT after keepalive_timeout_ms (it waited for ever), and the handles of clients that
