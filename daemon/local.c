@@ -588,6 +588,21 @@ static void copier_destroy(struct xd_copier *cp)
 	free(cp);
 }
 
+/*
+ * Whether @job reads or writes a file whose file system may not answer (FUSE, a network's:
+ * region.c's fs_local): never on the loop thread, whatever its size.
+ */
+static bool job_hangs(const struct xd_copy_job *job)
+{
+	for (uint32_t i = 0; i < job->npieces; i++) {
+		const struct xd_region *s = job->pieces[i].src_r, *t = job->pieces[i].dst_r;
+		if ((s && !s->mem->mapped && !s->fs_local) ||
+		    (t && !t->mem->mapped && !t->fs_local))
+			return true;
+	}
+	return false;
+}
+
 /* Whether @job would fdatasync a file: never on the loop thread, whatever its size. */
 static bool job_syncs(const struct xd_copy_job *job)
 {
@@ -602,7 +617,7 @@ static bool job_syncs(const struct xd_copy_job *job)
 static void job_start(struct xd_copier *cp, struct xd_copy_job *job, uint64_t size)
 {
 	cp->outstanding++;
-	if (size <= XD_COPY_INLINE && !job_syncs(job)) {
+	if (size <= XD_COPY_INLINE && !job_syncs(job) && !job_hangs(job)) {
 		run_job(job);
 		job_finished(cp, job);
 		return;

@@ -464,6 +464,7 @@ void xd_daemon_clear(struct xd_daemon *d)
 {
 	TAILQ_INIT(&d->conns);
 	TAILQ_INIT(&d->regions);
+	TAILQ_INIT(&d->file_probes);
 	TAILQ_INIT(&d->ops);
 	xd_idmap_init(&d->region_ids);
 	xd_idmap_init(&d->op_ids);
@@ -532,6 +533,7 @@ static void daemon_fini(struct xd_daemon *d)
 	xd_sd_watchdog_stop(d);
 	xd_metrics_stop(d);
 	xd_ctl_fini(d);
+	xd_region_probes_fini(d);
 	xd_windows_fini(d);
 	xd_peers_stop(d);
 	xd_ops_fini(d);

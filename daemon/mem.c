@@ -9,6 +9,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -168,15 +170,44 @@ static bool file_send_cached(const struct xd_region *r, uint64_t off, size_t len
 
 	if (len == 0)
 		return true;
+	if (!r->fs_local)
+		return false; /* (FUSE may ask its process for attributes even of cached pages) */
 	if (syscall(__NR_cachestat, r->fd, &range, &cs, 0) < 0)
 		return false;
 	return cs.nr_cache >= (pos + len - 1) / page - pos / page + 1;
 }
 
+static void *close_main(void *arg)
+{
+	close((int)(intptr_t)arg);
+	return NULL;
+}
+
+int xd_mem_close_later(int fd)
+{
+	pthread_attr_t at;
+	pthread_t t;
+	int rc;
+
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 64u << 10);
+	rc = pthread_create(&t, &at, close_main, (void *)(intptr_t)fd);
+	pthread_attr_destroy(&at);
+	if (rc) {
+		xd_log(XD_LOG_WARN, "no thread to close a file's fd (%s): closed on the loop",
+		       strerror(rc));
+		close(fd);
+	}
+	return -rc;
+}
+
 static void file_release(struct xd_region *r)
 {
-	if (r->fd >= 0)
+	if (r->fd >= 0 && r->fs_local)
 		close(r->fd);
+	else if (r->fd >= 0)
+		xd_mem_close_later(r->fd);
 	r->fd = -1;
 }
 

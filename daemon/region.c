@@ -7,10 +7,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include "transport.h"
 
@@ -27,21 +31,43 @@ static const char *fd_type_name(mode_t mode)
 	return "a file that is not a memfd";
 }
 
-/* The memfd rules of PROTOCOL.md §4. Returns the memfd's size (*st its fstat), or fails the call. */
+/*
+ * The type of @fd's file, from what the kernel knows already (AT_STATX_DONT_SYNC): an fstat
+ * asks a FUSE or network file system, which may never answer.
+ */
+static const char *fd_type_cached(int fd)
+{
+	struct statx stx;
+
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_TYPE))
+		return "not a memfd";
+	return S_ISREG(stx.stx_mode) ? "a file that is not a memfd" : fd_type_name(stx.stx_mode);
+}
+
+/*
+ * The memfd rules of PROTOCOL.md §4. Returns the memfd's size (*st its fstat), or fails the call.
+ * The seals come first: only a memfd has them, and only once it is known to be one is it
+ * fstat()ed (its file system is memory's; another file's may hang the loop in that call).
+ */
 static int64_t check_memfd(struct xd_call *call, int fd, struct stat *stp)
 {
 	struct stat st;
-
-	if (fstat(fd, &st) < 0)
-		return xd_fail(call, XP_E_FAILED, EBADF, "fstat of the fd failed: %s",
-			       strerror(errno));
 	int seals = fcntl(fd, F_GET_SEALS);
-	if (!S_ISREG(st.st_mode) || seals < 0)
+
+	if (seals < 0)
 		return xd_fail(call, XP_E_FAILED, EBADF,
 			       "region.register needs a memfd created with MFD_ALLOW_SEALING; "
 			       "the fd is %s",
-			       S_ISREG(st.st_mode) ? "a file that is not a memfd" :
-						     fd_type_name(st.st_mode));
+			       fd_type_cached(fd));
+	if (fstat(fd, &st) < 0)
+		return xd_fail(call, XP_E_FAILED, EBADF, "fstat of the fd failed: %s",
+			       strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return xd_fail(call, XP_E_FAILED, EBADF,
+			       "region.register needs a memfd created with MFD_ALLOW_SEALING; "
+			       "the fd is %s",
+			       fd_type_name(st.st_mode));
 	if (!(seals & F_SEAL_SHRINK))
 		return xd_fail(call, XP_E_FAILED, EPERM,
 			       "memfd is not sealed with F_SEAL_SHRINK (a client could truncate it "
@@ -315,81 +341,379 @@ static int register_resident(struct xd_call *call, struct pending_reg *pr,
 }
 
 /*
- * The file rules (PROTOCOL.md §4): a regular file whose fd may be read or written as asked,
- * positioned writes possible (no O_APPEND). What the fd's access mode allows is what the region
- * may be used for. Returns the file's size, or fails the call.
+ * File registrations: every call the rules need on the client's fd (fstat, statx, fstatfs)
+ * asks the file's file system, and one that never answers (a FUSE mount whose process waits,
+ * as a hostile user's may; a dead network mount) would hold the thread making it forever. So
+ * they run on a thread of their own per registration (not a copy worker: a hung one would be
+ * lost to every client), which reports through an eventfd; past XD_FILE_PROBE_MS the loop
+ * answers ETIMEDOUT and leaves the thread to clean up after itself whenever it returns. How
+ * many may wait at once is bounded per connection and per daemon (each holds a thread and
+ * the client's fd).
  */
-static int64_t check_file(struct xd_call *call, int fd, struct xd_region *r)
-{
-	struct stat st;
-	int fl = fcntl(fd, F_GETFL);
+#define XD_FILE_PROBE_MS 3000 /* the file system must answer a registration's checks in this */
+#define XD_FILE_PROBES_CONN 4 /* registrations of one connection waiting for their checks */
+#define XD_FILE_PROBES_MAX 32 /* threads checking files, the daemon's (given-up ones too) */
+#define XD_FILE_PROBE_STACK (64u << 10)
 
-	if (fl < 0 || fstat(fd, &st) < 0)
+enum { PROBE_RUNNING, PROBE_DONE, PROBE_ABANDONED };
+
+/* Threads checking files now, answered or given up on (a process-wide count: it outlives @d). */
+static atomic_uint probes_alive;
+
+struct xd_file_probe {
+	TAILQ_ENTRY(xd_file_probe) link; /**< in d->file_probes while the loop waits for it */
+	struct xd_daemon *d;
+	struct xd_region *r; /**< being made: the thread fills dio_align, fs_local, may_* */
+	int fd;		     /**< the daemon's duplicate of the client's fd */
+	int efd;	     /**< the thread's "done" to the loop */
+	struct event *ev, *timer;
+	uint64_t client; /**< the connection's id: it may close meanwhile */
+	int64_t request;
+	uint64_t t0;
+	uint64_t offset, length;
+	bool has_length;
+	atomic_int state; /**< PROBE_*: who frees it (the loop, or the thread once given up) */
+	const char *_Atomic doing; /**< the call the thread is in, for the timeout's cause */
+	/* the thread's findings, read by the loop once state is PROBE_DONE */
+	int fl;	      /**< F_GETFL */
+	int stat_err; /**< fstat's errno, 0 */
+	struct stat st;
+	int direct; /**< xd_mem_file_direct_check(): 1, 0, or -errno with the cause in msg */
+	char msg[200];
+};
+
+/* A file system whose calls end: a local disk's or memory's. Any other may hang (FUSE, NFS). */
+static bool fs_is_local(long type)
+{
+	static const unsigned long local[] = {
+		0xEF53,	    /* ext2, ext3, ext4 */
+		0x58465342, /* xfs */
+		0x9123683E, /* btrfs */
+		0xF2F52010, /* f2fs */
+		0xCA451A4E, /* bcachefs */
+		0x2FC12FC1, /* zfs */
+		0x01021994, /* tmpfs */
+		0x858458f6, /* ramfs */
+		0x958458f6, /* hugetlbfs */
+	};
+
+	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+		if ((unsigned long)(unsigned int)type == local[i])
+			return true;
+	return false;
+}
+
+/* On the probe's thread: what the file rules need to know, each call possibly never ending. */
+static void probe_run(struct xd_file_probe *p)
+{
+	struct statfs sf;
+
+	p->fl = fcntl(p->fd, F_GETFL); /* (the open file's flags: no file system call) */
+	atomic_store(&p->doing, "fstat");
+	p->stat_err = fstat(p->fd, &p->st) < 0 ? errno : 0;
+	if (p->fl < 0 || p->stat_err || !S_ISREG(p->st.st_mode) || (p->fl & O_PATH))
+		return;
+	uint64_t size = (uint64_t)p->st.st_size;
+	uint64_t len = p->has_length ? p->length : p->offset < size ? size - p->offset : 0;
+	atomic_store(&p->doing, "statx");
+	p->direct = xd_mem_file_direct_check(p->r, p->fd, p->offset, len, p->msg, sizeof(p->msg));
+	atomic_store(&p->doing, "fstatfs");
+	p->r->fs_local = fstatfs(p->fd, &sf) == 0 && fs_is_local((long)sf.f_type);
+}
+
+static void *probe_main(void *arg)
+{
+	struct xd_file_probe *p = arg;
+	uint64_t one = 1;
+
+	probe_run(p);
+	if (atomic_exchange(&p->state, PROBE_DONE) == PROBE_ABANDONED) {
+		/* The loop gave up on it and forgot it: this thread's to free. */
+		close(p->fd);
+		close(p->efd);
+		free(p->r);
+		free(p);
+	} else if (write(p->efd, &one, sizeof(one)) < 0) {
+		/* Cannot fail for an eventfd short of overflow: the loop reads it. */
+	}
+	atomic_fetch_sub(&probes_alive, 1);
+	return NULL;
+}
+
+/* Closes @fd where its file system cannot stall the loop (FUSE sends a FLUSH at each close). */
+static void close_file_fd(int fd, bool fs_local)
+{
+	if (fs_local)
+		close(fd);
+	else
+		xd_mem_close_later(fd);
+}
+
+/* On the loop: @p's events gone and @p out of the list; nothing of it is the thread's now. */
+static void probe_forget(struct xd_file_probe *p)
+{
+	xd_event_free(p->ev);
+	xd_event_free(p->timer);
+	p->ev = p->timer = NULL;
+	TAILQ_REMOVE(&p->d->file_probes, p, link);
+}
+
+/* On the loop, the thread done: the probe's fds and memory go (@r too unless @keep_r). */
+static void probe_free(struct xd_file_probe *p, bool keep_r)
+{
+	close(p->efd);
+	if (p->fd >= 0)
+		close_file_fd(p->fd, p->r->fs_local);
+	if (!keep_r)
+		free(p->r);
+	free(p);
+}
+
+/*
+ * The file rules (PROTOCOL.md §4) on what @p's thread found: a regular file whose fd may be
+ * read or written as asked, positioned writes possible (no O_APPEND). What the fd's access mode
+ * allows is what the region may be used for. Returns the file's size, or fails @call.
+ */
+static int64_t check_file(struct xd_call *call, struct xd_file_probe *p)
+{
+	struct xd_region *r = p->r;
+	int fl = p->fl;
+
+	if (fl < 0 || p->stat_err)
 		return xd_fail(call, XP_E_FAILED, EBADF, "fstat of the fd failed: %s",
-			       strerror(errno));
-	if (!S_ISREG(st.st_mode) || (fl & O_PATH))
+			       strerror(p->stat_err ? p->stat_err : EBADF));
+	if (!S_ISREG(p->st.st_mode) || (fl & O_PATH))
 		return xd_fail(call, XP_E_FAILED, EBADF,
 			       "a file region needs an fd of a regular file open for reading or "
 			       "writing; the fd is %s",
-			       (fl & O_PATH) ? "an O_PATH fd" : fd_type_name(st.st_mode));
+			       (fl & O_PATH) ? "an O_PATH fd" : fd_type_name(p->st.st_mode));
 	if (fl & O_APPEND)
 		return xd_fail(call, XP_E_FAILED, EBADF,
 			       "a file region's fd must not be O_APPEND (bytes land at their "
 			       "offsets)");
 	r->may_read = (fl & O_ACCMODE) != O_WRONLY;
 	r->may_write = (fl & O_ACCMODE) != O_RDONLY;
-	return st.st_size;
+	return p->st.st_size;
 }
 
-/* A file region: checked, its fd kept (a duplicate), charged one region and no bytes. */
-static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
+/* A file region from what @p's thread found: checked, charged one region and no bytes, filed. */
+static int file_region_make(struct xd_call *call, struct xd_file_probe *p)
 {
 	struct xd_conn *c = call->conn;
-	struct xd_region *r = calloc(1, sizeof(*r));
+	struct xd_region *r = p->r;
+	struct xd_region_args a = {
+		.offset = p->offset, .length = p->length, .has_length = p->has_length, .file = true
+	};
 	char msg[200];
 	int rc;
 
-	if (!r)
-		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
-	int64_t size = check_file(call, fd, r);
-	if (size < 0 || (rc = check_range(call, a, (uint64_t)size))) {
-		free(r);
+	int64_t size = check_file(call, p);
+	if (size < 0 || (rc = check_range(call, &a, (uint64_t)size)))
 		return size < 0 ? (int)size : rc;
-	}
-	int direct = xd_mem_file_direct_check(r, fd, a->offset, a->length, msg, sizeof(msg));
-	if (direct < 0) {
-		free(r);
-		return xd_fail(call, XP_E_FAILED, -direct, "%s", msg);
-	}
+	if (p->direct < 0)
+		return xd_fail(call, XP_E_FAILED, -p->direct, "%s", p->msg);
 	rc = xd_charge(c->d, c->use, c->uid, XD_RES_REGIONS, 1, msg, sizeof(msg));
-	if (rc) {
-		free(r);
+	if (rc)
 		return xd_fail(call, XP_E_FAILED, -rc, "%s", msg);
-	}
 	r->charged = true;
-	r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (r->fd < 0) {
-		rc = xd_fail(call, XP_E_FAILED, errno == EMFILE ? EMFILE : ENOMEM,
-			     "could not keep the file's fd: %s", strerror(errno));
-		uncharge_region(c, r);
-		free(r);
-		return rc;
-	}
+	r->fd = p->fd;
+	p->fd = -1; /* the region's now */
 	r->d = c->d;
 	r->pid = c->pid;
 	r->uid = c->uid;
-	r->mem = direct ? &xd_mem_file_direct : &xd_mem_file;
-	r->file_off = a->offset;
-	r->length = a->length;
-	r->sync = a->sync;
-	snprintf(r->name, sizeof(r->name), "%s", a->name);
-	r->id = ++c->d->next_region;
-	r->owner = c;
-	r->refs = 1;
-	TAILQ_INSERT_TAIL(&c->d->regions, r, link);
-	xd_idmap_add(&c->d->region_ids, &r->by_id, r->id);
-	call->result = region_result(r);
+	r->mem = p->direct ? &xd_mem_file_direct : &xd_mem_file;
+	r->file_off = a.offset;
+	r->length = a.length;
+	region_file(c, r, p->t0);
 	return 0;
+}
+
+/* On the loop, @p's thread done (through the eventfd or found so at the deadline): answers. */
+static void probe_finish(struct xd_file_probe *p)
+{
+	struct xd_conn *c = xd_client_find(p->d, p->client);
+	struct xd_call call = { .conn = c, .id = p->request };
+
+	if (!c) { /* the client went away meanwhile: nobody to tell */
+		probe_free(p, false);
+		return;
+	}
+	if (file_region_make(&call, p) < 0) {
+		xd_client_reply_error(c, p->request, call.code, call.cause_errno, call.message);
+		probe_free(p, false);
+		return;
+	}
+	xd_client_reply(c, p->request, region_result(p->r));
+	probe_free(p, true);
+}
+
+static void probe_done_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_file_probe *p = arg;
+	uint64_t n;
+
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		return;
+	if (atomic_load(&p->state) != PROBE_DONE)
+		return;
+	probe_forget(p);
+	probe_finish(p);
+}
+
+/*
+ * Gives up on @p (the loop's part of it forgotten first, so that the thread may close the
+ * eventfd the loop watched). Returns false if the thread had finished after all: @p is still
+ * the loop's.
+ */
+static bool probe_abandon(struct xd_file_probe *p)
+{
+	probe_forget(p);
+	return atomic_exchange(&p->state, PROBE_ABANDONED) != PROBE_DONE;
+}
+
+static void probe_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct xd_file_probe *p = arg;
+	struct xd_daemon *d = p->d;
+	uint64_t client = p->client;
+	int64_t request = p->request;
+	const char *doing = atomic_load(&p->doing);
+
+	if (!probe_abandon(p)) {
+		probe_finish(p);
+		return;
+	}
+	/* (@p is the thread's now, and may be freed any moment: only the copies above are used) */
+	struct xd_conn *c = xd_client_find(d, client);
+	xd_log(XD_LOG_WARN,
+	       "a file region's %s did not return within %u ms: its file system does not answer "
+	       "(client %llu's registration fails ETIMEDOUT)",
+	       doing ? doing : "fcntl", XD_FILE_PROBE_MS, (unsigned long long)client);
+	if (c) {
+		char why[200];
+		snprintf(why, sizeof(why),
+			 "the file's file system did not answer %s within %u ms (a hung FUSE or "
+			 "network mount?); the file is not registered",
+			 doing ? doing : "fcntl", XD_FILE_PROBE_MS);
+		xd_client_reply_error(c, request, XP_E_FAILED, ETIMEDOUT, why);
+	}
+}
+
+/* How many of @c's file registrations wait for their checks. */
+static unsigned probes_of(struct xd_conn *c)
+{
+	struct xd_file_probe *p;
+	unsigned n = 0;
+
+	TAILQ_FOREACH(p, &c->d->file_probes, link)
+		n += p->client == c->id;
+	return n;
+}
+
+/* Starts @p's thread: detached, a small stack. Returns 0 or -errno. */
+static int probe_start(struct xd_file_probe *p)
+{
+	pthread_attr_t at;
+	pthread_t t;
+	int rc;
+
+	if (atomic_fetch_add(&probes_alive, 1) >= XD_FILE_PROBES_MAX) {
+		atomic_fetch_sub(&probes_alive, 1);
+		return -EAGAIN;
+	}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, XD_FILE_PROBE_STACK);
+	rc = pthread_create(&t, &at, probe_main, p);
+	pthread_attr_destroy(&at);
+	if (rc)
+		atomic_fetch_sub(&probes_alive, 1);
+	return -rc;
+}
+
+/* The probe of @fd's file (duplicated) for @call: its events made, in d->file_probes. */
+static int probe_new(struct xd_call *call, int fd, const struct xd_region_args *a,
+		     struct xd_file_probe **out)
+{
+	struct xd_conn *c = call->conn;
+	struct xd_file_probe *p = calloc(1, sizeof(*p));
+	struct timeval tv = { XD_FILE_PROBE_MS / 1000, XD_FILE_PROBE_MS % 1000 * 1000 };
+
+	if (!p || !(p->r = calloc(1, sizeof(*p->r)))) {
+		free(p);
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	}
+	*p = (struct xd_file_probe){ .d = c->d,
+				     .r = p->r,
+				     .client = c->id,
+				     .request = call->id,
+				     .t0 = xd_now_us(),
+				     .offset = a->offset,
+				     .length = a->length,
+				     .has_length = a->has_length,
+				     .fd = -1,
+				     .efd = -1 };
+	p->r->fd = -1;
+	p->r->sync = a->sync;
+	snprintf(p->r->name, sizeof(p->r->name), "%s", a->name);
+	TAILQ_INSERT_TAIL(&c->d->file_probes, p, link);
+	*out = p;
+	p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (p->fd < 0)
+		return xd_fail(call, XP_E_FAILED, errno == EMFILE ? EMFILE : ENOMEM,
+			       "could not keep the file's fd: %s", strerror(errno));
+	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->efd >= 0) {
+		p->ev = event_new(c->d->base, p->efd, EV_READ | EV_PERSIST, probe_done_cb, p);
+		p->timer = evtimer_new(c->d->base, probe_timeout_cb, p);
+	}
+	if (!p->ev || !p->timer || event_add(p->ev, NULL) < 0 || evtimer_add(p->timer, &tv) < 0)
+		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
+	return 0;
+}
+
+/*
+ * A file region: its fd duplicated at once, the file rules checked on a thread of its own
+ * (above), the reply once they are (deferred), or ETIMEDOUT.
+ */
+static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
+{
+	struct xd_file_probe *p = NULL;
+	int rc;
+
+	if (probes_of(call->conn) >= XD_FILE_PROBES_CONN)
+		return xd_fail(call, XP_E_FAILED, EAGAIN,
+			       "%u file registrations of this client already wait for their file "
+			       "systems to answer",
+			       XD_FILE_PROBES_CONN);
+	rc = probe_new(call, fd, a, &p);
+	if (rc == 0 && (rc = probe_start(p)) == -EAGAIN)
+		rc = xd_fail(call, XP_E_FAILED, EAGAIN,
+			     "%u file registrations already wait for their file systems to answer "
+			     "(the daemon's limit)",
+			     XD_FILE_PROBES_MAX);
+	else if (rc < 0 && !call->code)
+		rc = xd_fail(call, XP_E_FAILED, -rc,
+			     "could not start a thread to check the file: %s", strerror(-rc));
+	if (rc < 0) {
+		if (p) { /* (no thread: the loop's) */
+			probe_forget(p);
+			probe_free(p, false);
+		}
+		return rc;
+	}
+	call->deferred = true;
+	return 0;
+}
+
+void xd_region_probes_fini(struct xd_daemon *d)
+{
+	struct xd_file_probe *p;
+
+	/* Their clients are gone: nobody waits for an answer. */
+	while ((p = TAILQ_FIRST(&d->file_probes)))
+		if (!probe_abandon(p))
+			probe_free(p, false);
 }
 
 /*

@@ -551,6 +551,12 @@ struct xd_mem_ops {
  */
 extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file, xd_mem_file_direct, xd_mem_staging;
 /*
+ * Closes @fd on a thread of its own (detached): on FUSE each close sends the file system a
+ * FLUSH and waits for its answer, which a hung one never gives. Returns 0, or -errno when no
+ * thread could be made (it was closed here then).
+ */
+int xd_mem_close_later(int fd);
+/*
  * For a file region about to be registered over @fd at [@off, +@len): whether @fd is O_DIRECT
  * and, if so, whether that range can be served (its file system reports direct I/O alignment
  * by statx, and @off and @len are multiples of it). Fills @r's dio_align and dio_mem_align.

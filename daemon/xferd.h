@@ -620,6 +620,8 @@ struct xp_fdset;
 /* What the control socket does with one client packet (dispatch.c's xd_dispatch_packet). */
 typedef void (*xd_packet_cb)(struct xd_conn *c, const char *buf, size_t len, struct xp_fdset *fds);
 
+struct xd_file_probe; /* region.c */
+
 /* The daemon: one event loop and everything it owns. */
 struct xd_daemon {
 	struct event_base *base;
@@ -641,6 +643,8 @@ struct xd_daemon {
 	struct event *sig_ev[3];
 	TAILQ_HEAD(, xd_conn) conns;
 	TAILQ_HEAD(, xd_region) regions;
+	/** region.c: file registrations whose checks wait for their file system, on threads */
+	TAILQ_HEAD(, xd_file_probe) file_probes;
 	TAILQ_HEAD(, xd_op) ops;
 	struct xd_idmap region_ids, op_ids; /**< idmap.c: d->regions and d->ops by id */
 	uint64_t next_client, next_region, next_op, next_batch;
@@ -854,6 +858,12 @@ struct xd_region {
 	bool sync;	    /**< file kind: fdatasync before a transfer into it completes */
 	uint32_t dio_align; /**< file opened O_DIRECT: its offset alignment (0: buffered) */
 	uint32_t dio_mem_align; /**< and the alignment its buffers need (mem.c bounces) */
+	/**
+	 * file kind: its file system is a local disk's or memory's (fstatfs at registration), so
+	 * a call on the fd ends; on any other (FUSE, NFS, SMB, ...) it may never return, and
+	 * nothing of it runs on the loop thread (the file lane, copy workers, a closing thread).
+	 */
+	bool fs_local;
 	uint64_t length;
 	uint64_t charge;   /**< bytes charged (the populated mapping), to @uid and the daemon too */
 	bool charged;	   /**< its uid and global charges are held (a file's bytes are 0) */
@@ -885,6 +895,8 @@ int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a);
 struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id);
 /* Deregisters @r: gone from listings, mapping freed once no operation holds it. */
 void xd_region_release(struct xd_region *r);
+/* At shutdown, once the connections are gone: gives up on file checks still waiting. */
+void xd_region_probes_fini(struct xd_daemon *d);
 /* {"region", "name", "client", ...} of @r, or NULL. */
 json_t *xd_region_to_json(const struct xd_region *r);
 

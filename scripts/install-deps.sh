@@ -42,6 +42,8 @@ PKGS=(
 	python3-numpy
 	python3-torch
 	python3-uvloop # tests/test_python_uvloop.sh and PY_LOOP=uvloop: the loop vLLM and SGLang run
+	fuse3 # tests/test_fuse.sh: a FUSE file system that stops answering (tests/fuse_gate.py)
+	python3-fusepy # (its Python binding: libfuse2)
 	# make test-rdma / bench-rdma: a QEMU VM (TCG) booting Debian's kernel with Soft-RoCE
 	# (scripts/rxe-vm.sh: busybox initramfs, modules' .modinfo read with objcopy), and the
 	# verbs tools the guest runs from the host's root: rxe provider, perftest, ibv_devinfo.
