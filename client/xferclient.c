@@ -89,6 +89,17 @@ struct client_event {
 
 #define FAST_ENDS 64 /* op.batch_done of more ends, or a reply of more ops, takes jansson's way */
 
+/*
+ * The ends of an op.batch_done that came in parts ("more": true on all but the last: a long
+ * batch's ends do not fit one packet, PROTOCOL.md §5.2), gathered until the last, which is
+ * delivered with them all as one event. The daemon sends a batch's parts one after the other.
+ */
+struct batch_parts {
+	uint64_t batch;
+	size_t n;
+	struct xfer_batch_end *ends; /* NULL: no part waiting */
+};
+
 struct xfer_client {
 	int sock;
 	int64_t next_id;
@@ -109,7 +120,8 @@ struct xfer_client {
 	unsigned wait_spin_us; /* how long the call under way polls for its reply before sleeping */
 	char *rxbuf;	       /* XP_MAX_MSG bytes */
 	char last_error[CLIENT_ERR_MAX];
-	struct batch_sink *sink; /* xfer_batch() awaiting its reply: read back without jansson */
+	struct batch_sink *sink;  /* xfer_batch() awaiting its reply: read back without jansson */
+	struct batch_parts parts; /* an op.batch_done sent in parts, until its last */
 };
 
 /* The op.batch reply xfer_batch() awaits, read by xp_batch_reply_read() when it can be. */
@@ -184,6 +196,7 @@ static void client_destroy(struct xfer_client *c)
 	if (c->sock >= 0)
 		close(c->sock);
 	client_free_events(c);
+	free(c->parts.ends);
 	free(c->rxbuf);
 	free(c);
 }
@@ -322,6 +335,45 @@ static int batch_event_parse(const struct xp_reply *rep, struct xfer_batch_event
 	return 0;
 }
 
+static void batch_parts_drop(struct batch_parts *bp)
+{
+	free(bp->ends);
+	*bp = (struct batch_parts){ 0 };
+}
+
+/*
+ * Takes a part of an op.batch_done into c->parts: @ev's ends are kept (moved out of @ev) while
+ * @more says more parts follow, and put before its own in the last part. Returns 0 when @ev is
+ * the batch's whole event now, -1 while parts are still due. Parts that break the rules (of
+ * another batch than the parts before, more ends than a batch has) are dropped.
+ */
+static int batch_parts_take(struct xfer_client *c, struct xfer_batch_event *ev, bool more)
+{
+	struct batch_parts *bp = &c->parts;
+	struct xfer_batch_end *all;
+
+	if (bp->ends && bp->batch != ev->batch)
+		batch_parts_drop(bp);
+	if (!bp->ends && !more)
+		return 0;
+	if (bp->n + ev->n > XP_MAX_BATCH ||
+	    !(all = realloc(bp->ends, (bp->n + ev->n + 1) * sizeof(*all)))) {
+		batch_parts_drop(bp);
+		return -1;
+	}
+	memcpy(all + bp->n, ev->ends, ev->n * sizeof(*all));
+	free((void *)ev->ends);
+	*bp = (struct batch_parts){ ev->batch, bp->n + ev->n, all };
+	ev->ends = NULL;
+	ev->n = 0;
+	if (more)
+		return -1;
+	ev->ends = bp->ends; /* (the event owns them now) */
+	ev->n = bp->n;
+	*bp = (struct batch_parts){ 0 };
+	return 0;
+}
+
 /* A posted batch's refusal (op.batch_done's "message", or an error reply's) for its event. */
 static void batch_event_why(struct client_event *ev, const char *message)
 {
@@ -340,7 +392,9 @@ static int event_parse(struct xfer_client *c, const struct xp_reply *rep, struct
 	}
 	if (strcmp(rep->method, XP_NOTIFY_BATCH_DONE) == 0) {
 		ev->is_batch = true;
-		if (!c->bcb || batch_event_parse(rep, &ev->bev) < 0)
+		if (!c->bcb || batch_event_parse(rep, &ev->bev) < 0 ||
+		    batch_parts_take(c, &ev->bev,
+				     json_is_true(json_object_get(rep->params, "more"))))
 			return -1;
 		batch_event_why(ev, obj_str(rep->params, "message"));
 		return 0;
@@ -362,7 +416,9 @@ static bool client_queue_batch_text(struct xfer_client *c, int len)
 	uint64_t batch;
 	size_t n;
 
-	if (!c->bcb || xp_batch_done_read(c->rxbuf, (size_t)len, &batch, raw, FAST_ENDS, &n))
+	/* (the last part of a batch sent in parts joins the others: jansson's way) */
+	if (!c->bcb || c->parts.ends ||
+	    xp_batch_done_read(c->rxbuf, (size_t)len, &batch, raw, FAST_ENDS, &n))
 		return false;
 	ev = calloc(1, sizeof(*ev));
 	ends = calloc(n + 1, sizeof(*ends));

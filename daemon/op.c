@@ -103,12 +103,12 @@ static void batch_free(struct xd_batch *b)
 	free(b);
 }
 
-/* @b's ends as the array op.batch_done lists, or NULL when out of memory. */
-static json_t *batch_ends_json(const struct xd_batch *b)
+/* @b's ends [@from, @from + @n) as the array op.batch_done lists, or NULL when out of memory. */
+static json_t *batch_ends_json(const struct xd_batch *b, size_t from, size_t n)
 {
 	json_t *arr = json_array();
 
-	for (size_t i = 0; arr && i < b->nends; i++) {
+	for (size_t i = from; arr && i < from + n; i++) {
 		const struct xp_batch_end *e = &b->ends[i];
 		json_t *o = json_pack("{s:I, s:s, s:I}", "op", (json_int_t)e->op, "state",
 				      xp_state_name((enum xp_state)e->state), "bytes",
@@ -126,15 +126,18 @@ static json_t *batch_ends_json(const struct xd_batch *b)
 	return arr;
 }
 
-/* @b's event through jansson: a refused batch's (its message quotes client text), or a long one. */
-static void batch_push_json(struct xd_batch *b, struct xd_conn *c)
+/*
+ * The last part of a refused batch's event, through jansson (its message quotes client text):
+ * @b's ends from @from on, with the refusal's members.
+ */
+static void batch_push_refusal(struct xd_batch *b, struct xd_conn *c, size_t from)
 {
-	json_t *ends = batch_ends_json(b);
+	json_t *ends = batch_ends_json(b, from, b->nends - from);
 	json_t *params = ends ? json_pack("{s:I, s:o}", "batch", (json_int_t)b->id, "ops", ends) :
 				NULL;
 	json_t *msg;
 
-	if (params && b->refusal && json_object_update(params, b->refusal)) {
+	if (params && json_object_update(params, b->refusal)) {
 		json_decref(params);
 		params = NULL;
 	}
@@ -146,34 +149,58 @@ static void batch_push_json(struct xd_batch *b, struct xd_conn *c)
 
 #define BATCH_END_TEXT_MAX 128 /* bytes of one end's text, at most (20-digit values, errno) */
 #define BATCH_TEXT_STACK 4096  /* a batch's text up to this size is written on the stack */
+#define BATCH_REFUSAL_ENDS 64  /* a refused batch's last ends, sent with its message */
 
 /*
- * Pushes @b's op.batch_done and frees @b. The event of a batch without a refusal is written as
- * text (xp_batch_done_text()): no jansson object per end, the daemon's largest cost per posted
- * operation after the kernel's. A short batch's text is written on the stack: a malloc() of
- * 1 KiB or more makes glibc consolidate its fast bins first, which with a batch's JSON just
- * freed cost ~5% of the opener daemon's CPU at 4 KiB (batches of 8).
+ * Pushes @b's ends [0, @upto) as op.batch_done text (xp_batch_done_part()): one packet, or
+ * parts of as many ends as fit in one, each but the last saying "more" (PROTOCOL.md §5.2), or
+ * all of them when @more_after (the refusal's part follows). A long batch whose ends carry
+ * errnos and long ids passes 64 KiB (1024 ends of ~70 bytes): sent as one, it was dropped, and
+ * its client waited for it for ever. Returns 0, or -errno when a part could not be written.
+ */
+static int batch_push_text(struct xd_batch *b, struct xd_conn *c, size_t upto, bool more_after)
+{
+	char stack[BATCH_TEXT_STACK], *text = stack;
+	size_t cap = BATCH_END_TEXT_MAX * (upto + 1), from = 0, taken;
+	int len = 0;
+
+	if (cap > XP_MAX_MSG)
+		cap = XP_MAX_MSG;
+	/* cppcheck-suppress legacyUninitvar ; its address, not its bytes */
+	if (cap > sizeof(stack) && !(text = malloc(cap)))
+		return -ENOMEM;
+	do {
+		/* (no ends: an empty list, and b->ends may be NULL) */
+		const struct xp_batch_end *next = upto ? b->ends + from : NULL;
+		len = xp_batch_done_part(text, cap, b->id, next, upto - from, more_after, &taken);
+		if (len > 0)
+			xd_client_send_text(c, text, (size_t)len);
+		from += taken;
+	} while (len > 0 && from < upto);
+	if (text != stack)
+		free(text);
+	return len < 0 ? len : 0;
+}
+
+/*
+ * Pushes @b's op.batch_done and frees @b. Its ends are written as text (xp_batch_done_part()):
+ * no jansson object per end, the daemon's largest cost per posted operation after the kernel's.
+ * A short batch's text is written on the stack: a malloc() of 1 KiB or more makes glibc
+ * consolidate its fast bins first, which with a batch's JSON just freed cost ~5% of the opener
+ * daemon's CPU at 4 KiB (batches of 8). A refused batch's last ends go with its message.
  */
 static void batch_push_cb(void *arg)
 {
 	struct xd_batch *b = arg;
 	struct xd_conn *c = xd_client_find(b->d, b->client);
-	size_t cap = BATCH_END_TEXT_MAX * (b->nends + 1);
-	int len = -EMSGSIZE;
-	char stack[BATCH_TEXT_STACK], *text;
+	size_t tail = b->nends < BATCH_REFUSAL_ENDS ? b->nends : BATCH_REFUSAL_ENDS;
+	size_t upto = b->refusal ? b->nends - tail : b->nends;
 
-	if (cap > XP_MAX_MSG)
-		cap = XP_MAX_MSG;
-	/* cppcheck-suppress legacyUninitvar ; its address, not its bytes */
-	if (c && !b->refusal && (text = cap > sizeof(stack) ? malloc(cap) : stack)) {
-		len = xp_batch_done_text(text, cap, b->id, b->ends, b->nends);
-		if (len > 0)
-			xd_client_send_text(c, text, (size_t)len);
-		if (text != stack)
-			free(text);
-	}
-	if (c && len < 0)
-		batch_push_json(b, c);
+	if (c && (upto > 0 || !b->refusal) && batch_push_text(b, c, upto, b->refusal) < 0)
+		xd_log(XD_LOG_WARN, "client %llu: batch %llu's op.batch_done could not be written",
+		       (unsigned long long)c->id, (unsigned long long)b->id);
+	if (c && b->refusal)
+		batch_push_refusal(b, c, upto);
 	batch_free(b);
 }
 

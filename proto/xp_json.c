@@ -177,31 +177,55 @@ void xp_text_u64(struct xp_text *t, uint64_t v)
 	xp_text_put(t, digits + n);
 }
 
-int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
-		       size_t n)
+/* One end {"op","state","bytes","errno"?} of op.batch_done, after a comma unless @first. */
+static void batch_end_text(struct xp_text *t, const struct xp_batch_end *e, bool first)
+{
+	xp_text_put(t, first ? "{\"op\":" : ",{\"op\":");
+	xp_text_u64(t, e->op);
+	xp_text_put(t, ",\"state\":\"");
+	xp_text_put(t, xp_state_name((enum xp_state)e->state));
+	xp_text_put(t, "\",\"bytes\":");
+	xp_text_u64(t, e->bytes);
+	if (e->err) {
+		xp_text_put(t, ",\"errno\":\"");
+		xp_text_put(t, xp_errno_name(e->err));
+		xp_text_put(t, "\"");
+	}
+	xp_text_put(t, "}");
+}
+
+#define BATCH_MORE_TAIL "],\"more\":true}}" /* the longer of a part's two endings */
+
+int xp_batch_done_part(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
+		       size_t n, bool more_after, size_t *taken)
 {
 	struct xp_text t = { buf, cap, 0 };
+	size_t i;
 
 	xp_text_put(&t, "{\"jsonrpc\":\"2.0\",\"method\":\"" XP_NOTIFY_BATCH_DONE
 			"\",\"params\":{\"batch\":");
 	xp_text_u64(&t, batch);
 	xp_text_put(&t, ",\"ops\":[");
-	for (size_t i = 0; i < n; i++) {
-		xp_text_put(&t, i ? ",{\"op\":" : "{\"op\":");
-		xp_text_u64(&t, ends[i].op);
-		xp_text_put(&t, ",\"state\":\"");
-		xp_text_put(&t, xp_state_name((enum xp_state)ends[i].state));
-		xp_text_put(&t, "\",\"bytes\":");
-		xp_text_u64(&t, ends[i].bytes);
-		if (ends[i].err) {
-			xp_text_put(&t, ",\"errno\":\"");
-			xp_text_put(&t, xp_errno_name(ends[i].err));
-			xp_text_put(&t, "\"");
+	for (i = 0; i < n; i++) {
+		size_t before = t.len;
+		batch_end_text(&t, &ends[i], i == 0);
+		if (t.len + strlen(BATCH_MORE_TAIL) > cap) {
+			t.len = before; /* (that end goes in the next part) */
+			break;
 		}
-		xp_text_put(&t, "}");
 	}
-	xp_text_put(&t, "]}}");
-	return t.len <= cap ? (int)t.len : -EMSGSIZE;
+	*taken = i;
+	xp_text_put(&t, i < n || more_after ? BATCH_MORE_TAIL : "]}}");
+	return (n == 0 || i > 0) && t.len <= cap ? (int)t.len : -EMSGSIZE;
+}
+
+int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
+		       size_t n)
+{
+	size_t taken;
+	int len = xp_batch_done_part(buf, cap, batch, ends, n, false, &taken);
+
+	return len >= 0 && taken == n ? len : -EMSGSIZE;
 }
 
 /* ---- op.batch_done read back (xp_batch_done_read()) ---- */

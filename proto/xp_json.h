@@ -149,6 +149,14 @@ static inline bool xp_cursor_u63(struct xp_cursor *c, uint64_t *v)
  */
 int xp_batch_done_text(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
 		       size_t n);
+/*
+ * One part of an op.batch_done too long for a packet (PROTOCOL.md §5.2): as
+ * xp_batch_done_text(), with as many of the @n ends as fit in @cap (*@taken of them), and
+ * "more": true after the list when some were left out or @more_after (another part follows).
+ * Returns the length, or -EMSGSIZE when not one end fits.
+ */
+int xp_batch_done_part(char *buf, size_t cap, uint64_t batch, const struct xp_batch_end *ends,
+		       size_t n, bool more_after, size_t *taken);
 
 /*
  * Reads op.batch_done back from @buf of @len bytes when it is exactly in the form

@@ -244,6 +244,52 @@ TEST(cross_posted_refusal_is_in_the_event)
 	rig_stop(&r);
 }
 
+/*
+ * A posted batch of 100 puts whose last passes the window's end: the daemon sends its event in
+ * two parts (the first 36 ends as text with "more", the last 64 with the refusal), and the
+ * library gives one event of 100 ends: 99 COMPLETE, the refusal's ERRORED end, its sentence.
+ */
+TEST(local_posted_refusal_after_many_entries_is_one_event)
+{
+	enum { N = 100 };
+	struct rig r;
+	struct posted p = { 0 };
+	struct xfer_desc d = { 0, 0, BLOCK };
+	struct xfer_batch_op ops[N];
+	struct xfer_op_opts opts = { .flags = XFER_OP_RELEASE_ON_END | XFER_OP_BATCH_EVENT |
+					      XFER_OP_POST };
+
+	rig_start(&r, false);
+	d.region = r.pregion;
+	for (int i = 0; i < N; i++)
+		ops[i] = (struct xfer_batch_op){ .kind = XFER_PUT,
+						 .handle = r.handle,
+						 .offset = i == N - 1 ? NBLOCKS * BLOCK :
+									(i % NBLOCKS) * BLOCK,
+						 .descs = &d,
+						 .n = 1 };
+	xfer_set_batch_cb(r.opener, posted_cb, &p);
+	td_fill(r.pbuf.addr, BLOCK, 23);
+	CHECK_OK(xfer_batch(r.opener, ops, N, &opts, NULL, &p.ids[0]));
+	p.nids = 1;
+	wait_events(r.opener, &p, 1);
+	usleep(100 * 1000); /* (a second event would come right behind the first) */
+	CHECK_EQ_INT(xfer_dispatch(r.opener), 0);
+	CHECK_EQ_INT(p.events, 1);
+	CHECK_EQ_INT(p.stray, 0);
+	CHECK_EQ_INT(p.ends, N);
+	CHECK_EQ_INT(p.complete, N - 1);
+	CHECK_EQ_INT(p.last[0].op, 0);
+	CHECK_EQ_INT(p.last[0].state, XFER_ERRORED);
+	CHECK_EQ_INT(p.last[0].error, -EINVAL);
+	if (!strstr(p.why, "op.batch entry 99: ") || !strstr(p.why, "passes the end of window"))
+		harness_fail(__FILE__, __LINE__, "the refusal's sentence: \"%s\"", p.why);
+	for (int i = 0; i < NBLOCKS; i++)
+		CHECK_MEM_EQ((char *)r.obuf.addr + i * BLOCK, r.pbuf.addr, BLOCK);
+	xfer_set_batch_cb(r.opener, NULL, NULL);
+	rig_stop(&r);
+}
+
 /* What the library refuses before sending: a posted batch needs one event, no passive entry. */
 TEST(local_posted_batch_rules_in_the_library)
 {

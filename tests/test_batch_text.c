@@ -99,6 +99,42 @@ static void fake_serve(int lfd, int seen)
 	_exit(0);
 }
 
+/*
+ * The child of batch_done_parts_come_as_one_event: answers hello, then pushes batch 9's
+ * op.batch_done in parts as the daemon writes them (xp_batch_done_part(): 1024 of the longest
+ * ends take two packets), then batch 10's in one, and waits for the client to go.
+ */
+static void parts_serve(int lfd)
+{
+	static struct xp_batch_end ends[XP_MAX_BATCH];
+	static char buf[XP_MAX_MSG];
+	int sock = accept(lfd, NULL, NULL);
+	size_t from = 0, taken;
+	ssize_t n = sock >= 0 ? recv(sock, buf, sizeof(buf), 0) : -1;
+	json_t *hello = n > 0 ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
+
+	if (!hello)
+		_exit(1);
+	fake_reply(sock, hello);
+	json_decref(hello);
+	for (size_t i = 0; i < XP_MAX_BATCH; i++)
+		ends[i] = (struct xp_batch_end){ (uint64_t)INT64_MAX - i, (uint64_t)INT64_MAX,
+						 XP_ST_CANCELLED, EHOSTUNREACH };
+	while (from < XP_MAX_BATCH) {
+		int len = xp_batch_done_part(buf, sizeof(buf), 9, ends + from, XP_MAX_BATCH - from,
+					     false, &taken);
+		if (len < 0 || send(sock, buf, (size_t)len, 0) != len)
+			_exit(1);
+		from += taken;
+	}
+	int len = xp_batch_done_part(buf, sizeof(buf), 10, ends, 2, false, &taken);
+	if (len < 0 || send(sock, buf, (size_t)len, 0) != len)
+		_exit(1);
+	while (recv(sock, buf, sizeof(buf), 0) > 0)
+		;
+	_exit(0);
+}
+
 static void fake_start(struct fake *f)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -379,4 +415,73 @@ TEST(batch_text_refuses_what_the_long_way_refuses)
 	p = (struct pollfd){ f.seen, POLLIN, 0 };
 	CHECK(poll(&p, 1, 200) == 0); /* (nothing was sent) */
 	fake_stop(&f);
+}
+
+/* The batch events the client delivered: how many, and the ends of each (up to 2). */
+struct parts_seen {
+	int events;
+	uint64_t batch[2];
+	size_t n[2];
+	bool in_order[2]; /* each end's op is the one the fake wrote at its place */
+};
+
+static void parts_cb(struct xfer_client *c, const struct xfer_batch_event *ev, void *arg)
+{
+	struct parts_seen *s = arg;
+	int k = s->events++;
+
+	if (k >= 2)
+		return;
+	s->batch[k] = ev->batch;
+	s->n[k] = ev->n;
+	s->in_order[k] = true;
+	for (size_t i = 0; i < ev->n; i++)
+		s->in_order[k] &= ev->ends[i].op == (uint64_t)INT64_MAX - i &&
+				  ev->ends[i].state == XFER_CANCELLED &&
+				  ev->ends[i].error == -EHOSTUNREACH;
+}
+
+/*
+ * An op.batch_done too long for one packet comes in parts (PROTOCOL.md §5.2: "more": true on
+ * all but the last); the library gathers them and calls the batch callback once, with every end
+ * in order, then takes the next batch's event as before. (A daemon once sent such an event as
+ * one packet, which could not be sent: its client waited for ever.)
+ */
+TEST(batch_done_parts_come_as_one_event)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct parts_seen seen = { 0 };
+	struct xfer_client *c = NULL;
+	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	long long until = td_now_ms() + 10000;
+	char path[108];
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "/tmp/xferd-batchparts.%d.sock", (int)getpid());
+	strcpy(sa.sun_path, path);
+	unlink(path);
+	CHECK(lfd >= 0);
+	CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 1) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0)
+		parts_serve(lfd);
+	close(lfd);
+	CHECK_OK(xfer_connect(path, "batch-parts", &c));
+	xfer_set_batch_cb(c, parts_cb, &seen);
+	while (seen.events < 2 && td_now_ms() < until) {
+		struct pollfd p = { xfer_get_fd(c), POLLIN, 0 };
+		poll(&p, 1, 100);
+		CHECK(xfer_dispatch(c) >= 0);
+	}
+	CHECK_EQ_INT(seen.events, 2);
+	CHECK_EQ_INT(seen.batch[0], 9);
+	CHECK_EQ_INT(seen.n[0], XP_MAX_BATCH);
+	CHECK(seen.in_order[0]);
+	CHECK_EQ_INT(seen.batch[1], 10);
+	CHECK_EQ_INT(seen.n[1], 2);
+	CHECK(seen.in_order[1]);
+	xfer_close(c);
+	waitpid(pid, NULL, 0);
+	unlink(path);
 }

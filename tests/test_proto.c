@@ -1549,6 +1549,50 @@ TEST(batch_done_text_is_what_jansson_writes)
 }
 
 /*
+ * A batch's op.batch_done too long for one packet goes in parts (PROTOCOL.md §5.2): each part a
+ * packet of at most XP_MAX_MSG bytes that jansson reads, "more": true on all but the last (and on
+ * the last too when more_after), the ends of the parts in order being the batch's ends.
+ */
+TEST(batch_done_parts_fit_a_packet_each)
+{
+	static const int errs[] = { EHOSTUNREACH, ECONNREFUSED, ECANCELED, 0 };
+	static char buf[XP_MAX_MSG];
+	static struct xp_batch_end ends[XP_MAX_BATCH];
+	uint64_t seed = 2463534242ull;
+
+	for (int round = 0; round < 8; round++) {
+		size_t n = round < 2 ? XP_MAX_BATCH : 1 + (size_t)(seed % XP_MAX_BATCH);
+		bool more_after = round % 2;
+		size_t from = 0, parts = 0;
+		random_ends(&seed, ends, n, errs, sizeof(errs) / sizeof(errs[0]));
+		for (size_t i = 0; round == 0 && i < n; i++) /* the longest ends there are */
+			ends[i] = (struct xp_batch_end){ (uint64_t)INT64_MAX, (uint64_t)INT64_MAX,
+							 XP_ST_CANCELLED, EHOSTUNREACH };
+		while (from < n) {
+			size_t taken = 0;
+			int len = xp_batch_done_part(buf, sizeof(buf), 7, ends + from, n - from,
+						     more_after, &taken);
+			CHECK(len > 0 && (size_t)len <= XP_MAX_MSG && taken > 0);
+			json_t *root = json_loadb(buf, (size_t)len, 0, NULL);
+			json_t *params = json_object_get(root, "params");
+			json_t *ops = json_object_get(params, "ops");
+			CHECK(json_is_array(ops) && json_array_size(ops) == taken);
+			CHECK_EQ_INT(json_is_true(json_object_get(params, "more")),
+				     from + taken < n || more_after);
+			for (size_t i = 0; i < taken; i++)
+				CHECK(json_integer_value(
+					      json_object_get(json_array_get(ops, i), "op")) ==
+				      (json_int_t)ends[from + i].op);
+			json_decref(root);
+			from += taken;
+			parts++;
+		}
+		if (round == 0)
+			CHECK(parts > 1); /* 1024 of the longest ends need more than one packet */
+	}
+}
+
+/*
  * What a client's jansson way makes of op.batch_done (xferclient.c's batch_event_parse()): 0 and
  * the values, or 1 when it is no batch event it would deliver.
  */
