@@ -792,8 +792,8 @@ static void limit_cell(const json_t *limits, const char *scope, const char *res,
 /* Usage against each limit: global, and per uid for the caller's uid. */
 static void status_print_limits(const json_t *s)
 {
-	static const char *const res[] = { "bytes", "regions", "ops",	      "clients",
-					   "waits", "windows", "queued_bytes" };
+	static const char *const res[] = { "bytes", "regions", "ops",	       "clients",
+					   "waits", "windows", "queued_bytes", "fds" };
 	const json_t *limits = json_object_get(s, "limits");
 	char uid[32], g[80], u[80];
 

@@ -292,7 +292,7 @@ static int load_peer_allow(struct xd_config *cfg, json_t *root, char *err, size_
 /* The resources each limits object may name (1 << XD_RES_*). */
 #define COMMON_RES                                                                             \
 	(1u << XD_RES_BYTES | 1u << XD_RES_REGIONS | 1u << XD_RES_OPS | 1u << XD_RES_WINDOWS | \
-	 1u << XD_RES_QUEUED)
+	 1u << XD_RES_QUEUED | 1u << XD_RES_FDS)
 #define CONN_RES (COMMON_RES | 1u << XD_RES_WAITS)
 #define UID_RES (COMMON_RES | 1u << XD_RES_CLIENTS)
 #define GLOBAL_RES (COMMON_RES | 1u << XD_RES_CLIENTS | 1u << XD_RES_WAITS)

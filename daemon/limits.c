@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "xferd.h"
 
 static const char *const res_names[XD_NRES] = {
@@ -20,6 +21,7 @@ static const char *const res_names[XD_NRES] = {
 	[XD_RES_WAITS] = "waits",
 	[XD_RES_WINDOWS] = "windows",
 	[XD_RES_QUEUED] = "queued_bytes",
+	[XD_RES_FDS] = "fds",
 };
 
 /* What a limit counts, for messages ("12 GiB registered bytes", "4 regions"). */
@@ -31,6 +33,7 @@ static const char *const res_nouns[XD_NRES] = {
 	[XD_RES_WAITS] = "pending waits",
 	[XD_RES_WINDOWS] = "windows",
 	[XD_RES_QUEUED] = "bytes of replies queued",
+	[XD_RES_FDS] = "file descriptors kept for file regions",
 };
 
 const char *xd_res_name(enum xd_res res)
@@ -52,6 +55,25 @@ static uint64_t mem_total(void)
 			break;
 	fclose(f);
 	return (uint64_t)kib << 10;
+}
+
+/*
+ * A file region keeps its fd open (the daemon moves its bytes with file I/O): half the daemon's
+ * fd limit for them in all, an eighth per uid, so that one local user's file regions (16384 of
+ * them by the regions limit) cannot take the fds other clients' connections and registrations
+ * and the peer connections need. Without a finite limit, none.
+ */
+static void fds_defaults(struct xd_limits *conn, struct xd_limits *uid, struct xd_limits *all)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+		conn->max[XD_RES_FDS] = uid->max[XD_RES_FDS] = all->max[XD_RES_FDS] = XD_NO_LIMIT;
+		return;
+	}
+	all->max[XD_RES_FDS] = (uint64_t)rl.rlim_cur / 2;
+	uid->max[XD_RES_FDS] = (uint64_t)rl.rlim_cur / 8;
+	conn->max[XD_RES_FDS] = uid->max[XD_RES_FDS];
 }
 
 void xd_limits_defaults(struct xd_config *cfg)
@@ -94,6 +116,7 @@ void xd_limits_defaults(struct xd_config *cfg)
 	conn->max[XD_RES_QUEUED] = 16ull << 20;
 	uid->max[XD_RES_QUEUED] = 128ull << 20;
 	all->max[XD_RES_QUEUED] = 512ull << 20;
+	fds_defaults(conn, uid, all);
 }
 
 int xd_limits_load(struct xd_limits *lim, const json_t *obj, unsigned allowed, const char *key,

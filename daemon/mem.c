@@ -684,9 +684,11 @@ void xd_region_uncharge(struct xd_region *r)
 	/* Bytes first: a uid's record goes once it holds nothing (a file charges no bytes). */
 	if (r->charge)
 		xd_uncharge(r->d, NULL, r->uid, XD_RES_BYTES, r->charge);
+	if (r->fd_charged)
+		xd_uncharge(r->d, NULL, r->uid, XD_RES_FDS, 1);
 	xd_uncharge(r->d, NULL, r->uid, XD_RES_REGIONS, 1);
 	r->charge = 0;
-	r->charged = false;
+	r->charged = r->fd_charged = false;
 }
 
 void xd_region_ref(struct xd_region *r)

@@ -137,6 +137,7 @@ static void uncharge_conn(struct xd_conn *c, struct xd_region *r)
 {
 	if (c) {
 		c->use[XD_RES_REGIONS]--;
+		c->use[XD_RES_FDS] -= r->fd_charged;
 		c->use[XD_RES_BYTES] -= r->charge;
 	}
 }
@@ -513,9 +514,14 @@ static int file_region_make(struct xd_call *call, struct xd_file_probe *p)
 	if (p->direct < 0)
 		return xd_fail(call, XP_E_FAILED, -p->direct, "%s", p->msg);
 	rc = xd_charge(c->d, c->use, c->uid, XD_RES_REGIONS, 1, msg, sizeof(msg));
+	if (rc == 0) {
+		rc = xd_charge(c->d, c->use, c->uid, XD_RES_FDS, 1, msg, sizeof(msg));
+		if (rc)
+			xd_uncharge(c->d, c->use, c->uid, XD_RES_REGIONS, 1);
+	}
 	if (rc)
 		return xd_fail(call, XP_E_FAILED, -rc, "%s", msg);
-	r->charged = true;
+	r->charged = r->fd_charged = true;
 	r->fd = p->fd;
 	p->fd = -1; /* the region's now */
 	r->d = c->d;

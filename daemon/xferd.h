@@ -199,6 +199,7 @@ enum xd_res {
 	XD_RES_WAITS,	/**< pending op.wait and op.cancel replies (per connection and global) */
 	XD_RES_WINDOWS, /**< windows created and window handles opened */
 	XD_RES_QUEUED,	/**< bytes of replies and events queued for a client that is not reading */
+	XD_RES_FDS,	/**< fds the daemon keeps open for clients' file regions (one each) */
 	XD_NRES,
 };
 #define XD_NO_LIMIT UINT64_MAX
@@ -867,6 +868,7 @@ struct xd_region {
 	uint64_t length;
 	uint64_t charge;   /**< bytes charged (the populated mapping), to @uid and the daemon too */
 	bool charged;	   /**< its uid and global charges are held (a file's bytes are 0) */
+	bool fd_charged;   /**< a file's: its fd is charged too (XD_RES_FDS) */
 	int refs;	   /**< registration + operations that have not ended */
 	unsigned live_ops; /**< operations that have not ended using it */
 	uint64_t register_us;	   /**< time taken to validate, map and register */

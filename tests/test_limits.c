@@ -6,11 +6,13 @@
  * to zero once clients leave.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -430,6 +432,74 @@ TEST(limit_usage_returns_to_zero)
 	CHECK_EQ_INT(used(probe, "global", "clients"), 1);
 	CHECK_EQ_INT(used(probe, "per_uid", "clients"), 1);
 	xfer_close(probe);
+	CHECK_EQ_INT(td_stop(&d), 0);
+}
+
+/* Registers the regular file @path (made if need be) as a region of @c. Returns 0 or -errno. */
+static int register_file(struct xfer_client *c, const char *path, uint64_t *region)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	int rc;
+
+	CHECK(fd >= 0 && ftruncate(fd, 4096) == 0);
+	rc = xfer_region_register_file(c, fd, 0, 0, 0, "file", region);
+	close(fd);
+	return rc;
+}
+
+/*
+ * A file region keeps its file open in the daemon: each is charged to the fds limits, so that
+ * one local user's file regions cannot take the fds everyone else's connections need. With
+ * uid_limits.fds 3, the fourth file region is refused EDQUOT naming the limit while a memfd
+ * region still registers; a deregistered file gives its fd back; nothing stays charged once
+ * the client is gone.
+ */
+TEST(limit_fds_of_file_regions)
+{
+	char path[64];
+	uint64_t files[3], region;
+	struct td d;
+
+	CHECK_OK(td_start(&d, "{\"uid_limits\": {\"fds\": 3}}"));
+	struct xfer_client *c = connect_client(&d);
+	snprintf(path, sizeof(path), "/tmp/xferd-limit-fds.%d", (int)getpid());
+	for (int i = 0; i < 3; i++)
+		CHECK_OK(register_file(c, path, &files[i]));
+	CHECK_EQ_INT(used(c, "per_uid", "fds"), 3);
+	CHECK_ERR(register_file(c, path, &region), -EDQUOT);
+	if (!strstr(xfer_last_error(c),
+		    "limit of 3 file descriptors kept for file regions reached"))
+		harness_fail(__FILE__, __LINE__, "the refusal: \"%s\"", xfer_last_error(c));
+	CHECK_OK(register_sparse(c, 4096, &region)); /* (a memfd keeps no fd) */
+	CHECK_EQ_INT(used(c, "per_uid", "fds"), 3);
+	CHECK_OK(xfer_region_deregister(c, files[0], 0));
+	CHECK_OK(register_file(c, path, &files[0]));
+	xfer_close(c);
+	CHECK_EQ_INT(td_wait_stat(&d, "clients", 1, 5000, NULL), 0);
+	struct xfer_client *probe = connect_client(&d);
+	CHECK_EQ_INT(used(probe, "global", "fds"), 0);
+	CHECK_EQ_INT(used(probe, "per_uid", "fds"), 0);
+	xfer_close(probe);
+	CHECK_EQ_INT(td_stop(&d), 0);
+	unlink(path);
+}
+
+/* The fds limits default from the daemon's own fd limit: half in all, an eighth per uid. */
+TEST(limit_fds_default_from_rlimit_nofile)
+{
+	struct rlimit was, small;
+	struct td d;
+
+	CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0);
+	small = (struct rlimit){ was.rlim_max < 400 ? was.rlim_max : 400, was.rlim_max };
+	CHECK(setrlimit(RLIMIT_NOFILE, &small) == 0); /* (the daemon inherits it) */
+	int rc = td_start(&d, NULL);
+	CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+	CHECK_OK(rc);
+	struct xfer_client *c = connect_client(&d);
+	CHECK_EQ_INT(limit_value(c, "global", "fds", "limit"), (long long)small.rlim_cur / 2);
+	CHECK_EQ_INT(limit_value(c, "per_uid", "fds", "limit"), (long long)small.rlim_cur / 8);
+	xfer_close(c);
 	CHECK_EQ_INT(td_stop(&d), 0);
 }
 
