@@ -1378,7 +1378,10 @@ bad:
 	return 2;
 }
 
-/* pipe: the largest size times the deepest pipeline. */
+/*
+ * pipe, win: the largest size times the deepest pipeline, as run: each depth rounded up to
+ * whole --batch groups (pipeline_depth()), so that --depths 16 --batch 32 has 32 slots.
+ */
 static uint64_t pipe_buf_size(const struct opts *o)
 {
 	uint64_t size = 0;
@@ -1386,8 +1389,10 @@ static uint64_t pipe_buf_size(const struct opts *o)
 
 	for (int i = 0; i < o->nsizes; i++)
 		size = o->sizes[i] > size ? o->sizes[i] : size;
-	for (int i = 0; i < o->ndepths; i++)
-		depth = o->depths[i] > depth ? o->depths[i] : depth;
+	for (int i = 0; i < o->ndepths; i++) {
+		int d = pipeline_depth(o, o->depths[i]);
+		depth = d > depth ? d : depth;
+	}
 	return size * (uint64_t)depth;
 }
 

@@ -9,7 +9,10 @@
 # and in batches of 8; xferbench_net stamps every operation and compares every slot byte for byte
 # at the end, and a stream resumed at a wrong byte breaks the framing (the set fails, and the
 # run with it: a coalescing writev that resumed one byte early, tried on branch pairs4-coalesce,
-# failed here so). Then both daemons hold no operation, region or fd more than before. In
+# failed here so). Then window gets and puts (PROTOCOL.md §10.7: WPUT, WGET, their DATA replies
+# and WACKs, queued window frames written several to a writev) both ways at once over the same
+# small buffers, bytes compared, and neither daemon may have logged a protocol error. Then both
+# daemons hold no operation, region or fd more than before. In
 # loopback mode (no namespaces) the buffers stay as they are (the host's): the run still
 # passes through partial writes, less often.
 set -u
@@ -58,6 +61,47 @@ pipe()
 pipe "32 pairings in flight, 4K..300K, one call each, bytes checked"
 pipe "32 pairings in flight, 4K..300K, batches of 8, bytes checked" --batch 8 --batch-end
 check_baseline "after the pairings"
+
+# wins NAME ARGS...: xferbench_net win both ways at once (node 1 opens node 0's window and node 0
+# node 1's), so that each connection carries WPUTs and WGETs one way and the DATA replies, WACKs
+# and CANCELs the other, cut anywhere by the small buffers (tcp.c pconn_write_wframe() coalesces
+# queued frames into one writev and resumes inside any of them; a reply's pieces and a put's
+# stripes of 2 MiB go on every data connection). Every slot's bytes are compared at the end.
+wins()
+{
+	local name=$1 out0 out1 rc0=0 rc1=0
+	shift
+	"$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
+		--sizes "$WSIZES" --seconds 0.2 "$@" >"$DATA/win0" 2>&1 &
+	local p0=$!
+	"$BUILD/xferbench_net" win --passive "$(xc_sock 1)" --active "$(xc_sock 0)" \
+		--sizes "$WSIZES" --seconds 0.2 "$@" >"$DATA/win1" 2>&1 || rc1=$?
+	wait "$p0" || rc0=$?
+	out0=$(<"$DATA/win0") out1=$(<"$DATA/win1")
+	if [ "$rc0" -ne 0 ] || [ "$rc1" -ne 0 ]; then
+		fail "$name" "exits $rc0 $rc1: $(tail -n 2 <<<"$out0$out1" | tr '\n' '|') / $(logtail 0) / $(logtail 1)"
+	elif [ "$(cat "$DATA/win0" "$DATA/win1" | grep -cE '^(get|put) ')" -ne 12 ]; then
+		fail "$name" "not every size and kind ran: $(tr '\n' '|' <<<"$out0$out1")"
+	else
+		ok "$name (socket buffers small: $small)"
+	fi
+}
+
+WSIZES=4K,100K,1536K
+wins "window gets and puts both ways, 16 in flight in batches of 8, bytes checked" \
+	--depths 16 --batch 8
+# (16 in flight rounded up to 18, three posted batches of 6: the tool's buffers hold 18 slots)
+wins "window gets and puts both ways, posted batches of 6, bytes checked" \
+	--depths 16 --batch 6 --post
+# A frame resumed at a wrong byte, or one cut into by another, fails the set with a protocol
+# error (and the runs above with it, unless it hit a frame whose transfer had ended).
+if grep -q "protocol error" "$(xc_log 0)" "$(xc_log 1)"; then
+	fail "no protocol error in either daemon's log" \
+		"$(grep -h "protocol error" "$(xc_log 0)" "$(xc_log 1)" | head -n 2 | tr '\n' '|')"
+else
+	ok "no protocol error in either daemon's log"
+fi
+check_baseline "after the window frames"
 
 stop_both_nodes
 summary
