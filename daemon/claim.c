@@ -465,6 +465,23 @@ static void commit_timeout(struct xd_xfer *x)
 }
 
 /*
+ * How long drained transfer @x's wait is the peer's doing, in ms: since its own last frame
+ * went, or, where the transport can tell, since a connection of the set last wrote while it
+ * had bytes waiting. @x's frames may wait behind others' (a backlog of puts queued ahead of
+ * it on the same connections, gigabytes at times): while the connections move, the peer
+ * reads, and the wait is only as long as that backlog.
+ */
+static uint64_t drain_stalled_ms(const struct xd_xfer *x, uint64_t now)
+{
+	uint64_t (*stalled)(const struct xd_peer *) = x->peer->transport->tx_stalled_since;
+	uint64_t since = stalled ? stalled(x->peer) : x->drain_since_us;
+
+	if (since < x->drain_since_us)
+		since = x->drain_since_us; /* (the connection waited before this drain began) */
+	return now > since ? (now - since) / 1000 : 0;
+}
+
+/*
  * An honest active side releases an ended transfer's keys as soon as its last request completes,
  * which the queue pair's own retry limits bound to seconds. One that keeps them past
  * keepalive_timeout_ms is stuck or hostile: failing the connection set destroys the queue pair,
@@ -479,14 +496,15 @@ static void check_drains(struct xd_peer *p)
 	struct xd_xfer *x, *tmp;
 
 	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp) {
-		if (x->peer == p && x->tx_drain && (now - x->drain_since_us) / 1000 > limit_ms) {
+		uint64_t stalled_ms;
+		if (x->peer == p && x->tx_drain && (now - x->drain_since_us) / 1000 > limit_ms &&
+		    (stalled_ms = drain_stalled_ms(x, now)) > limit_ms) {
 			xd_peer_fail(
 				p, ETIMEDOUT,
 				"transfer %llu ended with frames of its bytes still to send, and "
 				"the peer took none for %llu ms (keepalive_timeout_ms): connection "
 				"closed, so that none goes after its end",
-				(unsigned long long)x->id,
-				(unsigned long long)((now - x->drain_since_us) / 1000));
+				(unsigned long long)x->id, (unsigned long long)stalled_ms);
 			return;
 		}
 		if (x->peer == p && x->commit_wait &&

@@ -2162,6 +2162,27 @@ static bool tcp_pending_output(const struct xd_peer *p)
 	return false;
 }
 
+/*
+ * See xd_transport_ops.tx_stalled_since: a connection that writes (however little of the
+ * frames queued on it belongs to a given transfer) is one whose peer reads; one that has bytes
+ * waiting and wrote none since last_tx_us is one whose peer does not (keepalive PINGs keep an
+ * idle connection's last_tx_us fresh, and cannot pass a full socket).
+ */
+static uint64_t tcp_tx_stalled_since(const struct xd_peer *p)
+{
+	const struct xd_pconn *pc;
+	uint64_t oldest = 0;
+
+	if (tcp_set(p))
+		TAILQ_FOREACH(pc, &tcp_set(p)->conns, link) {
+			bool waiting = !STAILQ_EMPTY(&pc->ctrlq) || pc->tx_xfer || pc->tx_wf ||
+				       !STAILQ_EMPTY(&pc->wq);
+			if (waiting && (!oldest || pc->last_tx_us < oldest))
+				oldest = pc->last_tx_us;
+		}
+	return oldest;
+}
+
 /* The timers, the reserve fd and the fd ceiling of accept_cb(). Returns 0 or -errno. */
 static int tcp_start_bounds(struct xd_daemon *d)
 {
@@ -2263,4 +2284,5 @@ const struct xd_transport_ops xd_transport_tcp_ops = {
 	.last_rx_us = tcp_last_rx_us,
 	.conns_json = tcp_conns_json,
 	.pending_output = tcp_pending_output,
+	.tx_stalled_since = tcp_tx_stalled_since,
 };

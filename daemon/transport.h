@@ -115,6 +115,12 @@ struct xd_transport_ops {
 	/* Whether a control message of @p still waits to be sent (shutdown waits for it). */
 	bool (*pending_output)(const struct xd_peer *p);
 	/*
+	 * Since when (monotonic us) the peer has taken none of some connection's bytes: the
+	 * oldest last write of @p's connections that have bytes waiting to go; 0 when none has
+	 * any. NULL: the transport cannot tell (a drained transfer is then timed by its own bytes).
+	 */
+	uint64_t (*tx_stalled_since)(const struct xd_peer *p);
+	/*
 	 * One-sided transports (rdma; NULL elsewhere): opens the peer's access to @n ranges (of a
 	 * claimed operation, or of a window for one opener), for connection @via, with @access
 	 * (XP_ACCESS_READ and/or XP_ACCESS_WRITE); fills @rkeys and *grant (closed with

@@ -706,6 +706,73 @@ TEST(cross_opener_killed_mid_stream)
 	node_stop(&a);
 }
 
+/*
+ * A put that ends (here cancelled) while its WPUTs are queued behind gigabytes of the same
+ * client's puts waits until they are written (PROTOCOL.md §10.7): that takes as long as the
+ * backlog ahead of them takes to go, not as long as the peer takes to read. The daemon once
+ * timed the wait by that put's own frames alone, and failed the set with "the peer took none
+ * for N ms (keepalive_timeout_ms)" while the peer read at full speed: every transfer between
+ * the two nodes ended ERRORED. Here keepalive_timeout_ms is 600 and the backlog (100 puts of
+ * 64 MiB, posted faster than loopback moves them) takes longer than that: every put but the
+ * cancelled one must complete.
+ */
+#define BACKLOG_PUTS 100
+TEST(cross_put_ended_behind_a_backlog_keeps_the_set)
+{
+	cross_node();
+	if (external())
+		harness_skip("starts its own daemons (keepalive_timeout_ms 600)");
+	if (!keyfile[0])
+		key_make();
+	struct node a, b;
+	char cfg[300];
+	snprintf(cfg, sizeof(cfg),
+		 "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", "
+		 "\"keepalive_ms\": 150, \"keepalive_timeout_ms\": 600}",
+		 keyfile);
+	CHECK_OK(td_start(&a.d, cfg));
+	CHECK_OK(td_start(&b.d, cfg));
+	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
+	struct tbuf obuf, pbuf;
+	uint64_t window, handle, cut;
+	char *meta;
+	static uint64_t ops[BACKLOG_PUTS];
+	tbuf_make(owner, 64 * MiB, &obuf);
+	tbuf_make(opener, 64 * MiB, &pbuf);
+	CHECK_OK(
+		xfer_window_create(owner, obuf.region, 0, 0, XFER_ACCESS_WRITE, 0, &window, &meta));
+	CHECK_OK(xfer_window_open(opener, meta, &handle, NULL, NULL));
+	struct xfer_desc d = { pbuf.region, 0, 64 * MiB };
+	struct xfer_op_opts opts = { .timeout_ms = 120000 };
+	for (int i = 0; i < BACKLOG_PUTS; i++)
+		CHECK_OK(xfer_put(opener, handle, 0, &d, 1, NULL, &opts, &ops[i]));
+	CHECK_OK(xfer_put(opener, handle, 0, &d, 1, NULL, &opts, &cut));
+	CHECK_OK(xfer_cancel(opener, cut));
+	struct xfer_op_info info;
+	for (int i = 0; i < BACKLOG_PUTS; i++) {
+		CHECK_OK(xfer_wait(opener, ops[i], 120000, &info));
+		if (info.state != XFER_COMPLETE)
+			harness_fail(__FILE__, __LINE__, "put %d of the backlog ended %d (%s): %s",
+				     i, (int)info.state, strerror(-info.error), info.cause);
+	}
+	/* (its end waits for its frames to be written: the owner may have taken them all first) */
+	CHECK_OK(xfer_wait(opener, cut, 120000, &info));
+	if (info.state != XFER_CANCELLED && info.state != XFER_COMPLETE)
+		harness_fail(__FILE__, __LINE__, "the cancelled put ended %d (%s): %s",
+			     (int)info.state, strerror(-info.error), info.cause);
+	CHECK_OK(xfer_window_close(opener, handle));
+	CHECK_OK(xfer_window_close(owner, window));
+	CHECK_OK(xfer_region_deregister(opener, pbuf.region, 0));
+	CHECK_OK(xfer_region_deregister(owner, obuf.region, 0));
+	free(meta);
+	xfer_buf_free(&pbuf.buf);
+	xfer_buf_free(&obuf.buf);
+	xfer_close(opener);
+	xfer_close(owner);
+	node_stop(&b);
+	node_stop(&a);
+}
+
 static void own_window(void *arg)
 {
 	const char **io = arg; /* [0] socket, [1] file to write the metadata to */
