@@ -75,6 +75,8 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	x->stage_local = x->one_sided && !op_mapped(op);
 	op->xfer = x;
 	TAILQ_INSERT_TAIL(&p->d->xfers, x, link);
+	/* (unique: an active id is a new op's, a passive one is refused if in use: claim_received) */
+	xd_idmap_add(&p->xfer_ids[active], &x->idnode, id);
 	p->transfers++;
 	file_rx_count(x, op);
 	return x;
@@ -106,6 +108,7 @@ static void xfer_close(struct xd_xfer *x)
 		x->peer->transport->stage_close(x);
 	xd_peer_stream_remove(x->peer, x);
 	TAILQ_REMOVE(&x->peer->d->xfers, x, link);
+	xd_idmap_del(&x->peer->xfer_ids[x->active], &x->idnode);
 	x->peer->transfers--;
 	file_rx_uncount(x);
 	direct_quiet(x);
@@ -132,16 +135,6 @@ static void drain_done(struct xd_xfer *x)
 	xfer_close(x);
 	if (op)
 		xd_op_drained(op);
-}
-
-static struct xd_xfer *xfer_find(struct xd_peer *p, uint64_t id, bool active)
-{
-	struct xd_xfer *x;
-
-	TAILQ_FOREACH(x, &p->d->xfers, link)
-		if (x->peer == p && x->id == id && x->active == active)
-			return x;
-	return NULL;
 }
 
 /* ---- messages ---- */
@@ -833,7 +826,7 @@ static int claim_received(struct xd_peer *p, uint32_t via, const struct xp_peer_
 	 * live transfer breaks the protocol. Answered with a CLAIM_ERR under that id, it would end
 	 * the claimer's transfer without a word to us, leaving our op to its deadline.
 	 */
-	if (xfer_find(p, h->xfer, false))
+	if (xd_xfer_find(p, h->xfer, false))
 		return -EPROTO;
 	/* Who claims: the set's node and epoch, which its handshake proved (keyed daemons). */
 	memcpy(cl->claimer, p->node, XP_ID_BYTES);
@@ -922,7 +915,7 @@ static int handle_wclaim(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 
 	if (!(h->flags & XP_PEER_FROM_ACTIVE) || parse_wclaim(json, &w, node, &epoch) < 0)
 		return -EPROTO;
-	if (xfer_find(p, h->xfer, false)) /* (as for CLAIM: a transfer's name is used once) */
+	if (xd_xfer_find(p, h->xfer, false)) /* (as for CLAIM: a transfer's name is used once) */
 		return -EPROTO;
 	struct xd_op *passive = NULL;
 	if (memcmp(node, p->d->node, XP_ID_BYTES) != 0 || epoch != p->d->epoch) {
@@ -1160,7 +1153,7 @@ static void data_received(struct xd_xfer *x)
 
 static struct xd_xfer *data_target(struct xd_peer *p, const struct xp_peer_hdr *h, int *err)
 {
-	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
+	struct xd_xfer *x = xd_xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	uint64_t end;
 
 	if (!x || !x->op)
@@ -1211,7 +1204,7 @@ static int ctrl_bin_received(struct xd_peer *p, uint32_t via, const struct xp_pe
 	uint64_t ok_flags = h->type == XP_PEER_CLAIM_OK ? xp_peer_bin_field(payload, len) : 0;
 	if (ok_flags & ~(uint64_t)XP_CLAIM_OK_QUICK)
 		return -EPROTO; /* (checked before the lookup: a crossed end does not hide it) */
-	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
+	struct xd_xfer *x = xd_xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)
 		return 0; /* the two ends crossed: it already ended here */
 	if (x->direct || x->one_sided || x->wfast)
@@ -1243,7 +1236,7 @@ static int ctrl_received(struct xd_peer *p, uint32_t via, const struct xp_peer_h
 	    h->type == XP_PEER_WOPEN_ERR || h->type == XP_PEER_WCLOSE ||
 	    h->type == XP_PEER_WNOTIFY || h->type == XP_PEER_WNOTIFY_ACK)
 		return xd_window_ctrl(p, via, h, json);
-	struct xd_xfer *x = xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
+	struct xd_xfer *x = xd_xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	if (!x)
 		return 0; /* the two ends crossed: it already ended here */
 	if (x->direct)

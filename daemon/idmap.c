@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * Objects by their 64-bit id: a chained hash table whose nodes live in the objects (regions,
- * operations, windows, window handles). A request names objects by id, up to 1024 times a
- * packet (an op.readable's descriptors, an op.batch's entries); walking a list of every
- * client's objects for each name let one client hold the loop from all the others (~50 ms a
- * packet at 16384 regions, and 16 packets a wakeup). Adding never fails: a table that cannot
- * grow keeps its size, and its chains get longer.
+ * operations, windows, window handles, a peer set's transfers). A request names objects by id,
+ * up to 1024 times a packet (an op.readable's descriptors, an op.batch's entries), and every
+ * peer frame about a transfer names it; walking a list of every client's objects for each
+ * name let one client hold the loop from all the others (~50 ms a packet at 16384 regions,
+ * and 16 packets a wakeup), and one peer likewise (~330 us a frame at 16000 transfers).
+ * Adding never fails: a table that cannot grow keeps its size, and its chains get longer.
  */
 #include <stdlib.h>
 #include "xferd.h"

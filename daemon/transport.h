@@ -356,6 +356,7 @@ struct xd_rseg {
  */
 struct xd_xfer {
 	TAILQ_ENTRY(xd_xfer) link;	/**< in d->xfers */
+	struct xd_idnode idnode;	/**< in peer->xfer_ids[active] while in d->xfers */
 	TAILQ_ENTRY(xd_xfer) send_link; /**< in its peer's send queue while queued */
 	bool queued;
 	struct xd_peer *peer;

@@ -33,12 +33,7 @@ void xd_xfer_unref(struct xd_xfer *x)
 
 struct xd_xfer *xd_xfer_find(struct xd_peer *p, uint64_t id, bool active)
 {
-	struct xd_xfer *x;
-
-	TAILQ_FOREACH(x, &p->d->xfers, link)
-		if (x->peer == p && x->id == id && x->active == active)
-			return x;
-	return NULL;
+	return XD_IDMAP_OBJ(xd_idmap_get(&p->xfer_ids[active], id), struct xd_xfer, idnode);
 }
 
 bool xd_xfer_live(const struct xd_xfer *x)

@@ -340,7 +340,7 @@ void xd_uid_usage_get(const struct xd_daemon *d, uid_t uid, uint64_t use[XD_NRES
  */
 json_t *xd_limits_json(const struct xd_daemon *d, const uint64_t conn_use[XD_NRES], uid_t uid);
 
-/* idmap.c: objects by id (regions, operations, windows, handles), the nodes in the objects */
+/* idmap.c: objects by id (regions, operations, windows, handles, transfers), the nodes in them */
 struct xd_idnode {
 	struct xd_idnode *next;
 	uint64_t id;
@@ -1238,6 +1238,14 @@ struct xd_peer {
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
 	unsigned transfers; /**< transfers on this set, for listings */
+	/*
+	 * Its transfers by id (claim.c), filed from their making to their close: [0] the passive
+	 * ones (named by the peer's op id), [1] the active ones (ours). Per set: a transfer id is
+	 * the claimer's choice, so two peers may use the same one, and one peer must not reach
+	 * another's transfers; a peer frame names one by id, and a walk of every transfer per
+	 * frame let one peer hold the loop (~330 us a frame beside 16000 transfers).
+	 */
+	struct xd_idmap xfer_ids[2];
 	/*
 	 * Transfers on this set that may still receive DATA into a file region here: counted
 	 * from the transfer's making (before the peer can learn of it) to its close (claim.c).

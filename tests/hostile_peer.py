@@ -56,6 +56,14 @@ records what crosses the wire. Exit status 0 when the daemon behaved as the mode
                                                  the DATA is read ahead with the CLAIM and
                                                  must be refused (the set cut), never spliced
                                                  into the file from the read-ahead buffer
+  hostile_peer.py xferidx SOCKET HOST PORT KEYFILE N
+                                                 a member node's frames about transfers cost
+                                                 the same beside 1 or N of its transfers: a
+                                                 local client on SOCKET makes N writables of
+                                                 one byte, the member claims them (held, no
+                                                 DATA sent) and times refused CLAIMs (a wrong
+                                                 proof, fresh transfer ids) after the first and
+                                                 after the last; prints both times
   hostile_peer.py owner SOCKET METAFILE [ACCESS] (helper) a local client owning a window
                                                  (ACCESS: read, the default, or readwrite) of
                                                  64 KiB whose bytes are i % 256; writes its
@@ -1290,6 +1298,102 @@ def mode_mute_opener(path, metafile):
     return good
 
 
+def local_writables(path, n, per_conn=4000):
+    """@n writables of one byte each, made by local clients on @path (per_conn a connection,
+    under the per-connection limit): (their metadata, the connections, which keep them)."""
+    import array
+    import fcntl
+    fd = os.memfd_create("xferidx", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, n)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    metas, socks = [], []
+    for base in range(0, n, per_conn):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.connect(path)
+        socks.append(sock)
+        sock.sendmsg([json.dumps({"jsonrpc": "2.0", "id": 0, "method": "hello",
+                                  "params": {"version": 1, "client": "xferidx"}}).encode()])
+        sock.recv(65536)
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+        sock.sendmsg([json.dumps({"jsonrpc": "2.0", "id": 1, "method": "region.register",
+                                  "params": {}}).encode()], anc)
+        region = json.loads(sock.recv(65536))["result"]["region"]
+        count = min(per_conn, n - base)
+        for start in range(0, count, 64):  # pipelined, under the socket's buffer
+            burst = min(64, count - start)
+            for i in range(burst):
+                off = base + start + i
+                sock.send(json.dumps({"jsonrpc": "2.0", "id": 2 + off, "method": "op.writable",
+                                      "params": {"descs": [{"region": region, "offset": off,
+                                                            "length": 1}]}}).encode())
+            for _ in range(burst):
+                rep = json.loads(sock.recv(65536))
+                while "id" not in rep:  # (a notification)
+                    rep = json.loads(sock.recv(65536))
+                metas.append(rep["result"]["metadata"])
+    os.close(fd)
+    return metas, socks
+
+
+def meta_of(text):
+    import base64
+    m = text[len("xfer1."):]
+    return json.loads(base64.urlsafe_b64decode(m + "=" * (-len(m) % 4)))
+
+
+def held_claims(sock, key, node, epoch, metas, first_xfer):
+    """Claims every writable of @metas (transfers @first_xfer on) and sends no DATA: each
+    transfer is held open on the owner. Whether each was accepted (CLAIM_OK)."""
+    ok = True
+    for start in range(0, len(metas), 256):
+        burst = metas[start:start + 256]
+        out = b""
+        for i, text in enumerate(burst):
+            m, xfer = meta_of(text), first_xfer + start + i
+            proof = claim_proof(key, m["node"], m["epoch"], node, epoch, m["op"], xfer,
+                                bytes.fromhex(m["token"]))
+            out += bin_claim(m, proof, xfer, kind=KIND_WRITE, meta_kind=KIND_WRITABLE)
+        sock.sendall(out)
+        for _ in burst:
+            ok = expect(sock, CLAIM_OK) is not None and ok
+    return ok
+
+
+def time_refused_claims(sock, meta, first_xfer, count=4096, burst=128, rounds=3):
+    """Seconds for @count CLAIMs with a wrong proof under fresh transfer ids, each answered
+    CLAIM_ERR (the fastest of @rounds): each one is looked up among the set's transfers."""
+    import time
+    best, xfer = None, first_xfer
+    for _ in range(rounds):
+        t0 = time.monotonic()
+        for _ in range(count // burst):
+            out = b"".join(bin_claim(meta, b"\0" * 32, xfer + i, kind=KIND_WRITE,
+                                     meta_kind=KIND_WRITABLE) for i in range(burst))
+            xfer += burst
+            sock.sendall(out)
+            for _ in range(burst):
+                if expect(sock, CLAIM_ERR, "EACCES") is None:
+                    return None
+        t = time.monotonic() - t0
+        best = t if best is None or t < best else best
+    return best
+
+
+def mode_xferidx(path, host, port, keyfile, n):
+    key = read_key(keyfile)
+    metas, socks = local_writables(path, int(n))
+    sock, hello, node, epoch = member(host, port, key)
+    ok = held_claims(sock, key, node, epoch, metas[:1], 1)
+    fast = ok and time_refused_claims(sock, meta_of(metas[0]), 1 << 40)
+    ok = ok and fast is not None and held_claims(sock, key, node, epoch, metas[1:], 2)
+    slow = ok and time_refused_claims(sock, meta_of(metas[0]), 1 << 41)
+    if not ok or fast is None or slow is None:
+        print("xferidx: a claim was not answered as expected", file=sys.stderr)
+        return False
+    print(f"{fast * 1e6:.0f} {slow * 1e6:.0f}")
+    return True
+
+
 def main(argv):
     modes = {"noauth": mode_noauth, "auth": mode_auth, "wrongkey": mode_wrongkey,
              "replay": mode_replay, "pose": mode_pose, "relay": mode_relay,
@@ -1299,7 +1403,8 @@ def main(argv):
              "binpair": mode_binpair,
              "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle, "wcycle": mode_wcycle,
              "wopen_mute_relay": mode_wopen_mute_relay, "stall_relay": mode_stall_relay,
-             "stall_putter": mode_stall_putter, "mute_opener": mode_mute_opener}
+             "stall_putter": mode_stall_putter, "mute_opener": mode_mute_opener,
+             "xferidx": mode_xferidx}
     if len(argv) < 2 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2
