@@ -10,6 +10,7 @@
 #     XD_FILE_PROBE_MS passes; after the gate opens, the daemon is back to its baseline
 #   - the same, the registering client killed -9 while it waits: nothing left behind
 #   - its fstatfs(2) waits instead (statfs): the same
+#   - five such registrations in a row on one connection: the fifth refused EAGAIN at once
 #   - the file's fd offered as a memfd while its fstat waits: refused EBADF at once
 #   - a registration while the file system answers works (the file region is usable: a local
 #     read of it into memory, bytes compared)
@@ -96,6 +97,9 @@ fi
 # The client: opens the file (the gate open), closes the gate on OPS, then does WHAT:
 #   register   registers the file; prints "ok REGION" or "err ERRNO_NAME MESSAGE"
 #   memfd      offers its fd as a memfd (the default kind); prints "err ERRNO_NAME MESSAGE"
+#   limit      speaks the protocol itself: 5 file registrations of its fd in a row on one
+#              connection, then waits for their replies; prints "ok", the first reply's
+#              "ID:ERRNO", then the others' sorted, or "err ..."
 #   release    registers it, prints "ok REGION", waits for the gate, then closes the File
 #              (deregisters it: the daemon closes its fd; then this process closes its own)
 #   copy       registers it and 4 KiB of memory (gate still open), closes the gate, reads the
@@ -121,6 +125,26 @@ try:
         out = ctypes.c_uint64()
         c._c_call(_clib.lib.xfer_region_register, f.fd, 0, 4096, b"fuse", ctypes.byref(out))
         print("ok", out.value, flush=True)
+    elif what == "limit":
+        import array, json, socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(os.environ["SOCK"])
+        def req(i, method, params, fd=None):
+            msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd is not None else []
+            s.sendmsg([msg], anc)
+        req(1, "hello", {"version": 1, "client": "fuse-limit"})
+        json.loads(s.recv(65536))
+        shut(ops)
+        for i in range(2, 7):
+            req(i, "region.register", {"name": "f", "kind": "file", "offset": 0, "length": 4096}, f.fd)
+        s.settimeout(20)
+        got = []
+        while len(got) < 5:
+            r = json.loads(s.recv(65536))
+            if "id" in r and r["id"] in range(2, 7):
+                got.append("%d:%s" % (r["id"], r["error"]["data"]["errno"] if "error" in r else "ok"))
+        print("ok", got[0], " ".join(sorted(got[1:])), flush=True)  # (timers of one moment: any order)
     elif what == "release":
         print("ok", f.register_memory(c)._regions[c._serial][1], flush=True)
         while not os.path.exists(gate):
@@ -206,6 +230,18 @@ hung_register()
 hung_register "fstat waits in the file system" getattr 0
 hung_register "fstat waits, client killed" getattr 1
 hung_register "fstatfs waits in the file system" statfs 0
+
+# Five registrations in a row on one connection while fstat waits: the fifth is refused EAGAIN
+# at once (4 may wait per connection), the four others end ETIMEDOUT; nothing left behind.
+rm -f "$DATA/gate" "$DATA/gate.entered"
+line=$(timeout -k 1 30 $PY "$DATA/client.py" limit "$MNT/data" "$DATA/gate" getattr 2>"$DATA/c.err")
+rm -f "$DATA/gate"
+if [ "$line" = "ok 6:EAGAIN 2:ETIMEDOUT 3:ETIMEDOUT 4:ETIMEDOUT 5:ETIMEDOUT" ]; then
+	ok "5 registrations waiting on one connection: the 5th refused EAGAIN at once, 4 ETIMEDOUT"
+else
+	fail "5 registrations waiting on one connection" "'$line' $(lastline "$DATA/c.err")"
+fi
+check_baseline "5 registrations waiting on one connection"
 
 # The same fd offered as a memfd while its fstat waits: refused at once (only a memfd has
 # seals, and only a memfd is fstat()ed), status answering meanwhile.
