@@ -1084,29 +1084,43 @@ def mode_claimok_relay(lport, host, port, json_only=None):
     return True
 
 
-def mode_wack_opener(path, metafile):
-    import array
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sock.connect(path)
-    sock.settimeout(30)
-    ends = {}
+class RawClient:
+    """A control-socket client by hand: call() sends a request (its fds by SCM_RIGHTS) and
+    returns its result; the ends op.changed reports meanwhile are kept in .ends (op -> params)."""
 
-    def take(msg):
+    def __init__(self, path, timeout=30):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+        self.sock.settimeout(timeout)
+        self.ends = {}
+
+    def take(self, msg):
         if msg.get("method") == "op.changed" and msg["params"]["state"] in (
                 "COMPLETE", "CANCELLED", "ERRORED"):
-            ends[msg["params"]["op"]] = msg["params"]
+            self.ends[msg["params"]["op"]] = msg["params"]
 
-    def call(i, method, params, fds=()):
+    def call(self, i, method, params, fds=()):
+        import array
         msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        sock.sendmsg([msg], anc)
+        self.sock.sendmsg([msg], anc)
         while True:
-            reply = json.loads(sock.recv(65536))
+            reply = json.loads(self.sock.recv(65536))
             if reply.get("id") == i:
                 if "result" not in reply:
                     raise OSError(f"{method}: {reply}")
                 return reply["result"]
-            take(reply)
+            self.take(reply)
+
+    def wait_ends(self, ops):
+        """Reads until every op of @ops has ended."""
+        while not all(op in self.ends for op in ops):
+            self.take(json.loads(self.sock.recv(65536)))
+
+
+def mode_wack_opener(path, metafile):
+    cl = RawClient(path)
+    call, ends = cl.call, cl.ends
 
     import fcntl
     fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -1120,8 +1134,7 @@ def mode_wack_opener(path, metafile):
     # the first can fail the set (posted one by one, the second could be refused instead).
     puts = [["put", handle, 4096 * i, [[region, 0, 4096]]] for i in range(2)]
     ops = [r["op"] for r in call(4, "op.batch", {"ops": puts})["results"]]
-    while not all(op in ends for op in ops):
-        take(json.loads(sock.recv(65536)))
+    cl.wait_ends(ops)
     good = all(ends[op]["state"] == "ERRORED" and "acknowledged" in ends[op].get("cause", "")
                for op in ops)
     if not good:
@@ -1196,31 +1209,11 @@ def mode_stall_relay(lport, host, port, logpath, inject=None):
 
 
 def mode_stall_putter(path, metafile):
-    import array
     import fcntl
     import time
     size = 64 << 20
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sock.connect(path)
-    sock.settimeout(30)
-    ends = {}
-
-    def take(msg):
-        if msg.get("method") == "op.changed" and msg["params"]["state"] in (
-                "COMPLETE", "CANCELLED", "ERRORED"):
-            ends[msg["params"]["op"]] = msg["params"]
-
-    def call(i, method, params, fds=()):
-        msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        sock.sendmsg([msg], anc)
-        while True:
-            reply = json.loads(sock.recv(65536))
-            if reply.get("id") == i:
-                if "result" not in reply:
-                    raise OSError(f"{method}: {reply}")
-                return reply["result"]
-            take(reply)
+    cl = RawClient(path)
+    call, ends = cl.call, cl.ends
 
     fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, size)
@@ -1233,8 +1226,7 @@ def mode_stall_putter(path, metafile):
     op = call(4, "op.put", {"window": handle, "offset": 0,
                             "descs": [{"region": region, "offset": 0, "length": size}],
                             "timeout_ms": 500})["op"]
-    while op not in ends:
-        take(json.loads(sock.recv(65536)))
+    cl.wait_ends([op])
     took = time.monotonic() - t0
     os.pwrite(fd, b"LEAKED!!" * (size // 8), 0)  # (told the end: the buffer is the client's)
     print(f"stall_putter: the put ended {ends[op]['state']} after {took:.1f} s "
