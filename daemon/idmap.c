@@ -35,6 +35,7 @@ static void grow(struct xd_idmap *m)
 	size_t n = (size_t)1 << m->bits;
 	struct xd_idnode **old = chains(m), **fresh;
 
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): the chains' heads are pointers */
 	if (m->count <= n || m->bits >= IDMAP_MAX_BITS || !(fresh = calloc(2 * n, sizeof(*fresh))))
 		return;
 	m->bits++;

@@ -594,13 +594,13 @@ static void probe_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	xd_log(XD_LOG_WARN,
 	       "a file region's %s did not return within %u ms: its file system does not answer "
 	       "(client %llu's registration fails ETIMEDOUT)",
-	       doing ? doing : "fcntl", XD_FILE_PROBE_MS, (unsigned long long)client);
+	       doing ? doing : "fcntl", (unsigned)XD_FILE_PROBE_MS, (unsigned long long)client);
 	if (c) {
 		char why[200];
 		snprintf(why, sizeof(why),
 			 "the file's file system did not answer %s within %u ms (a hung FUSE or "
 			 "network mount?); the file is not registered",
-			 doing ? doing : "fcntl", XD_FILE_PROBE_MS);
+			 doing ? doing : "fcntl", (unsigned)XD_FILE_PROBE_MS);
 		xd_client_reply_error(c, request, XP_E_FAILED, ETIMEDOUT, why);
 	}
 }
@@ -691,13 +691,13 @@ static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 		return xd_fail(call, XP_E_FAILED, EAGAIN,
 			       "%u file registrations of this client already wait for their file "
 			       "systems to answer",
-			       XD_FILE_PROBES_CONN);
+			       (unsigned)XD_FILE_PROBES_CONN);
 	rc = probe_new(call, fd, a, &p);
 	if (rc == 0 && (rc = probe_start(p)) == -EAGAIN)
 		rc = xd_fail(call, XP_E_FAILED, EAGAIN,
 			     "%u file registrations already wait for their file systems to answer "
 			     "(the daemon's limit)",
-			     XD_FILE_PROBES_MAX);
+			     (unsigned)XD_FILE_PROBES_MAX);
 	else if (rc < 0 && !call->code)
 		rc = xd_fail(call, XP_E_FAILED, -rc,
 			     "could not start a thread to check the file: %s", strerror(-rc));
@@ -718,6 +718,7 @@ void xd_region_probes_fini(struct xd_daemon *d)
 
 	/* Their clients are gone: nobody waits for an answer. */
 	while ((p = TAILQ_FIRST(&d->file_probes)))
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): probe_forget() took @p off the list */
 		if (!probe_abandon(p))
 			probe_free(p, false);
 }
