@@ -63,26 +63,37 @@ static long long recv_result(int sock, const char *key)
 	return v;
 }
 
-/* @n regions of one page each on @sock, pipelined; returns the last one's id. */
-static long long register_many(int sock, int n)
+/*
+ * Sends request @text (with @fd, or -1) @n times on @sock, 256 at a time, each answered with a
+ * positive @key. Returns the last answer's.
+ */
+static long long send_pipelined(int sock, const char *text, int fd, int n, const char *key)
 {
-	char text[200];
-	int fd = td_memfd(4096, true);
 	long long last = -1;
 
-	CHECK_OK(fd);
-	snprintf(text, sizeof(text),
-		 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"region.register\",\"params\":{}}");
 	for (int done = 0; done < n;) {
 		int burst = n - done < 256 ? n - done : 256;
 		for (int i = 0; i < burst; i++)
 			send_text(sock, text, fd);
 		for (int i = 0; i < burst; i++) {
-			last = recv_result(sock, "region");
+			last = recv_result(sock, key);
 			CHECK(last > 0);
 		}
 		done += burst;
 	}
+	return last;
+}
+
+/* @n regions of one page each on @sock, pipelined; returns the last one's id. */
+static long long register_many(int sock, int n)
+{
+	char text[200];
+	int fd = td_memfd(4096, true);
+
+	CHECK_OK(fd);
+	snprintf(text, sizeof(text),
+		 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"region.register\",\"params\":{}}");
+	long long last = send_pipelined(sock, text, fd, n, "region");
 	close(fd);
 	return last;
 }
@@ -220,14 +231,7 @@ static void create_windows(int sock, long long region, int n)
 		 "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"window.create\",\"params\":"
 		 "{\"region\":%lld,\"access\":\"read\"}}",
 		 region);
-	for (int done = 0; done < n;) {
-		int burst = n - done < 256 ? n - done : 256;
-		for (int i = 0; i < burst; i++)
-			send_text(sock, text, -1);
-		for (int i = 0; i < burst; i++)
-			CHECK(recv_result(sock, "window") > 0);
-		done += burst;
-	}
+	send_pipelined(sock, text, -1, n, "window");
 }
 
 /* op.batch of GETS one-byte gets on @handle into @region, released as they end. */
@@ -355,14 +359,7 @@ static void make_readables(int sock, long long region, int n)
 		 "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"op.readable\",\"params\":"
 		 "{\"descs\":[{\"region\":%lld,\"offset\":0,\"length\":1}]}}",
 		 region);
-	for (int done = 0; done < n;) {
-		int burst = n - done < 256 ? n - done : 256;
-		for (int i = 0; i < burst; i++)
-			send_text(sock, text, -1);
-		for (int i = 0; i < burst; i++)
-			CHECK(recv_result(sock, "op") > 0);
-		done += burst;
-	}
+	send_pipelined(sock, text, -1, n, "op");
 }
 
 TEST_TIMEOUT(op_lookup_independent_of_other_ops, 180)
