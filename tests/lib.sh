@@ -241,7 +241,7 @@ xfer_begin()
 	offer "$kind" "$2" "$3" "$4" "$p"
 	if ! META=$(wait_line "$p.out" "$WAIT"); then
 		kill9 "$PP"
-		WHY="$(passive_of "$kind") printed no metadata: $(firstline "$p.err")"
+		WHY="$(passive_of "$kind") printed no metadata: $(lastline "$p.err")"
 		return 1
 	fi
 }
@@ -443,7 +443,7 @@ expect_end()
 	wait_bg "$pid" $((${secs%.*} + 30)) || rc=$?
 	ms=$(($(now_ms) - t0))
 	took=$(elapsed "$t0")
-	line=$(firstline "$err")
+	line=$(lastline "$err")
 	if [ "$rc" -ne 1 ]; then
 		fail "$name" "exit $rc after ${took} s, expected 1: $line"
 	elif [ "$ms" -gt "$(to_ms "$secs")" ]; then
@@ -522,9 +522,9 @@ refused()
 	local name=$1 n=$2 verb=$3 meta=$4 file=$5 want=$6 rc=0
 	ctl "$n" "$verb" "$meta" "$file" >"$DATA/ref.out" 2>"$DATA/ref.err" || rc=$?
 	if [ "$rc" -eq 1 ] && grep -Eq "\\(($want)\\)" "$DATA/ref.err"; then
-		ok "$name: refused: $(firstline "$DATA/ref.err")"
+		ok "$name: refused: $(lastline "$DATA/ref.err")"
 	else
-		fail "$name" "exit $rc, expected 1 and ($want): $(firstline "$DATA/ref.err")"
+		fail "$name" "exit $rc, expected 1 and ($want): $(lastline "$DATA/ref.err")"
 	fi
 }
 
@@ -550,7 +550,7 @@ claim_after_refusals()
 		ok "$kind from node 1 after the refusals: bytes identical"
 	else
 		fail "$kind from node 1 after the refusals" \
-			"$kind $rc ($(firstline "$err")), $(passive_of "$kind") $prc ($(firstline "${perr:-/dev/null}"))"
+			"$kind $rc ($(lastline "$err")), $(passive_of "$kind") $prc ($(firstline "${perr:-/dev/null}"))"
 	fi
 }
 

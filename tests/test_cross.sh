@@ -384,7 +384,7 @@ check("readable op on node 0", po, n1)
 print("; ".join(bad))
 ' "$ao" "$po" "$size" "${NODE_IDS[0]}" "${NODE_IDS[1]}")
 		if [ -z "$seen" ]; then
-			fail "xferctl ops: transport tcp, peer node id, bytes" "the read was not listed within 1 s: $(firstline "$W/a.err")"
+			fail "xferctl ops: transport tcp, peer node id, bytes" "the read was not listed within 1 s: $(lastline "$W/a.err")"
 		elif [ -z "$chk" ]; then
 			ok "xferctl ops on both nodes: COMPLETE, transport tcp, the other node's id, $size bytes"
 		else
@@ -406,11 +406,11 @@ print("; ".join(bad))
 		if [ "$ra" -eq 0 ] && [ "$rp" -eq 0 ] && cmp -s "$src" "$DATA/listing.out"; then
 			ok "stopped clients resumed: both exit 0, bytes identical"
 		else
-			fail "stopped clients resumed" "read $ra ($(firstline "$W/a.err")), readable $rp ($(firstline "$W/p.err"))"
+			fail "stopped clients resumed" "read $ra ($(lastline "$W/a.err")), readable $rp ($(lastline "$W/p.err"))"
 		fi
 	else
 		kill9 "$ppid"
-		fail "xferctl ops: transport tcp" "readable printed no metadata: $(firstline "$W/p.err")"
+		fail "xferctl ops: transport tcp" "readable printed no metadata: $(lastline "$W/p.err")"
 	fi
 	rm -f "$DATA/listing.out" "$src"
 
@@ -508,11 +508,11 @@ sys.exit(0 if any(e.get("transport") == "tcp" and e.get("addr") == sys.argv[2] a
 		refused "second write of the same writable (node 2, after it ended)" 2 write "$wmeta" "$src" "ENOENT|EALREADY|ECANCELED"
 		rr=0
 		wait_bg "$rpid" 30 || rr=$?
-		[ "$rr" -eq 0 ] || fail "readable after the refusals" "exit $rr: $(firstline "$W/r.err")"
+		[ "$rr" -eq 0 ] || fail "readable after the refusals" "exit $rr: $(lastline "$W/r.err")"
 	else
 		kill9 "$rpid"
 		kill9 "$wpid"
-		fail "refusals" "readable/writable printed no metadata: $(firstline "$W/r.err") $(firstline "$W/w.err")"
+		fail "refusals" "readable/writable printed no metadata: $(lastline "$W/r.err") $(lastline "$W/w.err")"
 	fi
 
 	# Owner restarted between metadata creation and read: the claim is refused ESTALE.
@@ -541,21 +541,23 @@ sys.exit(0 if any(e.get("transport") == "tcp" and e.get("addr") == sys.argv[2] a
 		fi
 	else
 		kill9 "$rpid"
-		fail "ESTALE" "readable printed no metadata: $(firstline "$W/r.err")"
+		fail "ESTALE" "readable printed no metadata: $(lastline "$W/r.err")"
 	fi
 	rm -f "$DATA"/ref.*
 	after_failure "refusals and restarts"
 fi
 
 # =============================================================================================
-# Groups of clients at once: track PID NAME records one; wait_tracked SECONDS waits for all of
-# them, adding "NAME exited RC; " to BAD for each that failed; group_verdict NAME OK_NAME gives
-# the group's one ok/FAIL line from GOOD (every offer printed its metadata) and BAD.
+# Groups of clients at once: track PID NAME ERR records one (ERR: its stderr file); wait_tracked
+# SECONDS waits for all of them, adding "NAME exited RC: its last line of ERR; " to BAD for each
+# that failed; group_verdict NAME OK_NAME gives the group's one ok/FAIL line from GOOD (every offer
+# printed its metadata) and BAD.
 
 track()
 {
 	PIDS+=("$1")
 	NAMES+=("$2")
+	ERRS+=("$3")
 }
 wait_tracked()
 {
@@ -564,19 +566,17 @@ wait_tracked()
 	for k in "${!PIDS[@]}"; do
 		rc=0
 		wait_bg "${PIDS[$k]}" "$1" || rc=$?
-		[ "$rc" -eq 0 ] || BAD+="${NAMES[$k]} exited $rc; "
+		[ "$rc" -eq 0 ] || BAD+="${NAMES[$k]} exited $rc: $(lastline "${ERRS[$k]}"); "
 	done
 }
 group_verdict()
 {
-	local first
-	first=$(cat "$W"/*.err 2>/dev/null | head -n 1)
 	if [ "$GOOD" != 1 ]; then
-		fail "$1" "not every offer printed metadata: $first"
+		fail "$1" "not every offer printed metadata: ${BAD%; }"
 	elif [ -z "$BAD" ]; then
 		ok "$2"
 	else
-		fail "$1" "${BAD%; }; first error: $first"
+		fail "$1" "${BAD%; }"
 	fi
 }
 
@@ -584,6 +584,7 @@ group_verdict()
 
 if want all-to-all; then
 	PIDS=()
+	ERRS=()
 	NAMES=()
 	W=$(mktemp -d "$DATA/a2a.XXXXXX")
 	for i in 0 1 2; do
@@ -595,9 +596,9 @@ if want all-to-all; then
 		for j in 0 1 2; do
 			[ "$i" -ne "$j" ] || continue
 			offer read "$i" "$DATA/a2a.$i" "" "$W/r$i$j"
-			track "$PP" "readable on $i for $j"
+			track "$PP" "readable on $i for $j" "$W/r$i$j.err"
 			offer write "$i" "$DATA/a2a.$i" "$W/w$i$j.data" "$W/w$i$j"
-			track "$PP" "writable on $i for $j"
+			track "$PP" "writable on $i for $j" "$W/w$i$j.err"
 		done
 	done
 	for i in 0 1 2; do
@@ -614,9 +615,9 @@ if want all-to-all; then
 			for j in 0 1 2; do
 				[ "$i" -ne "$j" ] || continue
 				claim read "$j" "$(firstline "$W/r$i$j.out")" "" "$W/ra$i$j.data" "$W/ra$i$j"
-				track "$AP" "read by $j from $i"
+				track "$AP" "read by $j from $i" "$W/ra$i$j.err"
 				claim write "$j" "$(firstline "$W/w$i$j.out")" "$DATA/a2a.$j" "" "$W/wa$i$j"
-				track "$AP" "write by $j into $i"
+				track "$AP" "write by $j into $i" "$W/wa$i$j.err"
 			done
 		done
 	fi
@@ -647,13 +648,14 @@ kind_of_pair() { if [ $(($1 % 2)) -eq 0 ]; then echo read; else echo write; fi; 
 if want clients; then
 	W=$(mktemp -d "$DATA/c20.XXXXXX")
 	PIDS=()
+	ERRS=()
 	NAMES=()
 	GOOD=1
 	for k in $(seq 0 19); do
 		s=$((MIB / 2 + k * 4097))
 		head -c "$s" /dev/urandom >"$W/src$k"
 		offer "$(kind_of_pair "$k")" 0 "$W/src$k" "$W/dst$k" "$W/p$k"
-		track "$PP" "passive $k"
+		track "$PP" "passive $k" "$W/p$k.err"
 	done
 	for k in $(seq 0 19); do
 		wait_line "$W/p$k.out" 30 >/dev/null || GOOD=0
@@ -662,7 +664,7 @@ if want clients; then
 		t0=$(now_ms)
 		for k in $(seq 0 19); do
 			claim "$(kind_of_pair "$k")" 1 "$(firstline "$W/p$k.out")" "$W/src$k" "$W/dst$k" "$W/a$k"
-			track "$AP" "active $k"
+			track "$AP" "active $k" "$W/a$k.err"
 		done
 	fi
 	wait_tracked 60
@@ -704,7 +706,7 @@ start_pair()
 	base=$(peer_bytes 1 0 "$key")
 	claim_pair "$kind"
 	if ! wait_mid 1 0 "$key" "$base" "$FAIL_SIZE" 30 "$PP" "$AP"; then
-		WHY="the transfer was never seen under way on node 1 (last seen: ${MID_LAST:-nothing}; passive: $(firstline "$FW.p.err"); active: $(firstline "$FW.a.err"))"
+		WHY="the transfer was never seen under way on node 1 (last seen: ${MID_LAST:-nothing}; passive: $(lastline "$FW.p.err"); active: $(lastline "$FW.a.err"))"
 		return 1
 	fi
 	freeze

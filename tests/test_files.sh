@@ -75,7 +75,7 @@ pass_case()
 	local pp=$!
 	if ! meta=$(wait_line "$p.out" "$WAIT"); then
 		kill9 "$pp"
-		fail "$name" "no metadata: $(firstline "$p.err")"
+		fail "$name" "no metadata: $(lastline "$p.err")"
 		return
 	fi
 	echo "$meta" >"$DATA/meta"
@@ -95,7 +95,7 @@ pass_case()
 		tail -n +2 "$p.out" >"$out" # the bytes follow the metadata line on stdout
 	fi
 	if [ $arc -ne 0 ] || [ $prc -ne 0 ]; then
-		fail "$name" "active exited $arc ($(firstline "$p.aerr")), passive $prc ($(firstline "$p.err"))"
+		fail "$name" "active exited $arc ($(lastline "$p.aerr")), passive $prc ($(lastline "$p.err"))"
 	elif ! cmp -s "$src" "$out"; then
 		fail "$name" "bytes differ: $(cmp "$src" "$out" 2>&1 | head -n 1)"
 	elif [ "$adst" != - ] && [ "$(stat -c %a "$out")" != 600 ]; then
@@ -212,7 +212,7 @@ for i in 1 2 3 4; do
 	wait_bg "${pids[$((i - 1))]}" || bad+="reader $i exited $?: $(firstline "$DATA/fan.err$i"); "
 	cmp -s "$src" "$DATA/fan.dst$i" || bad+="reader $i's bytes differ; "
 done
-wait_bg "$fp" "$WAIT" || bad+="readable exited $?: $(firstline "$DATA/fan.err"); "
+wait_bg "$fp" "$WAIT" || bad+="readable exited $?: $(lastline "$DATA/fan.err"); "
 if [ -z "$bad" ]; then
 	ok "readable --readers 4: four readers on node 1, each identical"
 else
@@ -261,7 +261,7 @@ fail_read()
 	pp=$!
 	if ! meta=$(wait_line "$DATA/f.out" "$WAIT"); then
 		kill9 "$pp"
-		fail "$name" "no metadata: $(firstline "$DATA/f.err")"
+		fail "$name" "no metadata: $(lastline "$DATA/f.err")"
 		return
 	fi
 	echo "$meta" >"$DATA/fmeta"
@@ -277,9 +277,9 @@ fail_read()
 	wait_bg "$ap" || arc=$?
 	wait_bg "$pp" 10 2>/dev/null
 	if [ $arc -ne 1 ]; then
-		fail "$name" "read exited $arc, not 1: $(firstline "$DATA/f.aerr")"
+		fail "$name" "read exited $arc, not 1: $(lastline "$DATA/f.aerr")"
 	elif ! grep -q -- "$expect" "$DATA/f.aerr"; then
-		fail "$name" "read's message does not name '$expect': $(firstline "$DATA/f.aerr")"
+		fail "$name" "read's message does not name '$expect': $(lastline "$DATA/f.aerr")"
 	elif [ -e "$DATA/fo" ] || [ -n "$(leftovers "$DATA")" ]; then
 		fail "$name" "files left behind: $(ls "$DATA"/fo* 2>/dev/null | tr '\n' ' ')$(leftovers "$DATA")"
 	else
@@ -321,7 +321,7 @@ if mount -t tmpfs -o size=2m xffull "$FULL" 2>/dev/null; then
 			[ -z "$(ls -A "$FULL")" ]; then
 			ok "read onto a full tmpfs: ENOSPC named, partial file removed"
 		else
-			fail "read onto a full tmpfs" "exit $rc: $(firstline "$DATA/n.aerr"); left: $(ls -A "$FULL" | tr '\n' ' ')"
+			fail "read onto a full tmpfs" "exit $rc: $(lastline "$DATA/n.aerr"); left: $(ls -A "$FULL" | tr '\n' ' ')"
 		fi
 	else
 		kill9 "$pp"
@@ -338,7 +338,7 @@ if mount -t tmpfs -o size=2m xffull "$FULL" 2>/dev/null; then
 			[ -z "$(ls -A "$FULL")" ]; then
 			ok "writable on a full tmpfs: ENOSPC named on both sides, partial file removed"
 		else
-			fail "writable on a full tmpfs" "writable $prc: $(firstline "$DATA/w.err"); write $rc: $(firstline "$DATA/w.aerr"); left: $(ls -A "$FULL" | tr '\n' ' ')"
+			fail "writable on a full tmpfs" "writable $prc: $(lastline "$DATA/w.err"); write $rc: $(lastline "$DATA/w.aerr"); left: $(ls -A "$FULL" | tr '\n' ' ')"
 		fi
 	else
 		kill9 "$pp"

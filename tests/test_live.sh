@@ -46,10 +46,10 @@ if META=$(wait_line "$D/p.out" "$T"); then
 	if [ $arc -eq 0 ] && cmp -s "$src" "$D/big.dst"; then
 		ok "64 MiB from A to B during top: identical"
 	else
-		fail "64 MiB from A to B" "read exit $arc: $(firstline "$D/a.err")"
+		fail "64 MiB from A to B" "read exit $arc: $(lastline "$D/a.err")"
 	fi
 else
-	fail "readable on A" "$(firstline "$D/p.err")"
+	fail "readable on A" "$(lastline "$D/p.err")"
 fi
 wait_bg "$TOP" "$T"
 trc=$?
@@ -102,7 +102,7 @@ if [ $wrc -eq 0 ] && [ "$(wc -l <<<"$wt")" = 5 ] &&
 	grep -qE ' read COMPLETE ' <<<"$wt" && cmp -s "$small" "$D/small.dst"; then
 	ok "watch -n 5: one line per event (readable created, read started, readable started, both ends), exit 0"
 else
-	fail "watch: the events of a transfer" "exit $wrc: $(tr '\n' '|' <<<"$wt") $(firstline "$D/watch.txt.err")"
+	fail "watch: the events of a transfer" "exit $wrc: $(tr '\n' '|' <<<"$wt") $(lastline "$D/watch.txt.err")"
 fi
 watch_pair "$D/watch.json" --json
 if /usr/bin/python3 - "$D/watch.json" <<'EOF'; then
@@ -138,7 +138,7 @@ if [ $nrc -eq 0 ] && [ "$(wc -l <<<"$nb")" = 1 ] && grep -q ' readable INITIALIZ
 	grep -q "operations of your uid" "$D/nb.err"; then
 	ok "watch as nobody: nobody's operation only, none of root's"
 else
-	fail "watch as nobody sees only its uid's operations" "exit $nrc: $(tr '\n' '|' <<<"$nb") $(firstline "$D/nb.err")"
+	fail "watch as nobody sees only its uid's operations" "exit $nrc: $(tr '\n' '|' <<<"$nb") $(lastline "$D/nb.err")"
 fi
 
 # --- top on a terminal: clear, q, Ctrl-C, terminal restored ---------------------------------
@@ -190,7 +190,7 @@ if [ $urc -eq 2 ] && grep -q 'for top and watch only' "$D/u.err" && [ $urc2 -eq 
 	grep -q "bad --count '0'" "$D/u2.err"; then
 	ok "--count only for top/watch, and 1 or more: usage errors (exit 2)"
 else
-	fail "--count usage errors" "$urc $(firstline "$D/u.err"); $urc2 $(firstline "$D/u2.err")"
+	fail "--count usage errors" "$urc $(lastline "$D/u.err"); $urc2 $(lastline "$D/u2.err")"
 fi
 
 summary

@@ -95,7 +95,7 @@ registers()
 	bg "$p.out" "$p.err" "$1" readable "$SMALL_SRC"
 	wait_line "$p.out" 5 >/dev/null || rc=1
 	kill9 "$BG"
-	[ "$rc" = 0 ] || WHY="xferctl readable printed no metadata: $(firstline "$p.err")"
+	[ "$rc" = 0 ] || WHY="xferctl readable printed no metadata: $(lastline "$p.err")"
 	return "$rc"
 }
 port_of() { xn_port "$1"; }

@@ -405,7 +405,7 @@ if [ "$TRANSPORT" = rdma ] && want regions; then
 			fail "node 0 lists the region's keys per device" "$j"
 		fi
 	else
-		fail "node 0 lists the region's keys per device" "readable printed no metadata: $(firstline "$DATA/r.err")"
+		fail "node 0 lists the region's keys per device" "readable printed no metadata: $(lastline "$DATA/r.err")"
 	fi
 	kill9 "$rp"
 	# A file region is never registered with a device: its bytes go through staging buffers.
@@ -419,7 +419,7 @@ if [ "$TRANSPORT" = rdma ] && want regions; then
 			fail "node 0 lists the file region without device keys" "$j"
 		fi
 	else
-		fail "node 0 lists the file region without device keys" "readable printed no metadata: $(firstline "$DATA/r.err")"
+		fail "node 0 lists the file region without device keys" "readable printed no metadata: $(lastline "$DATA/r.err")"
 	fi
 	kill9 "$rp"
 	check_baseline "regions listing"
@@ -521,13 +521,13 @@ if [ "$TRANSPORT" = rdma ] && want files; then
 			wait_bg "$ep" 60 || prc=$?
 			left=$(ls -A "$small")
 			if [ "$rc" != 0 ] && [ "$prc" != 0 ] && [ -z "$left" ] && grep -q ENOSPC "$DATA/e.err"; then
-				ok "xferctl writable into a full tmpfs: ENOSPC ($(firstline "$DATA/e.err")), partial file removed"
+				ok "xferctl writable into a full tmpfs: ENOSPC ($(lastline "$DATA/e.err")), partial file removed"
 			else
-				fail "xferctl writable into a full tmpfs" "write exit $rc, writable exit $prc ($(firstline "$DATA/e.err")), left: '$left'"
+				fail "xferctl writable into a full tmpfs" "write exit $rc, writable exit $prc ($(lastline "$DATA/e.err")), left: '$left'"
 			fi
 		else
 			kill9 "$ep"
-			fail "xferctl writable into a full tmpfs" "no metadata: $(firstline "$DATA/e.err")"
+			fail "xferctl writable into a full tmpfs" "no metadata: $(lastline "$DATA/e.err")"
 		fi
 		umount "$small"
 	else
@@ -560,7 +560,7 @@ direct_xfer() {
 	PP=$BG
 	if ! META=$(wait_line "$w.p.out" "$WAIT"); then
 		kill9 "$PP"
-		WHY="$(passive_of "$kind") --direct printed no metadata: $(firstline "$w.p.err")"
+		WHY="$(passive_of "$kind") --direct printed no metadata: $(lastline "$w.p.err")"
 		return 1
 	fi
 	if [ "$kind" = read ]; then
@@ -821,7 +821,7 @@ if want concurrency; then
 		for ((k = 0; k < 24; k++)); do
 			rc=0
 			wait_bg "${CA[$k]}" $T || rc=$?
-			[ "$rc" -eq 0 ] || bad+="${CK[$k]} $k on node $((1 - CO[k])) exited $rc: $(firstline "$DATA/c$k.a.err"); "
+			[ "$rc" -eq 0 ] || bad+="${CK[$k]} $k on node $((1 - CO[k])) exited $rc: $(lastline "$DATA/c$k.a.err"); "
 		done
 		secs=$(elapsed "$conc_t0")
 		# every passive op: COMPLETE with the transport
@@ -838,7 +838,7 @@ if want concurrency; then
 			kill -CONT "${CP[$k]}"
 			rc=0
 			wait_bg "${CP[$k]}" 60 || rc=$?
-			[ "$rc" -eq 0 ] || bad+="passive $k on node ${CO[$k]} exited $rc: $(firstline "$DATA/c$k.p.err"); "
+			[ "$rc" -eq 0 ] || bad+="passive $k on node ${CO[$k]} exited $rc: $(lastline "$DATA/c$k.p.err"); "
 			cmp -s "$DATA/c$k.src" "$DATA/c$k.dst" || bad+="pair $k (${CK[$k]}): bytes differ; "
 		done
 		if [ -z "$bad" ]; then
@@ -889,7 +889,7 @@ if want refusals; then
 	else
 		kill9 "$rp"
 		kill9 "$wp"
-		fail "refusals" "readable/writable printed no metadata: $(firstline "$DATA/rr.err") $(firstline "$DATA/rw.err")"
+		fail "refusals" "readable/writable printed no metadata: $(lastline "$DATA/rr.err") $(lastline "$DATA/rw.err")"
 	fi
 
 	# A second claim while the first one's bytes are moving: EALREADY; the first completes.
@@ -916,14 +916,14 @@ if want refusals; then
 		if [ "$rc" -eq 0 ] && cmp -s "$big" "$DATA/ref.o1"; then
 			ok "the first read completed, bytes identical"
 		else
-			fail "the first read completes" "exit $rc: $(firstline "$DATA/ra.err")"
+			fail "the first read completes" "exit $rc: $(lastline "$DATA/ra.err")"
 		fi
 		refused "read of a readable that already completed (node 1)" 1 read "$rmeta" "$DATA/ref.o2" "EALREADY|ECANCELED"
 		kill -CONT "$rp"
-		wait_bg "$rp" 60 || fail "readable of the EALREADY case" "exit $?: $(firstline "$DATA/rr.err")"
+		wait_bg "$rp" 60 || fail "readable of the EALREADY case" "exit $?: $(lastline "$DATA/rr.err")"
 	else
 		kill9 "$rp"
-		fail "EALREADY" "readable printed no metadata: $(firstline "$DATA/rr.err")"
+		fail "EALREADY" "readable printed no metadata: $(lastline "$DATA/rr.err")"
 	fi
 
 	# The owner restarts between making metadata and the read: ESTALE.
@@ -939,7 +939,7 @@ if want refusals; then
 		fi
 	else
 		kill9 "$rp"
-		fail "ESTALE" "readable printed no metadata: $(firstline "$DATA/rr.err")"
+		fail "ESTALE" "readable printed no metadata: $(lastline "$DATA/rr.err")"
 	fi
 	rm -f "$DATA"/ref* "$DATA"/r?.*
 	if warm; then
@@ -969,7 +969,7 @@ start_pair() {
 			return 0
 		fi
 	done
-	WHY="the transfer was never seen under way on node 1 (last listing: ${op:-none}; active exit: $(firstline "$FW.a.err"))"
+	WHY="the transfer was never seen under way on node 1 (last listing: ${op:-none}; active exit: $(lastline "$FW.a.err"))"
 	return 1
 }
 

@@ -213,7 +213,7 @@ transfer()
 	while [ ! -s "$w.meta" ] && alive "$pid" && [ $SECONDS -lt $end ]; do sleep "$POLL"; done
 	if [ ! -s "$w.meta" ]; then
 		kill9 "$pid"
-		echo "no metadata: $(firstline "$w.p.err")"
+		echo "no metadata: $(lastline "$w.p.err")"
 		return 1
 	fi
 	if [ "$kind" = read ]; then
@@ -223,12 +223,12 @@ transfer()
 	fi
 	if [ $arc -ne 0 ]; then # the passive side would wait for its deadline
 		kill9 "$pid"
-		echo "active exit $arc: $(firstline "$w.a.err")"
+		echo "active exit $arc: $(lastline "$w.a.err")"
 		return 1
 	fi
 	wait_bg "$pid" 60 || rc=$?
 	if [ $rc -ne 0 ]; then
-		echo "passive exit $rc: $(firstline "$w.p.err")"
+		echo "passive exit $rc: $(lastline "$w.p.err")"
 		return 1
 	fi
 	cmp -s "$w.src" "$w.dst" || { echo "bytes differ"; return 1; }
@@ -302,9 +302,9 @@ else
 	fail "systemctl stop drains" "$(why_unit xferd.service) status $(prop xferd.service ExecMainStatus)"
 fi
 if [ $crc -eq 1 ] && grep -q ESHUTDOWN "$D/stop.err"; then
-	ok "the waiting client was told: $(firstline "$D/stop.err")"
+	ok "the waiting client was told: $(lastline "$D/stop.err")"
 else
-	fail "a waiting client is told of the stop" "exit $crc: $(firstline "$D/stop.err")"
+	fail "a waiting client is told of the stop" "exit $crc: $(lastline "$D/stop.err")"
 fi
 if [ "$(prop xferd.socket ActiveState)" = active ] && [ -S "$SOCK_A" ] &&
 	actl "$SOCK_A" status >/dev/null 2>&1 && wait_state xferd.service active 30; then
