@@ -962,11 +962,12 @@ static void maybe_complete_passive(struct xd_xfer *x)
 {
 	/*
 	 * One-sided, DONE follows the data on the same queue pair: it is all in place. The short
-	 * end of a write has no DONE: the last byte is the writer's last word.
+	 * end of a write has no DONE: the last byte is the writer's last word. A reader's DONE
+	 * while our frames are still out waits for the last one (data_sent() comes back).
 	 */
 	if ((x->done_rx || (x->quick && !x->source)) &&
 	    (x->source || (x->one_sided && !x->stage_local) || x->received == x->length) &&
-	    (x->source || x->synced || !wants_sync(x)))
+	    (x->source || x->synced || !wants_sync(x)) && !frames_out(x))
 		complete_passive(x);
 }
 
@@ -1058,6 +1059,16 @@ static void send_done(struct xd_xfer *x)
 	send_bin(x, XP_PEER_DONE, bytes, sizeof(bytes));
 }
 
+/* The owner's DONE_ACK, its passive op COMPLETE: so is ours, once our frames are out. */
+static void done_ack_applies(struct xd_xfer *x)
+{
+	struct xd_op *op = x->op;
+
+	xfer_close(x);
+	if (op)
+		xd_op_complete(op);
+}
+
 static void data_sent(struct xd_xfer *x)
 {
 	if (x->tx_drain) {
@@ -1069,7 +1080,11 @@ static void data_sent(struct xd_xfer *x)
 	if (!x->op || x->sent < x->length || x->one_sided || x->wfast)
 		return;
 	/* Every DATA frame is on the wire (one-sided: see all_posted()). */
-	if (x->quick)
+	if (x->ack_rx)
+		done_ack_applies(x); /* (it came while a worker still counted the last frames) */
+	else if (x->done_rx)
+		maybe_complete_passive(x); /* (likewise a reader's DONE at the owner) */
+	else if (x->quick)
 		x->committed = true; /* the other side's last message ends it (§10.3) */
 	else if (x->active)
 		send_done(x); /* two-sided writer */
@@ -1178,17 +1193,17 @@ static int done_received(struct xd_xfer *x)
 	return 0;
 }
 
-/* The owner's DONE_ACK: its passive op is COMPLETE, and so is ours. 0 or -EPROTO. */
+/*
+ * The owner's DONE_ACK. 0 or -EPROTO. One that comes while frames of the bytes are still out
+ * waits for them (ack_rx): ended now, the client could reuse its buffer under them.
+ */
 static int done_ack_received(struct xd_xfer *x)
 {
-	struct xd_op *op = x->op;
-
-	/* (the owner answers once it has every byte: never while some are still to go) */
-	if (!x->active || frames_out(x))
+	if (!x->active)
 		return -EPROTO;
-	xfer_close(x);
-	if (op)
-		xd_op_complete(op);
+	x->ack_rx = true;
+	if (!frames_out(x))
+		done_ack_applies(x);
 	return 0;
 }
 

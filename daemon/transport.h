@@ -412,6 +412,13 @@ struct xd_xfer {
 	char io_why[XD_CAUSE_MAX];
 	/* claim.c's state of the exchange (PROTOCOL.md §10.3-10.5) */
 	bool claim_sent, done_rx;
+	/*
+	 * active: the owner's DONE_ACK came while frames of the bytes were still counted out. An
+	 * honest owner sends it only once every byte arrived, but a file's frames are counted by
+	 * the file lane's worker after the peer may have them (tcp.c lane_done()): the ack applies
+	 * once they are out. So does a reader's DONE at the owner (done_rx, maybe_complete_passive()).
+	 */
+	bool ack_rx;
 	bool ok_rx; /**< active: CLAIM_OK arrived (DATA may come before it, on another connection) */
 	bool ok_in_data; /**< active: its CLAIM asked for the first DATA as its CLAIM_OK (§10.8) */
 	bool file_rx;	 /**< counted in its peer's file_receivers (claim.c) */
