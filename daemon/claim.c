@@ -74,7 +74,7 @@ static struct xd_xfer *xfer_new(struct xd_peer *p, uint64_t id, bool active, str
 	/* A file's bytes cannot be reached by the peer's READ/WRITE: they go through staging. */
 	x->stage_local = x->one_sided && !op_mapped(op);
 	op->xfer = x;
-	TAILQ_INSERT_TAIL(&p->d->xfers, x, link);
+	TAILQ_INSERT_TAIL(&p->xfers, x, link);
 	/* (unique: an active id is a new op's, a passive one is refused if in use: claim_received) */
 	xd_idmap_add(&p->xfer_ids[active], &x->idnode, id);
 	p->transfers++;
@@ -107,7 +107,7 @@ static void xfer_close(struct xd_xfer *x)
 	if (x->stage_local || x->stage_remote) /* (and so do windows onto staging buffers) */
 		x->peer->transport->stage_close(x);
 	xd_peer_stream_remove(x->peer, x);
-	TAILQ_REMOVE(&x->peer->d->xfers, x, link);
+	TAILQ_REMOVE(&x->peer->xfers, x, link);
 	xd_idmap_del(&x->peer->xfer_ids[x->active], &x->idnode);
 	x->peer->transfers--;
 	file_rx_uncount(x);
@@ -437,8 +437,8 @@ static void peer_up(struct xd_peer *p)
 	struct xd_xfer *x, *tmp;
 
 	xd_windows_peer_up(p); /* (opens first: a get or put may follow its open at once) */
-	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp)
-		if (x->peer == p && x->active && !x->claim_sent && x->op)
+	TAILQ_FOREACH_SAFE(x, &p->xfers, link, tmp)
+		if (x->active && !x->claim_sent && x->op)
 			send_claim(x);
 }
 
@@ -488,9 +488,9 @@ static void check_drains(struct xd_peer *p)
 	uint64_t limit_ms = p->d->cfg.keepalive_timeout_ms, now = xd_now_us();
 	struct xd_xfer *x, *tmp;
 
-	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp) {
+	TAILQ_FOREACH_SAFE(x, &p->xfers, link, tmp) {
 		uint64_t stalled_ms;
-		if (x->peer == p && x->tx_drain && (now - x->drain_since_us) / 1000 > limit_ms &&
+		if (x->tx_drain && (now - x->drain_since_us) / 1000 > limit_ms &&
 		    (stalled_ms = drain_stalled_ms(x, now)) > limit_ms) {
 			xd_peer_fail(
 				p, ETIMEDOUT,
@@ -500,13 +500,12 @@ static void check_drains(struct xd_peer *p)
 				(unsigned long long)x->id, (unsigned long long)stalled_ms);
 			return;
 		}
-		if (x->peer == p && x->commit_wait &&
-		    (now - x->commit_since_us) / 1000 > limit_ms) {
+		if (x->commit_wait && (now - x->commit_since_us) / 1000 > limit_ms) {
 			commit_timeout(x);
 			continue;
 		}
 		uint64_t kept_ms = (now - x->drain_since_us) / 1000;
-		if (x->peer != p || !x->draining || kept_ms <= limit_ms)
+		if (!x->draining || kept_ms <= limit_ms)
 			continue;
 		xd_peer_fail(p, ETIMEDOUT,
 			     "the peer kept the remote-access keys of ended transfer %llu "
@@ -522,9 +521,8 @@ static void peer_lost(struct xd_peer *p, int err, const char *cause)
 	char msg[XD_CAUSE_MAX];
 
 	snprintf(msg, sizeof(msg), "peer %s: %s", p->node_hex, cause);
-	TAILQ_FOREACH_SAFE(x, &p->d->xfers, link, tmp)
-		if (x->peer == p)
-			xfer_fail(x, XP_ST_ERRORED, err, msg);
+	TAILQ_FOREACH_SAFE(x, &p->xfers, link, tmp)
+		xfer_fail(x, XP_ST_ERRORED, err, msg);
 	xd_windows_peer_lost(p, err, msg);
 }
 

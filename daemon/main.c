@@ -471,7 +471,6 @@ void xd_daemon_clear(struct xd_daemon *d)
 	xd_idmap_init(&d->window_ids);
 	xd_idmap_init(&d->handle_ids);
 	TAILQ_INIT(&d->peers);
-	TAILQ_INIT(&d->xfers);
 	TAILQ_INIT(&d->windows);
 	TAILQ_INIT(&d->whandles);
 	TAILQ_INIT(&d->deferred);

@@ -51,7 +51,7 @@ static void peer_free(void *arg)
 	struct xd_peer *p = arg;
 
 	assert(p->file_receivers == 0); /* (every transfer of the set was closed first) */
-	assert(p->xfer_ids[0].count == 0 && p->xfer_ids[1].count == 0);
+	assert(p->xfer_ids[0].count == 0 && p->xfer_ids[1].count == 0 && TAILQ_EMPTY(&p->xfers));
 	xd_idmap_fini(&p->xfer_ids[0]);
 	xd_idmap_fini(&p->xfer_ids[1]);
 	xd_event_free(p->keepalive);
@@ -138,6 +138,7 @@ static struct xd_peer *peer_new(struct xd_daemon *d, const uint8_t node[XP_ID_BY
 	memcpy(p->node, node, XP_ID_BYTES);
 	xp_hex_encode(node, XP_ID_BYTES, p->node_hex);
 	TAILQ_INIT(&p->sendq);
+	TAILQ_INIT(&p->xfers);
 	xd_idmap_init(&p->xfer_ids[0]);
 	xd_idmap_init(&p->xfer_ids[1]);
 	p->created_us = xd_now_us();

@@ -355,8 +355,8 @@ struct xd_rseg {
  * bytes come from or go to, so a frame already begun can finish when its operation ended.
  */
 struct xd_xfer {
-	TAILQ_ENTRY(xd_xfer) link;	/**< in d->xfers */
-	struct xd_idnode idnode;	/**< in peer->xfer_ids[active] while in d->xfers */
+	TAILQ_ENTRY(xd_xfer) link;	/**< in peer->xfers */
+	struct xd_idnode idnode;	/**< in peer->xfer_ids[active] while in peer->xfers */
 	TAILQ_ENTRY(xd_xfer) send_link; /**< in its peer's send queue while queued */
 	bool queued;
 	struct xd_peer *peer;
@@ -370,7 +370,7 @@ struct xd_xfer {
 	uint64_t length;
 	uint64_t next_off; /**< next byte to cut into a chunk */
 	uint64_t sent, received;
-	int refs; /**< d->xfers' own, plus frames and requests under way */
+	int refs; /**< its peer set's list's own, plus frames and requests under way */
 	/*
 	 * One-sided: the connection that carries the transfer, the one the owner received the
 	 * CLAIM on and answered it on. Its windows are bound to that queue pair, and DONE must

@@ -672,11 +672,10 @@ struct xd_daemon {
 	xd_packet_cb ctl_dispatch;		  /**< where ctl.c hands each packet */
 	char ctl_rxbuf[XP_MAX_MSG]; /**< ctl.c: the packet being handled (one at a time) */
 	TAILQ_HEAD(, xd_peer) peers;
-	TAILQ_HEAD(xd_xfer_list, xd_xfer) xfers; /**< claim.c: every cross-node transfer */
-	TAILQ_HEAD(, xd_window) windows;	 /**< window.c: windows this daemon's clients own */
-	TAILQ_HEAD(, xd_whandle) whandles;	 /**< window.c: windows its clients opened */
-	struct xd_idmap window_ids, handle_ids;	 /**< window.c: the two lists by id */
-	uint64_t next_window;			 /**< ids of windows and handles, one space */
+	TAILQ_HEAD(, xd_window) windows;	/**< window.c: windows this daemon's clients own */
+	TAILQ_HEAD(, xd_whandle) whandles;	/**< window.c: windows its clients opened */
+	struct xd_idmap window_ids, handle_ids; /**< window.c: the two lists by id */
+	uint64_t next_window;			/**< ids of windows and handles, one space */
 	bool stopping;
 	unsigned shutdown_ticks; /**< main.c: 10 ms turns spent draining after SIGTERM */
 	struct {
@@ -1222,6 +1221,8 @@ enum xd_peer_state {
  * One set of connections to one other daemon over one transport, shared by every local client.
  * peer.c owns it; its transport reads it and keeps its own per-set state in @tstate.
  */
+TAILQ_HEAD(xd_xfer_list, xd_xfer);
+
 struct xd_peer {
 	TAILQ_ENTRY(xd_peer) link; /**< in d->peers until it fails */
 	struct xd_daemon *d;
@@ -1237,7 +1238,12 @@ struct xd_peer {
 	struct xd_xfer_list sendq; /**< transfers with bytes left to move, round-robin */
 	struct event *keepalive, *connect_timer;
 	uint64_t bytes_sent, bytes_received, created_us;
-	unsigned transfers; /**< transfers on this set, for listings */
+	/*
+	 * Its transfers (claim.c), from their making to their close: what the set's own events
+	 * walk (its HELLO, its keepalive tick's drain checks, its loss), never every set's.
+	 */
+	struct xd_xfer_list xfers;
+	unsigned transfers; /**< how many, for listings */
 	/*
 	 * Its transfers by id (claim.c), filed from their making to their close: [0] the passive
 	 * ones (named by the peer's op id), [1] the active ones (ours). Per set: a transfer id is

@@ -931,10 +931,12 @@ static void census_cb(void *arg)
 			c[i].ops++;
 			c[i].live_ops += !xp_state_terminal(op->state);
 		}
-		TAILQ_FOREACH(x, &d->xfers, link)
-			c[i].xfers++;
-		TAILQ_FOREACH(p, &d->peers, link)
+		TAILQ_FOREACH(p, &d->peers, link) {
 			c[i].peers++;
+			/* (a set freed with one still listed fails peer_free()'s assertion) */
+			TAILQ_FOREACH(x, &p->xfers, link)
+				c[i].xfers++;
+		}
 		c[i].copying = xd_copier_busy(d->copier);
 	}
 }
