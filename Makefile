@@ -245,6 +245,16 @@ $(BENCHUTIL_SO): $(B)/client/benchutil.o $(B)/$(LIBNAME)
 
 all test-build: $(BENCHUTIL_SO)
 
+# tests/test_idmap.c is a unit test of daemon/idmap.c (and the clock it falls back on): linked
+# with those two objects. This explicit rule overrides the pattern rule above for it.
+IDMAP_TEST := $(B)/tests/test_idmap
+$(IDMAP_TEST): $(B)/tests/test_idmap.o $(B)/daemon/idmap.o $(B)/daemon/clock.o $(TEST_HELPER_OBJ) \
+		$(B)/libxferproto.a $(B)/$(LIBNAME)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(FINAL_LDFLAGS) -o $@ $< $(B)/daemon/idmap.o $(B)/daemon/clock.o \
+		$(TEST_HELPER_OBJ) $(B)/libxferproto.a -L$(B) -lxferclient $(RPATH) \
+		$(call PKG_LIBS,jansson) -lpthread
+
 # tests/test_engine.c runs two in-process daemons over a fake transport it defines, with its own
 # transport table in d->transports (the local one and its fake). This explicit rule
 # overrides the pattern rule above for that one program; TEST_BINS already lists it.

@@ -351,11 +351,12 @@ struct xd_idmap {
 	struct xd_idnode **heap; /**< the chains once grown past small (NULL: small) */
 	unsigned bits;		 /**< log2 of the number of chains */
 	size_t count;
+	uint64_t key; /**< the hash's secret, random per map (idmap.c) */
 };
 /* The object of type @type whose member @member is @node (NULL: NULL). */
 #define XD_IDMAP_OBJ(node, type, member) \
 	((node) ? (type *)(void *)((char *)(node)-offsetof(type, member)) : (type *)NULL)
-/* An empty map (no allocation). */
+/* An empty map (no allocation), with a fresh random key. */
 void xd_idmap_init(struct xd_idmap *m);
 /* Files @node under @id (unique: not in the map). Cannot fail. */
 void xd_idmap_add(struct xd_idmap *m, struct xd_idnode *node, uint64_t id);
