@@ -952,6 +952,75 @@ def mode_earlyfile(host, port, keyfile, metafile, pid):
     return True
 
 
+def mode_readable_owner(path, metafile, size):
+    """A readable of @size bytes i % 256; once told its end, the client writes LEAKED!! over
+    the buffer (it is the client's again) and prints the end; then keeps the region 10 s."""
+    import fcntl
+    import time
+    size = int(size)
+    cl = RawClient(path, timeout=60)
+    fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    os.pwrite(fd, (bytes(range(256)) * (size // 256 + 1))[:size], 0)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    cl.call(1, "hello", {"version": 1, "client": "readable_owner"})
+    region = cl.call(2, "region.register", {}, [fd])["region"]
+    r = cl.call(3, "op.readable", {"descs": [{"region": region, "offset": 0, "length": size}],
+                                   "timeout_ms": 30000})
+    fd2 = os.open(metafile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd2, r["metadata"].encode() + b"\n")
+    os.close(fd2)
+    cl.wait_ends([r["op"]])
+    os.pwrite(fd, b"LEAKED!!" * (size // 8), 0)
+    end = cl.ends[r["op"]]
+    print(f"readable_owner: {end['state']} {end.get('cause', '')}", flush=True)
+    time.sleep(10)
+    return True
+
+
+def mode_earlydone(host, port, keyfile, metafile):
+    """A reader that says DONE after its first MiB, stops reading for a second, then reads on:
+    the owner's frames must all come, each byte as it was, none after the client's end."""
+    import time
+    key = read_key(keyfile)
+    m = read_meta(metafile)
+    total = sum(m["lengths"])
+    sock, _, node, epoch = member(host, port, key)
+    xfer = 401
+    proof = claim_proof(key, m["node"], m["epoch"], node, epoch, m["op"], xfer,
+                        bytes.fromhex(m["token"]))
+    sock.sendall(bin_claim(m, proof, xfer))
+    got = bytearray(total)
+    n = 0
+    said_done = False
+    want = (bytes(range(256)) * (total // 256 + 1))[:total]
+    until = time.monotonic() + 20  # (keepalive PINGs come for ever: the wait has its own end)
+    while n < total and time.monotonic() < until:
+        f = recv_any(sock)
+        if f is None:
+            break
+        if f[0] == PING:
+            sock.sendall(frame(PONG))
+        if f[0] != DATA:
+            continue
+        if f[2] != xfer or f[3] + len(f[4]) > total:
+            print(f"earlydone: DATA of transfer {f[2]} at {f[3]}+{len(f[4])}", file=sys.stderr)
+            return False
+        got[f[3]:f[3] + len(f[4])] = f[4]
+        n += len(f[4])
+        if n >= (1 << 20) and not said_done:
+            said_done = True
+            sock.sendall(bin_frame(DONE, struct.pack("<Q", total), xfer) + frame(PING))
+            time.sleep(1)  # (the owner's frames fill the sockets; told COMPLETE, its client
+            sock.sendall(frame(PING))  # would write LEAKED!! into what they still read)
+    bad = sum(1 for i in range(0, total, 4096) if got[i:i + 4096] != want[i:i + 4096])
+    if n < total or bad:
+        print(f"earlydone: {n} of {total} bytes came, {bad} pages of 4 KiB differ "
+              f"({got.count(b'LEAKED!!')} LEAKED!!)", file=sys.stderr)
+        return False
+    return True
+
+
 def mode_owner(path, metafile, access="read", size="65536"):
     import array
     import fcntl
@@ -1393,7 +1462,8 @@ def main(argv):
              "wframes_cut": mode_wframes_cut, "wack_relay": mode_wack_relay,
              "claimok_relay": mode_claimok_relay, "wack_opener": mode_wack_opener,
              "binpair": mode_binpair,
-             "earlyfile": mode_earlyfile, "wtrickle": mode_wtrickle, "wcycle": mode_wcycle,
+             "earlyfile": mode_earlyfile, "earlydone": mode_earlydone,
+             "readable_owner": mode_readable_owner, "wtrickle": mode_wtrickle, "wcycle": mode_wcycle,
              "wopen_mute_relay": mode_wopen_mute_relay, "stall_relay": mode_stall_relay,
              "stall_putter": mode_stall_putter, "mute_opener": mode_mute_opener,
              "xferidx": mode_xferidx}

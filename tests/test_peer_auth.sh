@@ -196,6 +196,22 @@ fi
 kill "$EF" 2>/dev/null
 wait "$EF" 2>/dev/null
 
+# --- a reader's DONE after its first MiB of 64, then a second without reading (§10.3): the
+# owner's frames still read its client's buffer, so the readable ends only once they are out
+# (ended at the DONE, it was COMPLETE with 8 of 64 MiB sent, the rest never came, and its
+# client, told so, was free to write over a buffer that a frame under way still read)
+$PY tests/hostile_peer.py readable_owner "$D/A.sock" "$D/ed.meta" $((64 << 20)) >"$D/ed.out" 2>&1 &
+ED=$!
+for _ in $(seq 100); do [ -s "$D/ed.meta" ] && break; sleep 0.05; done
+if timeout 60 $PY tests/hostile_peer.py earlydone 127.0.0.1 "$PA" "$D/key" "$D/ed.meta" &&
+	kill -0 "$(pid_of A)" 2>/dev/null; then
+	ok "a reader's DONE before it took every byte: the readable ends once its frames are out, every byte as it was"
+else
+	fail "a reader's early DONE" "owner: $(lastline "$D/ed.out"); $(tail -n 2 "$D/A.log" | tr '\n' '|')"
+fi
+kill "$ED" 2>/dev/null
+wait "$ED" 2>/dev/null
+
 # --- someone posing as B
 # A's one peer set so far is B's.
 read -r NODE_B EPOCH_B < <("$BUILD/xferctl" --socket "$D/A.sock" --json peers |
