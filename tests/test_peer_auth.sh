@@ -245,12 +245,12 @@ fi
 # --- wrong or no key on the other side
 start K $((BASE + 4)) --peer-key "$D/other.key" || abort_setup "daemon K did not start"
 if ! loopback_transfer A K t3 && grep -q "did not authenticate" "$D/t3.err"; then
-	ok "a reader with another key is refused, and told why: $(cat "$D/t3.err")"
+	ok "a reader with another key is refused, and told why: $(lastline "$D/t3.err")"
 else
 	fail "a reader with another key is refused" "$(cat "$D/t3.err")"
 fi
 if ! loopback_transfer A I t4 && grep -q "cluster key" "$D/t4.err"; then
-	ok "a reader without a key is refused by a keyed owner: $(cat "$D/t4.err")"
+	ok "a reader without a key is refused by a keyed owner: $(lastline "$D/t4.err")"
 else
 	fail "a reader without a key is refused by a keyed owner" "$(cat "$D/t4.err")"
 fi
