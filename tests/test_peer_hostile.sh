@@ -205,7 +205,7 @@ sys.exit(not (r['opened'] >= 400 and early >= r['opened'] - 64 and len(r['closed
 	else
 		fail "b: refusals are logged at most once a second" "$n lines"
 	fi
-	if xfer write 0 1 "$SRC" "$DATA/out" && wait_fds 0 "$base" 3; then
+	if xfer write 0 1 "$SRC" "$DATA/out" && wait_fds 0 "$base" 10; then
 		ok "b: after the flood: a write is identical, fds back to baseline ($base)"
 	else
 		fail "b: after the flood: a write is identical, fds back to baseline" \
