@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include "xferd.h"
+#include "transport.h"
 
 struct xd_outq_item {
 	STAILQ_ENTRY(xd_outq_item) link;
@@ -481,6 +481,8 @@ int xd_ctl_start(struct xd_daemon *d, xd_packet_cb dispatch)
 	d->listen_fd = fd;
 	d->clients = &ctl_client_ops;
 	d->ctl_dispatch = dispatch;
+	/* (fds a client sent that no handler took: a FUSE file's close waits for its FLUSH) */
+	xp_fdset_set_closer(xd_close_client_fd);
 	d->listen_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, accept_cb, d);
 	if (!d->listen_ev || event_add(d->listen_ev, NULL) < 0)
 		return -ENOMEM;

@@ -177,13 +177,58 @@ static bool file_send_cached(const struct xd_region *r, uint64_t off, size_t len
 	return cs.nr_cache >= (pos + len - 1) / page - pos / page + 1;
 }
 
+/*
+ * Closers: detached threads that close fds whose close(2) may never return (a FUSE FLUSH the
+ * file system does not answer). At most XD_CLOSERS_MAX: a hostile file system could otherwise
+ * hold one thread per fd a client sends. Past that, fds wait in close_queue for the next closer
+ * that gets free (each queued fd is still one of the daemon's: its fd limit bounds the queue).
+ */
+#define XD_CLOSERS_MAX 32
+#define XD_CLOSER_STACK (64u << 10)
+
+static pthread_mutex_t closers_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned closers_alive;
+static int *close_queue; /* (a LIFO: any order will do) */
+static size_t close_queued, close_queue_cap;
+
+/* Under closers_mu: the next fd to close, or -1 (the closer then ends, counted out). */
+static int closer_next(void)
+{
+	if (close_queued > 0)
+		return close_queue[--close_queued];
+	closers_alive--;
+	return -1;
+}
+
 static void *close_main(void *arg)
 {
-	close((int)(intptr_t)arg);
+	int fd = (int)(intptr_t)arg;
+
+	while (fd >= 0) {
+		close(fd);
+		pthread_mutex_lock(&closers_mu);
+		fd = closer_next();
+		pthread_mutex_unlock(&closers_mu);
+	}
 	return NULL;
 }
 
-int xd_mem_close_later(int fd)
+/* Under closers_mu: keeps @fd for a closer. Returns 0, or -ENOMEM. */
+static int close_enqueue(int fd)
+{
+	if (close_queued == close_queue_cap) {
+		size_t cap = close_queue_cap ? 2 * close_queue_cap : 64;
+		int *q = realloc(close_queue, cap * sizeof(*q));
+		if (!q)
+			return -ENOMEM;
+		close_queue = q;
+		close_queue_cap = cap;
+	}
+	close_queue[close_queued++] = fd;
+	return 0;
+}
+
+static int closer_start(int fd)
 {
 	pthread_attr_t at;
 	pthread_t t;
@@ -191,15 +236,65 @@ int xd_mem_close_later(int fd)
 
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 64u << 10);
+	pthread_attr_setstacksize(&at, XD_CLOSER_STACK);
 	rc = pthread_create(&t, &at, close_main, (void *)(intptr_t)fd);
 	pthread_attr_destroy(&at);
-	if (rc) {
-		xd_log(XD_LOG_WARN, "no thread to close a file's fd (%s): closed on the loop",
-		       strerror(rc));
-		close(fd);
-	}
 	return -rc;
+}
+
+int xd_mem_close_later(int fd)
+{
+	int rc = 0;
+
+	if (fd < 0)
+		return 0;
+	pthread_mutex_lock(&closers_mu);
+	if (closers_alive >= XD_CLOSERS_MAX) {
+		rc = close_enqueue(fd);
+		pthread_mutex_unlock(&closers_mu);
+		if (rc == 0)
+			return 0;
+	} else {
+		closers_alive++;
+		pthread_mutex_unlock(&closers_mu);
+		if ((rc = closer_start(fd)) == 0)
+			return 0;
+		pthread_mutex_lock(&closers_mu);
+		closers_alive--;
+		pthread_mutex_unlock(&closers_mu);
+	}
+	xd_log(XD_LOG_WARN, "no thread to close a file's fd (%s): closed on the loop",
+	       strerror(-rc));
+	close(fd);
+	return rc;
+}
+
+/*
+ * Whether closing @fd cannot wait in a file system: a memfd (shmem has no flush), a pipe or a
+ * socket (their own file operations, whatever file system a FIFO is on). Asked without a call
+ * into the file system: statx AT_STATX_DONT_SYNC answers from the cached inode.
+ */
+static bool close_is_quick(int fd)
+{
+	struct statx stx;
+
+	if (fcntl(fd, F_GET_SEALS) >= 0)
+		return true;
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_TYPE))
+		return false;
+	return S_ISFIFO(stx.stx_mode) || S_ISSOCK(stx.stx_mode);
+}
+
+int xd_close_client_fd(int fd)
+{
+	if (fd < 0)
+		return 0;
+	if (close_is_quick(fd)) {
+		close(fd);
+		return 0;
+	}
+	return xd_mem_close_later(fd);
 }
 
 static void file_release(struct xd_region *r)

@@ -55,7 +55,8 @@ static int parse_register_args(struct xd_call *call, struct xd_region_args *a)
 
 /*
  * Validates and maps now; the pages are faulted in by a worker and the reply comes after that
- * (region.c). The fd is the daemon's to close whatever happens: the mapping is what it keeps.
+ * (region.c). The fd is the daemon's to close whatever happens (xd_region_register() takes it),
+ * and not with a close(2) on the loop: the client chose its file system.
  */
 int xd_handle_region_register(struct xd_call *call)
 {
@@ -64,8 +65,8 @@ int xd_handle_region_register(struct xd_call *call)
 	int rc = parse_register_args(call, &a);
 
 	if (rc == 0)
-		rc = xd_region_register(call, fd, &a);
-	close(fd);
+		return xd_region_register(call, fd, &a);
+	xd_close_client_fd(fd);
 	return rc;
 }
 

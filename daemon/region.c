@@ -365,7 +365,7 @@ struct xd_file_probe {
 	TAILQ_ENTRY(xd_file_probe) link; /**< in d->file_probes while the loop waits for it */
 	struct xd_daemon *d;
 	struct xd_region *r; /**< being made: the thread fills dio_align, fs_local, may_* */
-	int fd;		     /**< the daemon's duplicate of the client's fd */
+	int fd;		     /**< the fd the client sent (the probe's until the region takes it) */
 	int efd;	     /**< the thread's "done" to the loop */
 	struct event *ev, *timer;
 	uint64_t client; /**< the connection's id: it may close meanwhile */
@@ -637,7 +637,10 @@ static int probe_start(struct xd_file_probe *p)
 	return -rc;
 }
 
-/* The probe of @fd's file (duplicated) for @call: its events made, in d->file_probes. */
+/*
+ * The probe of @fd's file for @call, which takes @fd (closed off the loop if no probe could be
+ * made): its events made, in d->file_probes.
+ */
 static int probe_new(struct xd_call *call, int fd, const struct xd_region_args *a,
 		     struct xd_file_probe **out)
 {
@@ -647,6 +650,7 @@ static int probe_new(struct xd_call *call, int fd, const struct xd_region_args *
 
 	if (!p || !(p->r = calloc(1, sizeof(*p->r)))) {
 		free(p);
+		xd_close_client_fd(fd);
 		return xd_fail(call, XP_E_INTERNAL, ENOMEM, "out of memory");
 	}
 	*p = (struct xd_file_probe){ .d = c->d,
@@ -657,17 +661,13 @@ static int probe_new(struct xd_call *call, int fd, const struct xd_region_args *
 				     .offset = a->offset,
 				     .length = a->length,
 				     .has_length = a->has_length,
-				     .fd = -1,
+				     .fd = fd,
 				     .efd = -1 };
 	p->r->fd = -1;
 	p->r->sync = a->sync;
 	snprintf(p->r->name, sizeof(p->r->name), "%s", a->name);
 	TAILQ_INSERT_TAIL(&c->d->file_probes, p, link);
 	*out = p;
-	p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (p->fd < 0)
-		return xd_fail(call, XP_E_FAILED, errno == EMFILE ? EMFILE : ENOMEM,
-			       "could not keep the file's fd: %s", strerror(errno));
 	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->efd >= 0) {
 		p->ev = event_new(c->d->base, p->efd, EV_READ | EV_PERSIST, probe_done_cb, p);
@@ -679,19 +679,22 @@ static int probe_new(struct xd_call *call, int fd, const struct xd_region_args *
 }
 
 /*
- * A file region: its fd duplicated at once, the file rules checked on a thread of its own
- * (above), the reply once they are (deferred), or ETIMEDOUT.
+ * A file region over @fd (taken: kept by the region, else closed off the loop, since its close
+ * is a FLUSH on FUSE), the file rules checked on a thread of its own (above), the reply once
+ * they are (deferred), or ETIMEDOUT.
  */
 static int register_file(struct xd_call *call, int fd, struct xd_region_args *a)
 {
 	struct xd_file_probe *p = NULL;
 	int rc;
 
-	if (probes_of(call->conn) >= XD_FILE_PROBES_CONN)
+	if (probes_of(call->conn) >= XD_FILE_PROBES_CONN) {
+		xd_close_client_fd(fd);
 		return xd_fail(call, XP_E_FAILED, EAGAIN,
 			       "%u file registrations of this client already wait for their file "
 			       "systems to answer",
 			       (unsigned)XD_FILE_PROBES_CONN);
+	}
 	rc = probe_new(call, fd, a, &p);
 	if (rc == 0 && (rc = probe_start(p)) == -EAGAIN)
 		rc = xd_fail(call, XP_E_FAILED, EAGAIN,
@@ -730,16 +733,13 @@ void xd_region_probes_fini(struct xd_daemon *d)
  * range large enough that pinning it for the RDMA devices would stall the loop is registered
  * with them on a worker too (register_devices()), before the reply.
  */
-int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
+static int register_memfd(struct xd_call *call, int fd, struct xd_region_args *a)
 {
 	struct xd_conn *c = call->conn;
 	struct pending_reg *pr = NULL;
 	struct xd_region *r = NULL;
 	struct stat st;
 	int rc = 0;
-
-	if (a->file)
-		return register_file(call, fd, a);
 	int64_t size = check_memfd(call, fd, &st);
 
 	if (size < 0 || (rc = check_range(call, a, (uint64_t)size)))
@@ -786,6 +786,17 @@ out:
 	free(r);
 	free(pr);
 	return size < 0 ? (int)size : rc;
+}
+
+int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a)
+{
+	if (a->file)
+		return register_file(call, fd, a);
+	int rc = register_memfd(call, fd, a);
+
+	/* (the mapping is what a memfd region keeps; an fd refused as one may be a FUSE file's) */
+	xd_close_client_fd(fd);
+	return rc;
 }
 
 struct xd_region *xd_region_lookup(struct xd_call *call, uint64_t id)

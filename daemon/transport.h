@@ -565,11 +565,17 @@ struct xd_mem_ops {
  */
 extern const struct xd_mem_ops xd_mem_memfd, xd_mem_file, xd_mem_file_direct, xd_mem_staging;
 /*
- * Closes @fd on a thread of its own (detached): on FUSE each close sends the file system a
- * FLUSH and waits for its answer, which a hung one never gives. Returns 0, or -errno when no
- * thread could be made (it was closed here then).
+ * Closes @fd on a thread of its own (detached; at most 32 such threads, later fds wait for one
+ * of them): on FUSE each close sends the file system a FLUSH and waits for its answer, which a
+ * hung one never gives. Returns 0, or -errno when neither a thread nor a place in the queue
+ * could be had (it was closed here then).
  */
 int xd_mem_close_later(int fd);
+/*
+ * Closes an fd a client sent (any kind: the loop must not wait in its close): at once if it is
+ * a memfd, a pipe or a socket, else as xd_mem_close_later(). A negative @fd is ignored.
+ */
+int xd_close_client_fd(int fd);
 /*
  * For a file region about to be registered over @fd at [@off, +@len): whether @fd is O_DIRECT
  * and, if so, whether that range can be served (its file system reports direct I/O alignment

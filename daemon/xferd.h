@@ -888,9 +888,11 @@ struct xd_region_args {
 	bool sync;	 /**< file kind: fdatasync before a transfer into it completes */
 };
 /*
- * Validates @fd (borrowed) against the memfd rules and @a's range against it and the limits,
- * maps it, and has a worker fault the pages in; @call's reply is sent once they are
- * (deferred). Returns 0 or fails @call.
+ * Validates @fd against the memfd rules (or, @a->file, the file rules, on a thread) and @a's
+ * range against it and the limits, maps it, and has a worker fault the pages in; @call's reply
+ * is sent once they are (deferred). Takes @fd whatever happens: a file region keeps it, else it
+ * is closed, never by a close(2) on the loop that could wait in a file system (a FUSE FLUSH).
+ * Returns 0 or fails @call.
  */
 int xd_region_register(struct xd_call *call, int fd, struct xd_region_args *a);
 /* Looks up region @id for @call's client; fails the call (ENOENT/EPERM) when it may not. */

@@ -10,6 +10,13 @@
 #include <unistd.h>
 #include "xp_fdmsg.h"
 
+static int (*fd_closer)(int fd) = close;
+
+void xp_fdset_set_closer(int (*close_fd)(int fd))
+{
+	fd_closer = close_fd ? close_fd : close;
+}
+
 int xp_fdset_take(struct xp_fdset *set, int i)
 {
 	if (i < 0 || i >= set->count || set->fds[i] < 0)
@@ -23,7 +30,7 @@ void xp_fdset_close(struct xp_fdset *set)
 {
 	for (int i = 0; i < set->count; i++)
 		if (set->fds[i] >= 0)
-			close(set->fds[i]);
+			fd_closer(set->fds[i]);
 	set->count = 0;
 }
 
@@ -78,7 +85,7 @@ static void collect_fds(struct msghdr *msg, struct xp_fdset *fds)
 			if (fds->count < XP_RECV_FDS)
 				fds->fds[fds->count++] = fd;
 			else
-				close(fd);
+				fd_closer(fd);
 		}
 	}
 }

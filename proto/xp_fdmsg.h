@@ -24,8 +24,14 @@ static inline void xp_fdset_init(struct xp_fdset *set)
 /* Takes fd @i out of @set: the caller now owns it. Returns the fd, or -EBADF if none is there. */
 int xp_fdset_take(struct xp_fdset *set, int i);
 
-/* Closes every fd still owned by @set and empties it. */
+/* Closes every fd still owned by @set (with the closer, below) and empties it. */
 void xp_fdset_close(struct xp_fdset *set);
+/*
+ * What closes fds that arrived and were not taken (xp_fdset_close(), and xp_packet_recv()'s
+ * error paths): close(2) unless set. The daemon sets one that never waits on its loop (a
+ * client's fd may be a FUSE file's, whose every close waits for the file system's FLUSH).
+ */
+void xp_fdset_set_closer(int (*close_fd)(int fd));
 
 /*
  * Sends @len bytes (1..XP_MAX_MSG) as one packet with @nfds fds (borrowed: the kernel duplicates
