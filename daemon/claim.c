@@ -115,11 +115,39 @@ static void xfer_close(struct xd_xfer *x)
 	xd_xfer_unref(x);
 }
 
-/* Closes @x and ends its operation (if it still has one) with a cause. */
+/*
+ * Whether an end of @x's op waits for the worker that writes bytes of @x into its files now
+ * (x->landing): on a local disk's or memory's file system, where it is through within a
+ * frame's I/O. A file system that may never answer (FUSE, NFS: region.c's fs_local) would
+ * hold the end with it; there the end is told at once (its deadline ends it, PROTOCOL.md §4),
+ * and the bytes of that one frame may still land after it.
+ */
+static bool end_waits_landing(const struct xd_xfer *x)
+{
+	if (!x->landing)
+		return false;
+	for (uint32_t i = 0; i < x->nsegs; i++) {
+		const struct xd_region *r = x->segs[i].region;
+		if (!r->mem->mapped && !r->fs_local)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Closes @x and ends its operation (if it still has one) with a cause. While a worker still
+ * writes bytes of @x into the buffer, the op's end is told once it is through (landed()).
+ */
 static void xfer_fail(struct xd_xfer *x, enum xp_state state, int err, const char *cause)
 {
 	struct xd_op *op = x->op;
 
+	if (op && end_waits_landing(x)) {
+		xd_op_end(op, state, err, "%s", cause); /* (drain() holds it, or it was held) */
+		x->land_op = xd_op_ending(op) ? op : NULL;
+		xfer_close(x);
+		return;
+	}
 	xfer_close(x);
 	if (op && xd_op_ending(op))
 		xd_op_drained(op); /* it was ending already: with its own cause */
@@ -603,6 +631,15 @@ static bool drain(struct xd_op *op)
 {
 	struct xd_xfer *x = op->xfer;
 
+	if (end_waits_landing(x)) {
+		/*
+		 * A worker still writes bytes into the buffer (tcp.c's file lane): told the end now,
+		 * its client could reuse the buffer (or the file) under them. The end waits for that
+		 * worker (landed()); what comes for the transfer meanwhile is dropped.
+		 */
+		x->land_op = op;
+		return true;
+	}
 	if (frames_out(x) && !x->io_err) {
 		/*
 		 * The frames under way or queued read the buffer as they go: ended now, its client
@@ -965,7 +1002,7 @@ static void maybe_complete_passive(struct xd_xfer *x)
 	 */
 	if ((x->done_rx || (x->quick && !x->source)) &&
 	    (x->source || (x->one_sided && !x->stage_local) || x->received == x->length) &&
-	    (x->source || x->synced || !wants_sync(x)) && !frames_out(x))
+	    (x->source || x->synced || !wants_sync(x)) && !frames_out(x) && !x->landing)
 		complete_passive(x);
 }
 
@@ -1141,7 +1178,8 @@ static bool sync_first(struct xd_xfer *x)
 
 static void data_received(struct xd_xfer *x)
 {
-	if (!x->op || x->received < x->length || x->direct)
+	/* (a count while a worker lands bytes: only a peer's overlapping frames; its own comes) */
+	if (!x->op || x->received < x->length || x->direct || x->landing || x->land_op)
 		return;
 	if (sync_first(x))
 		return;
@@ -1169,8 +1207,8 @@ static struct xd_xfer *data_target(struct xd_peer *p, const struct xp_peer_hdr *
 	struct xd_xfer *x = xd_xfer_find(p, h->xfer, !(h->flags & XP_PEER_FROM_ACTIVE));
 	uint64_t end;
 
-	if (!x || !x->op)
-		return NULL; /* ended here already: drop the payload */
+	if (!x || !x->op || x->land_op)
+		return NULL; /* ended here already (or its end waits for a worker): drop it */
 	if (x->source || __builtin_add_overflow(h->offset, h->length, &end) || end > x->length) {
 		*err = -EPROTO;
 		return NULL;
@@ -1309,6 +1347,16 @@ static void io_failed(struct xd_xfer *x)
 		xd_op_end(x->op, XP_ST_ERRORED, x->io_err, "%s", x->io_why);
 }
 
+/* The worker that wrote bytes of @x is through: an end asked meanwhile is told now. */
+static void landed(struct xd_xfer *x)
+{
+	struct xd_op *op = x->land_op;
+
+	x->land_op = NULL;
+	if (op)
+		xd_op_drained(op); /* (op_ended() closes @x if it is still open) */
+}
+
 static int wframe_received(struct xd_peer *p, uint32_t via, const struct xp_peer_hdr *h,
 			   const uint8_t *payload, uint32_t len)
 {
@@ -1324,6 +1372,7 @@ static const struct xd_xfer_events claim_events = {
 	.all_posted = all_posted,
 	.request_done = request_done,
 	.io_failed = io_failed,
+	.landed = landed,
 	.peer_up = peer_up,
 	.peer_lost = peer_lost,
 	.peer_tick = check_drains,

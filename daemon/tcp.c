@@ -1174,10 +1174,13 @@ static void lane_done(void *arg)
 	struct xd_file_lane *l = arg;
 	struct xd_pconn *pc = l->pc;
 	struct xd_tcp *t = pc->d->tcp;
+	struct xd_xfer *x = l->x; /* (pc->rx_xfer or tx_xfer holds it until pconn_free) */
 
 	l->pc = NULL;
 	l->x = NULL;
 	pc->lane_rx = pc->lane_tx = false;
+	if (!l->send)
+		xd_xfer_landed(pc->d, x); /* first: an end that waited for these bytes applies */
 	if (pc->dead)
 		xd_defer(pc->d, &pc->free_later, pconn_free, pc); /* pconn_kill() left it */
 	else if (l->send)
@@ -1216,8 +1219,11 @@ static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint6
 	*(send ? &pc->lane_tx : &pc->lane_rx) = true;
 	if (!send)
 		event_del(pc->rev);
-	if (xd_work_submit(pc->d, lane_work, lane_done, l) == 0)
+	if (xd_work_submit(pc->d, lane_work, lane_done, l) == 0) {
+		if (!send)
+			xd_xfer_landing(x); /* (its op's end waits for lane_done()) */
 		return true;
+	}
 	l->pc = NULL;
 	pc->lane_rx = pc->lane_tx = false;
 	if (!send)

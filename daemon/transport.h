@@ -262,6 +262,8 @@ struct xd_xfer_events {
 	void (*request_done)(struct xd_xfer *x);
 	/* A region of @x failed (x->io_err, x->io_why): its operation ends ERRORED. */
 	void (*io_failed)(struct xd_xfer *x);
+	/* The worker that wrote bytes of @x is through (xd_xfer_landed()): a held end applies. */
+	void (*landed)(struct xd_xfer *x);
 	/* The set is up (its claims may go), gone, or at a keepalive tick. */
 	void (*peer_up)(struct xd_peer *p);
 	void (*peer_lost)(struct xd_peer *p, int err, const char *cause);
@@ -444,6 +446,14 @@ struct xd_xfer {
 	 * drain_since_us), at most keepalive_timeout_ms between frames (claim.c).
 	 */
 	bool tx_drain;
+	/*
+	 * Two-sided receiver: a worker writes bytes of it into the client's buffer now (tcp.c's
+	 * file lane, xd_xfer_landing()). An end asked meanwhile is told once that worker is
+	 * through (xd_xfer_landed()), never while bytes may still land: @land_op is the op whose
+	 * end waits (claim.c), kept past the transfer's close when the end closed it at once.
+	 */
+	bool landing;
+	struct xd_op *land_op;
 	bool release_pending, release_sent;
 	int release_cause_errno;
 	char release_msg[XD_CAUSE_MAX];
@@ -521,6 +531,12 @@ void xd_xfer_io_failed(struct xd_xfer *x);
 /* @len bytes of @x were sent / received: counts them and tells claim.c. */
 void xd_xfer_data_sent(struct xd_xfer *x, uint32_t len);
 void xd_xfer_data_received(struct xd_xfer *x, uint32_t len);
+/*
+ * A worker starts writing bytes of @x into its buffer (no end of its op is told until then),
+ * and is through. @d: x->peer may be gone by then (the set failed while the worker ran).
+ */
+void xd_xfer_landing(struct xd_xfer *x);
+void xd_xfer_landed(struct xd_daemon *d, struct xd_xfer *x);
 /*
  * One-sided transports: a request of @x was posted / completed (the owner's keys stay until
  * none is out), and every request of @x is posted.

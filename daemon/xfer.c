@@ -226,6 +226,17 @@ void xd_xfer_data_received(struct xd_xfer *x, uint32_t len)
 	x->peer->d->xfer_events->data_received(x);
 }
 
+void xd_xfer_landing(struct xd_xfer *x)
+{
+	x->landing = true;
+}
+
+void xd_xfer_landed(struct xd_daemon *d, struct xd_xfer *x)
+{
+	x->landing = false;
+	d->xfer_events->landed(x);
+}
+
 void xd_xfer_request_posted(struct xd_xfer *x)
 {
 	x->requests_out++;

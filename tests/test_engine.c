@@ -100,6 +100,11 @@ enum fake_action {
 	FAKE_CUT,    /**< cut the link there */
 	FAKE_REPEAT, /**< deliver it, then a copy: a peer that breaks the protocol */
 	FAKE_TAMPER, /**< deliver it with its "message" replaced by terminal escapes */
+	/*
+	 * DATA: the chunk is taken and its receiver told a worker writes it (tcp.c's file lane),
+	 * but its bytes land and are counted only at fake_release(); DATA behind it waits.
+	 */
+	FAKE_LAND,
 };
 struct fake_rule {
 	bool armed, caught;
@@ -135,6 +140,13 @@ static struct {
 	bool late_count, late_ended;
 	struct xd_xfer *late_x; /* the chunk's transfer, its count held (a reference) */
 	uint32_t late_len;
+	/* FAKE_LAND's chunk: its receiving and sending transfers (references), where it goes */
+	struct {
+		struct xd_xfer *rx, *tx;
+		struct xd_daemon *d; /* the receiver's */
+		uint64_t off;
+		uint32_t len;
+	} land;
 } W;
 
 /* (not const: the short-end tests turn its quick_end on for one world) */
@@ -246,7 +258,8 @@ static bool rule_stops(int to, uint8_t type, struct fake_link *l)
 	struct fake_rule *r = &W.rule;
 
 	if (!r->armed || r->caught || r->action == FAKE_REPEAT || r->action == FAKE_TAMPER ||
-	    r->to != to || r->type != type || (type == XP_PEER_DATA && r->seen < r->after))
+	    r->action == FAKE_LAND || r->to != to || r->type != type ||
+	    (type == XP_PEER_DATA && r->seen < r->after))
 		return false;
 	if (r->action == FAKE_CUT)
 		link_cut(l);
@@ -309,8 +322,24 @@ static bool held(int to, bool data)
 {
 	const struct fake_rule *r = &W.rule;
 
-	return r->armed && r->caught && r->action == FAKE_HOLD && r->to == to &&
-	       (data || r->type != XP_PEER_DATA);
+	return r->armed && r->caught && r->to == to &&
+	       ((r->action == FAKE_HOLD && (data || r->type != XP_PEER_DATA)) ||
+		(r->action == FAKE_LAND && data));
+}
+
+/* FAKE_LAND: whether the chunk about to reach daemon @to (taken by it: @rx) lands later. */
+static bool rule_lands(int to, const struct xd_xfer *rx)
+{
+	struct fake_rule *r = &W.rule;
+
+	if (!r->armed || r->caught || r->action != FAKE_LAND || r->to != to || !rx ||
+	    !xd_xfer_live(rx) || r->seen < r->after)
+		return false;
+	pthread_mutex_lock(&W.lock);
+	r->caught = true;
+	pthread_cond_broadcast(&W.cond);
+	pthread_mutex_unlock(&W.lock);
+	return true;
 }
 
 /* The accepting daemon gets the connection: HELLO filed it under the connector's node. */
@@ -429,8 +458,19 @@ static void move_chunk(struct fake_end *se, struct fake_end *re)
 		pr->d->link_events->failed(pr, ECONNRESET, "protocol error: DATA out of range");
 		return;
 	}
-	if (rx && xd_xfer_live(rx))
+	bool land = rule_lands(daemon_index(re->d), rx);
+	if (land) {
+		/* The worker has the chunk: its bytes and the receiver's count come at its end. */
+		xd_xfer_ref(x);
+		W.land.rx = rx;
+		W.land.tx = x;
+		W.land.d = re->d;
+		W.land.off = h.offset;
+		W.land.len = h.length;
+		xd_xfer_landing(rx);
+	} else if (rx && xd_xfer_live(rx)) {
 		copy_xfer(rx, x, h.offset, h.length);
+	}
 	if (daemon_index(re->d) == W.rule.to)
 		W.rule.seen += h.length;
 	ps->bytes_sent += h.length;
@@ -443,8 +483,30 @@ static void move_chunk(struct fake_end *se, struct fake_end *re)
 		xd_xfer_data_sent(x, h.length);
 		xd_xfer_unref(x);
 	}
+	if (land)
+		return;
 	if (rx)
 		xd_xfer_data_received(rx, h.length);
+	xd_xfer_unref(rx);
+}
+
+/*
+ * FAKE_LAND's worker is through: the bytes it wrote are in the buffer whether or not the op
+ * still lives (a worker does not look), then the loop hears of it (tcp.c lane_done()), and
+ * counts them if the connection is still there (the set alive: the transfer open).
+ */
+static void land_chunk(void)
+{
+	struct xd_xfer *rx = W.land.rx, *tx = W.land.tx;
+
+	if (!rx)
+		return;
+	W.land.rx = W.land.tx = NULL;
+	copy_xfer(rx, tx, W.land.off, W.land.len);
+	xd_xfer_unref(tx);
+	xd_xfer_landed(W.land.d, rx);
+	if (rx->op)
+		xd_xfer_data_received(rx, W.land.len);
 	xd_xfer_unref(rx);
 }
 
@@ -778,6 +840,7 @@ static void release_cb(void *arg)
 	pthread_mutex_lock(&W.lock);
 	W.rule.armed = W.rule.caught = false;
 	pthread_mutex_unlock(&W.lock);
+	land_chunk();
 	pump_schedule();
 }
 
@@ -879,7 +942,7 @@ static void world_stop(void)
 	daemon_stop(DA);
 	daemon_stop(DB);
 	/* Each daemon failed its sets: every link closed from both ends, nothing left in flight. */
-	CHECK(TAILQ_EMPTY(&W.links) && TAILQ_EMPTY(&W.msgs));
+	CHECK(TAILQ_EMPTY(&W.links) && TAILQ_EMPTY(&W.msgs) && !W.land.rx);
 	event_free(W.pump);
 	event_free(W.rpc_ev);
 	event_base_free(W.base);
@@ -1906,6 +1969,178 @@ TEST(quick_end_reader_done_before_owner_counts_last_chunk)
 TEST(quick_end_done_ack_before_writer_counts_last_chunk)
 {
 	run_last_word_before_count(XFER_WRITABLE, true);
+}
+
+/* ---- a chunk still landing (tcp.c's file lane) ---- */
+
+struct op_told {
+	int daemon;
+	uint64_t id;
+	bool ending, told;
+};
+
+static void op_told_cb(void *arg)
+{
+	struct op_told *t = arg;
+	struct xd_op *op;
+
+	TAILQ_FOREACH(op, &W.d[t->daemon].ops, link) {
+		if (op->id == t->id) {
+			t->ending = xd_op_ending(op);
+			t->told = xp_state_terminal(op->state);
+		}
+	}
+}
+
+/* Waits until op @id of daemon @i was asked to end (ENDING) or has ended; returns whether told. */
+static bool op_end_asked(int i, uint64_t id)
+{
+	struct op_told t = { i, id, false, false };
+
+	for (int waited = 0; waited < SETTLE_MS; waited++) {
+		on_loop(op_told_cb, &t);
+		if (t.ending || t.told)
+			break;
+		usleep(1000);
+	}
+	CHECK(t.ending || t.told);
+	return t.told;
+}
+
+static void wire_empty_cb(void *arg)
+{
+	*(bool *)arg = TAILQ_EMPTY(&W.msgs);
+}
+
+/* Waits until every control message in flight was delivered (DATA may stay held). */
+static void wire_settle(void)
+{
+	bool empty = false;
+
+	for (int waited = 0; !empty && waited < SETTLE_MS; waited++) {
+		on_loop(wire_empty_cb, &empty);
+		if (!empty)
+			usleep(1000);
+	}
+	CHECK(empty);
+}
+
+static void cut_first_link_cb(void *arg)
+{
+	link_cut(TAILQ_FIRST(&W.links));
+}
+
+/* op.cancel, which replies once the op ended: on a thread of its own (its client is its own). */
+struct async_cancel {
+	pthread_t thread;
+	struct xfer_client *c;
+	uint64_t op;
+	int rc;
+};
+
+static void *async_cancel_main(void *arg)
+{
+	struct async_cancel *a = arg;
+
+	a->rc = xfer_cancel(a->c, a->op);
+	return NULL;
+}
+
+enum land_end {
+	LAND_RECEIVER_CANCELS, /**< the receiving side's client cancels */
+	LAND_SENDER_CANCELS,   /**< the sending side's: its CANCEL reaches the receiver */
+	LAND_LINK_CUT,	       /**< the set fails on both daemons */
+};
+
+/*
+ * The receiver's op is asked to end (@how) while a worker still writes a chunk of its bytes
+ * into its buffer, as tcp.c's file lane does for a file region: the end is told only once the
+ * worker is through, the chunk's bytes in place by then, never while bytes may still land
+ * (the client, told the end, may reuse the buffer or the file at once).
+ */
+static void run_end_while_landing(enum land_end how, enum xfer_kind pkind)
+{
+	bool read = pkind == XFER_READABLE;
+	int rxd = read ? DB : DA; /* the daemon whose worker lands the chunk */
+	struct async_cancel ac = { 0 };
+	struct pair p;
+
+	world_start();
+	pair_open(&p, pkind, LEN);
+	fake_arm(rxd, XP_PEER_DATA, FAKE_CHUNK, FAKE_LAND);
+	CHECK_OK(pair_claim(&p, &p.aop));
+	fake_wait();
+	struct xfer_client *rc = read ? p.ac : p.pc, *sc = read ? p.pc : p.ac;
+	uint64_t rop = read ? p.aop : p.pop, sop = read ? p.pop : p.aop;
+	const struct tbuf *src = read ? &p.pb : &p.ab, *dst = read ? &p.ab : &p.pb;
+	switch (how) {
+	case LAND_RECEIVER_CANCELS:
+		ac.c = rc;
+		ac.op = rop;
+		CHECK(pthread_create(&ac.thread, NULL, async_cancel_main, &ac) == 0);
+		break;
+	case LAND_SENDER_CANCELS:
+		CHECK_OK(xfer_cancel(sc, sop));
+		CHECK_END(sc, sop, XFER_CANCELLED, -ECANCELED, "cancelled by its owner", -1);
+		wire_settle(); /* (its CANCEL reached the receiver) */
+		break;
+	case LAND_LINK_CUT:
+		on_loop(cut_first_link_cb, NULL);
+		CHECK_END(sc, sop, XFER_ERRORED, -ECONNRESET, "fake link cut", -1);
+		break;
+	}
+	if (op_end_asked(rxd, rop))
+		harness_fail(__FILE__, __LINE__,
+			     "the receiver's op %llu was told its end while a worker still wrote "
+			     "its buffer",
+			     (unsigned long long)rop);
+	fake_release(); /* the worker is through */
+	if (how == LAND_RECEIVER_CANCELS) {
+		CHECK(pthread_join(ac.thread, NULL) == 0);
+		CHECK_OK(ac.rc);
+		CHECK_END(rc, rop, XFER_CANCELLED, -ECANCELED, "cancelled by its owner", -1);
+		CHECK_END(sc, sop, XFER_CANCELLED, -ECANCELED, "peer: cancelled by its owner", -1);
+	} else if (how == LAND_SENDER_CANCELS) {
+		CHECK_END(rc, rop, XFER_CANCELLED, -ECANCELED, "peer: cancelled by its owner", -1);
+	} else {
+		CHECK_END(rc, rop, XFER_ERRORED, -ECONNRESET, "fake link cut", -1);
+	}
+	/* What the worker wrote was in place: both chunks the receiver took are the sender's. */
+	CHECK_MEM_EQ(dst->buf.addr, src->buf.addr, 2 * FAKE_CHUNK);
+	EXPECT_QUIET(how == LAND_LINK_CUT ? 0 : 1);
+	pair_close(&p);
+	EXPECT_BASELINE(how == LAND_LINK_CUT ? 0 : 1);
+	world_stop();
+}
+
+TEST(receiver_cancels_while_chunk_lands_read)
+{
+	run_end_while_landing(LAND_RECEIVER_CANCELS, XFER_READABLE);
+}
+
+TEST(receiver_cancels_while_chunk_lands_write)
+{
+	run_end_while_landing(LAND_RECEIVER_CANCELS, XFER_WRITABLE);
+}
+
+TEST(sender_cancels_while_chunk_lands_read)
+{
+	run_end_while_landing(LAND_SENDER_CANCELS, XFER_READABLE);
+}
+
+TEST(sender_cancels_while_chunk_lands_write)
+{
+	run_end_while_landing(LAND_SENDER_CANCELS, XFER_WRITABLE);
+}
+
+TEST(link_cut_while_chunk_lands_read)
+{
+	run_end_while_landing(LAND_LINK_CUT, XFER_READABLE);
+}
+
+TEST(link_cut_while_chunk_lands_write)
+{
+	run_end_while_landing(LAND_LINK_CUT, XFER_WRITABLE);
 }
 
 /* ---- refusals ---- */

@@ -10,7 +10,11 @@
 #     cached pages are sent on the loop): the daemon inside it still answers its clients
 #     (`xferctl status`), on the sending side and on the receiving side; once the gate opens
 #     the transfer completes, bytes compared. Before the file lane, the loop itself sat in
-#     that sendfile or splice and nothing answered until the gate opened.
+#     that sendfile or splice and nothing answered until the gate opened;
+#   - the owner of the receiving file cancels while the splice into it waits at the gate:
+#     op.cancel answers (CANCELLED, and the writer is told) only once the gate opened and the
+#     worker is through, never while bytes of its frame may still land in the file (before,
+#     it answered at once).
 # No bound on how long anything takes is asserted, only what must have happened.
 set -u
 
@@ -159,11 +163,103 @@ gated_case()
 	fi
 }
 
+# The owner of a writable file region (a client by hand: xferctl has no cancel) that cancels
+# its operation once the daemon's splice into the file waits at the gate, and says whether
+# op.cancel answered within 1 s ("told STATE early") or not ("held"), then how it ended.
+cat >"$DATA/gated_owner.py" <<'EOF'
+import array, json, os, socket, sys, time
+path, target, size, entered = sys.argv[1:5]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(path)
+s.settimeout(30)
+def send(i, method, params, fds=()):
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    msg = {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
+    s.sendmsg([json.dumps(msg).encode()], anc)
+def reply(i):
+    while True:
+        m = json.loads(s.recv(65536))
+        if m.get("id") == i:
+            if "result" not in m:
+                sys.exit(f"request {i}: {m}")
+            return m["result"]
+def call(i, method, params, fds=()):
+    send(i, method, params, fds)
+    return reply(i)
+call(1, "hello", {"version": 1, "client": "gated_owner"})
+region = call(2, "region.register", {"kind": "file"}, [os.open(target, os.O_RDWR)])["region"]
+op = call(3, "op.writable", {"descs": [{"region": region, "offset": 0, "length": int(size)}]})
+print(op["metadata"], flush=True)
+for _ in range(1500):
+    if os.path.exists(entered):
+        break
+    time.sleep(0.02)
+else:
+    sys.exit("the daemon never reached the file's I/O")
+send(4, "op.cancel", {"op": op["op"]})
+s.settimeout(1)
+try:
+    print("told", reply(4)["state"], "early", flush=True)
+    sys.exit(0)
+except socket.timeout:
+    print("held", flush=True)
+s.settimeout(30)
+print("told", reply(4)["state"], flush=True)
+EOF
+
+# cancel_while_landing: node 1 writes 8 MiB into node 0's file; while node 0's splice into the
+# file waits at the gate (the file lane's worker is inside, with bytes of the frame to write),
+# the file's owner cancels. The end is told once the worker is through, never while bytes may
+# still land in the file (its client may reuse it at once); then CANCELLED on both sides.
+cancel_while_landing()
+{
+	local name="cancel while the receiving side's splice into its file waits: op.cancel answers once the worker is through, CANCELLED"
+	local src=$DATA/src out=$DATA/out size meta op wp wrc=0 orc=0 i
+	head -c $((8 * 1024 * 1024 + 5)) /dev/urandom >"$src"
+	size=$(stat -c %s "$src")
+	rm -f "$out" "$DATA/gate0.entered"
+	truncate -s "$size" "$out"
+	: >"$DATA/gate0"
+	: >"$DATA/o.out"
+	$PY "$DATA/gated_owner.py" "$(xc_sock 0)" "$out" "$size" "$DATA/gate0.entered" \
+		>"$DATA/o.out" 2>"$DATA/o.err" &
+	op=$!
+	if ! meta=$(wait_line "$DATA/o.out" "$T"); then
+		fail "$name" "no metadata: $(lastline "$DATA/o.err")"
+		rm -f "$DATA/gate0"
+		kill9 "$op"
+		return
+	fi
+	echo "$meta" >"$DATA/meta"
+	bg "$DATA/a.out" "$DATA/a.err" 1 write "@$DATA/meta" "$src"
+	wp=$BG
+	for ((i = 0; i < 1500; i++)); do
+		[ "$(wc -l <"$DATA/o.out")" -ge 2 ] && break
+		alive "$op" || break
+		sleep "$POLL"
+	done
+	rm -f "$DATA/gate0"
+	wait_bg "$op" "$T" || orc=$?
+	wait_bg "$wp" "$T" || wrc=$?
+	local said
+	said=$(sed -n '2,$p' "$DATA/o.out" | tr '\n' ' ')
+	if [ "$orc" != 0 ]; then
+		fail "$name" "the owner exited $orc: $(lastline "$DATA/o.err")"
+	elif [ "$said" != "held told CANCELLED " ]; then
+		fail "$name" "op.cancel: $said(want: held, then told CANCELLED once the gate opened)"
+	elif [ "$wrc" = 0 ] || ! grep -q "CANCELLED" "$DATA/a.err"; then
+		fail "$name" "the writer exited $wrc: $(lastline "$DATA/a.err")"
+	else
+		ok "$name"
+	fi
+}
+
 lag_recorded
 stopped_daemon_is_late
 gated_case read 0 "sendfile from a file blocked (sending side): the daemon answers its clients, then the bytes arrive"
 gated_case read 1 "splice into a file blocked (receiving side): the daemon answers its clients, then the bytes arrive"
 gated_case write 0 "write into a file whose splice blocks: the daemon answers its clients, then the bytes arrive"
+cancel_while_landing
 
 stop_both_nodes
 summary
