@@ -28,6 +28,9 @@ command -v valgrind >/dev/null ||
 WORK=$(mktemp -d /tmp/xferd-valgrind.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 mkdir "$WORK/build" "$WORK/logs"
+# (mktemp -d makes it 0700: suites that run clients as nobody (test_live's watch, the Python
+# suite's unwritable file) must reach the wrapper build's xferctl and library through it)
+chmod 755 "$WORK" "$WORK/build"
 
 # The wrapper build directory: every entry of $BDIR but xferd, which is valgrind running it.
 # (Syscall 451 is cachestat(2), newer than this valgrind: it answers ENOSYS, which the daemon
