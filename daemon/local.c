@@ -21,6 +21,9 @@
  * (the event loop, the kernel's network and RDMA work) runs first and a chunk's copy takes the
  * CPU time that is left. It has time to spare: a transfer keeps several chunks ahead.
  *
+ * Jobs that touch a file whose file system may never answer (FUSE, NFS) have a lane of their
+ * own too (XD_REMOTE_FS_WORKERS): a dead server holds those workers, not everyone's.
+ *
  * Every touch of client memory is guarded against SIGBUS: a page of a client's memfd can vanish
  * after registration (a hole punched in a hugetlb memfd with no free huge page left to refill
  * it; F_SEAL_SHRINK does not stop hole punching). The fault ends that job with EFAULT, as
@@ -69,6 +72,13 @@
  * took CPU from rdma_rxe's work, which slowed the wire.
  */
 #define XD_STAGING_WORKERS 2
+/*
+ * Workers of the lane of jobs that read or write a file whose file system may never answer
+ * (FUSE, NFS, sshfs: region.c's fs_local; the TCP file lane's payloads of such files). A hung
+ * server holds these, never the workers every other copy, registration and TCP file transfer
+ * needs (with 2 copy workers, two reads stuck in a dead NFS mount stopped all of them).
+ */
+#define XD_REMOTE_FS_WORKERS 2
 
 /*
  * One memmove of a copy: a stretch where neither side crosses a segment boundary. Where a side
@@ -98,6 +108,7 @@ struct xd_copy_job {
 	bool sync_only; /**< a sync job: fdatasync the pieces' target files (populated reports) */
 	bool no_sync;	/**< a staging copy: its transfer fdatasyncs once, at its end */
 	bool staging;	/**< runs in the staging lane (xd_copy_submit) */
+	bool may_hang;	/**< runs in the remote file systems' lane (xd_work_submit, job_hangs) */
 	bool stream;	/**< a large local copy: streaming stores (move_bytes) */
 	uint64_t total;
 	atomic_bool cancel;
@@ -115,8 +126,10 @@ struct xd_copier {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;	     /* a job in queue, or stop */
 	pthread_cond_t staging_cond; /* a job in staging, or stop */
+	pthread_cond_t remote_cond;  /* a job in remote, or stop */
 	struct xd_job_list queue;    /* waiting for a worker */
 	struct xd_job_list staging;  /* waiting for a worker of the staging lane */
+	struct xd_job_list remote;   /* waiting for a worker of the remote file systems' lane */
 	struct xd_job_list finished; /* waiting for the loop */
 	bool stop;
 	int efd;
@@ -481,6 +494,14 @@ static void *staging_worker_main(void *arg)
 	return NULL;
 }
 
+static void *remote_worker_main(void *arg)
+{
+	struct xd_copier *cp = arg;
+
+	worker_loop(cp, &cp->remote, &cp->remote_cond);
+	return NULL;
+}
+
 /* Reports every finished job to whoever submitted it, on the loop thread. */
 static void deliver_finished(struct xd_copier *cp)
 {
@@ -536,23 +557,30 @@ static int copier_create(struct xd_daemon *d, int threads)
 	cp->efd = -1;
 	STAILQ_INIT(&cp->queue);
 	STAILQ_INIT(&cp->staging);
+	STAILQ_INIT(&cp->remote);
 	STAILQ_INIT(&cp->finished);
 	pthread_mutex_init(&cp->lock, NULL);
 	pthread_cond_init(&cp->cond, NULL);
 	pthread_cond_init(&cp->staging_cond, NULL);
+	pthread_cond_init(&cp->remote_cond, NULL);
 	d->copier = cp;
 	cp->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (cp->efd < 0)
 		return -errno;
 	cp->ev = event_new(d->base, cp->efd, EV_READ | EV_PERSIST, efd_cb, cp);
-	cp->threads = calloc((size_t)threads + XD_STAGING_WORKERS, sizeof(*cp->threads));
+	int all = threads + XD_STAGING_WORKERS + XD_REMOTE_FS_WORKERS;
+	cp->threads = calloc((size_t)all, sizeof(*cp->threads));
 	if (!cp->ev || !cp->threads || event_add(cp->ev, NULL) < 0)
 		return -ENOMEM;
-	for (; cp->nthreads < threads + XD_STAGING_WORKERS; cp->nthreads++) {
-		void *(*run)(void *) = cp->nthreads < threads ? worker_main : staging_worker_main;
-		int rc = pthread_create(&cp->threads[cp->nthreads], NULL, run, cp);
+	for (int n = 0; n < all; n++) {
+		/* (the copy workers, then the staging lane's, then the remote file systems') */
+		void *(*run)(void *) = n < threads			? worker_main :
+				       n < threads + XD_STAGING_WORKERS ? staging_worker_main :
+									  remote_worker_main;
+		int rc = pthread_create(&cp->threads[n], NULL, run, cp);
 		if (rc)
 			return -rc;
+		cp->nthreads++;
 	}
 	return 0;
 }
@@ -570,8 +598,11 @@ static void copier_destroy(struct xd_copier *cp)
 		atomic_store(&job->cancel, true);
 	STAILQ_FOREACH(job, &cp->staging, link)
 		atomic_store(&job->cancel, true);
+	STAILQ_FOREACH(job, &cp->remote, link)
+		atomic_store(&job->cancel, true);
 	pthread_cond_broadcast(&cp->cond);
 	pthread_cond_broadcast(&cp->staging_cond);
+	pthread_cond_broadcast(&cp->remote_cond);
 	pthread_mutex_unlock(&cp->lock);
 	for (int i = 0; i < cp->nthreads; i++)
 		pthread_join(cp->threads[i], NULL);
@@ -582,6 +613,7 @@ static void copier_destroy(struct xd_copier *cp)
 		close(cp->efd);
 	pthread_cond_destroy(&cp->cond);
 	pthread_cond_destroy(&cp->staging_cond);
+	pthread_cond_destroy(&cp->remote_cond);
 	pthread_mutex_destroy(&cp->lock);
 	free(cp->threads);
 	cp->d->copier = NULL;
@@ -616,16 +648,27 @@ static bool job_syncs(const struct xd_copy_job *job)
 /* Runs small jobs at once (still reported through the queue), large ones on a worker. */
 static void job_start(struct xd_copier *cp, struct xd_copy_job *job, uint64_t size)
 {
+	struct xd_job_list *q = &cp->queue;
+	pthread_cond_t *cond = &cp->cond;
+
 	cp->outstanding++;
-	if (size <= XD_COPY_INLINE && !job_syncs(job) && !job_hangs(job)) {
+	job->may_hang = job->may_hang || job_hangs(job);
+	if (size <= XD_COPY_INLINE && !job_syncs(job) && !job->may_hang) {
 		run_job(job);
 		job_finished(cp, job);
 		return;
 	}
 	xd_busypoll_note_bulk(cp->d, size); /* (a poll would take a worker's CPU) */
+	if (job->staging) { /* (an RDMA file's staging: its own lane, hanging or not) */
+		q = &cp->staging;
+		cond = &cp->staging_cond;
+	} else if (job->may_hang) {
+		q = &cp->remote;
+		cond = &cp->remote_cond;
+	}
 	pthread_mutex_lock(&cp->lock);
-	STAILQ_INSERT_TAIL(job->staging ? &cp->staging : &cp->queue, job, link);
-	pthread_cond_signal(job->staging ? &cp->staging_cond : &cp->cond);
+	STAILQ_INSERT_TAIL(q, job, link);
+	pthread_cond_signal(cond);
 	pthread_mutex_unlock(&cp->lock);
 }
 
@@ -665,7 +708,8 @@ int xd_sync_submit(struct xd_copier *cp, const struct xd_seg *segs, uint32_t n, 
 	return 0;
 }
 
-int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(void *arg), void *arg)
+int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(void *arg), void *arg,
+		   bool may_hang)
 {
 	/* (none once the workers stop: a job queued then would never run nor be reported) */
 	struct xd_copy_job *job = d->copier && !d->copier->stop ? calloc(1, sizeof(*job)) : NULL;
@@ -675,6 +719,7 @@ int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(vo
 	job->work = work;
 	job->worked = done;
 	job->arg = arg;
+	job->may_hang = may_hang;
 	job_start(d->copier, job, UINT64_MAX); /* always on a worker: it may block */
 	return 0;
 }
@@ -824,7 +869,7 @@ static int unmap_later(struct xd_daemon *d, void *addr, size_t len)
 	if (!job)
 		return -ENOMEM;
 	*job = (struct unmap_job){ addr, len };
-	rc = xd_work_submit(d, unmap_work, free, job);
+	rc = xd_work_submit(d, unmap_work, free, job, false);
 	if (rc < 0)
 		free(job);
 	return rc;

@@ -376,7 +376,7 @@ static bool dereg_on_worker(struct xd_region *r)
 	job->region = r->id;
 	job->nmrs = r->nmrs;
 	memcpy(job->mrs, r->mrs, sizeof(job->mrs));
-	if (xd_work_submit(r->d, dereg_work, free, job) < 0) {
+	if (xd_work_submit(r->d, dereg_work, free, job, false) < 0) {
 		free(job); /* (the workers are stopping: the caller deregisters here) */
 		return false;
 	}
@@ -529,7 +529,7 @@ static int staging_start(struct xd_rdma_dev *dev)
 	job->access = region_access(dev);
 	job->mem = MAP_FAILED;
 	dev->staging.making = true;
-	if (xd_work_submit(dev->rdma->d, staging_make_work, staging_made, job) < 0) {
+	if (xd_work_submit(dev->rdma->d, staging_make_work, staging_made, job, false) < 0) {
 		staging_make_work(job); /* (the workers are stopping: here, as before) */
 		staging_made(job);
 	}

@@ -264,7 +264,7 @@ static int register_devices(struct xd_conn *c, struct pending_reg *pr)
 
 	if (!xd_region_register_blocks(pr->r))
 		return region_commit(c, pr->r, pr->t0, pr->msg, sizeof(pr->msg));
-	rc = xd_work_submit(c->d, register_devices_work, register_devices_done, pr);
+	rc = xd_work_submit(c->d, register_devices_work, register_devices_done, pr, false);
 	if (rc < 0) {
 		snprintf(pr->msg, sizeof(pr->msg), "could not register with the RDMA devices: %s",
 			 rc == -ECANCELED ? "the daemon is stopping" : strerror(-rc));

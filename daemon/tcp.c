@@ -128,6 +128,11 @@ struct xd_pconn {
  * pipe then suffices, and no two workers ever touch one transfer (an O_DIRECT file's edge
  * blocks are read, modified and written whole). While a connection is in the lane the loop
  * neither reads (rx) nor writes (tx) its socket, nor closes it; others wait their turn.
+ *
+ * Two such lanes: files whose file system may never answer (FUSE, NFS: xd_xfer_may_hang())
+ * have their own, with its own pipe and workers (local.c), so that a dead server holds only
+ * the transfers of such files, never those of local disks. A transfer is of one lane for its
+ * whole life (any of its files on such a file system puts it there).
  */
 struct xd_file_lane {
 	struct xd_pconn *pc; /**< whose payload a worker moves; NULL: the lane is free */
@@ -162,12 +167,14 @@ struct xd_tcp {
 	unsigned refused;	       /**< refusals not logged since */
 	/* Where the payload of a DATA frame nobody wants is read to (and dropped). */
 	char scratch[64 * 1024];
-	/* What DATA for a file is spliced through (mem.c), made on first use; -1: not yet. */
+	/* What DATA for a file is spliced through (mem.c): the local file lane's and the loop's. */
 	int splice_pipe[2];
-	bool cc_unusable; /**< cfg.tcp_congestion cannot be set here (tcp_congestion_check()) */
-	bool idle_restart_checked; /**< idle_restart_check() ran (at the first connection) */
-	struct xd_file_lane lane;
-	TAILQ_HEAD(, xd_pconn) lane_waiters; /**< connections waiting for the lane, oldest first */
+	int remote_pipe[2]; /**< the same, for the lane of files that may hang */
+	bool cc_unusable;   /**< cfg.tcp_congestion cannot be set here (tcp_congestion_check()) */
+	bool idle_restart_checked;    /**< idle_restart_check() ran (at the first connection) */
+	struct xd_file_lane lanes[2]; /**< [1]: files that may hang (xd_xfer_may_hang()) */
+	/* connections waiting for a lane (either), oldest first */
+	TAILQ_HEAD(, xd_pconn) lane_waiters;
 };
 
 const struct xd_transport_ops xd_transport_tcp_ops;
@@ -721,18 +728,18 @@ static int pconn_begin_payload(struct xd_pconn *pc)
 }
 
 /*
- * The pipe DATA for a file is spliced through, made at start: its two fds are there from the
- * first moment, so the daemon's fd count does not change with the first file transfer.
+ * A pipe DATA for a file is spliced through (@fds), made at start: its two fds are there from
+ * the first moment, so the daemon's fd count does not change with the first file transfer.
  * Returns 0 or -errno.
  */
-static int splice_pipe_open(struct xd_tcp *t)
+static int splice_pipe_open(int fds[2])
 {
-	if (pipe2(t->splice_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-		t->splice_pipe[0] = t->splice_pipe[1] = -1;
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {
+		fds[0] = fds[1] = -1;
 		return -errno;
 	}
 	/* A frame's megabyte in one splice where the limit allows (pipe-max-size). */
-	fcntl(t->splice_pipe[1], F_SETPIPE_SZ, (int)XD_TCP_CHUNK);
+	fcntl(fds[1], F_SETPIPE_SZ, (int)XD_TCP_CHUNK);
 	return 0;
 }
 
@@ -1191,7 +1198,7 @@ static void lane_done(void *arg)
 }
 
 /*
- * Hands [@off, +@len) of @x (@send: to @pc's socket, else from it) to the lane: at once if it
+ * Hands [@off, +@len) of @x (@send: to @pc's socket, else from it) to its lane: at once if it
  * is free, else @pc waits its turn (no reads or writes of that direction meanwhile). Returns
  * false if there are no workers (the caller moves the bytes itself, on the loop).
  */
@@ -1199,7 +1206,8 @@ static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint6
 			uint32_t len)
 {
 	struct xd_tcp *t = pc->d->tcp;
-	struct xd_file_lane *l = &t->lane;
+	bool may_hang = xd_xfer_may_hang(x);
+	struct xd_file_lane *l = &t->lanes[may_hang];
 
 	if (l->pc) {
 		if (!pc->wait_rx && !pc->wait_tx)
@@ -1215,11 +1223,11 @@ static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint6
 	l->off = off;
 	l->len = len;
 	l->sock = pc->fd;
-	l->pipefd = t->splice_pipe;
+	l->pipefd = may_hang ? t->remote_pipe : t->splice_pipe;
 	*(send ? &pc->lane_tx : &pc->lane_rx) = true;
 	if (!send)
 		event_del(pc->rev);
-	if (xd_work_submit(pc->d, lane_work, lane_done, l) == 0) {
+	if (xd_work_submit(pc->d, lane_work, lane_done, l, may_hang) == 0) {
 		if (!send)
 			xd_xfer_landing(x); /* (its op's end waits for lane_done()) */
 		return true;
@@ -2224,8 +2232,11 @@ static int tcp_start(struct xd_daemon *d)
 	TAILQ_INIT(&d->tcp->lane_waiters);
 	d->tcp->reserve_fd = -1;
 	d->tcp->splice_pipe[0] = d->tcp->splice_pipe[1] = -1;
+	d->tcp->remote_pipe[0] = d->tcp->remote_pipe[1] = -1;
 	tcp_congestion_check(d);
-	int rc = splice_pipe_open(d->tcp);
+	int rc = splice_pipe_open(d->tcp->splice_pipe);
+	if (rc == 0)
+		rc = splice_pipe_open(d->tcp->remote_pipe);
 	if (rc == 0)
 		rc = tcp_start_bounds(d);
 	if (rc < 0)
@@ -2257,9 +2268,12 @@ static void tcp_fini(struct xd_daemon *d)
 	xd_event_free(t->resume_timer);
 	if (t->reserve_fd >= 0)
 		close(t->reserve_fd);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		if (t->splice_pipe[i] >= 0)
 			close(t->splice_pipe[i]);
+		if (t->remote_pipe[i] >= 0)
+			close(t->remote_pipe[i]);
+	}
 	xd_defer_flush(d);
 	free(t);
 	d->tcp = NULL;

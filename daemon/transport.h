@@ -209,11 +209,12 @@ int xd_copy_submit(struct xd_daemon *d, const struct xd_seg *dst, uint32_t ndst,
 /*
  * Runs @work(@arg) on one of the local transport's workers, then @done(@arg) on the loop
  * thread: for work that may block (file I/O), which must not run on the loop (DESIGN §7).
- * Returns 0 or -errno (ECANCELED: the workers are stopped, or there are none), and neither
- * function is called then.
+ * @may_hang: it touches a file whose file system may never answer (xd_xfer_may_hang()); it
+ * runs on workers of their own then. Returns 0 or -errno (ECANCELED: the workers are stopped,
+ * or there are none), and neither function is called then.
  */
-int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(void *arg),
-		   void *arg);
+int xd_work_submit(struct xd_daemon *d, void (*work)(void *arg), void (*done)(void *arg), void *arg,
+		   bool may_hang);
 /* tcp.c: frames over TCP connections, DATA straight to and from the mappings */
 extern const struct xd_transport_ops xd_transport_tcp_ops;
 /* tcp_info.c: what the kernel says of a peer connection's TCP, for list.peers */
@@ -512,6 +513,8 @@ uint32_t xd_xfer_slice(const struct xd_xfer *x, uint64_t off, uint64_t len, stru
 int xd_xfer_iov(const struct xd_xfer *x, uint64_t off, uint64_t len, struct iovec *iov, int max);
 /* Whether every byte of @x is in a mapping (else some segment is a file: xd_xfer_send/recv). */
 bool xd_xfer_mapped(const struct xd_xfer *x);
+/* Whether a file of @x is on a file system that may never answer (region.c's fs_local). */
+bool xd_xfer_may_hang(const struct xd_xfer *x);
 /*
  * Moves at most @len bytes at transfer offset @off between @x's regions and socket @sock,
  * whatever their kinds (struct xd_mem_ops: same returns). A region's failure is recorded in

@@ -144,6 +144,16 @@ bool xd_xfer_mapped(const struct xd_xfer *x)
 	return true;
 }
 
+bool xd_xfer_may_hang(const struct xd_xfer *x)
+{
+	for (uint32_t i = 0; i < x->nsegs; i++) {
+		const struct xd_region *r = x->segs[i].region;
+		if (!r->mem->mapped && !r->fs_local)
+			return true;
+	}
+	return false;
+}
+
 /* The segment holding transfer offset @off, and the offset in it; NULL past the end. */
 static const struct xd_seg *seg_at(const struct xd_xfer *x, uint64_t *off)
 {

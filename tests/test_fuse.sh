@@ -390,6 +390,65 @@ rm -f "$DATA/gate"
 kill9 "$pid"
 check_baseline "$name"
 
+# Two local copies out of the file while its reads wait hold the workers of files that may
+# hang (local.c's remote file systems' lane), never the copy workers: meanwhile a 64 MiB copy
+# between two memory regions (a job for a copy worker) completes, bytes compared. With one lane
+# for all, both copy workers waited in the file system and so did every copy of the daemon.
+# (One client: another open(2) of the file would wait for the page the first read locks.)
+cat >"$DATA/twocopies.py" <<'EOF2'
+import os, sys
+import xferd
+c = xferd.Connector(socket=os.environ["SOCK"])
+f = xferd.File(sys.argv[1], "r", length=4096)
+m1, m2 = c.pool(4096).empty(4096), c.pool(4096).empty(4096)
+f.register_memory(c)
+r1, r2 = c.readable(f), c.readable(f)
+with open(sys.argv[2] + ".tmp", "w") as g:
+    g.write("read\n")
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+o1, o2 = c.read(r1.metadata(), m1), c.read(r2.metadata(), m2)
+print("posted", flush=True)
+o1.wait(60)
+o2.wait(60)
+want = bytes(i % 251 for i in range(4096))
+print("ok" if bytes(m1) == want and bytes(m2) == want else "err EBADMSG bytes differ", flush=True)
+EOF2
+cat >"$DATA/memcopy.py" <<'EOF2'
+import os
+import numpy
+import xferd
+c = xferd.Connector(socket=os.environ["SOCK"])
+n = 64 << 20
+src, dst = c.pool(n).empty(n), c.pool(n).empty(n)  # (numpy arrays of uint8)
+src.reshape(-1, 256)[:] = numpy.arange(256, dtype=numpy.uint8)  # (i % 256, no temporary)
+op = c.readable(src)
+c.read(op.metadata(), dst).wait(10)
+print("ok" if numpy.array_equal(dst, src) else "err EBADMSG bytes differ", flush=True)
+EOF2
+rm -f "$DATA/gate" "$DATA/gate.entered"
+echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
+name="a memory copy while two copies wait in the file system"
+: >"$DATA/h.out"
+$PY "$DATA/twocopies.py" "$MNT/data" "$DATA/gate" >"$DATA/h.out" 2>"$DATA/h.err" &
+pid=$!
+if ! wait_line "$DATA/h.out" 20 >/dev/null || ! entered read; then
+	fail "$name" "the copies never got under way: $(lastline "$DATA/h.out") $(lastline "$DATA/h.err")"
+else
+	t0=$(now_ms)
+	line=$(timeout -k 1 30 $PY "$DATA/memcopy.py" 2>"$DATA/m.err")
+	case $line in
+	ok) ok "$name: the memory copy completed in $(elapsed "$t0") s" ;;
+	*) fail "$name" "'$line' after $(elapsed "$t0") s: $(lastline "$DATA/m.err")" ;;
+	esac
+fi
+rm -f "$DATA/gate"
+rc=0
+wait_bg "$pid" "$T" || rc=$?
+line=$(lastline "$DATA/h.out")
+[ "$line" = ok ] || fail "$name: the copies out of the file once the gate opened" \
+	"'$line' (exit $rc) $(lastline "$DATA/h.err")"
+check_baseline "$name"
+
 # The daemon's close(2) of a file region's fd (FUSE: a FLUSH) while flush waits: the client
 # registers the file, closes the gate, deregisters it (the daemon closes its fd, on a thread),
 # then closes its own fd, both waiting in the file system until the gate opens. (It hung a CI
