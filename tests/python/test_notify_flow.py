@@ -213,10 +213,13 @@ def cluster_fds(cluster, i):
 
 
 def settle_cluster(cluster, base, seconds=10):
+    """conftest's settle() for both nodes: the fds are counted before the census asks (the
+    daemon closes the census connection's fd a loop turn after it hung up; counted after, it
+    was in the count whenever the daemon was slower than this process)."""
     deadline = time.monotonic() + seconds
     while True:
-        now = [census(cluster.sock(0)), census(cluster.sock(1))], [cluster_fds(cluster, 0),
-                                                                   cluster_fds(cluster, 1)]
+        fds = [cluster_fds(cluster, 0), cluster_fds(cluster, 1)]
+        now = [census(cluster.sock(0)), census(cluster.sock(1))], fds
         if now == base:
             return
         assert time.monotonic() < deadline, "daemons hold %s; held %s before" % (now, base)
