@@ -121,6 +121,7 @@ P0=$(port_of 0)
 if want "a. silent connections"; then
 	base=$(fds 0)
 	out=$DATA/silent
+	: >"$out" # (emptied before the fork: a wait must not read an earlier run's line)
 	hostile conns 127.0.0.1 "$P0" 6 1 $((HANDSHAKE_MS / 1000 + 3)) 1 >"$out" &
 	hp=$!
 	wait_line "$out" 10 >/dev/null
@@ -163,6 +164,7 @@ fi
 if want "b. connection flood"; then
 	base=$(fds 0)
 	out=$DATA/flood
+	: >"$out"
 	hostile conns 127.0.0.1 "$P0" 500 50 4 >"$out" &
 	hp=$!
 	peak=$(peak_fds 0 "$out")
@@ -290,6 +292,7 @@ fi
 if want "g. listing"; then
 	NSETS=24 PER=17
 	out=$DATA/sets
+	: >"$out"
 	"$XN_PY" "$HOSTILE" sets 127.0.0.1 "$(port_of 1)" $NSETS $PER 30 >"$out" & # (kill9 reaches it)
 	hp=$!
 	opened=$(wait_line "$out" 20)
@@ -365,6 +368,7 @@ if want "d. fd limit"; then
 	base=$(fds 2)
 	note "node 2: ulimit -n $LOW_NOFILE, $base fds at rest"
 	out=$DATA/fdflood
+	: >"$out"
 	hostile conns 127.0.0.1 "$P2" 200 40 4 >"$out" &
 	hp=$!
 	peak=$(peak_fds 2 "$out")
@@ -386,9 +390,11 @@ if want "d. fd limit"; then
 	wait "$hp"
 	# Now local connections take every fd: both listeners meet EMFILE.
 	uout=$DATA/unixhold
+	: >"$uout"
 	hostile unixhold "$(node_sock 2)" 80 8 >"$uout" &
 	up=$!
 	wait_line "$uout" 10 >/dev/null
+	: >"$out"
 	hostile conns 127.0.0.1 "$P2" 20 20 3 >"$out" &
 	hp=$!
 	wait_line "$out" 20 >/dev/null
