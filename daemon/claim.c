@@ -124,14 +124,7 @@ static void xfer_close(struct xd_xfer *x)
  */
 static bool end_waits_landing(const struct xd_xfer *x)
 {
-	if (!x->landing)
-		return false;
-	for (uint32_t i = 0; i < x->nsegs; i++) {
-		const struct xd_region *r = x->segs[i].region;
-		if (!r->mem->mapped && !r->fs_local)
-			return false;
-	}
-	return true;
+	return x->landing && !xd_xfer_may_hang(x);
 }
 
 /*
