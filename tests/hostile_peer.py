@@ -955,21 +955,15 @@ def mode_earlyfile(host, port, keyfile, metafile, pid):
 def mode_readable_owner(path, metafile, size):
     """A readable of @size bytes i % 256; once told its end, the client writes LEAKED!! over
     the buffer (it is the client's again) and prints the end; then keeps the region 10 s."""
-    import fcntl
     import time
     size = int(size)
     cl = RawClient(path, timeout=60)
-    fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, size)
-    os.pwrite(fd, (bytes(range(256)) * (size // 256 + 1))[:size], 0)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    fd = sealed_memfd("src", size, pattern(size))
     cl.call(1, "hello", {"version": 1, "client": "readable_owner"})
     region = cl.call(2, "region.register", {}, [fd])["region"]
     r = cl.call(3, "op.readable", {"descs": [{"region": region, "offset": 0, "length": size}],
                                    "timeout_ms": 30000})
-    fd2 = os.open(metafile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd2, r["metadata"].encode() + b"\n")
-    os.close(fd2)
+    write_secret(metafile, r["metadata"])
     cl.wait_ends([r["op"]])
     os.pwrite(fd, b"LEAKED!!" * (size // 8), 0)
     end = cl.ends[r["op"]]
@@ -993,7 +987,7 @@ def mode_earlydone(host, port, keyfile, metafile):
     got = bytearray(total)
     n = 0
     said_done = False
-    want = (bytes(range(256)) * (total // 256 + 1))[:total]
+    want = pattern(total)
     until = time.monotonic() + 20  # (keepalive PINGs come for ever: the wait has its own end)
     while n < total and time.monotonic() < until:
         f = recv_any(sock)
@@ -1022,27 +1016,13 @@ def mode_earlydone(host, port, keyfile, metafile):
 
 
 def mode_owner(path, metafile, access="read", size="65536"):
-    import array
-    import fcntl
     import time
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sock.connect(path)
-
-    def call(i, method, params, fds=()):
-        msg = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        sock.sendmsg([msg], anc)
-        return json.loads(sock.recv(65536))["result"]
-
-    fd = os.memfd_create("win", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.write(fd, (bytes(range(256)) * (int(size) // 256 + 1))[:int(size)])  # i % 256
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-    call(1, "hello", {"version": 1, "client": "owner"})
-    region = call(2, "region.register", {}, [fd])["region"]
-    meta = call(3, "window.create", {"region": region, "access": access})["metadata"]
-    fd2 = os.open(metafile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd2, meta.encode() + b"\n")
-    os.close(fd2)
+    cl = RawClient(path)
+    fd = sealed_memfd("win", int(size), pattern(int(size)))
+    cl.call(1, "hello", {"version": 1, "client": "owner"})
+    region = cl.call(2, "region.register", {}, [fd])["region"]
+    write_secret(metafile, cl.call(3, "window.create", {"region": region,
+                                                        "access": access})["metadata"])
     while True:
         time.sleep(60)
 
@@ -1153,6 +1133,30 @@ def mode_claimok_relay(lport, host, port, json_only=None):
     return True
 
 
+def pattern(size):
+    """@size bytes whose byte i is i % 256."""
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+def sealed_memfd(name, size, data=b""):
+    """A memfd of @size bytes starting with @data, sealed against shrinking and growing: what
+    the daemon registers."""
+    import fcntl
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if data:
+        os.pwrite(fd, data, 0)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    return fd
+
+
+def write_secret(path, text):
+    """@text and a newline into a new file @path readable by its owner only (metadata)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, text.encode() + b"\n")
+    os.close(fd)
+
+
 class RawClient:
     """A control-socket client by hand: call() sends a request (its fds by SCM_RIGHTS) and
     returns its result; the ends op.changed reports meanwhile are kept in .ends (op -> params)."""
@@ -1191,10 +1195,7 @@ def mode_wack_opener(path, metafile):
     cl = RawClient(path)
     call, ends = cl.call, cl.ends
 
-    import fcntl
-    fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.write(fd, b"x" * 65536)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    fd = sealed_memfd("src", 65536, b"x" * 65536)
     call(1, "hello", {"version": 1, "client": "wack_opener"})
     region = call(2, "region.register", {}, [fd])["region"]
     meta = open(metafile).read().strip()
@@ -1278,16 +1279,12 @@ def mode_stall_relay(lport, host, port, logpath, inject=None):
 
 
 def mode_stall_putter(path, metafile):
-    import fcntl
     import time
     size = 64 << 20
     cl = RawClient(path)
     call, ends = cl.call, cl.ends
 
-    fd = os.memfd_create("src", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, size)
-    os.pwrite(fd, b"a" * size, 0)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    fd = sealed_memfd("src", size, b"a" * size)
     call(1, "hello", {"version": 1, "client": "stall_putter"})
     region = call(2, "region.register", {}, [fd])["region"]
     handle = call(3, "window.open", {"metadata": open(metafile).read().strip()})["window"]
@@ -1363,10 +1360,7 @@ def local_writables(path, n, per_conn=4000):
     """@n writables of one byte each, made by local clients on @path (per_conn a connection,
     under the per-connection limit): (their metadata, the connections, which keep them)."""
     import array
-    import fcntl
-    fd = os.memfd_create("xferidx", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, n)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    fd = sealed_memfd("xferidx", n)
     metas, socks = [], []
     for base in range(0, n, per_conn):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
