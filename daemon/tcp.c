@@ -141,9 +141,9 @@ struct xd_file_lane {
 	uint64_t off; /**< in the transfer */
 	uint32_t len;
 	int sock;
-	const int *pipefd;
-	uint32_t moved; /**< by the worker: bytes moved */
-	int err;	/**< by the worker: 0, -EAGAIN (socket full or drained), or -errno */
+	const int *pipefd; /**< its splice pipe (tcp_start()) */
+	uint32_t moved;	   /**< by the worker: bytes moved */
+	int err;	   /**< by the worker: 0, -EAGAIN (socket full or drained), or -errno */
 	char scratch[64 * 1024]; /**< a failed file's bytes are read here and dropped */
 };
 
@@ -1223,7 +1223,6 @@ static bool lane_submit(struct xd_pconn *pc, bool send, struct xd_xfer *x, uint6
 	l->off = off;
 	l->len = len;
 	l->sock = pc->fd;
-	l->pipefd = may_hang ? t->remote_pipe : t->splice_pipe;
 	*(send ? &pc->lane_tx : &pc->lane_rx) = true;
 	if (!send)
 		event_del(pc->rev);
@@ -2234,6 +2233,8 @@ static int tcp_start(struct xd_daemon *d)
 	d->tcp->splice_pipe[0] = d->tcp->splice_pipe[1] = -1;
 	d->tcp->remote_pipe[0] = d->tcp->remote_pipe[1] = -1;
 	tcp_congestion_check(d);
+	d->tcp->lanes[0].pipefd = d->tcp->splice_pipe;
+	d->tcp->lanes[1].pipefd = d->tcp->remote_pipe;
 	int rc = splice_pipe_open(d->tcp->splice_pipe);
 	if (rc == 0)
 		rc = splice_pipe_open(d->tcp->remote_pipe);
