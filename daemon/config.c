@@ -22,6 +22,7 @@ void xd_config_defaults(struct xd_config *cfg)
 	cfg->busy_poll_us = XD_BUSY_POLL_DEFAULT_US;
 	cfg->peer_connections = 2;
 	strcpy(cfg->tcp_congestion, XD_TCP_CONGESTION_DEFAULT);
+	cfg->tcp_notsent_lowat = XD_TCP_NOTSENT_LOWAT_DEFAULT;
 	cfg->keepalive_ms = 1000;
 	cfg->keepalive_timeout_ms = 5000;
 	cfg->connect_timeout_ms = 10000;
@@ -176,14 +177,16 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	json_int_t conns = cfg->peer_connections, ka = (json_int_t)cfg->keepalive_ms;
 	json_int_t ka_timeout = (json_int_t)cfg->keepalive_timeout_ms;
 	json_int_t connect = (json_int_t)cfg->connect_timeout_ms;
+	json_int_t notsent = cfg->tcp_notsent_lowat;
 	json_t *listen = NULL, *advertise = NULL;
 	json_t *cc = NULL;
 	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I, s?o}", "listen", &listen,
-			   "advertise", &advertise, "peer_connections", &conns, "keepalive_ms", &ka,
-			   "keepalive_timeout_ms", &ka_timeout, "connect_timeout_ms", &connect,
-			   "tcp_congestion", &cc)) {
+	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I, s?o, s?I}", "listen",
+			   &listen, "advertise", &advertise, "peer_connections", &conns,
+			   "keepalive_ms", &ka, "keepalive_timeout_ms", &ka_timeout,
+			   "connect_timeout_ms", &connect, "tcp_congestion", &cc, "tcp_notsent_lowat",
+			   &notsent)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -195,12 +198,17 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	}
 	if (cc)
 		strcpy(cfg->tcp_congestion, json_string_value(cc));
-	if (conns < 1 || conns > 16 || ka < 10 || ka_timeout <= ka || connect < 10) {
+	if (conns < 1 || conns > 16 || ka < 10 || ka_timeout <= ka || connect < 10 ||
+	    (notsent != 0 && (notsent < XD_TCP_NOTSENT_LOWAT_MIN ||
+			      notsent > XD_TCP_NOTSENT_LOWAT_MAX))) {
 		snprintf(err, errlen,
 			 "out of range: peer_connections 1..16, keepalive_ms >= 10, "
-			 "keepalive_timeout_ms > keepalive_ms, connect_timeout_ms >= 10");
+			 "keepalive_timeout_ms > keepalive_ms, connect_timeout_ms >= 10, "
+			 "tcp_notsent_lowat 0 or %u..%u",
+			 XD_TCP_NOTSENT_LOWAT_MIN, XD_TCP_NOTSENT_LOWAT_MAX);
 		return -EINVAL;
 	}
+	cfg->tcp_notsent_lowat = (int)notsent;
 	cfg->peer_connections = (int)conns;
 	cfg->keepalive_ms = (uint64_t)ka;
 	cfg->keepalive_timeout_ms = (uint64_t)ka_timeout;
@@ -317,7 +325,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	const char *socket = NULL, *log_level = NULL, *node_id = NULL, *metrics = NULL;
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads, busy_poll = cfg->busy_poll_us;
-	json_t *ignored[24];
+	json_t *ignored[25];
 	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
@@ -325,7 +333,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    root, &jerr, JSON_STRICT,
 		    "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
 		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s, s?I, "
-		    "s?o, s?o}",
+		    "s?o, s?o, s?o}",
 		    "socket", &socket, "socket_mode", &mode, "log_level", &log_level, "node_id",
 		    &node_id, "default_timeout_ms", &timeout, "limits", &ignored[16], "uid_limits",
 		    &ignored[17], "global_limits", &ignored[18], "copy_threads", &threads, "listen",
@@ -338,7 +346,7 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
 		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
 		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics, "busy_poll_us",
-		    &busy_poll, "rdma_post_thread", &ignored[22], "tcp_congestion", &ignored[23])) {
+		    &busy_poll, "rdma_post_thread", &ignored[22], "tcp_congestion", &ignored[23], "tcp_notsent_lowat", &ignored[24])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -488,7 +496,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 {
 	json_t *o = json_pack(
 		"{s:s, s:I, s:I, s:o, s:o, s:o, s:i, s:o, s:o, s:i, s:I, s:I, s:I, s:s, s:o, s:b, "
-		"s:i, s:I, s:I, s:I, s:s, s:b, s:I, s:i, s:i, s:o, s:I, s:s}",
+		"s:i, s:I, s:I, s:I, s:s, s:b, s:I, s:i, s:i, s:o, s:I, s:s, s:i}",
 		"socket", c->socket_path, "socket_mode", (json_int_t)c->socket_mode,
 		"default_timeout_ms", (json_int_t)c->default_timeout_ms, "limits",
 		limits_json(&c->limits, CONN_RES), "uid_limits",
@@ -508,7 +516,7 @@ json_t *xd_config_to_json(const struct xd_config *c)
 		c->insecure_peers, "handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
 		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
 		c->max_peer_sets, "peer_allow", peer_allow_json(c), "busy_poll_us",
-		(json_int_t)c->busy_poll_us, "tcp_congestion", c->tcp_congestion);
+		(json_int_t)c->busy_poll_us, "tcp_congestion", c->tcp_congestion, "tcp_notsent_lowat", c->tcp_notsent_lowat);
 
 	set_string(o, "log_level", c->log_level);
 	set_string(o, "node_id", c->node_id);

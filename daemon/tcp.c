@@ -1390,6 +1390,9 @@ static void set_tcp_options(struct xd_daemon *d, int fd)
 	if (d->cfg.tcp_congestion[0] && !d->tcp->cc_unusable)
 		setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, d->cfg.tcp_congestion,
 			   (socklen_t)strlen(d->cfg.tcp_congestion));
+	if (d->cfg.tcp_notsent_lowat)
+		setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &d->cfg.tcp_notsent_lowat,
+			   sizeof(d->cfg.tcp_notsent_lowat));
 	idle_restart_check(d, fd);
 }
 

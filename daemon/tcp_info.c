@@ -99,6 +99,14 @@ static json_t *info_json(int fd, char *why, size_t whylen)
 		return NULL;
 	}
 	json_t *o = json_pack("{s:s, s:s}", "cc", cc, "state", state_name(ti.tcpi_state));
+	/* (0: never set on this socket, so the host's net.ipv4.tcp_notsent_lowat holds) */
+	int lowat = 0;
+	socklen_t lowlen = sizeof(lowat);
+	if (o && getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, &lowlen) == 0 &&
+	    json_object_set_new(o, "notsent_lowat", json_integer(lowat))) {
+		json_decref(o);
+		o = NULL;
+	}
 	for (size_t i = 0; o && i < sizeof(info_fields) / sizeof(info_fields[0]); i++) {
 		const struct info_field *f = &info_fields[i];
 		if (f->off + f->size <= len &&

@@ -83,6 +83,18 @@ _Static_assert(XD_NOTIFY_LOW < XD_NOTIFY_HIGH && XD_NOTIFY_HIGH * 4 <= XD_MAX_QU
  */
 #define XD_TCP_CONGESTION_DEFAULT "cubic"
 /*
+ * How many bytes a peer connection may hold written but not yet sent (TCP_NOTSENT_LOWAT,
+ * config tcp_notsent_lowat). Without a bound the kernel queues up to the whole send buffer
+ * (megabytes), and ACKs handled in softirq on another CPU send from that queue while the loop
+ * sends from its own CPU: over veth each CPU feeds its own backlog, segments arrive out of
+ * order, and the sender takes them for lost. Window gets at 1 and 16 MiB ran at a third of
+ * puts' rate from the retransmits (scripts/BENCHMARKS.md, "Unsent bytes"). A small queue
+ * also keeps a frame written after a bulk one from waiting behind megabytes.
+ */
+#define XD_TCP_NOTSENT_LOWAT_DEFAULT (128 << 10)
+#define XD_TCP_NOTSENT_LOWAT_MIN (16u << 10)
+#define XD_TCP_NOTSENT_LOWAT_MAX (64u << 20)
+/*
  * RDMA staging buffers for file regions (rdma_staging_buffers x rdma_staging_size per device,
  * registered on first use): a file's bytes go through them one chunk per buffer, several
  * chunks of a transfer in flight at once, at most XD_STAGE_DEPTH_MAX (and half the pool).
@@ -250,6 +262,7 @@ struct xd_config {
 	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
 	int nadvertise;
 	int peer_connections; /**< TCP connections per peer daemon */
+	int tcp_notsent_lowat; /**< TCP_NOTSENT_LOWAT of peer connections, 0: the host's */
 	char *peer_key_file;  /**< the cluster key (crypto.c), or NULL */
 	bool insecure_peers;  /**< peers unauthenticated: allowed only when asked for */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;

@@ -177,6 +177,7 @@ TEST(bad_config_refused_at_startup)
 		  "tcp_congestion must be a congestion control's" },
 		{ "{\"tcp_congestion\": \"a_name_of_16_chr\"}", "tcp_congestion must be" },
 		{ "{\"tcp_congestion\": 1}", "tcp_congestion must be" },
+		{ "{\"tcp_notsent_lowat\": 4096}", "tcp_notsent_lowat 0 or 16384..67108864" },
 		{ "{\"rdma_request_size\": 512}", "rdma_request_size must be 4096 to 4194304" },
 		{ "{\"rdma_post_thread\": \"sometimes\"}",
 		  "rdma_post_thread must be auto (a poster thread for devices made in software only), "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# The peer connections' congestion control (config tcp_congestion, tcp.c set_tcp_options()):
+# The peer connections' congestion control (config tcp_congestion, tcp.c set_tcp_options()),
+# and their bound on unsent bytes (tcp_notsent_lowat, read back from list.peers):
 # by default every connection between two daemons runs cubic whatever the host's default (here
 # each namespace's default is set to reno, so a daemon that left its sockets alone shows reno);
 # "tcp_congestion": "reno" gives reno, "" the host's default; a name the host has not built is
@@ -107,6 +108,48 @@ for n in 0 1; do
 		ok "node $n logged the unusable tcp_congestion once"
 	else
 		fail "node $n's log on the unusable tcp_congestion" "$warned lines, want 1"
+	fi
+done
+
+# The bound on bytes written but not yet sent (config tcp_notsent_lowat, TCP_NOTSENT_LOWAT):
+# each connection's own setting, read back by list.peers with getsockopt (ss does not show it).
+# 0 leaves the sockets alone (getsockopt then says 0: the host's net.ipv4.tcp_notsent_lowat).
+listed_lowats()
+{
+	"$BUILD/xferctl" --socket "$(xc_sock 0)" --json peers |
+		"$XN_PY" -c 'import json, sys
+for p in json.load(sys.stdin)["peers"]:
+    for c in p.get("conns", []):
+        print(c.get("tcp", {}).get("notsent_lowat", "(none)"))'
+}
+
+# case_lowat NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved both ways,
+# every connection's notsent_lowat in node 0's list.peers WANT.
+case_lowat()
+{
+	local name=$1 want=$2 got
+	if start_and_move "$name" "$3"; then
+		got=$(listed_lowats | sort | uniq -c | tr -s ' \n' ' ')
+		if [ "$got" = " $(listed_lowats | wc -l) $want " ] && [ "$(listed_lowats | wc -l)" -gt 1 ]
+		then
+			ok "$name: bytes checked both ways, every connection's notsent_lowat $want"
+		else
+			fail "$name" "list.peers shows notsent_lowat:${got:- nothing} (want $want)"
+		fi
+	fi
+	stop_both_nodes
+}
+
+case_lowat "tcp_notsent_lowat by default: 128 KiB" 131072 ''
+case_lowat '"tcp_notsent_lowat": 65536' 65536 '"tcp_notsent_lowat": 65536'
+case_lowat '"tcp_notsent_lowat": 0: the sockets left alone' 0 '"tcp_notsent_lowat": 0'
+for bad in 1000 134217728 -1; do
+	printf '{"tcp_notsent_lowat": %s}\n' "$bad" >"$DATA/lowat.json"
+	out=$("$BUILD/xferd" --check-config --config "$DATA/lowat.json" 2>&1) && rc=0 || rc=$?
+	if [ "$rc" != 0 ] && grep -q 'tcp_notsent_lowat 0 or 16384..67108864' <<<"$out"; then
+		ok "\"tcp_notsent_lowat\": $bad refused, the rule named"
+	else
+		fail "\"tcp_notsent_lowat\": $bad" "exit $rc: $(tr '\n' '|' <<<"$out")"
 	fi
 done
 
