@@ -185,8 +185,8 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I, s?o, s?I}", "listen",
 			   &listen, "advertise", &advertise, "peer_connections", &conns,
 			   "keepalive_ms", &ka, "keepalive_timeout_ms", &ka_timeout,
-			   "connect_timeout_ms", &connect, "tcp_congestion", &cc, "tcp_notsent_lowat",
-			   &notsent)) {
+			   "connect_timeout_ms", &connect, "tcp_congestion", &cc,
+			   "tcp_notsent_lowat", &notsent)) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -199,8 +199,8 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	if (cc)
 		strcpy(cfg->tcp_congestion, json_string_value(cc));
 	if (conns < 1 || conns > 16 || ka < 10 || ka_timeout <= ka || connect < 10 ||
-	    (notsent != 0 && (notsent < XD_TCP_NOTSENT_LOWAT_MIN ||
-			      notsent > XD_TCP_NOTSENT_LOWAT_MAX))) {
+	    (notsent != 0 &&
+	     (notsent < XD_TCP_NOTSENT_LOWAT_MIN || notsent > XD_TCP_NOTSENT_LOWAT_MAX))) {
 		snprintf(err, errlen,
 			 "out of range: peer_connections 1..16, keepalive_ms >= 10, "
 			 "keepalive_timeout_ms > keepalive_ms, connect_timeout_ms >= 10, "
@@ -346,7 +346,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    "max_pending_peer_conns", &ignored[14], "max_peer_sets", &ignored[15],
 		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
 		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics, "busy_poll_us",
-		    &busy_poll, "rdma_post_thread", &ignored[22], "tcp_congestion", &ignored[23], "tcp_notsent_lowat", &ignored[24])) {
+		    &busy_poll, "rdma_post_thread", &ignored[22], "tcp_congestion", &ignored[23],
+		    "tcp_notsent_lowat", &ignored[24])) {
 		snprintf(err, errlen, "%s", jerr.text);
 		return -EINVAL;
 	}
@@ -516,7 +517,8 @@ json_t *xd_config_to_json(const struct xd_config *c)
 		c->insecure_peers, "handshake_timeout_ms", (json_int_t)c->handshake_timeout_ms,
 		"max_pending_peer_conns", c->max_pending_peer_conns, "max_peer_sets",
 		c->max_peer_sets, "peer_allow", peer_allow_json(c), "busy_poll_us",
-		(json_int_t)c->busy_poll_us, "tcp_congestion", c->tcp_congestion, "tcp_notsent_lowat", c->tcp_notsent_lowat);
+		(json_int_t)c->busy_poll_us, "tcp_congestion", c->tcp_congestion,
+		"tcp_notsent_lowat", c->tcp_notsent_lowat);
 
 	set_string(o, "log_level", c->log_level);
 	set_string(o, "node_id", c->node_id);

@@ -261,10 +261,10 @@ struct xd_config {
 	int nlisten;
 	char *advertise[XD_MAX_LISTEN]; /**< "addr:port" put into metadata */
 	int nadvertise;
-	int peer_connections; /**< TCP connections per peer daemon */
+	int peer_connections;  /**< TCP connections per peer daemon */
 	int tcp_notsent_lowat; /**< TCP_NOTSENT_LOWAT of peer connections, 0: the host's */
-	char *peer_key_file;  /**< the cluster key (crypto.c), or NULL */
-	bool insecure_peers;  /**< peers unauthenticated: allowed only when asked for */
+	char *peer_key_file;   /**< the cluster key (crypto.c), or NULL */
+	bool insecure_peers;   /**< peers unauthenticated: allowed only when asked for */
 	uint64_t keepalive_ms, keepalive_timeout_ms, connect_timeout_ms;
 	uint64_t handshake_timeout_ms; /**< an accepted connection's time to say HELLO */
 	int max_pending_peer_conns;    /**< accepted connections not yet through HELLO */
