@@ -282,6 +282,36 @@ def recv_any(sock):
         return None
 
 
+def frames_whole(pending):
+    """The frames whole in @pending (a bytearray read off a socket), taken out of it: what
+    stays is the first bytes of the next frame."""
+    frames = []
+    while len(pending) >= HDR.size:
+        msg_type, flags, _, length, xfer, offset = HDR.unpack_from(pending)
+        if len(pending) < HDR.size + length:
+            break
+        frames.append((msg_type, flags, xfer, offset, bytes(pending[HDR.size:HDR.size + length])))
+        del pending[:HDR.size + length]
+    return frames
+
+
+def frames_finish(sock, pending):
+    """Reads the rest of the frame begun in @pending, so that the next read starts a frame."""
+    while pending:
+        if len(pending) < HDR.size:
+            need = HDR.size - len(pending)
+        else:
+            need = HDR.size + HDR.unpack_from(pending)[3] - len(pending)
+        try:
+            more = recv_exact(sock, need)
+        except (ConnectionResetError, socket.timeout):
+            more = None
+        if more is None:
+            return
+        pending += more
+        frames_whole(pending)
+
+
 def expect(sock, want_type, want_errno=None):
     """The next frame that is not a PING, if of @want_type (and errno); else None."""
     while True:
@@ -558,6 +588,7 @@ def mode_wframes(host, port, keyfile, metafile, pid):
     chunk = b"".join(wput(win, 9, 5000 + i, i % 1024, b"x", tag) for i in range(2000))
     sock.settimeout(TIMEOUT)
     refused = closed = False
+    pending = bytearray()  # what was read of the frames, a partial last one included
     for rounds in range(200):
         sock.sendall(chunk)
         sock.setblocking(False)
@@ -566,13 +597,16 @@ def mode_wframes(host, port, keyfile, metafile, pid):
                 f = sock.recv(65536)
                 if not f:
                     break
-                refused = refused or b"EDQUOT" in f
-                closed = closed or (struct.pack("<B", WCLOSE) in f and b"ECONNRESET" in f)
+                pending += f
+                for t, _, _, _, body in frames_whole(pending):
+                    refused = refused or (t == CANCEL and b"EDQUOT" in body)
+                    closed = closed or (t == WCLOSE and b"ECONNRESET" in body)
         except BlockingIOError:
             pass
         sock.settimeout(TIMEOUT)
         if refused or closed:
             break
+    frames_finish(sock, pending)  # (the frames after it start at a frame's first byte)
     rss1 = vm_rss_kib(pid)
     check(not closed, "the owner client that never reads was cut off (window revoked)")
     check(refused, "puts past what waits for a slow owner were not refused EDQUOT")
