@@ -63,15 +63,15 @@ start_and_move()
 	return 1
 }
 
-# listed_ccs: the congestion control of each connection node 0's list.peers shows ("conns"), one
-# a line: what an operator sees there must be what ss sees.
-listed_ccs()
+# listed_tcp FIELD: FIELD of each connection's "tcp" in node 0's list.peers ("conns"), one a
+# line; "cc", the congestion control, is what an operator sees there and must be what ss sees.
+listed_tcp()
 {
 	"$BUILD/xferctl" --socket "$(xc_sock 0)" --json peers |
 		"$XN_PY" -c 'import json, sys
 for p in json.load(sys.stdin)["peers"]:
     for c in p.get("conns", []):
-        print(c.get("tcp", {}).get("cc", "(none)"))'
+        print(c.get("tcp", {}).get(sys.argv[1], "(none)"))' "$1"
 }
 
 # case NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved, every connection WANT
@@ -81,7 +81,7 @@ case_cc()
 	local name=$1 want=$2 got listed
 	if start_and_move "$name" "$3"; then
 		got=$(conn_ccs | sort | uniq -c | tr -s ' \n' ' ')
-		listed=$(listed_ccs | sort | uniq -c | tr -s ' \n' ' ')
+		listed=$(listed_tcp cc | sort | uniq -c | tr -s ' \n' ' ')
 		if [ -z "$got" ]; then
 			fail "$name" "no connection between the daemons' ports in ss -tin"
 		elif [ -n "$want" ] && [ "$got" != " $(conn_ccs | wc -l) $want " ]; then
@@ -114,24 +114,16 @@ done
 # The bound on bytes written but not yet sent (config tcp_notsent_lowat, TCP_NOTSENT_LOWAT):
 # each connection's own setting, read back by list.peers with getsockopt (ss does not show it).
 # 0 leaves the sockets alone (getsockopt then says 0: the host's net.ipv4.tcp_notsent_lowat).
-listed_lowats()
-{
-	"$BUILD/xferctl" --socket "$(xc_sock 0)" --json peers |
-		"$XN_PY" -c 'import json, sys
-for p in json.load(sys.stdin)["peers"]:
-    for c in p.get("conns", []):
-        print(c.get("tcp", {}).get("notsent_lowat", "(none)"))'
-}
 
 # case_lowat NAME WANT CONFIG-EXTRA: both daemons with CONFIG-EXTRA, bytes moved both ways,
 # every connection's notsent_lowat in node 0's list.peers WANT.
 case_lowat()
 {
-	local name=$1 want=$2 got
+	local name=$1 want=$2 got n
 	if start_and_move "$name" "$3"; then
-		got=$(listed_lowats | sort | uniq -c | tr -s ' \n' ' ')
-		if [ "$got" = " $(listed_lowats | wc -l) $want " ] && [ "$(listed_lowats | wc -l)" -gt 1 ]
-		then
+		got=$(listed_tcp notsent_lowat | sort | uniq -c | tr -s ' \n' ' ')
+		n=$(listed_tcp notsent_lowat | wc -l)
+		if [ "$n" -gt 1 ] && [ "$got" = " $n $want " ]; then
 			ok "$name: bytes checked both ways, every connection's notsent_lowat $want"
 		else
 			fail "$name" "list.peers shows notsent_lowat:${got:- nothing} (want $want)"
