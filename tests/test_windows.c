@@ -43,6 +43,7 @@ struct node {
 };
 
 static char keyfile[64];
+static int key_users; /* nodes started with @keyfile and not stopped yet */
 static const char *want_transport; /* set by the cross-node cases: what their ops must use */
 static int nodes_used;		   /* external nodes handed out in this test */
 static const char *owner_sock;	   /* the owner's daemon in on_one_node()/on_two_nodes() */
@@ -87,7 +88,8 @@ static void key_make(void)
 	close(fd);
 }
 
-static void node_start(struct node *n)
+/* Starts node @n with the cluster key and the JSON members @extra in its config. */
+static void node_start_with(struct node *n, const char *extra)
 {
 	char cfg[300];
 
@@ -102,17 +104,27 @@ static void node_start(struct node *n)
 	if (!keyfile[0])
 		key_make();
 	snprintf(cfg, sizeof(cfg),
-		 "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", "
-		 "\"keepalive_timeout_ms\": 3000}",
-		 keyfile);
+		 "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", %s}", keyfile,
+		 extra);
 	CHECK_OK(td_start(&n->d, cfg));
+	key_users++;
 }
 
+static void node_start(struct node *n)
+{
+	node_start_with(n, "\"keepalive_timeout_ms\": 3000");
+}
+
+/* Stops node @n; the key file goes with the last node of the test that uses it. */
 static void node_stop(struct node *n)
 {
 	if (external())
 		return;
 	CHECK_EQ_INT(td_stop(&n->d), 0);
+	if (--key_users == 0) {
+		unlink(keyfile);
+		keyfile[0] = '\0';
+	}
 }
 
 static struct xfer_client *conn(struct td *d, const char *name)
@@ -722,16 +734,9 @@ TEST(cross_put_ended_behind_a_backlog_keeps_the_set)
 	cross_node();
 	if (external())
 		harness_skip("starts its own daemons (keepalive_timeout_ms 600)");
-	if (!keyfile[0])
-		key_make();
 	struct node a, b;
-	char cfg[300];
-	snprintf(cfg, sizeof(cfg),
-		 "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", "
-		 "\"keepalive_ms\": 150, \"keepalive_timeout_ms\": 600}",
-		 keyfile);
-	CHECK_OK(td_start(&a.d, cfg));
-	CHECK_OK(td_start(&b.d, cfg));
+	node_start_with(&a, "\"keepalive_ms\": 150, \"keepalive_timeout_ms\": 600");
+	node_start_with(&b, "\"keepalive_ms\": 150, \"keepalive_timeout_ms\": 600");
 	struct xfer_client *owner = conn(&a.d, "owner"), *opener = conn(&b.d, "opener");
 	struct tbuf obuf, pbuf;
 	uint64_t window, handle, cut;
