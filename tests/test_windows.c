@@ -43,7 +43,7 @@ struct node {
 };
 
 static char keyfile[64];
-static int key_users; /* nodes started with @keyfile and not stopped yet */
+static int key_users;		   /* nodes started with @keyfile and not stopped yet */
 static const char *want_transport; /* set by the cross-node cases: what their ops must use */
 static int nodes_used;		   /* external nodes handed out in this test */
 static const char *owner_sock;	   /* the owner's daemon in on_one_node()/on_two_nodes() */
@@ -103,9 +103,8 @@ static void node_start_with(struct node *n, const char *extra)
 	}
 	if (!keyfile[0])
 		key_make();
-	snprintf(cfg, sizeof(cfg),
-		 "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", %s}", keyfile,
-		 extra);
+	snprintf(cfg, sizeof(cfg), "{\"listen\": [\"127.0.0.1:0\"], \"peer_key_file\": \"%s\", %s}",
+		 keyfile, extra);
 	CHECK_OK(td_start(&n->d, cfg));
 	key_users++;
 }
