@@ -795,10 +795,10 @@ static void pipeline_print(const struct opts *o, const char *tag, const char *ki
 
 	if (o->json)
 		printf("{\"%s\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-		       ",\"depth\":%d,\"batch\":%d,\"post\":%s,\"ops\":%" PRIu64
+		       ",\"depth\":%d,\"batch\":%d,\"batch_end\":%s,\"post\":%s,\"ops\":%" PRIu64
 		       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,\"us_per_op\":%.2f}\n",
-		       tag, kind, size, depth, o->batch, o->post ? "true" : "false", r->ops,
-		       r->gbps, r->us_p50, r->us_p99, r->us_op);
+		       tag, kind, size, depth, o->batch, o->batch_end ? "true" : "false",
+		       o->post ? "true" : "false", r->ops, r->gbps, r->us_p50, r->us_p99, r->us_op);
 	else
 		printf("%-5s %9s %6d %6d %7" PRIu64 " %9.3f %10.1f %10.1f %9.1f\n", kind,
 		       bench_fmt_size(size, sz, sizeof(sz)), depth, o->batch, r->ops, r->gbps,

@@ -21,7 +21,8 @@
 #      then its slot starts again; ends taken from notifications, release_on_end) at the same
 #      sizes: GB/s, per-operation latency p50/p99, ratio to UCX tag_bw of the same size; then
 #      8/16/32 in flight started in groups of 8 (--batch 8: one op.batch of passive operations
-#      on node 0 and one of active operations on node 1 per group)
+#      on node 0 and one of active operations on node 1 per group), and the same again with each
+#      batch's ends as one op.batch_done event and the active batches posted (--batch-end --post)
 #   6. registration (xferbench_net reg): register+deregister of a resident 1 MiB (and 4 KiB)
 #      memfd per second, and registering a --pool (4 GiB) memfd the client already touched
 #   7. windows (xferbench_net win): one-sided gets (bytes 0 -> 1) and puts (1 -> 0) on a
@@ -288,6 +289,16 @@ if [ "$FILES_ONLY" = 0 ]; then
 		--active "$(xc_sock 1)" --sizes "$PIPE_SIZES" --depths 8,16,32 --batch 8 \
 		--seconds "$PIPE_SECS" --json >>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
 		echo "bench-net.sh: xferbench_net pipe --batch 8 failed:" >&2
+		cat "$RUN/pipe.err" >&2
+		exit 1
+	fi
+	# The same with each side's batch ending as one op.batch_done event, the active side's
+	# batch posted (its event answers it): the batched API as a client that pipelines uses it.
+	echo "xferd: pairings in batches of 8, each batch's ends one event, active batches posted ..."
+	if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" \
+		--active "$(xc_sock 1)" --sizes "$PIPE_SIZES" --depths 8,16,32 --batch 8 --batch-end \
+		--post --seconds "$PIPE_SECS" --json >>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
+		echo "bench-net.sh: xferbench_net pipe --batch 8 --batch-end --post failed:" >&2
 		cat "$RUN/pipe.err" >&2
 		exit 1
 	fi
@@ -576,8 +587,9 @@ if ucx:
 if pipe:
     print()
     print("xferd pairings kept N in flight (readable/read and writable/write; latency from the"
-          " passive call to both ends), B started per op.batch on each side (1: a call each):")
-    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
+          " passive call to both ends), B started per op.batch on each side (1: a call each),"
+          " E: each batch's ends as one event and the active batch posted (no reply awaited):")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'E':>1} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
           f" {'p50 us':>9} {'p99 us':>9} {'us/op':>7} {'/tag_bw':>8} {'/put_bw':>8}")
     result["pipe"] = []
     for r in pipe:
@@ -585,17 +597,18 @@ if pipe:
         pt = ucx.get(("put_bw", r["size"]), {}).get("GBps", 0)
         rt, rp = (r["gbps"] / tg if tg else 0), (r["gbps"] / pt if pt else 0)
         print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r.get('batch', 1):2d}"
-              f" {r['ops']:6d} {r['gbps']:7.3f}"
+              f" {'y' if r.get('batch_end') else 'n':>1} {r['ops']:6d} {r['gbps']:7.3f}"
               f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
               f" {r['us_per_op']:7.1f} {rt:8.2f} {rp:8.2f}")
         result["pipe"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp})
     for kind in ("read", "write"):
-        for batch in (1, 8):
+        for batch, end in ((1, False), (8, False), (8, True)):
             c = [r for r in pipe if r["kind"] == kind and r["size"] == 65536 and r["depth"] == 8
-                 and r.get("batch", 1) == batch]
+                 and r.get("batch", 1) == batch and bool(r.get("batch_end")) == end]
             tg = ucx.get(("tag_bw", 65536), {}).get("GBps", 0)
+            how = ", ends as one event, posted" if end else ""
             if c and tg:
-                print(f"target: {kind} 64 KiB, 8 in flight, {batch} per request:"
+                print(f"target: {kind} 64 KiB, 8 in flight, {batch} per request{how}:"
                       f" {c[0]['gbps'] / tg:.2f}x UCX tag_bw (target >= 0.5x)")
     for kind in ("read", "write"):
         for sz in sorted({r["size"] for r in pipe}):
