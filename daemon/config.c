@@ -3,12 +3,76 @@
  * The daemon's configuration: defaults, then a JSON file (--config), then the command line.
  * Unknown keys are refused so that a typo never silently means "default".
  */
+#include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
 #include "xferd.h"
+
+/*
+ * The key of the spec that jansson's error @jerr points at, from @fmt (a "{s?X, ...}" object
+ * whose values X are s, I, b or o: one pointer each) and the key/pointer pairs in @ap; NULL
+ * when the error is not at a value's spec (an unknown key: jansson names that one itself).
+ */
+static const char *failing_key(const char *fmt, const json_error_t *jerr, va_list ap)
+{
+	size_t at = jerr->position > 0 ? (size_t)jerr->position - 1 : 0;
+	const char *key = NULL;
+
+	if (strcmp(jerr->source, "<validation>") != 0 || at == 0 || at >= strlen(fmt) ||
+	    !strchr("sIbo", fmt[at]) || fmt[at - 1] != '?')
+		return NULL;
+	for (size_t i = 1; i <= at; i++) {
+		if (fmt[i - 1] != '?')
+			continue; /* a value's spec follows each "s?" */
+		key = va_arg(ap, const char *);
+		switch (fmt[i]) {
+		case 's':
+			(void)va_arg(ap, const char **);
+			break;
+		case 'I':
+			(void)va_arg(ap, json_int_t *);
+			break;
+		case 'b':
+			(void)va_arg(ap, int *);
+			break;
+		default:
+			(void)va_arg(ap, json_t **);
+		}
+	}
+	return key;
+}
+
+/*
+ * json_unpack_ex(@root, @flags, @fmt, ...) for the config's "{s?X, ...}" formats, with an error
+ * that names the key: jansson's own says only "Expected integer, got string". Returns 0, or
+ * -EINVAL with @err ("busy_poll_us: expected integer, got string").
+ */
+static int unpack_keys(json_t *root, size_t flags, char *err, size_t errlen, const char *fmt, ...)
+{
+	json_error_t jerr;
+	va_list ap, again;
+
+	va_start(ap, fmt);
+	va_copy(again, ap);
+	int rc = json_vunpack_ex(root, &jerr, flags, fmt, ap);
+	va_end(ap);
+	if (rc == 0) {
+		va_end(again);
+		return 0;
+	}
+	const char *key = failing_key(fmt, &jerr, again);
+	va_end(again);
+	if (key)
+		snprintf(err, errlen, "%s: %c%s", key, tolower((unsigned char)jerr.text[0]),
+			 jerr.text + 1);
+	else
+		snprintf(err, errlen, "%s", jerr.text);
+	return -EINVAL;
+}
 
 void xd_config_defaults(struct xd_config *cfg)
 {
@@ -122,16 +186,13 @@ static int load_rdma(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	int require = cfg->require_rdma;
 	json_int_t ack = cfg->rdma_ack_timeout, request = cfg->rdma_request_size;
 	json_int_t sbufs = cfg->rdma_staging_buffers, ssize = cfg->rdma_staging_size;
-	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?o, s?b, s?I, s?I, s?I, s?I, s?o}", "transport",
-			   &transport, "rdma_devices", &devices, "require_rdma", &require,
-			   "rdma_ack_timeout", &ack, "rdma_request_size", &request,
-			   "rdma_staging_buffers", &sbufs, "rdma_staging_size", &ssize,
-			   "rdma_post_thread", &post_thread)) {
-		snprintf(err, errlen, "%s", jerr.text);
+	if (unpack_keys(root, 0, err, errlen, "{s?s, s?o, s?b, s?I, s?I, s?I, s?I, s?o}",
+			"transport", &transport, "rdma_devices", &devices, "require_rdma", &require,
+			"rdma_ack_timeout", &ack, "rdma_request_size", &request,
+			"rdma_staging_buffers", &sbufs, "rdma_staging_size", &ssize,
+			"rdma_post_thread", &post_thread))
 		return -EINVAL;
-	}
 	if (load_post_thread(cfg, post_thread, err, errlen) < 0)
 		return -EINVAL;
 	if (sbufs < 1 || sbufs > XD_STAGE_BUFFERS_MAX) {
@@ -180,16 +241,13 @@ static int load_peer(struct xd_config *cfg, json_t *root, char *err, size_t errl
 	json_int_t notsent = cfg->tcp_notsent_lowat;
 	json_t *listen = NULL, *advertise = NULL;
 	json_t *cc = NULL;
-	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?o, s?o, s?I, s?I, s?I, s?I, s?o, s?I}", "listen",
-			   &listen, "advertise", &advertise, "peer_connections", &conns,
-			   "keepalive_ms", &ka, "keepalive_timeout_ms", &ka_timeout,
-			   "connect_timeout_ms", &connect, "tcp_congestion", &cc,
-			   "tcp_notsent_lowat", &notsent)) {
-		snprintf(err, errlen, "%s", jerr.text);
+	if (unpack_keys(root, 0, err, errlen, "{s?o, s?o, s?I, s?I, s?I, s?I, s?o, s?I}", "listen",
+			&listen, "advertise", &advertise, "peer_connections", &conns,
+			"keepalive_ms", &ka, "keepalive_timeout_ms", &ka_timeout,
+			"connect_timeout_ms", &connect, "tcp_congestion", &cc, "tcp_notsent_lowat",
+			&notsent))
 		return -EINVAL;
-	}
 	if (cc && (!json_is_string(cc) || !congestion_name_ok(json_string_value(cc)))) {
 		snprintf(err, errlen,
 			 "tcp_congestion must be a congestion control's name (1 to 15 lowercase "
@@ -224,13 +282,10 @@ static int load_peer_bounds(struct xd_config *cfg, json_t *root, char *err, size
 {
 	json_int_t handshake = (json_int_t)cfg->handshake_timeout_ms;
 	json_int_t pending = cfg->max_pending_peer_conns, sets = cfg->max_peer_sets;
-	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?I, s?I, s?I}", "handshake_timeout_ms", &handshake,
-			   "max_pending_peer_conns", &pending, "max_peer_sets", &sets)) {
-		snprintf(err, errlen, "%s", jerr.text);
+	if (unpack_keys(root, 0, err, errlen, "{s?I, s?I, s?I}", "handshake_timeout_ms", &handshake,
+			"max_pending_peer_conns", &pending, "max_peer_sets", &sets))
 		return -EINVAL;
-	}
 	if (handshake < 100 || handshake > 60000 || pending < 1 || pending > 65536 || sets < 1 ||
 	    sets > 65536) {
 		snprintf(err, errlen,
@@ -260,13 +315,10 @@ static int load_peer_auth(struct xd_config *cfg, json_t *root, char *err, size_t
 {
 	const char *key_file = NULL;
 	int insecure = cfg->insecure_peers;
-	json_error_t jerr;
 
-	if (json_unpack_ex(root, &jerr, 0, "{s?s, s?b}", "peer_key_file", &key_file,
-			   "insecure_peers", &insecure)) {
-		snprintf(err, errlen, "%s", jerr.text);
+	if (unpack_keys(root, 0, err, errlen, "{s?s, s?b}", "peer_key_file", &key_file,
+			"insecure_peers", &insecure))
 		return -EINVAL;
-	}
 	cfg->insecure_peers = insecure;
 	return key_file && replace(&cfg->peer_key_file, key_file) ? -ENOMEM : 0;
 }
@@ -326,11 +378,10 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 	json_int_t mode = cfg->socket_mode, timeout = (json_int_t)cfg->default_timeout_ms;
 	json_int_t threads = cfg->copy_threads, busy_poll = cfg->busy_poll_us;
 	json_t *ignored[25];
-	json_error_t jerr;
 
 	/* One strict unpack names every key, so a typo is refused; load_peer() reads the rest. */
-	if (json_unpack_ex(
-		    root, &jerr, JSON_STRICT,
+	if (unpack_keys(
+		    root, JSON_STRICT, err, errlen,
 		    "{s?s, s?I, s?s, s?s, s?I, s?o, s?o, s?o, s?I, s?o, s?o, s?o, s?o, s?o, "
 		    "s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?o, s?s, s?I, "
 		    "s?o, s?o, s?o}",
@@ -347,10 +398,8 @@ static int apply(struct xd_config *cfg, json_t *root, char *err, size_t errlen)
 		    "peer_allow", &ignored[19], "rdma_staging_buffers", &ignored[20],
 		    "rdma_staging_size", &ignored[21], "metrics_listen", &metrics, "busy_poll_us",
 		    &busy_poll, "rdma_post_thread", &ignored[22], "tcp_congestion", &ignored[23],
-		    "tcp_notsent_lowat", &ignored[24])) {
-		snprintf(err, errlen, "%s", jerr.text);
+		    "tcp_notsent_lowat", &ignored[24]))
 		return -EINVAL;
-	}
 	if (mode < 0 || mode > 0777 || timeout <= 0 || timeout > 86400000 || threads < 1 ||
 	    threads > 64 || busy_poll < 0 || busy_poll > XD_BUSY_POLL_MAX_CFG_US) {
 		snprintf(err, errlen,

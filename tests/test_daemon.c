@@ -184,6 +184,15 @@ TEST(bad_config_refused_at_startup)
 		  "always or never, not \"sometimes\"" },
 		{ "{\"rdma_post_thread\": 1}", "rdma_post_thread must be auto" },
 		{ "not json", "xferd.json:1" },
+		/* A value of the wrong type is refused by the key's name (each unpack site). */
+		{ "{\"busy_poll_us\": \"fast\"}", "busy_poll_us: expected integer, got string" },
+		{ "{\"log_level\": 3}", "log_level: expected string, got integer" },
+		{ "{\"transport\": 3}", "transport: expected string, got integer" },
+		{ "{\"peer_connections\": \"two\"}", "peer_connections: expected integer" },
+		{ "{\"handshake_timeout_ms\": 1.5}",
+		  "handshake_timeout_ms: expected integer, got real" },
+		{ "{\"insecure_peers\": 1}",
+		  "insecure_peers: expected true or false, got integer" },
 	};
 	char bin[PATH_MAX], dir[] = "/tmp/xferd-cfg.XXXXXX", log[64];
 
