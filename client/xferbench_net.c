@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ struct opts {
 	bool post;	/* win --post: batches posted (XFER_OP_POST), not waited for, even of one;
 			 * pipe --batch-end --post: the active side's batches */
 	const char *passive_dir, *active_dir; /* set: that side's buffer is a file in it */
+	int spin_us; /* --spin: clients busy-poll this long for a reply or an event (0: sleep) */
 };
 
 /* Waits for @op; 0 only if it ended COMPLETE with @len bytes moved (and over @transport). */
@@ -650,6 +652,23 @@ static void pipeline_batch_cb(struct xfer_client *c, const struct xfer_batch_eve
 	}
 }
 
+/*
+ * Waits up to a second for the clients' fds @pfd to turn readable; with --spin it first polls
+ * without sleeping for up to that long, yielding the CPU between tries (as ucx_perftest polls:
+ * waking a sleeping process costs tens of microseconds here). Returns 0 or -errno.
+ */
+static int pipeline_poll(struct pipeline *pl, struct pollfd *pfd)
+{
+	uint64_t until = bench_now_ns() + (uint64_t)pl->b->o->spin_us * 1000;
+	int n;
+
+	while ((n = poll(pfd, (nfds_t)pl->nclients, 0)) == 0 && bench_now_ns() < until)
+		sched_yield();
+	if (n == 0)
+		n = poll(pfd, (nfds_t)pl->nclients, 1000);
+	return n < 0 && errno != EINTR ? -errno : 0;
+}
+
 /* Delivers the pipeline's events until slot @k ended (or 120 s passed). */
 static int pipeline_wait_slot(struct pipeline *pl, int k)
 {
@@ -663,8 +682,9 @@ static int pipeline_wait_slot(struct pipeline *pl, int k)
 			fprintf(stderr, "xferbench_net: slot %d did not end in 120 s\n", k);
 			return -ETIMEDOUT;
 		}
-		if (poll(pfd, (nfds_t)pl->nclients, 1000) < 0 && errno != EINTR)
-			return -errno;
+		int err = pipeline_poll(pl, pfd);
+		if (err < 0)
+			return err;
 		for (int i = 0; i < pl->nclients; i++) {
 			int rc = xfer_dispatch(pl->clients[i]);
 			if (rc < 0)
@@ -795,10 +815,12 @@ static void pipeline_print(const struct opts *o, const char *tag, const char *ki
 
 	if (o->json)
 		printf("{\"%s\":true,\"kind\":\"%s\",\"size\":%" PRIu64
-		       ",\"depth\":%d,\"batch\":%d,\"batch_end\":%s,\"post\":%s,\"ops\":%" PRIu64
-		       ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f,\"us_per_op\":%.2f}\n",
+		       ",\"depth\":%d,\"batch\":%d,\"batch_end\":%s,\"post\":%s,\"spin_us\":%d"
+		       ",\"ops\":%" PRIu64 ",\"gbps\":%.4f,\"us_p50\":%.1f,\"us_p99\":%.1f"
+		       ",\"us_per_op\":%.2f}\n",
 		       tag, kind, size, depth, o->batch, o->batch_end ? "true" : "false",
-		       o->post ? "true" : "false", r->ops, r->gbps, r->us_p50, r->us_p99, r->us_op);
+		       o->post ? "true" : "false", o->spin_us, r->ops, r->gbps, r->us_p50,
+		       r->us_p99, r->us_op);
 	else
 		printf("%-5s %9s %6d %6d %7" PRIu64 " %9.3f %10.1f %10.1f %9.1f\n", kind,
 		       bench_fmt_size(size, sz, sizeof(sz)), depth, o->batch, r->ops, r->gbps,
@@ -1216,6 +1238,9 @@ static void usage(FILE *f)
 		"                    waiting for its reply (XFER_OP_POST): its event answers it;\n"
 		"                    pipe --batch-end: post the active side's batches so\n"
 		"                    (the passive side's reply carries the metadata)\n"
+		"  --spin US         pipe, win: the clients busy-poll up to US microseconds for a\n"
+		"                    reply or an event before they sleep (xfer_set_spin(), and\n"
+		"                    the waits for ends), as ucx_perftest polls (default 0)\n"
 		"  --json            bench/lat/pipe/reg: one JSON object per line\n"
 		"  --passive-file DIR, --active-file DIR  back that side's buffer with a file\n"
 		"                    in DIR (a file region: the daemon moves it by file I/O)\n"
@@ -1322,6 +1347,13 @@ static int set_opt(void *ctx, int ch, const char *arg)
 	case 'o':
 		o->post = true;
 		break;
+	case 'y':
+		o->spin_us = atoi(arg);
+		if (o->spin_us < 0 || o->spin_us > XFER_SPIN_MAX_US) {
+			fprintf(stderr, "xferbench_net: --spin takes 0..%d\n", XFER_SPIN_MAX_US);
+			return 2;
+		}
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -1349,6 +1381,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, const struct mode *
 		{ "batch", required_argument, NULL, 'B' },
 		{ "batch-end", no_argument, NULL, 'E' },
 		{ "post", no_argument, NULL, 'o' },
+		{ "spin", required_argument, NULL, 'y' },
 		{ "pool", required_argument, NULL, 'P' },
 		{ "passive-file", required_argument, NULL, 'F' },
 		{ "active-file", required_argument, NULL, 'G' },
@@ -1454,6 +1487,10 @@ int main(int argc, char **argv)
 	if (bench_connect(o.active, "xferbench_net-active", NULL, &b.ac)) {
 		xfer_close(b.pc);
 		return 1;
+	}
+	if (o.spin_us) {
+		xfer_set_spin(b.pc, (unsigned)o.spin_us);
+		xfer_set_spin(b.ac, (unsigned)o.spin_us);
 	}
 	node_of(b.pc, b.pnode, sizeof(b.pnode));
 	node_of(b.ac, b.anode, sizeof(b.anode));

@@ -50,7 +50,9 @@
 # --json FILE (also write the numbers as JSON), --pipe-sizes LIST (4K,64K,1M,16M), --depths LIST
 # (1,8,16,32), --pipe-seconds S (time per pipe or window cell, 1.5), --pool SIZE (4G; 0 skips
 # it), --win-sizes LIST (4K,64K,1M), --win-depths LIST (1,16), --win-batch-depths LIST
-# (8,16,32,128; batches of 8),
+# (8,16,32,128; batches of 8), --spin US (50: the batched pairing and window rows are run again
+# with clients that busy-poll up to US microseconds for a reply or an event before they sleep,
+# as ucx_perftest polls; 0 skips those rows),
 # --no-ucx, --file-size SIZE (1G; 0 skips the file runs), --file-rounds N (3: each file row is
 # timed N times, interleaved; p50, worst and best are printed), --files-only (iperf3 and the file
 # rows only: a run of about a minute). Environment: BUILD (default build).
@@ -82,6 +84,7 @@ PIPE_SECS=1.5
 WIN_SIZES=4K,64K,1M
 WIN_DEPTHS=1,16
 WIN_BATCH_DEPTHS=8,16,32,128
+SPIN=50
 POOL=4G
 UCX=1
 FILE_SIZE=1G
@@ -100,6 +103,7 @@ while [ $# -gt 0 ]; do
 	--win-sizes) WIN_SIZES=$2; shift 2 ;;
 	--win-depths) WIN_DEPTHS=$2; shift 2 ;;
 	--win-batch-depths) WIN_BATCH_DEPTHS=$2; shift 2 ;;
+	--spin) SPIN=$2; shift 2 ;;
 	--depths) DEPTHS=$2; shift 2 ;;
 	--pipe-seconds) PIPE_SECS=$2; shift 2 ;;
 	--pool) POOL=$2; shift 2 ;;
@@ -302,6 +306,20 @@ if [ "$FILES_ONLY" = 0 ]; then
 		cat "$RUN/pipe.err" >&2
 		exit 1
 	fi
+	# Clients that busy-poll, as ucx_perftest's do (builds that know --spin).
+	SPINS=0
+	if [ "$SPIN" != 0 ] && "$BUILD/xferbench_net" --help 2>&1 | grep -q -- --spin; then
+		SPINS=$SPIN
+		echo "xferd: the same, the clients busy-polling up to $SPIN us ..."
+		if ! timeout 1800 "$BUILD/xferbench_net" pipe --passive "$(xc_sock 0)" \
+			--active "$(xc_sock 1)" --sizes "$PIPE_SIZES" --depths 8,16,32 --batch 8 \
+			--batch-end --post --spin "$SPIN" --seconds "$PIPE_SECS" --json \
+			>>"$RUN/xferd.json" 2>"$RUN/pipe.err"; then
+			echo "bench-net.sh: xferbench_net pipe --spin $SPIN failed:" >&2
+			cat "$RUN/pipe.err" >&2
+			exit 1
+		fi
+	fi
 	echo "xferd: window gets and puts, $WIN_DEPTHS in flight, at $WIN_SIZES ..."
 	if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" --active "$(xc_sock 1)" \
 		--sizes "$WIN_SIZES" --depths "$WIN_DEPTHS" --seconds "$PIPE_SECS" --json \
@@ -327,6 +345,22 @@ if [ "$FILES_ONLY" = 0 ]; then
 				--active "$(xc_sock 1)" --sizes "$WIN_SIZES" --depths 16 --batch "$b" --post \
 				--seconds "$PIPE_SECS" --json >>"$RUN/xferd.json" 2>"$RUN/win.err"; then
 				echo "bench-net.sh: xferbench_net win --batch $b --post failed:" >&2
+				cat "$RUN/win.err" >&2
+				exit 1
+			fi
+		done
+	fi
+	# The batched and the posted cells again with clients that busy-poll (--spin).
+	if [ "$SPINS" != 0 ]; then
+		for how in "8" "8 --post" "1 --post"; do
+			echo "xferd: window gets and puts, batches of $how, 16 in flight, clients" \
+				"busy-polling up to $SPIN us, at $WIN_SIZES ..."
+			# shellcheck disable=SC2086 # $how is the batch and an option
+			if ! timeout 1800 "$BUILD/xferbench_net" win --passive "$(xc_sock 0)" \
+				--active "$(xc_sock 1)" --sizes "$WIN_SIZES" --depths 16 --batch $how \
+				--spin "$SPIN" --seconds "$PIPE_SECS" --json >>"$RUN/xferd.json" \
+				2>"$RUN/win.err"; then
+				echo "bench-net.sh: xferbench_net win --batch $how --spin failed:" >&2
 				cat "$RUN/win.err" >&2
 				exit 1
 			fi
@@ -588,8 +622,10 @@ if pipe:
     print()
     print("xferd pairings kept N in flight (readable/read and writable/write; latency from the"
           " passive call to both ends), B started per op.batch on each side (1: a call each),"
-          " E: each batch's ends as one event and the active batch posted (no reply awaited):")
-    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'E':>1} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
+          " E: each batch's ends as one event and the active batch posted (no reply awaited),"
+          " S: the clients busy-poll up to S us before they sleep:")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'E':>1} {'S':>3} {'ops':>6} {'GB/s':>7}"
+          f" {'ops/s':>8}"
           f" {'p50 us':>9} {'p99 us':>9} {'us/op':>7} {'/tag_bw':>8} {'/put_bw':>8}")
     result["pipe"] = []
     for r in pipe:
@@ -597,32 +633,38 @@ if pipe:
         pt = ucx.get(("put_bw", r["size"]), {}).get("GBps", 0)
         rt, rp = (r["gbps"] / tg if tg else 0), (r["gbps"] / pt if pt else 0)
         print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r.get('batch', 1):2d}"
-              f" {'y' if r.get('batch_end') else 'n':>1} {r['ops']:6d} {r['gbps']:7.3f}"
+              f" {'y' if r.get('batch_end') else 'n':>1} {r.get('spin_us', 0):3d}"
+              f" {r['ops']:6d} {r['gbps']:7.3f}"
               f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
               f" {r['us_per_op']:7.1f} {rt:8.2f} {rp:8.2f}")
         result["pipe"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp})
     for kind in ("read", "write"):
-        for batch, end in ((1, False), (8, False), (8, True)):
+        for batch, end, spin in ((1, False, 0), (8, False, 0), (8, True, 0), (8, True, 1)):
             c = [r for r in pipe if r["kind"] == kind and r["size"] == 65536 and r["depth"] == 8
-                 and r.get("batch", 1) == batch and bool(r.get("batch_end")) == end]
+                 and r.get("batch", 1) == batch and bool(r.get("batch_end")) == end
+                 and bool(r.get("spin_us")) == bool(spin)]
             tg = ucx.get(("tag_bw", 65536), {}).get("GBps", 0)
             how = ", ends as one event, posted" if end else ""
+            if spin and c:
+                how += f", clients busy-polling {c[0]['spin_us']} us"
             if c and tg:
                 print(f"target: {kind} 64 KiB, 8 in flight, {batch} per request{how}:"
                       f" {c[0]['gbps'] / tg:.2f}x UCX tag_bw (target >= 0.5x)")
     for kind in ("read", "write"):
         for sz in sorted({r["size"] for r in pipe}):
             c = {r["depth"]: r["us_per_op"] for r in pipe if r["kind"] == kind and r["size"] == sz
-                 and r.get("batch", 1) == 1}
+                 and r.get("batch", 1) == 1 and not r.get("spin_us")}
             if 8 in c and 32 in c:
                 print(f"  per-op cost {kind} {fmt(sz)}: 32 in flight {c[32]:.1f} us vs 8 in flight"
                       f" {c[8]:.1f} us ({c[32] / c[8]:.2f}x; must not grow)")
 if win:
     print()
     print("xferd windows: one-sided gets (node 0 -> 1) and puts (1 -> 0), N in flight, B per"
-          " op.batch (1: one call each), P: posted (XFER_OP_POST, no reply awaited), ends from"
-          " notifications; bytes = payload of completed ops:")
-    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'P':>1} {'ops':>6} {'GB/s':>7} {'ops/s':>8}"
+          " op.batch (1: one call each), P: posted (XFER_OP_POST, no reply awaited), S: the"
+          " clients busy-poll up to S us before they sleep, ends from notifications;"
+          " bytes = payload of completed ops:")
+    print(f"{'kind':>5} {'size':>9} {'N':>3} {'B':>2} {'P':>1} {'S':>3} {'ops':>6} {'GB/s':>7}"
+          f" {'ops/s':>8}"
           f" {'p50 us':>9} {'p99 us':>9} {'us/op':>6} {'/tag_bw':>8} {'/put_bw':>8}"
           f" {'/UCX msg/s':>10}")
     result["win"] = []
@@ -634,7 +676,8 @@ if win:
         rp = r["gbps"] / pt["GBps"] if pt.get("GBps") else 0
         rm = ops / tg["msg_per_s"] if tg.get("msg_per_s") else 0
         print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r.get('batch', 1):2d}"
-              f" {'y' if r.get('post') else 'n'} {r['ops']:6d} {r['gbps']:7.3f} {ops:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
+              f" {'y' if r.get('post') else 'n'} {r.get('spin_us', 0):3d} {r['ops']:6d}"
+              f" {r['gbps']:7.3f} {ops:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f}"
               f" {r['us_per_op']:6.1f} {rt:8.2f} {rp:8.2f} {rm:10.2f}")
         result["win"].append({**r, "ratio_tag_bw": rt, "ratio_put_bw": rp, "ratio_msg_rate": rm})
     for kind in ("get", "put"):
@@ -646,12 +689,14 @@ if win:
                 v = c["ratio_msg_rate"] if sz == 4096 else c["ratio_tag_bw"]
                 if v:
                     posted = ", posted" if c.get("post") else ""
+                    if c.get("spin_us"):
+                        posted += f", clients busy-polling {c['spin_us']} us"
                     print(f"target: window {kind} {fmt(sz)}, 16 in flight, batches of"
                           f" {c.get('batch', 1)}{posted}: {v:.2f}x ({what}; target >= {want}x)")
         for sz in sorted({r["size"] for r in win}):
             c = {r["depth"]: r["us_per_op"] for r in win
                  if r["kind"] == kind and r["size"] == sz and r.get("batch", 1) > 1
-                 and not r.get("post")}
+                 and not r.get("post") and not r.get("spin_us")}
             if c:
                 cost = ", ".join(f"{d}: {c[d]:.1f}" for d in sorted(c))
                 print(f"  per-op cost {kind} {fmt(sz)} in batches, us/op by depth: {cost}"
@@ -665,7 +710,7 @@ if pywin:
     result["win_python"] = []
     for r in pywin:
         c = [x for x in win if (x["kind"], x["size"], x["depth"]) == (r["kind"], r["size"], r["depth"])
-             and x.get("batch", 1) == 1 and not x.get("post")]
+             and x.get("batch", 1) == 1 and not x.get("post") and not x.get("spin_us")]
         rc = r["gbps"] / c[0]["gbps"] if c and c[0]["gbps"] else 0
         print(f"{r['kind']:>5} {fmt(r['size']):>9} {r['depth']:3d} {r['ops']:6d} {r['gbps']:7.3f}"
               f" {1e6 / r['us_per_op']:8.0f} {r['us_p50']:9.1f} {r['us_p99']:9.1f} {rc:8.2f}")
