@@ -88,13 +88,14 @@ struct xd_conn *xd_conn_find(struct xd_daemon *d, uint64_t id)
 	return NULL;
 }
 
-void xd_conn_close(struct xd_conn *c, const char *why)
+/* xd_conn_close(), its log line at @level: a warning when the daemon cut the client. */
+static void conn_close_at(struct xd_conn *c, int level, const char *why)
 {
 	if (c->closing)
 		return;
 	c->closing = true;
-	xd_log(XD_LOG_INFO, "client %llu (%s, pid %d, uid %u) closed: %s",
-	       (unsigned long long)c->id, c->name, (int)c->pid, (unsigned)c->uid, why);
+	xd_log(level, "client %llu (%s, pid %d, uid %u) closed: %s", (unsigned long long)c->id,
+	       c->name, (int)c->pid, (unsigned)c->uid, why);
 	event_del(c->rev);
 	flush_queue(c); /* what is queued (an error naming why it closes) still goes, if it can */
 	outq_drop(c);	/* the rest never will: its bytes go back to the uid's budget now */
@@ -115,6 +116,11 @@ void xd_conn_close(struct xd_conn *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	xd_defer(c->d, &c->free_later, conn_free, c);
+}
+
+void xd_conn_close(struct xd_conn *c, const char *why)
+{
+	conn_close_at(c, XD_LOG_INFO, why);
 }
 
 #define CTL_SEND_BATCH 64 /* packets given to one sendmmsg */
@@ -174,30 +180,22 @@ static int flush_queue(struct xd_conn *c)
 }
 
 /*
- * Closes @c from its own read callback at the next loop turn. Senders run deep inside
- * operation state changes; closing there would free operations under their feet.
+ * Closes @c from its own read callback at the next loop turn, logged at @level. Senders run deep
+ * inside operation state changes; closing there would free operations under their feet.
  */
-static void conn_close_later(struct xd_conn *c, const char *why)
+static void conn_close_later(struct xd_conn *c, int level, const char *why)
 {
-	if (!c->close_reason)
+	if (!c->close_reason) {
 		c->close_reason = why;
+		c->close_level = level;
+	}
 	event_active(c->rev, EV_READ, 0);
 }
 
 void xd_conn_flush(struct xd_conn *c)
 {
 	if (!c->closing && !c->close_reason && flush_queue(c) < 0)
-		conn_close_later(c, "send failed (client gone)");
-}
-
-/* Why @c is dropped when a packet would pass a queued_bytes limit (@msg: xd_charge()'s). */
-static const char *queued_over(const char *msg)
-{
-	if (strncmp(msg, "per-connection", 14) == 0)
-		return "client stopped reading (per-connection queued_bytes limit reached)";
-	if (strncmp(msg, "per-uid", 7) == 0)
-		return "client stopped reading (its uid's queued_bytes limit reached)";
-	return "client stopped reading (global queued_bytes limit reached)";
+		conn_close_later(c, XD_LOG_INFO, "send failed (client gone)");
 }
 
 int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len)
@@ -213,12 +211,14 @@ int xd_conn_send_text(struct xd_conn *c, const char *text, size_t len)
 	 * clients that do not read is bounded however many connections a local user opens.
 	 */
 	if (c->queued >= XD_MAX_QUEUED) {
-		conn_close_later(c, "client stopped reading (4096 packets queued)");
+		conn_close_later(c, XD_LOG_WARN, "client stopped reading (4096 packets queued)");
 		return -ENOBUFS;
 	}
 	rc = xd_charge(c->d, c->use, c->uid, XD_RES_QUEUED, len, msg, sizeof(msg));
 	if (rc == -EDQUOT) {
-		conn_close_later(c, queued_over(msg));
+		/* (xd_charge() named the limit: its scope, its size and what is in use) */
+		snprintf(c->close_text, sizeof(c->close_text), "client stopped reading (%s)", msg);
+		conn_close_later(c, XD_LOG_WARN, c->close_text);
 		return -ENOBUFS;
 	}
 	if (rc < 0)
@@ -305,7 +305,7 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
 	struct xd_conn *c = arg;
 
 	if (c->close_reason) {
-		xd_conn_close(c, c->close_reason);
+		conn_close_at(c, c->close_level, c->close_reason);
 		return;
 	}
 	uint64_t t0 = xd_now_us();

@@ -32,7 +32,7 @@ static const char *const res_nouns[XD_NRES] = {
 	[XD_RES_CLIENTS] = "connections",
 	[XD_RES_WAITS] = "pending waits",
 	[XD_RES_WINDOWS] = "windows",
-	[XD_RES_QUEUED] = "bytes of replies queued",
+	[XD_RES_QUEUED] = "of replies queued", /* (after an amount: "16 MiB of replies queued") */
 	[XD_RES_FDS] = "file descriptors kept for file regions",
 };
 

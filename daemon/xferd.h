@@ -753,7 +753,9 @@ struct xd_conn {
 	char name[XP_MAX_NAME + 1];
 	bool hello;
 	bool closing;
-	const char *close_reason;      /**< set: close at the next turn of the loop */
+	const char *close_reason; /**< set: close at the next turn of the loop */
+	char close_text[200];	  /**< close_reason's text when it was formatted */
+	int close_level;	  /**< close_reason's XD_LOG_* level (WARN: the daemon cut it) */
 	struct xd_deferred free_later; /**< freed at the next loop turn once closed */
 	STAILQ_HEAD(, xd_outq_item) outq;
 	unsigned queued;       /**< packets in outq (their bytes: use[XD_RES_QUEUED]) */

@@ -93,6 +93,21 @@ void td_dump_log(struct td *d)
 	fclose(f);
 }
 
+bool td_file_has(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	while (f && !found && getline(&line, &cap, f) >= 0)
+		found = strstr(line, needle) != NULL;
+	free(line);
+	if (f)
+		fclose(f);
+	return found;
+}
+
 /* Cleanup hook: the test failed with the daemon running. */
 static void td_abort_hook(void *arg)
 {

@@ -94,6 +94,9 @@ int td_wait_stat(struct td *d, const char *key, long long want, int ms, long lon
 /* Dumps the daemon's log to stderr (for diagnosing a failure). */
 void td_dump_log(struct td *d);
 
+/* Whether a line of file @path (a daemon's log) contains @needle. */
+bool td_file_has(const char *path, const char *needle);
+
 /*
  * Forks a child that runs @fn(@arg) and exits 0 when it returns (a failed CHECK exits 1).
  * Returns the child's pid, or -errno.

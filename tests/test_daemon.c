@@ -121,20 +121,6 @@ static int xferd_path(char *buf, size_t len)
 	return access(buf, X_OK) == 0 ? 0 : -errno;
 }
 
-/* Whether file @path contains @needle. */
-static bool file_has(const char *path, const char *needle)
-{
-	char text[8192] = "";
-	FILE *f = fopen(path, "re");
-
-	if (!f)
-		return false;
-	size_t n = fread(text, 1, sizeof(text) - 1, f);
-	text[n] = '\0';
-	fclose(f);
-	return strstr(text, needle) != NULL;
-}
-
 /* Runs xferd with @config in @dir; returns its exit status (its stderr goes to DIR/log). */
 static int run_with_config(const char *bin, const char *dir, const char *config)
 {
@@ -201,11 +187,11 @@ TEST(bad_config_refused_at_startup)
 	snprintf(log, sizeof(log), "%s/log", dir);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int rc = run_with_config(bin, dir, cases[i].config);
-		if (rc != 1 || !file_has(log, cases[i].says))
+		if (rc != 1 || !td_file_has(log, cases[i].says))
 			harness_note("config %s: exit %d, log lacks \"%s\"", cases[i].config, rc,
 				     cases[i].says);
 		CHECK_EQ_INT(rc, 1);
-		CHECK(file_has(log, cases[i].says));
+		CHECK(td_file_has(log, cases[i].says));
 	}
 	unlink(log);
 	rmdir(dir);

@@ -550,12 +550,13 @@ TEST_TIMEOUT(limit_queued_bytes_per_uid, 120)
 {
 	struct td d;
 	long long peak_queued = 0, peak_rss = 0;
-	char cfg[128];
+	char cfg[160];
 
 	if (geteuid() != 0)
 		harness_skip("needs root to run a client as nobody");
 	snprintf(cfg, sizeof(cfg),
-		 "{\"socket_mode\": 438, \"uid_limits\": {\"queued_bytes\": %llu}}",
+		 "{\"socket_mode\": 438, \"log_level\": \"info\", "
+		 "\"uid_limits\": {\"queued_bytes\": %llu}}",
 		 FLOOD_UID_QUEUED);
 	CHECK_OK(td_start(&d, cfg));
 	struct xfer_client *probe = connect_client(&d);
@@ -571,6 +572,9 @@ TEST_TIMEOUT(limit_queued_bytes_per_uid, 120)
 	harness_note("queued for nobody at most %lld MiB; daemon RSS %lld -> %lld MiB",
 		     peak_queued >> 20, base >> 20, peak_rss >> 20);
 	CHECK(peak_queued > 0 && peak_queued <= (long long)FLOOD_UID_QUEUED);
+	/* The daemon's log names the limit that cut them: its scope and its size. */
+	CHECK(td_file_has(d.log, "closed: client stopped reading (per-uid (uid 65534) limit of "
+				 "32 MiB of replies queued reached"));
 #ifndef __SANITIZE_ADDRESS__
 	/* (ASan's quarantine keeps freed replies resident: the queued peak is the check there.) */
 	CHECK(peak_rss - base < (long long)(FLOOD_UID_QUEUED + 40 * MIB));
