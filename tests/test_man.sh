@@ -75,9 +75,9 @@ else
 	fail "every option of xferd --help is in xferd(8)" "missing: $missing"
 fi
 
-# Config keys: the string literals of config.c's strict json_unpack_ex() key list in apply()
-# (format strings start with "{"), and the limit resources of limits.c.
-keys=$(awk '/^static int apply\(/ { f = 1 } f && /JSON_STRICT/ { u = 1 } u { print } u && /\)\) *\{/ { exit }' \
+# Config keys: the string literals of config.c's strict unpack_keys() key list in apply()
+# (format strings start with "{"; the call ends with "))"), and the limit resources of limits.c.
+keys=$(awk '/^static int apply\(/ { f = 1 } f && /JSON_STRICT/ { u = 1 } u { print } u && /\)\)( *\{)? *$/ { exit }' \
 	"$ROOT/daemon/config.c" | grep -oE '"[a-z_]+"' | tr -d '"')
 res=$(sed -n '/res_names\[XD_NRES\] = {/,/};/p' "$ROOT/daemon/limits.c" | grep -oE '= "[a-z_]+"' |
 	grep -oE '[a-z_]+')
