@@ -28,8 +28,15 @@
 #include "transport.h"
 #include "xp_peer.h"
 
-#define XD_MAX_PCONNS 17		 /* peer_connections (at most 16) and the control lane */
-#define XD_PEER_READ_BUDGET (16u << 20)	 /* bytes read per wakeup before yielding */
+#define XD_MAX_PCONNS 17 /* peer_connections (at most 16) and the control lane */
+/*
+ * Bytes read per wakeup before yielding. Small on purpose: what the reads cause (a WACK, a
+ * DONE, a client's event, the next frames to send) leaves at the end of the loop turn, and a
+ * budget of 16 MiB let a reader the peer kept busy hold all of it back while it read the next
+ * batch's frames: 64 KiB window puts and gets with 16 in flight ran 15-25% faster at 128 KiB,
+ * larger transfers and pairings the same (scripts/BENCHMARKS.md, "Read budget").
+ */
+#define XD_PEER_READ_BUDGET (128u << 10)
 #define XD_PEER_WRITE_BUDGET (16u << 20) /* bytes written per wakeup before yielding */
 #define XD_WSTAGE (8u << 10) /* a WPUT's prefix, tag and first payload bytes, read at once */
 /*
