@@ -550,13 +550,12 @@ TEST_TIMEOUT(limit_queued_bytes_per_uid, 120)
 {
 	struct td d;
 	long long peak_queued = 0, peak_rss = 0;
-	char cfg[160];
+	char cfg[128];
 
 	if (geteuid() != 0)
 		harness_skip("needs root to run a client as nobody");
 	snprintf(cfg, sizeof(cfg),
-		 "{\"socket_mode\": 438, \"log_level\": \"info\", "
-		 "\"uid_limits\": {\"queued_bytes\": %llu}}",
+		 "{\"socket_mode\": 438, \"uid_limits\": {\"queued_bytes\": %llu}}",
 		 FLOOD_UID_QUEUED);
 	CHECK_OK(td_start(&d, cfg));
 	struct xfer_client *probe = connect_client(&d);
